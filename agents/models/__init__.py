@@ -1,0 +1,1 @@
+"""Model providers: the protocol, the Anthropic SDK provider and the offline provider."""

@@ -1,0 +1,379 @@
+"""The Anthropic Messages API provider, with our own retry loop and plain-spoken errors."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Final, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import anthropic
+from anthropic.types import (
+    AssistantMessageParam,
+    ContentBlockParam,
+    MessageParam,
+    ModelInfo,
+    TextBlockParam,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+    UserMessageParam,
+)
+from anthropic.types import Message as SDKMessage
+from anthropic.types import TextBlock as SDKTextBlock
+from anthropic.types import ToolUseBlock as SDKToolUseBlock
+
+from agents.models.types import (
+    Message,
+    ModelError,
+    ModelReply,
+    StopReason,
+    TextBlock,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+# Roughly 1024 tokens, the smallest prefix the API will cache; shorter prompts gain nothing.
+CACHE_MIN_CHARS: Final = 4000
+
+_STOP_REASONS: Final[dict[str, StopReason]] = {
+    "end_turn": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    # The reply was cut off either way; callers treat it like max_tokens.
+    "model_context_window_exceeded": "max_tokens",
+    "stop_sequence": "stop_sequence",
+    "refusal": "refusal",
+}
+
+# Same policy as the SDK's own retries: timeouts, lock conflicts, rate limits, server errors.
+_RETRY_STATUSES: Final = frozenset({408, 409, 429})
+
+_STATUS_HINTS: Final[dict[int, str]] = {
+    400: "The API rejected the request as invalid; the message above says which part.",
+    401: "Check ANTHROPIC_API_KEY: it is missing, mistyped, or revoked.",
+    402: "Check the Anthropic account's billing and credit balance.",
+    403: "The API key may not do this; check its workspace and permissions.",
+    413: "The request is too large; shorten the conversation or tool results.",
+    429: "Rate limited: wait a minute and try again, or lower concurrency / raise the limits.",
+    529: "Anthropic is overloaded right now; try again in a few minutes.",
+}
+
+Sleep = Callable[[float], Awaitable[None]]
+T = TypeVar("T")
+
+
+class AnthropicProvider:
+    """A `ModelProvider` on `anthropic.AsyncAnthropic`, retrying transient failures itself."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not api_key:
+            raise ValueError("Anthropic API key is empty; set ANTHROPIC_API_KEY.")
+        self._api_key = api_key
+        self._model = model
+        self._timeout = timeout
+        self._max_retries = max(0, max_retries)
+        self._backoff_base = backoff_base
+        self._backoff_max = backoff_max
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        # SDK retries off: ours add jitter, a cap, injectable sleep and one clear final error.
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+        )
+
+    @property
+    def name(self) -> str:
+        """`anthropic:<model>`."""
+        return f"anthropic:{self._model}"
+
+    @property
+    def offline(self) -> bool:
+        """Always False: this is a real model."""
+        return False
+
+    @property
+    def base_url(self) -> str:
+        """The API base URL in use, without any credentials it may embed."""
+        return _safe_url(str(self._client.base_url))
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool."""
+        await self._client.close()
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        max_tokens: int = 4096,
+    ) -> ModelReply:
+        """Run one Messages API call, retrying transient failures; `ModelError` if it fails."""
+        sdk_messages = to_sdk_messages(messages)
+        sdk_tools = [to_sdk_tool(t) for t in tools]
+        sdk_system = to_sdk_system(system)
+
+        async def call() -> SDKMessage:
+            return await self._client.messages.create(
+                model=self._model,
+                max_tokens=max_tokens,
+                system=sdk_system,
+                messages=sdk_messages,
+                tools=sdk_tools or anthropic.omit,
+                timeout=self._timeout,
+            )
+
+        return to_reply(await self._with_retries(call))
+
+    async def check(self) -> str:
+        """Health check for `doctor`: key, reachability and model name; `ModelError` if not."""
+
+        async def call() -> ModelInfo:
+            # Retrieving the model (aliases resolve) proves all three with no tokens spent.
+            return await self._client.models.retrieve(self._model, timeout=self._timeout)
+
+        info = await self._with_retries(call)
+        return (
+            f"{self.name} reachable at {self.base_url}: key accepted, "
+            f"model {info.display_name} ({info.id}) available"
+        )
+
+    async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one API call, retrying transient failures; turn the final failure into ModelError."""
+        attempts = self._max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await call()
+            except anthropic.APIStatusError as exc:
+                if attempt == attempts or not _should_retry(exc.status_code, exc.response.headers):
+                    raise ModelError(self._redact(self._status_message(exc, attempt))) from exc
+                delay = self._retry_delay(attempt, exc.response.headers)
+                what = f"HTTP {exc.status_code}"
+            except anthropic.APITimeoutError as exc:
+                if attempt == attempts:
+                    raise ModelError(self._redact(self._timeout_message(attempt))) from exc
+                delay = self._retry_delay(attempt, None)
+                what = "timeout"
+            except anthropic.APIConnectionError as exc:
+                if attempt == attempts:
+                    raise ModelError(self._redact(self._connection_message(exc, attempt))) from exc
+                delay = self._retry_delay(attempt, None)
+                what = "connection error"
+            except anthropic.APIResponseValidationError as exc:
+                raise ModelError(
+                    self._redact(
+                        f"The Anthropic API at {self.base_url} sent a reply that is not a valid "
+                        f"API response (HTTP {exc.status_code}). "
+                        "Check ANTHROPIC_BASE_URL points at the Anthropic API."
+                    )
+                ) from exc
+            except anthropic.AnthropicError as exc:
+                raise ModelError(
+                    self._redact(f"Anthropic SDK error: {type(exc).__name__}: {exc}")
+                ) from exc
+            log.warning(
+                "anthropic call failed (%s), attempt %d/%d; retrying in %.2fs",
+                what,
+                attempt,
+                attempts,
+                delay,
+            )
+            await self._sleep(delay)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _retry_delay(self, attempt: int, headers: Mapping[str, str] | None) -> float:
+        """The server's retry-after if it sent one, else exponential backoff with full jitter."""
+        hinted = retry_after_seconds(headers)
+        if hinted is not None:
+            return min(max(hinted, 0.0), self._backoff_max)
+        ceiling = min(self._backoff_max, self._backoff_base * 2 ** (attempt - 1))
+        return self._rng.uniform(0.0, ceiling)
+
+    def _status_message(self, exc: anthropic.APIStatusError, attempts: int) -> str:
+        status = exc.status_code
+        detail = exc.api_message or _body_text(exc.body) or exc.response.reason_phrase
+        kind = f" {exc.type}" if exc.type else ""
+        request_id = f", request-id {exc.request_id}" if exc.request_id else ""
+        if status in _STATUS_HINTS:
+            hint = _STATUS_HINTS[status]
+        elif status >= 500:
+            hint = "Anthropic had a server error; try again shortly."
+        elif status != 404:
+            hint = "See the API's message above."
+        else:
+            hint = f"Check the model name ({self._model!r}, RAVEN_MODEL) and ANTHROPIC_BASE_URL."
+        return (
+            f"Anthropic API call failed with HTTP {status}{kind}: {detail} "
+            f"({_attempts(attempts)}{request_id}). {hint}"
+        )
+
+    def _timeout_message(self, attempts: int) -> str:
+        return (
+            f"Anthropic API call timed out: no reply from {self.base_url} within "
+            f"{self._timeout:g}s ({_attempts(attempts)}). Try again later; if replies are "
+            "simply slow, raise RAVEN_MODEL_TIMEOUT."
+        )
+
+    def _connection_message(self, exc: anthropic.APIConnectionError, attempts: int) -> str:
+        cause = exc.__cause__
+        reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        return (
+            f"Could not connect to the Anthropic API at {self.base_url} ({reason}; "
+            f"{_attempts(attempts)}). Check ANTHROPIC_BASE_URL and the network or proxy settings."
+        )
+
+    def _redact(self, text: str) -> str:
+        # Belt and braces: an echoing proxy or odd error body must never leak the key.
+        if len(self._api_key) >= 8:
+            text = text.replace(self._api_key, "[redacted]")
+        return text
+
+
+def to_sdk_system(system: str) -> str | list[TextBlockParam] | anthropic.Omit:
+    """The system prompt as the SDK wants it, marked for prompt caching when long."""
+    if not system:
+        return anthropic.omit
+    if len(system) > CACHE_MIN_CHARS:
+        return [TextBlockParam(type="text", text=system, cache_control={"type": "ephemeral"})]
+    return system
+
+
+def to_sdk_messages(messages: Sequence[Message]) -> list[MessageParam]:
+    """Our messages as SDK params; tool results lead their user message, as the API requires."""
+    out: list[MessageParam] = []
+    for message in messages:
+        results: list[ContentBlockParam] = []
+        others: list[ContentBlockParam] = []
+        for block in message.content:
+            if isinstance(block, ToolResult):
+                if message.role != "user":
+                    raise ModelError("A tool_result block must be in a user message.")
+                results.append(
+                    ToolResultBlockParam(
+                        type="tool_result",
+                        tool_use_id=block.tool_use_id,
+                        content=block.content,
+                        is_error=block.is_error,
+                    )
+                )
+            elif isinstance(block, ToolCall):
+                if message.role != "assistant":
+                    raise ModelError("A tool_use block must be in an assistant message.")
+                others.append(
+                    ToolUseBlockParam(
+                        type="tool_use", id=block.id, name=block.name, input=dict(block.input)
+                    )
+                )
+            elif block.text:  # the API rejects empty text blocks
+                others.append(TextBlockParam(type="text", text=block.text))
+        content = [*results, *others]
+        if message.role == "user":
+            out.append(UserMessageParam(role="user", content=content))
+        else:
+            out.append(AssistantMessageParam(role="assistant", content=content))
+    return out
+
+
+def to_sdk_tool(spec: ToolSpec) -> ToolParam:
+    """One tool spec as an SDK tool param."""
+    return ToolParam(
+        name=spec.name, description=spec.description, input_schema=dict(spec.input_schema)
+    )
+
+
+def to_reply(response: SDKMessage) -> ModelReply:
+    """An SDK response as our `ModelReply`; block kinds we do not use are dropped."""
+    content: list[TextBlock | ToolCall] = []
+    for block in response.content:
+        if isinstance(block, SDKTextBlock):
+            content.append(TextBlock(text=block.text))
+        elif isinstance(block, SDKToolUseBlock):
+            content.append(ToolCall(id=block.id, name=block.name, input=dict(block.input)))
+    usage = response.usage
+    # Cached tokens are reported apart from input_tokens; count them so totals stay honest.
+    input_tokens = (
+        usage.input_tokens
+        + (usage.cache_creation_input_tokens or 0)
+        + (usage.cache_read_input_tokens or 0)
+    )
+    return ModelReply(
+        content=content,
+        stop_reason=_STOP_REASONS.get(response.stop_reason or "", "other"),
+        usage=Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens),
+        model=response.model,
+    )
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or HTTP date), if sent."""
+    if headers is None:
+        return None
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return float(millis) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()
+
+
+def _should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    # The API can say outright whether a retry will help; it knows better than the status.
+    verdict = headers.get("x-should-retry")
+    if verdict in ("true", "false"):
+        return verdict == "true"
+    return status in _RETRY_STATUSES or status >= 500
+
+
+def _body_text(body: object) -> str:
+    if body is None:
+        return ""
+    text = str(body)
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _attempts(n: int) -> str:
+    return f"after {n} attempt{'' if n == 1 else 's'}"
+
+
+def _safe_url(url: str) -> str:
+    # A base URL may carry user:password@ or a ?key=; neither belongs in an error message.
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literals keep their brackets
+        host = f"[{host}]"
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))

@@ -1,0 +1,90 @@
+"""The offline provider: honest and deterministic, never pretending to be a language model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+
+from agents.models.types import (
+    Message,
+    ModelReply,
+    TextBlock,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
+from agents.plan_syntax import parse_plan
+
+OFFLINE_NOTICE = (
+    "I'm running in **offline mode**: no `ANTHROPIC_API_KEY` is set, so I can't answer "
+    "free-form requests (and I won't pretend to).\n\n"
+    "To enable the model, add `ANTHROPIC_API_KEY=sk-ant-…` to `.env` (or export it) and restart; "
+    "`ANTHROPIC_BASE_URL` can point at any Anthropic-compatible server.\n\n"
+    "Offline I can still run explicit plans, one node per line:\n"
+    "```\nr1: research: find X\nc1: code: build Y [after r1]\nconfirm\n```\n"
+    "(`confirm` asks for approval first). Say `help` for more."
+)
+
+SUBMIT_GRAPH = "submit_graph"
+
+
+class OfflineProvider:
+    """Stand-in provider used when no model key is configured."""
+
+    @property
+    def name(self) -> str:
+        """Label shown in logs and `doctor`."""
+        return "offline"
+
+    @property
+    def offline(self) -> bool:
+        """Always True: this is not a model."""
+        return True
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        max_tokens: int = 4096,
+    ) -> ModelReply:
+        """Answer deterministically from the last message; see the module docstring."""
+        last = messages[-1] if messages else Message.user_text("")
+        results = [b for b in last.content if isinstance(b, ToolResult)]
+        if results:
+            return _text(_describe_results(results, messages))
+        text = "\n".join(b.text for b in last.content if isinstance(b, TextBlock))
+        plan = parse_plan(text)
+        if plan is None:
+            return _text(OFFLINE_NOTICE)
+        if any(tool.name == SUBMIT_GRAPH for tool in tools):
+            digest = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
+            call = ToolCall(id=f"offline_{digest}", name=SUBMIT_GRAPH, input=plan)
+            return ModelReply(content=[call], stop_reason="tool_use", model="offline")
+        return _text(
+            f"Offline mode: I recognised a plan of {len(plan['nodes'])} node(s), but graph runs "
+            "are not available here, so nothing was run."
+        )
+
+
+def _describe_results(results: list[ToolResult], messages: Sequence[Message]) -> str:
+    names = {
+        b.id: b.name
+        for m in messages
+        if m.role == "assistant"
+        for b in m.content
+        if isinstance(b, ToolCall)
+    }
+    parts = []
+    for result in results:
+        tool = names.get(result.tool_use_id, "tool")
+        prefix = f"`{tool}` failed" if result.is_error else f"`{tool}`"
+        parts.append(f"{prefix}: {result.content}")
+    return "Offline mode (no model): here is what the tools returned.\n\n" + "\n\n".join(parts)
+
+
+def _text(text: str) -> ModelReply:
+    return ModelReply(content=[TextBlock(text=text)], stop_reason="end_turn", usage=Usage())

@@ -1,0 +1,104 @@
+"""Provider-neutral message and reply types shared by every model provider."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["user", "assistant"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "other"]
+
+
+class TextBlock(BaseModel):
+    """Plain text content."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCall(BaseModel):
+    """A model's request to run one tool (Anthropic `tool_use`)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResult(BaseModel):
+    """The outcome of a tool call, sent back to the model (Anthropic `tool_result`)."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+Block = TextBlock | ToolCall | ToolResult
+
+
+class Message(BaseModel):
+    """One conversation message: a role and its content blocks."""
+
+    model_config = ConfigDict(frozen=True)
+    role: Role
+    content: list[Block]
+
+    @classmethod
+    def user_text(cls, text: str) -> Message:
+        """A user message holding one text block."""
+        return cls(role="user", content=[TextBlock(text=text)])
+
+    @classmethod
+    def assistant_text(cls, text: str) -> Message:
+        """An assistant message holding one text block."""
+        return cls(role="assistant", content=[TextBlock(text=text)])
+
+
+class ToolSpec(BaseModel):
+    """A tool offered to the model: name, description and JSON schema of its input."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class Usage(BaseModel):
+    """Token accounting for one model call."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ModelReply(BaseModel):
+    """What a provider returns for one call."""
+
+    content: list[TextBlock | ToolCall]
+    stop_reason: StopReason
+    usage: Usage = Field(default_factory=Usage)
+    model: str = ""
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock)).strip()
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls in this reply, in order."""
+        return [b for b in self.content if isinstance(b, ToolCall)]
+
+
+class ModelError(RuntimeError):
+    """A model call failed for good (after retries); the message says why and what to do."""

@@ -1,0 +1,68 @@
+"""The explicit plan syntax: one line per node, `id: agent: task [after a, b]`.
+
+It lets anyone build a graph without a model (the offline provider turns such a message into a
+`submit_graph` call). A line `confirm` asks for approval before the graph runs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_ID = r"[a-z][a-z0-9_]{0,39}"
+_NODE_LINE = re.compile(
+    rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>.+?)\s*$"
+)
+_BRACKET_AFTER = re.compile(r"\[\s*after\s+(?P<deps>[^\]]*)\]\s*$", re.IGNORECASE)
+_PLAIN_AFTER = re.compile(
+    rf"\s+after\s+(?P<deps>{_ID}(?:\s*(?:,|and)\s*{_ID})*)\s*$", re.IGNORECASE
+)
+_CONFIRM = re.compile(r"^\s*(confirm|please confirm|ask (me )?first)\s*[.!]?\s*$", re.IGNORECASE)
+
+
+def _split_deps(raw: str) -> list[str]:
+    return [d for d in re.split(r"\s*(?:,|\band\b)\s*", raw.strip()) if d]
+
+
+def parse_plan(text: str) -> dict[str, Any] | None:
+    """Return a graph submission for a message written in plan syntax, else None.
+
+    Lines that are not node lines (greetings, a `From:` header) are ignored; at least one node
+    line is needed. Dependencies in brackets are always taken; a bare trailing `after a, b`
+    is taken when every name in it is a valid node id.
+    """
+    nodes: list[dict[str, Any]] = []
+    confirm = False
+    for line in text.splitlines():
+        if _CONFIRM.match(line):
+            confirm = True
+            continue
+        match = _NODE_LINE.match(line)
+        if match is None:
+            continue
+        task = match["task"]
+        deps: list[str] = []
+        after = _BRACKET_AFTER.search(task) or _PLAIN_AFTER.search(task)
+        if after is not None:
+            deps = _split_deps(after["deps"])
+            task = task[: after.start()].rstrip()
+        nodes.append(
+            {
+                "id": match["id"],
+                "agent": match["agent"].lower(),
+                "template": task,
+                "deps": deps,
+                "inputs": {},
+                "instance": None,
+                "summary": task[:80],
+            }
+        )
+    if not nodes:
+        return None
+    summary = "; ".join(f"{n['id']} ({n['agent']})" for n in nodes)
+    return {
+        "task_summary": f"Explicit plan: {summary}"[:200],
+        "background": True,
+        "confirm": confirm,
+        "nodes": nodes,
+    }

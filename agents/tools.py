@@ -1,0 +1,96 @@
+"""Tools an agent loop can call: a spec, an input model, and an async handler."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from agents.models.types import ToolCall, ToolResult, ToolSpec
+
+log = logging.getLogger(__name__)
+
+Ctx = TypeVar("Ctx")
+MAX_TOOL_OUTPUT_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class Tool(Generic[Ctx]):
+    """A callable tool: `handler(ctx, validated_input)` returns text for the model."""
+
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    handler: Callable[[Ctx, Any], Awaitable[str]]
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The schema the model sees."""
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(name=self.name, description=self.description, input_schema=schema)
+
+
+class ToolRegistry(Generic[Ctx]):
+    """An immutable set of tools with validated dispatch."""
+
+    def __init__(self, tools: Sequence[Tool[Ctx]] = ()) -> None:
+        names = [t.name for t in tools]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ValueError(f"duplicate tool names: {sorted(duplicates)}")
+        self._tools = {t.name: t for t in tools}
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        """Specs of every tool, in registration order."""
+        return [t.spec for t in self._tools.values()]
+
+    def names(self) -> list[str]:
+        """Registered tool names."""
+        return list(self._tools)
+
+    def with_tools(self, tools: Sequence[Tool[Ctx]]) -> ToolRegistry[Ctx]:
+        """A new registry with extra tools added."""
+        return ToolRegistry([*self._tools.values(), *tools])
+
+    async def dispatch(self, call: ToolCall, ctx: Ctx) -> ToolResult:
+        """Validate the call's input and run the tool; every failure becomes an error result."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools) or "none"
+            return _error(call, f"Unknown tool `{call.name}`. Available tools: {known}.")
+        try:
+            args = tool.input_model.model_validate(call.input)
+        except ValidationError as exc:
+            return _error(call, f"Invalid input for `{call.name}`: {describe_validation(exc)}")
+        try:
+            output = await tool.handler(ctx, args)
+        except Exception as exc:
+            log.exception("tool %s failed", call.name)
+            return _error(call, f"`{call.name}` failed: {type(exc).__name__}: {exc}")
+        if len(output) > MAX_TOOL_OUTPUT_CHARS:
+            output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n…[output truncated]"
+        return ToolResult(tool_use_id=call.id, content=output)
+
+
+def describe_validation(exc: ValidationError) -> str:
+    """Render pydantic errors as `field: problem` clauses a model (or person) can act on."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(input)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _error(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(tool_use_id=call.id, content=message, is_error=True)
+
+
+def dump_input(call: ToolCall) -> str:
+    """The call's input as compact JSON (for transcripts)."""
+    return json.dumps(call.input, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,102 @@
+"""The `raven-bot` command line: run, chat, doctor, version."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+from bot.app import AdapterFactory, build_runtime, serve
+from bot.console.adapter import ConsoleAdapter
+from bot.logging_setup import configure_logging
+from bot.settings import Settings, SettingsError, load_settings
+
+
+def _version() -> str:
+    try:
+        return version("raven-bot")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raven-bot",
+        description="A Slack/Discord bot hosting a multi-agent Host. Configure with .env.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser(
+        "run",
+        help="start every configured channel (console when no Slack/Discord tokens)",
+        description="Serve Slack and/or Discord when their tokens are set, else the console.",
+    )
+    sub.add_parser(
+        "chat",
+        help="chat in the terminal (console adapter only)",
+        description="Each input line is a message; works with piped stdin and exits at EOF.",
+    )
+    sub.add_parser(
+        "doctor",
+        help="print the effective configuration and check every dependency",
+        description="Exit code 1 when a required check fails; offline mode is a warning.",
+    )
+    sub.add_parser("version", help="print the version", description="Print the version.")
+    return parser
+
+
+def _secrets(settings: Settings) -> list[str]:
+    values = [
+        settings.anthropic_api_key,
+        settings.slack_bot_token,
+        settings.slack_app_token,
+        settings.slack_signing_secret,
+        settings.discord_token,
+    ]
+    return [v.get_secret_value() for v in values if v is not None]
+
+
+def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
+    if command == "chat":
+        return [ConsoleAdapter]
+    factories: list[AdapterFactory] = []
+    # Slack and Discord adapters join here as they are built; with neither, the console.
+    if not factories:
+        factories.append(ConsoleAdapter)
+    return factories
+
+
+async def _serve(settings: Settings, command: str) -> int:
+    runtime = await build_runtime(settings, _adapters(settings, command))
+    return await serve(runtime)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `raven-bot` console script."""
+    args = _parser().parse_args(argv)
+    command = args.command or "run"
+    if command == "version":
+        print(f"raven-bot {_version()}")
+        return 0
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, _secrets(settings))
+    if command == "doctor":
+        from bot.doctor import doctor
+
+        return doctor(settings, sys.stdout)
+    try:
+        return asyncio.run(_serve(settings, command))
+    except KeyboardInterrupt:
+        return 130
+    except RuntimeError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

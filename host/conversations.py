@@ -1,0 +1,194 @@
+"""Conversation service: inbound messages become turns in lanes; replies go out once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from agents.models.types import ModelError
+from host.host_agent import HostAgent
+from host.lanes import LaneBusy, LaneManager, LanesClosed
+from host.messages import InboundMessage
+from host.outbox import Outbox
+from host.turn import TurnContext
+from memory.conversation_log import ConversationLog, ConversationRef
+
+log = logging.getLogger(__name__)
+
+ControlWord = Literal["stop", "status", "help"]
+_CONTROL = re.compile(r"^\s*(stop|status|help)\s*[.!?]*\s*$", re.IGNORECASE)
+
+HELP_TEXT = """\
+**raven-bot** — mention me with a request and I answer in this thread.
+- `stop` cancels what I'm doing in this thread (running turn, queued requests).
+- `status` shows what is running or waiting here.
+- `help` shows this message.
+Explicit plans work even offline, one node per line: `id: agent: task [after a, b]`."""
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How a submitted turn ended, as seen by the adapter that submitted it."""
+
+    turn_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    text: str
+
+
+def control_word(text: str) -> ControlWord | None:
+    """The control word a message consists of, if any."""
+    match = _CONTROL.match(text)
+    return match.group(1).lower() if match else None  # type: ignore[return-value]
+
+
+class ConversationService:
+    """Owns the path inbound message → durable record → lane → Host turn → one reply."""
+
+    def __init__(
+        self,
+        *,
+        conversation_log: ConversationLog,
+        lanes: LaneManager,
+        host: HostAgent,
+        outbox: Outbox,
+        dedup_ttl_seconds: float,
+        history_messages: int = 40,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
+    ) -> None:
+        self._log = conversation_log
+        self._lanes = lanes
+        self._host = host
+        self._outbox = outbox
+        self._ttl = dedup_ttl_seconds
+        self._history = history_messages
+        self._new_id = new_id
+
+    async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
+        """Persist and dedup `msg`, then start its turn; None for a duplicate or a control word.
+
+        Returns once the message is durable, so adapters can acknowledge right after.
+        """
+        message_id = await self._log.claim_inbound(
+            msg.conversation,
+            event_keys=msg.dedup_keys,
+            ttl_seconds=self._ttl,
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            text=msg.text,
+            payload=msg.model_dump_json(),
+        )
+        if message_id is None:
+            log.info("duplicate event %s dropped", msg.event_id)
+            return None
+        return await self._dispatch(msg, message_id)
+
+    async def _dispatch(
+        self, msg: InboundMessage, message_id: int
+    ) -> asyncio.Future[TurnOutcome] | None:
+        word = control_word(msg.text)
+        if word is not None:
+            await self._log.mark_handled(message_id)
+            await self._control(word, msg)
+            return None
+        turn_id = self._new_id()
+        try:
+            return self._lanes.submit(
+                msg.conversation.id,
+                lambda: self._run_turn(msg, message_id, turn_id),
+                kind="user",
+                label=f"turn {turn_id} for {msg.author_name}",
+            )
+        except (LaneBusy, LanesClosed) as exc:
+            await self._log.mark_handled(message_id)
+            await self._outbox.send(
+                msg.conversation, f"⚠️ {exc}", idempotency_key=f"busy:{message_id}"
+            )
+            return None
+
+    async def _run_turn(self, msg: InboundMessage, message_id: int, turn_id: str) -> TurnOutcome:
+        conv = msg.conversation
+        history = await self._log.history(conv.id, limit=self._history + 1)
+        history = [m for m in history if m.id != message_id][-self._history :]
+        await self._log.start_turn(
+            conv,
+            turn_id=turn_id,
+            kind="user",
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            inbound_message_id=message_id,
+        )
+        ctx = TurnContext(conv, turn_id, msg.author_id, msg.author_name)
+        try:
+            reply = await self._host.run_turn(
+                ctx, text=msg.text, history=history, thread_context=msg.context
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self._log.finish_turn(turn_id, status="cancelled"))
+            raise
+        except Exception as exc:
+            error = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+            log.exception("turn %s failed", turn_id)
+            await self._log.finish_turn(turn_id, status="failed", error=error)
+            text = f"⚠️ I couldn't complete that request: {error}"
+            await self._outbox.send(
+                conv, text, idempotency_key=f"turn:{turn_id}:error", turn_id=turn_id
+            )
+            raise
+        loop = reply.loop
+        await self._log.finish_turn(
+            turn_id,
+            status="completed",
+            model_calls=loop.model_calls,
+            input_tokens=loop.usage.input_tokens,
+            output_tokens=loop.usage.output_tokens,
+            transcript=loop.transcript,
+        )
+        await self._outbox.send(
+            conv, reply.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+        )
+        return TurnOutcome(turn_id, "completed", reply.text)
+
+    async def _control(self, word: ControlWord, msg: InboundMessage) -> None:
+        conv = msg.conversation
+        if word == "stop":
+            cancelled = await self._lanes.stop(conv.id)
+            text = (
+                f"Stopped: cancelled {cancelled} request(s) in this thread."
+                if cancelled
+                else "Nothing is running in this thread."
+            )
+        elif word == "status":
+            status = self._lanes.status(conv.id)
+            running = status.running or "nothing"
+            text = f"**Status**: running {running}; {status.queued} request(s) queued."
+        else:
+            text = HELP_TEXT
+        await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
+
+    async def recover(self, platform: str) -> None:
+        """After a restart: report interrupted turns, resend pending replies, resume messages."""
+        for turn, conv in await self._log.unreported_interruptions():
+            if conv.platform != platform:
+                continue
+            await self._outbox.send(
+                conv,
+                "⚠️ A restart interrupted my work on an earlier request in this thread "
+                f"(turn `{turn.id}`), so it did not finish. Please ask again if you still need it.",
+                idempotency_key=f"interrupted:{turn.id}",
+                turn_id=turn.id,
+            )
+            await self._log.mark_reported(turn.id)
+        await self._outbox.redeliver_pending(platform)
+        for message_id, payload in await self._log.unhandled_inbound(platform):
+            msg = InboundMessage.model_validate_json(payload)
+            log.info("resuming message %s accepted before the restart", message_id)
+            await self._dispatch(msg, message_id)
+
+    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> None:
+        """Post a proactive message into a conversation (persisted first)."""
+        await self._outbox.send(conv, text, idempotency_key=idempotency_key)

@@ -1,0 +1,68 @@
+"""Normalized inbound and outbound messages: what every channel adapter produces and consumes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.conversation_log import ConversationRef
+
+MAX_INBOUND_CHARS = 40_000
+
+
+class Attachment(BaseModel):
+    """A file the user shared: name, size, and a url or a local path once downloaded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    url: str | None = None
+    local_path: Path | None = None
+    mime_type: str | None = None
+
+
+class InboundMessage(BaseModel):
+    """One message addressed to the bot, platform details removed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    platform: str = Field(min_length=1, max_length=32)
+    workspace: str = Field(min_length=1, max_length=128)
+    channel: str = Field(min_length=1, max_length=128)
+    thread: str = Field(min_length=1, max_length=128, description="thread root id")
+    message_id: str = Field(min_length=1, max_length=128)
+    author_id: str = Field(min_length=1, max_length=128)
+    author_name: str = Field(min_length=1, max_length=128)
+    text: str = Field(max_length=MAX_INBOUND_CHARS)
+    attachments: tuple[Attachment, ...] = ()
+    event_id: str = Field(min_length=1, max_length=256)
+    extra_event_ids: tuple[str, ...] = Field(
+        default=(), description="other ids of the same event (e.g. Slack client_msg_id)"
+    )
+    timestamp: float = Field(default_factory=time.time)
+    is_dm: bool = False
+    context: str = Field(
+        default="", description="recent thread messages by other people, labelled by author"
+    )
+
+    @property
+    def conversation(self) -> ConversationRef:
+        """The conversation key (platform, workspace, channel, thread root)."""
+        return ConversationRef(self.platform, self.workspace, self.channel, self.thread)
+
+    @property
+    def dedup_keys(self) -> list[str]:
+        """Every key under which this event must be processed at most once."""
+        keys = [f"{self.platform}:event:{self.event_id}"]
+        keys += [f"{self.platform}:event:{extra}" for extra in self.extra_event_ids if extra]
+        return keys
+
+
+class OutboundMessage(BaseModel):
+    """Something the bot says: Markdown text into a conversation's thread."""
+
+    model_config = ConfigDict(frozen=True)
+    text: str
+    idempotency_key: str = Field(min_length=1)
+    ephemeral_to: str | None = None

@@ -1,0 +1,312 @@
+"""Conversation log: conversations, turns, inbound/outbound messages and event dedup."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from memory.store import Store
+
+TurnStatus = Literal["running", "completed", "failed", "interrupted", "cancelled"]
+Delivery = Literal["none", "pending", "sent", "failed"]
+
+
+@dataclass(frozen=True)
+class ConversationRef:
+    """Where a conversation lives: platform, workspace, channel, thread root."""
+
+    platform: str
+    workspace: str
+    channel: str
+    thread: str
+
+    @property
+    def id(self) -> str:
+        """The stable conversation id used as key everywhere."""
+        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    """One stored message of a conversation."""
+
+    id: int
+    conversation_id: str
+    turn_id: str | None
+    direction: Literal["in", "out"]
+    author_id: str
+    author_name: str
+    text: str
+    idempotency_key: str
+    delivery: Delivery
+    platform_message_id: str | None
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One stored turn."""
+
+    id: str
+    conversation_id: str
+    kind: str
+    author_id: str
+    status: TurnStatus
+    error: str | None
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+class ConversationLog:
+    """Durable record of what was said, by whom, and what the bot is about to send."""
+
+    def __init__(self, store: Store, *, clock: Any = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def claim_inbound(
+        self,
+        conv: ConversationRef,
+        *,
+        event_keys: list[str],
+        ttl_seconds: float,
+        author_id: str,
+        author_name: str,
+        text: str,
+        payload: str,
+    ) -> int | None:
+        """Atomically dedup an inbound event and record its message as unhandled.
+
+        Returns the message id, or None (recording nothing) when any of `event_keys` was seen
+        within its TTL, so a redelivery or a restart can never produce a second turn.
+        """
+        now = self._clock()
+        async with self._store.transaction() as db:
+            await db.execute("DELETE FROM dedup WHERE expires_at < ?", (now,))
+            for key in event_keys:
+                cur = await db.execute("SELECT 1 FROM dedup WHERE key = ?", (key,))
+                if await cur.fetchone() is not None:
+                    return None
+            await db.executemany(
+                "INSERT INTO dedup (key, expires_at) VALUES (?, ?)",
+                [(key, now + ttl_seconds) for key in event_keys],
+            )
+            await self._ensure_conversation(db, conv, now)
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, direction, author_id, author_name, text,"
+                " idempotency_key, payload, handled, created_at)"
+                " VALUES (?, 'in', ?, ?, ?, ?, ?, 0, ?)",
+                (conv.id, author_id, author_name, text, f"in:{event_keys[0]}", payload, now),
+            )
+            message_id = cur.lastrowid
+        assert message_id is not None
+        return message_id
+
+    async def mark_handled(self, message_id: int, turn_id: str | None = None) -> None:
+        """Record that an inbound message was taken up (by a turn, or deliberately not)."""
+        await self._store.execute(
+            "UPDATE messages SET handled = 1, turn_id = COALESCE(?, turn_id) WHERE id = ?",
+            (turn_id, message_id),
+        )
+
+    async def unhandled_inbound(self, platform: str) -> list[tuple[int, str]]:
+        """Inbound messages accepted but never taken up (a crash in between): id, payload."""
+        rows = await self._store.fetchall(
+            "SELECT m.id, m.payload FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.handled = 0 AND m.direction = 'in' AND c.platform = ? ORDER BY m.id",
+            (platform,),
+        )
+        return [(int(r["id"]), str(r["payload"] or "")) for r in rows]
+
+    async def start_turn(
+        self,
+        conv: ConversationRef,
+        *,
+        turn_id: str,
+        kind: str,
+        author_id: str,
+        author_name: str,
+        inbound_message_id: int | None = None,
+    ) -> None:
+        """Record a turn as running (and its inbound message as handled) in one transaction."""
+        now = self._clock()
+        async with self._store.transaction() as db:
+            await self._ensure_conversation(db, conv, now)
+            await db.execute(
+                "INSERT INTO turns (id, conversation_id, kind, author_id, author_name, status,"
+                " started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (turn_id, conv.id, kind, author_id, author_name, now),
+            )
+            if inbound_message_id is not None:
+                await db.execute(
+                    "UPDATE messages SET handled = 1, turn_id = ? WHERE id = ?",
+                    (turn_id, inbound_message_id),
+                )
+
+    async def finish_turn(
+        self,
+        turn_id: str,
+        *,
+        status: TurnStatus,
+        error: str | None = None,
+        model_calls: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        transcript: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Record how a turn ended, with its accounting and tool transcript."""
+        await self._store.execute(
+            "UPDATE turns SET status = ?, error = ?, model_calls = ?, input_tokens = ?,"
+            " output_tokens = ?, transcript = ?, finished_at = ? WHERE id = ?",
+            (
+                status,
+                error,
+                model_calls,
+                input_tokens,
+                output_tokens,
+                json.dumps(transcript or []),
+                self._clock(),
+                turn_id,
+            ),
+        )
+
+    async def interrupt_running(self) -> list[TurnRecord]:
+        """Mark turns left `running` by a crash as `interrupted`; return them (startup)."""
+        async with self._store.transaction() as db:
+            cur = await db.execute("SELECT * FROM turns WHERE status = 'running'")
+            rows = await cur.fetchall()
+            await db.execute(
+                "UPDATE turns SET status = 'interrupted', finished_at = ?,"
+                " error = 'interrupted by a restart' WHERE status = 'running'",
+                (self._clock(),),
+            )
+        return [_turn(row) for row in rows]
+
+    async def unreported_interruptions(self) -> list[tuple[TurnRecord, ConversationRef]]:
+        """Interrupted turns whose users have not been told yet."""
+        rows = await self._store.fetchall(
+            "SELECT t.*, c.platform, c.workspace, c.channel, c.thread FROM turns t"
+            " JOIN conversations c ON c.id = t.conversation_id"
+            " WHERE t.status = 'interrupted' AND t.reported = 0 ORDER BY t.started_at"
+        )
+        return [
+            (_turn(r), ConversationRef(r["platform"], r["workspace"], r["channel"], r["thread"]))
+            for r in rows
+        ]
+
+    async def mark_reported(self, turn_id: str) -> None:
+        """Remember that the user was told about this turn's interruption."""
+        await self._store.execute("UPDATE turns SET reported = 1 WHERE id = ?", (turn_id,))
+
+    async def turn(self, turn_id: str) -> TurnRecord | None:
+        """One turn by id."""
+        row = await self._store.fetchone("SELECT * FROM turns WHERE id = ?", (turn_id,))
+        return _turn(row) if row is not None else None
+
+    async def record_outbound(
+        self,
+        conv: ConversationRef,
+        *,
+        idempotency_key: str,
+        text: str,
+        turn_id: str | None = None,
+        author_id: str = "raven",
+        author_name: str = "raven",
+    ) -> LoggedMessage:
+        """Persist an outgoing message as `pending` before it is sent (idempotent by key)."""
+        now = self._clock()
+        async with self._store.transaction() as db:
+            await self._ensure_conversation(db, conv, now)
+            await db.execute(
+                "INSERT OR IGNORE INTO messages (conversation_id, turn_id, direction, author_id,"
+                " author_name, text, idempotency_key, delivery, created_at)"
+                " VALUES (?, ?, 'out', ?, ?, ?, ?, 'pending', ?)",
+                (conv.id, turn_id, author_id, author_name, text, idempotency_key, now),
+            )
+            cur = await db.execute(
+                "SELECT * FROM messages WHERE idempotency_key = ?", (idempotency_key,)
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return _message(row)
+
+    async def mark_delivery(
+        self, idempotency_key: str, delivery: Delivery, platform_message_id: str | None = None
+    ) -> None:
+        """Record the outcome of sending an outgoing message."""
+        await self._store.execute(
+            "UPDATE messages SET delivery = ?, platform_message_id ="
+            " COALESCE(?, platform_message_id) WHERE idempotency_key = ?",
+            (delivery, platform_message_id, idempotency_key),
+        )
+
+    async def pending_outbound(
+        self, platform: str, *, max_age_seconds: float = 86_400.0
+    ) -> list[tuple[LoggedMessage, ConversationRef]]:
+        """Recent outgoing messages not confirmed sent (pending at a crash, or failed)."""
+        rows = await self._store.fetchall(
+            "SELECT m.*, c.platform, c.workspace, c.channel, c.thread FROM messages m"
+            " JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.delivery IN ('pending', 'failed') AND m.direction = 'out'"
+            " AND c.platform = ? AND m.created_at >= ? ORDER BY m.id",
+            (platform, self._clock() - max_age_seconds),
+        )
+        return [
+            (
+                _message(r),
+                ConversationRef(r["platform"], r["workspace"], r["channel"], r["thread"]),
+            )
+            for r in rows
+        ]
+
+    async def history(self, conversation_id: str, *, limit: int) -> list[LoggedMessage]:
+        """The newest `limit` messages of a conversation, oldest first."""
+        if limit <= 0:
+            return []
+        rows = await self._store.fetchall(
+            "SELECT * FROM (SELECT * FROM messages WHERE conversation_id = ?"
+            " ORDER BY id DESC LIMIT ?) ORDER BY id",
+            (conversation_id, limit),
+        )
+        return [_message(r) for r in rows]
+
+    @staticmethod
+    async def _ensure_conversation(db: Any, conv: ConversationRef, now: float) -> None:
+        await db.execute(
+            "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
+            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
+            (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
+        )
+
+
+def _message(row: Any) -> LoggedMessage:
+    return LoggedMessage(
+        id=row["id"],
+        conversation_id=row["conversation_id"],
+        turn_id=row["turn_id"],
+        direction=row["direction"],
+        author_id=row["author_id"],
+        author_name=row["author_name"],
+        text=row["text"],
+        idempotency_key=row["idempotency_key"],
+        delivery=row["delivery"],
+        platform_message_id=row["platform_message_id"],
+    )
+
+
+def _turn(row: Any) -> TurnRecord:
+    return TurnRecord(
+        id=row["id"],
+        conversation_id=row["conversation_id"],
+        kind=row["kind"],
+        author_id=row["author_id"],
+        status=row["status"],
+        error=row["error"],
+        model_calls=row["model_calls"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+    )
