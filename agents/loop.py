@@ -1,21 +1,32 @@
-"""The agent loop shell: model call, concurrent tool dispatch, iteration cap, accounting."""
+"""The agent loop shell: model call, concurrent tool dispatch, iteration cap, accounting, events.
+
+The shell is fixed; what varies per agent is its `Harness` (Memory, Planning, Capability, Action)
+plus the system prompt and tools it is given. Specialists configure it, never fork it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
+from agents.harness import Harness
 from agents.models.provider import ModelProvider
-from agents.models.types import Message, TextBlock, ToolCall, ToolResult, Usage
+from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolResult, Usage
 from agents.tools import Ctx, ToolRegistry, dump_input
+
+log = logging.getLogger(__name__)
 
 CAP_NOTE = (
     "You have used every tool iteration available for this turn. Answer now, without tools, "
     "from what you have: say what was done, what is missing, and what the user can do next."
 )
+EVENT_PREVIEW_CHARS = 500
+
+EventSink = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 @dataclass
@@ -29,17 +40,30 @@ class LoopResult:
     iterations: int = 0
     hit_cap: bool = False
     seconds: float = 0.0
+    # The full conversation (input messages, tool traffic, final answer), for stateful sessions.
+    messages: list[Message] = field(default_factory=list)
 
 
 class AgentLoop(Generic[Ctx]):
     """Runs the tool-use loop for one task until the model answers without tools."""
 
     def __init__(
-        self, provider: ModelProvider, *, max_iterations: int = 40, max_tokens: int = 4096
+        self,
+        provider: ModelProvider,
+        *,
+        harness: Harness | None = None,
+        max_iterations: int = 40,
+        max_tokens: int = 4096,
     ) -> None:
         self._provider = provider
+        self._harness = harness or Harness()
         self._max_iterations = max_iterations
         self._max_tokens = max_tokens
+
+    @property
+    def harness(self) -> Harness:
+        """The strategy modules this loop runs with."""
+        return self._harness
 
     async def run(
         self,
@@ -48,28 +72,36 @@ class AgentLoop(Generic[Ctx]):
         messages: Sequence[Message],
         tools: ToolRegistry[Ctx],
         ctx: Ctx,
+        on_event: EventSink | None = None,
     ) -> LoopResult:
-        """Loop: call the model; run requested tools concurrently; stop at a plain answer."""
+        """Loop: call the model; run requested tools concurrently; stop at a plain answer.
+
+        `on_event` receives `model_call`, `tool_start` and `tool_end` dicts as they happen.
+        """
         started = time.monotonic()
+        h = self._harness
         convo = list(messages)
         result = LoopResult(text="")
-        specs = tools.specs
-        for _ in range(self._max_iterations):
-            reply = await self._provider.complete(
-                system=system, messages=convo, tools=specs, max_tokens=self._max_tokens
+        emit = _Emitter(on_event)
+        for iteration in range(self._max_iterations):
+            offered = h.capability.tools(iteration, tools)
+            window = await h.memory.window(convo)
+            call_system, call_messages = await h.planning.plan(system, window)
+            reply = await h.action.call(
+                self._provider, call_system, call_messages, offered.specs, self._max_tokens
             )
             result.model_calls += 1
             result.iterations += 1
             result.usage = result.usage + reply.usage
             calls = reply.tool_calls
+            await emit(_model_event(iteration, reply, final=not calls))
             if not calls:
-                result.text = reply.text
-                result.transcript.append({"type": "answer", "text": reply.text})
-                result.seconds = time.monotonic() - started
-                return result
+                return self._finish(result, convo, reply.text, started, after_cap=False)
             convo.append(Message(role="assistant", content=list(reply.content)))
             # Independent calls in one response run concurrently; order of results is kept.
-            outcomes = await asyncio.gather(*(tools.dispatch(c, ctx) for c in calls))
+            outcomes = await asyncio.gather(
+                *(self._dispatch(offered, call, ctx, iteration, emit) for call in calls)
+            )
             for call, outcome in zip(calls, outcomes, strict=True):
                 result.transcript.append(
                     {
@@ -82,19 +114,78 @@ class AgentLoop(Generic[Ctx]):
                 )
             convo.append(Message(role="user", content=list(outcomes)))
         # Cap reached: one last call with no tools, over a flattened transcript.
-        final = await self._provider.complete(
-            system=f"{system}\n\n{CAP_NOTE}",
-            messages=flatten_tool_blocks(convo),
-            tools=(),
-            max_tokens=self._max_tokens,
+        window = await h.memory.window(convo)
+        cap_system, cap_messages = await h.planning.plan(f"{system}\n\n{CAP_NOTE}", window)
+        final = await h.action.call(
+            self._provider, cap_system, flatten_tool_blocks(cap_messages), (), self._max_tokens
         )
         result.model_calls += 1
         result.usage = result.usage + final.usage
         result.hit_cap = True
-        result.text = final.text
-        result.transcript.append({"type": "answer", "text": final.text, "after_cap": True})
+        await emit(_model_event(self._max_iterations, final, final=True))
+        return self._finish(result, convo, final.text, started, after_cap=True)
+
+    async def _dispatch(
+        self,
+        registry: ToolRegistry[Ctx],
+        call: ToolCall,
+        ctx: Ctx,
+        iteration: int,
+        emit: _Emitter,
+    ) -> ToolResult:
+        base = {"iteration": iteration, "id": call.id, "name": call.name}
+        await emit({"type": "tool_start", **base, "input": dump_input(call)})
+        outcome = await registry.dispatch(call, ctx)
+        await emit(
+            {
+                "type": "tool_end",
+                **base,
+                "is_error": outcome.is_error,
+                "output": outcome.content[:EVENT_PREVIEW_CHARS],
+            }
+        )
+        return outcome
+
+    @staticmethod
+    def _finish(
+        result: LoopResult, convo: list[Message], text: str, started: float, *, after_cap: bool
+    ) -> LoopResult:
+        result.text = text
+        entry: dict[str, Any] = {"type": "answer", "text": text}
+        if after_cap:
+            entry["after_cap"] = True
+        result.transcript.append(entry)
+        # The API rejects empty text blocks, so an empty answer is recorded as a marker.
+        result.messages = [*convo, Message.assistant_text(text or "(empty answer)")]
         result.seconds = time.monotonic() - started
         return result
+
+
+class _Emitter:
+    """Delivers events; a failing listener is logged and never breaks the run."""
+
+    def __init__(self, sink: EventSink | None) -> None:
+        self._sink = sink
+
+    async def __call__(self, event: dict[str, Any]) -> None:
+        if self._sink is None:
+            return
+        try:
+            await self._sink(event)
+        except Exception:
+            log.exception("agent loop event listener failed on %s", event.get("type"))
+
+
+def _model_event(iteration: int, reply: ModelReply, *, final: bool) -> dict[str, Any]:
+    return {
+        "type": "model_call",
+        "iteration": iteration,
+        "final": final,
+        "text": reply.text[:EVENT_PREVIEW_CHARS],
+        "tool_calls": [c.name for c in reply.tool_calls],
+        "input_tokens": reply.usage.input_tokens,
+        "output_tokens": reply.usage.output_tokens,
+    }
 
 
 def flatten_tool_blocks(messages: Sequence[Message]) -> list[Message]:

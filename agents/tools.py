@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +53,11 @@ class ToolRegistry(Generic[Ctx]):
     def names(self) -> list[str]:
         """Registered tool names."""
         return list(self._tools)
+
+    def select(self, names: Iterable[str]) -> ToolRegistry[Ctx]:
+        """A new registry with only the named tools (unknown names are ignored)."""
+        wanted = set(names)
+        return ToolRegistry([t for n, t in self._tools.items() if n in wanted])
 
     def with_tools(self, tools: Sequence[Tool[Ctx]]) -> ToolRegistry[Ctx]:
         """A new registry with extra tools added."""

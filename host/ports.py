@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from host.messages import OutboundMessage
+from host.prompt_model import Prompt
 from memory.conversation_log import ConversationRef
 
 
@@ -26,4 +27,20 @@ class Channel(Protocol):
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Replace the text of a message the bot posted earlier (status messages)."""
+        ...
+
+
+class PromptSurface(Protocol):
+    """How a platform shows prompts (buttons, modals, numbered choices) and their outcome."""
+
+    async def show_prompt(self, prompt: Prompt) -> str:
+        """Display a pending prompt in its conversation; return the platform message id."""
+        ...
+
+    async def close_prompt(self, prompt: Prompt) -> None:
+        """Edit the prompt's message: remove buttons, show the outcome and who decided."""
+        ...
+
+    async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
+        """Tell one user something only they see (ephemeral where the platform allows)."""
         ...

@@ -62,4 +62,119 @@ MIGRATIONS: tuple[tuple[int, str, str], ...] = (
         CREATE INDEX dedup_expiry ON dedup(expires_at);
         """,
     ),
+    (
+        2,
+        "interactive prompts and their audit log",
+        """
+        CREATE TABLE prompts (
+            id                  TEXT PRIMARY KEY,
+            nonce               TEXT NOT NULL,
+            kind                TEXT NOT NULL CHECK (kind IN ('approval', 'choice', 'free_text')),
+            question            TEXT NOT NULL,
+            options             TEXT NOT NULL DEFAULT '[]',
+            requester           TEXT NOT NULL,
+            allowed_responders  TEXT NOT NULL DEFAULT '[]',
+            conversation_id     TEXT NOT NULL REFERENCES conversations(id),
+            platform            TEXT NOT NULL,
+            workspace           TEXT NOT NULL,
+            channel             TEXT NOT NULL,
+            thread              TEXT NOT NULL,
+            created_at          REAL NOT NULL,
+            expires_at          REAL NOT NULL,
+            state               TEXT NOT NULL DEFAULT 'pending' CHECK (state IN
+                                    ('pending', 'answered', 'expired', 'cancelled')),
+            answer              TEXT,
+            answered_by         TEXT,
+            decided_at          REAL,
+            purpose             TEXT NOT NULL DEFAULT 'ask_user',
+            payload             TEXT NOT NULL DEFAULT '{}',
+            message_id          TEXT,
+            handled             INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX prompts_by_state_expiry ON prompts(state, expires_at);
+        CREATE INDEX prompts_by_conversation ON prompts(conversation_id);
+        CREATE INDEX prompts_unhandled ON prompts(handled) WHERE handled = 0;
+        CREATE TABLE prompt_audit (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            prompt_id   TEXT NOT NULL REFERENCES prompts(id),
+            at          REAL NOT NULL,
+            actor       TEXT NOT NULL,
+            action      TEXT NOT NULL CHECK (action IN ('created', 'shown', 'answered', 'refused',
+                            'expired', 'cancelled', 'duplicate', 'handled')),
+            detail      TEXT
+        );
+        CREATE INDEX prompt_audit_by_prompt ON prompt_audit(prompt_id, id);
+        """,
+    ),
+    (
+        3,
+        "graph runs, nodes, agent instances, dispatch ledger, conversation flags",
+        """
+CREATE TABLE graph_runs (
+    id              TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    task_summary    TEXT NOT NULL,
+    background      INTEGER NOT NULL,
+    state           TEXT NOT NULL,
+    submitted_by    TEXT NOT NULL,
+    submission      TEXT NOT NULL,
+    run_dir         TEXT NOT NULL,
+    replaces_run    TEXT,
+    status_message  TEXT,
+    reported        INTEGER NOT NULL DEFAULT 0,
+    created_at      REAL NOT NULL,
+    finished_at     REAL
+);
+CREATE INDEX graph_runs_by_conversation ON graph_runs(conversation_id, created_at);
+CREATE TABLE graph_nodes (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    node_id         TEXT NOT NULL,
+    run_id          TEXT NOT NULL REFERENCES graph_runs(id),
+    agent           TEXT NOT NULL,
+    instance        TEXT,
+    summary         TEXT NOT NULL DEFAULT '',
+    template        TEXT NOT NULL,
+    deps            TEXT NOT NULL DEFAULT '[]',
+    state           TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    max_attempts    INTEGER NOT NULL,
+    continuation    TEXT,
+    output_path     TEXT,
+    error           TEXT,
+    verdict         TEXT,
+    deadline        REAL,
+    model_calls     INTEGER NOT NULL DEFAULT 0,
+    input_tokens    INTEGER NOT NULL DEFAULT 0,
+    output_tokens   INTEGER NOT NULL DEFAULT 0,
+    judge_calls     INTEGER NOT NULL DEFAULT 0,
+    judge_tokens    INTEGER NOT NULL DEFAULT 0,
+    seconds         REAL NOT NULL DEFAULT 0,
+    started_at      REAL,
+    finished_at     REAL,
+    PRIMARY KEY (conversation_id, node_id)
+);
+CREATE INDEX graph_nodes_by_run ON graph_nodes(run_id);
+CREATE TABLE agent_instances (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id),
+    handle          TEXT NOT NULL,
+    agent           TEXT NOT NULL,
+    history         TEXT NOT NULL DEFAULT '[]',
+    updated_at      REAL NOT NULL,
+    PRIMARY KEY (conversation_id, handle)
+);
+CREATE TABLE dispatches (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    at              REAL NOT NULL,
+    count           INTEGER NOT NULL
+);
+CREATE INDEX dispatches_by_conversation ON dispatches(conversation_id, at);
+CREATE TABLE conversation_flags (
+    conversation_id TEXT NOT NULL,
+    flag            TEXT NOT NULL,
+    value           TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, flag)
+);
+""",
+    ),
 )

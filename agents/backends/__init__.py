@@ -1,0 +1,66 @@
+"""Agent execution backends (in-process loop, command line, model API) and their factory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agents.backends.api import ApiBackend
+from agents.backends.base import (
+    AgentBackend,
+    AgentOutcome,
+    AgentTask,
+    BackendUnavailable,
+)
+from agents.backends.cli import CommandLineBackend
+from agents.backends.inproc import InProcessBackend
+from agents.models.provider import ModelProvider
+from agents.registry import ACP_UNSUPPORTED, AgentEntry
+from agents.specialists import Specialist
+
+__all__ = [
+    "AgentBackend",
+    "AgentOutcome",
+    "AgentTask",
+    "ApiBackend",
+    "BackendUnavailable",
+    "CommandLineBackend",
+    "InProcessBackend",
+    "build_backend",
+]
+
+
+def build_backend(
+    entry: AgentEntry,
+    *,
+    provider: ModelProvider,
+    specialists: Mapping[str, Specialist],
+    environ: Mapping[str, str] | None = None,
+    max_iterations: int = 40,
+    max_tokens: int = 4096,
+) -> AgentBackend:
+    """The backend that runs `entry`; `BackendUnavailable` (with the reason) if it cannot."""
+    if entry.backend == "acp":
+        raise BackendUnavailable(ACP_UNSUPPORTED)
+    if not entry.enabled:
+        why = entry.disabled_reason or "disabled in config"
+        raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
+    if entry.backend == "cli":
+        return CommandLineBackend(entry, environ=environ)
+    specialist = specialists.get(entry.role)
+    if specialist is None:
+        known = ", ".join(sorted(specialists)) or "none"
+        raise BackendUnavailable(
+            f"agent `{entry.name}` uses role `{entry.role}`, which has no specialist "
+            f"(known: {known})"
+        )
+    if entry.backend == "inproc":
+        return InProcessBackend(
+            provider, specialist, max_iterations=max_iterations, max_tokens=max_tokens
+        )
+    return ApiBackend(
+        entry,
+        specialist,
+        environ=environ,
+        max_iterations=max_iterations,
+        max_tokens=max_tokens,
+    )

@@ -1,0 +1,104 @@
+"""What every agent backend takes and returns: `AgentTask` in, `AgentOutcome` out."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from agents.models.types import Message, TextBlock, ToolCall, ToolResult, Usage
+from agents.registry import AgentEntry
+
+Progress = Callable[[str], Awaitable[None]]
+Ask = Callable[[str], Awaitable[str]]
+
+
+class BackendUnavailable(RuntimeError):
+    """An agent's backend cannot be built here (unsupported, disabled, missing key or role)."""
+
+
+@dataclass
+class AgentTask:
+    """One unit of work for one agent instance (a graph node, or a direct delegation)."""
+
+    node_id: str
+    agent: AgentEntry
+    prompt: str
+    workspace: Path
+    # Earlier session messages of a stateful instance; empty for a fresh one.
+    history: list[Message] = field(default_factory=list)
+    # A follow-up message for a continued node; sent instead of `prompt` when given.
+    continuation: str | None = None
+    on_progress: Progress | None = None
+    # Lets the worker ask the requester a clarifying question; None when nobody can answer.
+    ask: Ask | None = None
+
+    @property
+    def message(self) -> str:
+        """The text this run sends: the continuation if there is one, else the prompt."""
+        return self.continuation if self.continuation is not None else self.prompt
+
+
+@dataclass
+class AgentOutcome:
+    """What an agent run produced, its accounting, and the session to keep for continuation."""
+
+    output: str
+    transcript: list[dict[str, Any]]
+    usage: Usage
+    model_calls: int
+    seconds: float
+    history: list[Message]
+    truncated: bool = False
+    offline: bool = False
+    error: str | None = None
+
+
+class AgentBackend(Protocol):
+    """Runs agent tasks on one kind of execution backend."""
+
+    async def run(self, task: AgentTask) -> AgentOutcome:
+        """Run `task` to completion; failures come back in `AgentOutcome.error`, not raised."""
+        ...
+
+
+def failed(task: AgentTask, error: str, *, seconds: float = 0.0) -> AgentOutcome:
+    """An outcome for a run that produced nothing; the session is left as it was."""
+    return AgentOutcome(
+        output="",
+        transcript=[{"type": "error", "text": error}],
+        usage=Usage(),
+        model_calls=0,
+        seconds=seconds,
+        history=list(task.history),
+        error=error,
+    )
+
+
+def cap_output(text: str, cap: int) -> tuple[str, bool]:
+    """`text` cut to `cap` characters, and whether it was cut."""
+    if len(text) <= cap:
+        return text, False
+    return text[:cap] + f"\n…[output truncated at {cap} characters]", True
+
+
+def message_text(message: Message) -> str:
+    """A message's content as plain text (tool traffic summarised), for text-only backends."""
+    parts: list[str] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(block.text)
+        elif isinstance(block, ToolCall):
+            parts.append(f"[called tool {block.name}]")
+        elif isinstance(block, ToolResult):
+            parts.append(f"[tool result: {block.content[:500]}]")
+    return "\n".join(parts)
+
+
+def task_as_text(task: AgentTask) -> str:
+    """The whole request as one text: earlier session (if any) then this message."""
+    if not task.history:
+        return task.message
+    earlier = "\n\n".join(f"{m.role.upper()}:\n{message_text(m)}" for m in task.history)
+    return f"Earlier in this session:\n\n{earlier}\n\nNow:\n{task.message}"

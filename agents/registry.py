@@ -1,0 +1,377 @@
+"""The agent registry: names, descriptions, backends and capability tags (paper §3.1).
+
+Defaults (the in-process roster and third-party CLI presets) can be overridden field by field,
+or extended, from an optional TOML file (`RAVEN_HOME/agents.toml`):
+
+    [agents.code]
+    enabled = false
+
+    [agents.aider]
+    backend = "cli"
+    description = "Aider pair-programmer"
+    command = ["aider", "--yes", "--message"]
+    prompt_via = "arg"
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import tomllib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.process import looks_secret
+
+Backend = Literal["inproc", "cli", "api", "acp"]
+Which = Callable[[str], str | None]
+
+NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+ROLES: Final = ("raven", "research", "code", "design", "oncall")
+ACP_UNSUPPORTED: Final = "ACP backends are not supported yet"
+
+
+class RegistryError(ValueError):
+    """The agent configuration is invalid; the message names the file and the offending key."""
+
+
+@dataclass(frozen=True)
+class AgentEntry:
+    """One registered agent: identity, backend binding and capability tags."""
+
+    name: str
+    description: str
+    backend: Backend
+    stateful: bool
+    file_capable: bool
+    progress: bool
+    enabled: bool
+    role: str
+    command: tuple[str, ...] = ()
+    prompt_via: Literal["stdin", "arg"] = "stdin"
+    model: str | None = None
+    base_url: str | None = None
+    api_style: Literal["anthropic", "openai"] = "anthropic"
+    api_key_env: str | None = None
+    timeout_seconds: float = 900
+    output_cap_chars: int = 200_000
+    # Extra environment variable names a cli agent may see (never secret-looking ones).
+    env_allow: tuple[str, ...] = ()
+    # Why a configured agent is not enabled (missing binary, unsupported backend); "" if enabled.
+    disabled_reason: str = ""
+
+    @property
+    def tags(self) -> list[str]:
+        """Capability tags for the roster: stateful, file-capable, progress."""
+        tags = []
+        if self.stateful:
+            tags.append("stateful")
+        if self.file_capable:
+            tags.append("file-capable")
+        if self.progress:
+            tags.append("progress")
+        return tags
+
+
+def _inproc(name: str, description: str) -> AgentEntry:
+    return AgentEntry(
+        name=name,
+        description=description,
+        backend="inproc",
+        stateful=True,
+        file_capable=True,
+        progress=True,
+        enabled=True,
+        role=name,
+    )
+
+
+def _cli_preset(name: str, description: str, command: tuple[str, ...]) -> AgentEntry:
+    return AgentEntry(
+        name=name,
+        description=description,
+        backend="cli",
+        stateful=False,
+        file_capable=True,
+        progress=False,
+        enabled=True,
+        role="raven",
+        command=command,
+        prompt_via="arg",
+    )
+
+
+def default_entries() -> list[AgentEntry]:
+    """The built-in roster plus third-party CLI presets (before PATH checks)."""
+    return [
+        _inproc(
+            "raven",
+            "General assistant: answers questions, explains, summarises and reads files in the "
+            "conversation workspace; use it when no specialist fits.",
+        ),
+        _inproc(
+            "research",
+            "Research specialist: gathers and weighs evidence into a report with a sources "
+            "section, and says plainly what it could not verify.",
+        ),
+        _inproc(
+            "code",
+            "Coding specialist: reads and writes files in the workspace, runs shell commands and "
+            "tests, and reports what it changed and how it verified it.",
+        ),
+        _inproc(
+            "design",
+            "Design specialist: produces HTML, SVG and Markdown artifacts (mockups, diagrams, "
+            "docs) in the workspace and lists the files it made.",
+        ),
+        _inproc(
+            "oncall",
+            "Oncall specialist: plans and explains long-running campaigns (training runs, "
+            "sweeps, solver jobs); campaigns themselves run through the Host's campaign tools.",
+        ),
+        _cli_preset(
+            "claude-code",
+            "Claude Code CLI (`claude -p`) run headless in the workspace: strong at multi-file "
+            "code changes; each task starts fresh.",
+            ("claude", "-p"),
+        ),
+        _cli_preset(
+            "codex",
+            "OpenAI Codex CLI (`codex exec`) run headless in the workspace: code changes and "
+            "repository tasks; each task starts fresh.",
+            ("codex", "exec"),
+        ),
+    ]
+
+
+class AgentRegistry:
+    """An immutable set of agent entries, in roster order."""
+
+    def __init__(self, entries: Iterable[AgentEntry]) -> None:
+        by_name: dict[str, AgentEntry] = {}
+        for entry in entries:
+            if entry.name in by_name:
+                raise RegistryError(f"duplicate agent name `{entry.name}`")
+            by_name[entry.name] = entry
+        self._entries: Mapping[str, AgentEntry] = MappingProxyType(by_name)
+
+    def get(self, name: str) -> AgentEntry | None:
+        """The entry called `name`, or None."""
+        return self._entries.get(name)
+
+    def require(self, name: str) -> AgentEntry:
+        """The enabled entry called `name`; `RegistryError` saying what exists otherwise."""
+        entry = self._entries.get(name)
+        known = ", ".join(f"`{e.name}`" for e in self.enabled()) or "none"
+        if entry is None:
+            raise RegistryError(f"Unknown agent `{name}`. Available agents: {known}.")
+        if not entry.enabled:
+            why = f" ({entry.disabled_reason})" if entry.disabled_reason else ""
+            raise RegistryError(f"Agent `{name}` is disabled{why}. Available agents: {known}.")
+        return entry
+
+    def entries(self) -> tuple[AgentEntry, ...]:
+        """Every entry, enabled or not."""
+        return tuple(self._entries.values())
+
+    def enabled(self) -> tuple[AgentEntry, ...]:
+        """The entries the Host may dispatch to."""
+        return tuple(e for e in self._entries.values() if e.enabled)
+
+    def roster_text(self) -> str:
+        """Markdown lines `- `name` — description [tags]` of enabled agents, for the Host."""
+        lines = []
+        for entry in self.enabled():
+            tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
+            lines.append(f"- `{entry.name}` — {entry.description}{tags}")
+        return "\n".join(lines)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[AgentEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# -- the configuration file ------------------------------------------------------------------
+
+
+class _EntryConfig(BaseModel):
+    """One `[agents.NAME]` table; every key optional so a table can override a default."""
+
+    # TOML values are typed already: no coercion ("yes" is not a bool), unknown keys refused.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    backend: Backend | None = None
+    description: str | None = Field(None, min_length=1)
+    stateful: bool | None = None
+    file_capable: bool | None = None
+    progress: bool | None = None
+    enabled: bool | None = None
+    role: str | None = None
+    command: list[str] | None = Field(None, min_length=1)
+    prompt_via: Literal["stdin", "arg"] | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_style: Literal["anthropic", "openai"] | None = None
+    api_key_env: str | None = None
+    timeout_seconds: float | None = Field(None, gt=0)
+    output_cap_chars: int | None = Field(None, gt=0)
+    env_allow: list[str] | None = None
+
+
+class _FileConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    agents: dict[str, _EntryConfig] = Field(default_factory=dict)
+
+
+# Capability defaults for agents the file adds, by backend (explicit keys still win).
+_NEW_AGENT_DEFAULTS: Final[Mapping[str, Mapping[str, bool]]] = MappingProxyType(
+    {
+        "inproc": MappingProxyType({"stateful": True, "file_capable": True, "progress": True}),
+        "cli": MappingProxyType({"stateful": False, "file_capable": True, "progress": False}),
+        "api": MappingProxyType({"stateful": True, "file_capable": False, "progress": False}),
+        "acp": MappingProxyType({"stateful": False, "file_capable": False, "progress": False}),
+    }
+)
+
+
+def load_registry(path: Path | None, *, which: Which = shutil.which) -> AgentRegistry:
+    """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
+
+    Raises `RegistryError` naming the file and key for anything invalid. CLI agents whose binary
+    is not on PATH and ACP agents are kept but disabled, with `disabled_reason` saying why.
+    """
+    entries = {e.name: e for e in default_entries()}
+    if path is not None and path.exists():
+        config = _read_config(path)
+        label = str(path)
+        for name, table in config.agents.items():
+            entries[name] = _merge(label, name, entries.get(name), table)
+    return AgentRegistry(_availability(e, which) for e in entries.values())
+
+
+def default_registry(*, which: Which = shutil.which) -> AgentRegistry:
+    """The registry with no configuration file."""
+    return load_registry(None, which=which)
+
+
+def _read_config(path: Path) -> _FileConfig:
+    label = str(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"{label}: invalid TOML: {exc}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"{label}: cannot read the file: {exc}") from exc
+    try:
+        return _FileConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise RegistryError("\n".join(f"{label}: {p}" for p in _describe(exc, raw))) from exc
+
+
+def _describe(exc: ValidationError, raw: dict[str, Any]) -> list[str]:
+    """Pydantic errors as `[agents.NAME] key: problem` clauses."""
+    problems = []
+    known = list(_EntryConfig.model_fields)
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        if loc and loc[0] == "agents" and len(loc) >= 2:
+            where, rest = f"[agents.{loc[1]}]", loc[2:]
+        else:
+            where, rest = "", loc
+        if not where and loc == ["agents"] and err["type"] == "dict_type":
+            problems.append("agents: must be a table of [agents.NAME] tables")
+            continue
+        if err["type"] == "extra_forbidden" and rest:
+            key = rest[-1]
+            options = known if where else ["agents"]
+            close = difflib.get_close_matches(key, options, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            problems.append(f"{where} unknown key '{key}'{hint}".strip())
+            continue
+        if err["type"] in ("dict_type", "model_type") and where and not rest:
+            problems.append(f"{where} must be a table of settings")
+            continue
+        key = ".".join(rest) or "(table)"
+        problems.append(f"{where} {key}: {err['msg']}".strip())
+    if not problems:  # pragma: no cover - pydantic always reports at least one error
+        problems.append(str(exc))
+    return problems
+
+
+def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) -> AgentEntry:
+    where = f"{label}: [agents.{name}]"
+    if not NAME_PATTERN.match(name):
+        raise RegistryError(
+            f"{label}: [agents.{name}] invalid agent name: use 1-40 characters, lowercase "
+            "letters, digits, '-' or '_', starting with a letter"
+        )
+    given = table.model_dump(exclude_none=True)
+    if "command" in given:
+        given["command"] = tuple(given["command"])
+    if "env_allow" in given:
+        given["env_allow"] = tuple(given["env_allow"])
+    if base is None:
+        if "description" not in given:
+            raise RegistryError(f"{where} description: required for a new agent")
+        backend = given.get("backend", "inproc")
+        # An Anthropic-style api agent runs our own loop, so it has the loop's capabilities.
+        loop_like = backend == "api" and given.get("api_style", "anthropic") == "anthropic"
+        values: dict[str, Any] = {
+            "name": name,
+            "backend": backend,
+            "enabled": True,
+            "role": "raven",
+            **_NEW_AGENT_DEFAULTS["inproc" if loop_like else backend],
+            **given,
+        }
+        entry = AgentEntry(**values)
+    else:
+        entry = replace(base, **given)
+    _check(where, entry, given)
+    return entry
+
+
+def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
+    if entry.role not in ROLES:
+        raise RegistryError(f"{where} role: must be one of {', '.join(map(repr, ROLES))}")
+    if entry.backend == "cli" and not entry.command:
+        raise RegistryError(f'{where} command: a cli agent needs a command, e.g. ["tool", "-p"]')
+    if entry.backend == "api" and not entry.model:
+        raise RegistryError(f"{where} model: an api agent needs a model name")
+    for name in entry.env_allow:
+        if looks_secret(name) and name != entry.api_key_env:
+            raise RegistryError(
+                f"{where} env_allow: '{name}' looks like a secret; set api_key_env = '{name}' "
+                "to grant this agent its own key"
+            )
+    if entry.backend != "cli":
+        for key in ("command", "prompt_via"):
+            if key in given:
+                raise RegistryError(f"{where} {key}: only used by cli agents")
+
+
+def _availability(entry: AgentEntry, which: Which) -> AgentEntry:
+    """Disable entries that cannot run here, saying why, instead of failing at startup."""
+    if not entry.enabled:
+        return (
+            entry if entry.disabled_reason else replace(entry, disabled_reason="disabled in config")
+        )
+    if entry.backend == "acp":
+        return replace(entry, enabled=False, disabled_reason=ACP_UNSUPPORTED)
+    if entry.backend == "cli" and which(entry.command[0]) is None:
+        return replace(
+            entry, enabled=False, disabled_reason=f"`{entry.command[0]}` was not found on PATH"
+        )
+    return entry

@@ -1,0 +1,300 @@
+"""File and shell tools confined to an agent's workspace; one implementation for all specialists."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from pydantic import BaseModel, Field
+
+from agents.process import describe_exit, run_process, scrub_env
+from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool
+
+READ_CHUNK_CHARS: Final = 16_000
+MAX_LIST_ENTRIES: Final = 500
+SKIP_DIRS: Final = frozenset({".git", "node_modules", "__pycache__", ".venv", ".mypy_cache"})
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What workspace tools act on: the agent's workspace, and who can answer questions."""
+
+    workspace: Path
+    # Asks the requester a clarifying question and returns the answer; None if nobody can.
+    ask: Callable[[str], Awaitable[str]] | None = None
+
+
+class WorkspaceError(ValueError):
+    """A path the tools refuse (outside the workspace, missing, wrong kind)."""
+
+
+def resolve_in_workspace(workspace: Path, path: str) -> Path:
+    """Resolve `path` (relative, or absolute inside the workspace) with symlinks followed.
+
+    Raises `WorkspaceError` when the real location is outside the workspace.
+    """
+    root = workspace.resolve()
+    target = (root / path).resolve()  # an absolute `path` replaces root here, then is checked
+    if target != root and not target.is_relative_to(root):
+        raise WorkspaceError(
+            f"Refused: `{path}` is outside the workspace. Use paths relative to the workspace "
+            "root (no `..`, no absolute paths elsewhere, no symlinks leading out)."
+        )
+    return target
+
+
+def _display(workspace: Path, target: Path) -> str:
+    rel = target.relative_to(workspace.resolve()).as_posix()
+    return rel or "."
+
+
+# -- file tools ------------------------------------------------------------------------------
+
+
+class ReadFileInput(BaseModel):
+    """Input of `read_file`."""
+
+    path: str = Field(description="File path relative to the workspace root.")
+    offset: int = Field(0, ge=0, description="Character offset to start at (for long files).")
+
+
+class WriteFileInput(BaseModel):
+    """Input of `write_file`."""
+
+    path: str = Field(description="File path relative to the workspace root.")
+    content: str = Field(description="The full text to write.")
+    append: bool = Field(False, description="Append instead of replacing the file.")
+
+
+class ListFilesInput(BaseModel):
+    """Input of `list_files`."""
+
+    path: str = Field(".", description="Directory relative to the workspace root.")
+    recursive: bool = Field(False, description="List subdirectories too.")
+
+
+async def read_file(ctx: ToolContext, args: ReadFileInput) -> str:
+    """Read a text file from the workspace, a chunk at a time."""
+    # File I/O runs in a thread so a large file never stalls the bot's event loop.
+    return await asyncio.to_thread(_read_file, ctx, args)
+
+
+def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
+    target = resolve_in_workspace(ctx.workspace, args.path)
+    if not target.is_file():
+        kind = "a directory" if target.is_dir() else "not found"
+        raise WorkspaceError(f"`{args.path}` is {kind}; use list_files to see what exists.")
+    data = target.read_bytes()
+    if b"\0" in data[:8192]:
+        return f"`{args.path}` is a binary file ({len(data)} bytes); not shown."
+    text = data.decode(errors="replace")
+    chunk = text[args.offset : args.offset + READ_CHUNK_CHARS]
+    end = args.offset + len(chunk)
+    if end < len(text):
+        chunk += f"\n…[{len(text) - end} more characters; call read_file with offset={end}]"
+    return chunk
+
+
+async def write_file(ctx: ToolContext, args: WriteFileInput) -> str:
+    """Write (or append to) a text file in the workspace, creating parent directories."""
+    return await asyncio.to_thread(_write_file, ctx, args)
+
+
+def _write_file(ctx: ToolContext, args: WriteFileInput) -> str:
+    target = resolve_in_workspace(ctx.workspace, args.path)
+    if target.is_dir():
+        raise WorkspaceError(f"`{args.path}` is a directory.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a" if args.append else "w", encoding="utf-8") as handle:
+        handle.write(args.content)
+    verb = "appended" if args.append else "wrote"
+    return f"{verb} {len(args.content)} characters to {_display(ctx.workspace, target)}"
+
+
+async def list_files(ctx: ToolContext, args: ListFilesInput) -> str:
+    """List a workspace directory (directories end with `/`, files show their size)."""
+    return await asyncio.to_thread(_list_files, ctx, args)
+
+
+def _list_files(ctx: ToolContext, args: ListFilesInput) -> str:
+    base = resolve_in_workspace(ctx.workspace, args.path)
+    if not base.is_dir():
+        raise WorkspaceError(f"`{args.path}` is not a directory.")
+    lines: list[str] = []
+    for current, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        here = Path(current)
+        for name in dirs:
+            lines.append(_display(ctx.workspace, here / name) + "/")
+        for name in sorted(files):
+            path = here / name
+            size = path.lstat().st_size
+            lines.append(f"{_display(ctx.workspace, path)}  ({size} bytes)")
+        if not args.recursive or len(lines) > MAX_LIST_ENTRIES:
+            break
+    if not lines:
+        return f"`{args.path}` is empty."
+    if len(lines) > MAX_LIST_ENTRIES:
+        extra = len(lines) - MAX_LIST_ENTRIES
+        lines = [*lines[:MAX_LIST_ENTRIES], f"…[{extra}+ more entries not shown]"]
+    return "\n".join(sorted(lines) if args.recursive else lines)
+
+
+READ_FILE: Final[Tool[ToolContext]] = Tool(
+    "read_file",
+    "Read a text file in the workspace (16k characters at a time; use `offset` for more).",
+    ReadFileInput,
+    read_file,
+)
+WRITE_FILE: Final[Tool[ToolContext]] = Tool(
+    "write_file",
+    "Create or overwrite (or append to) a text file in the workspace; parents are created.",
+    WriteFileInput,
+    write_file,
+)
+LIST_FILES: Final[Tool[ToolContext]] = Tool(
+    "list_files",
+    "List files and directories in the workspace (optionally recursive).",
+    ListFilesInput,
+    list_files,
+)
+
+
+class AskInput(BaseModel):
+    """Input of `ask_requester`."""
+
+    question: str = Field(description="One short, specific question for the requester.")
+
+
+async def ask_requester(ctx: ToolContext, args: AskInput) -> str:
+    """Ask the person who requested the task; their answer comes back as the result."""
+    if ctx.ask is None:
+        return "Nobody can answer questions for this task: proceed on stated assumptions."
+    answer = await ctx.ask(args.question)
+    return f"The requester answered: {answer}"
+
+
+ASK_REQUESTER: Final[Tool[ToolContext]] = Tool(
+    "ask_requester",
+    "Ask the requester a clarifying question when the task is ambiguous and a wrong guess "
+    "would waste real work; waits for their answer.",
+    AskInput,
+    ask_requester,
+)
+
+
+# -- shell -----------------------------------------------------------------------------------
+
+# A command word in command position: line start, after a separator or quote, or after a
+# wrapper like sudo/xargs. Matching only there keeps `echo reboot` or `git commit -m "mkfs"` legal.
+_CMD = r"(?:^|[;&|(`\"'{]\s*|\$\(\s*|\b(?:sudo|exec|xargs|env|nohup|time|nice)\s+(?:-\S+\s+)*)"
+_END = r"(?=$|[\s;&|)`\"'}])"
+_SHELL = r"(?:ba|z|da|k|fi)?sh"
+
+BUILTIN_DENY_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        "deleting the filesystem root or a home directory",
+        re.compile(
+            _CMD + r"rm\s+(?:-{1,2}[\w-]+\s+)*(?:/|/\*|~|~/|~/\*|\$HOME/?|\$\{HOME\}/?)" + _END
+        ),
+    ),
+    ("rm --no-preserve-root", re.compile(r"\brm\b.*--no-preserve-root")),
+    ("formatting a filesystem (mkfs)", re.compile(_CMD + r"mkfs(?:\.\w+)?" + _END)),
+    (
+        "shutting down or rebooting the machine",
+        re.compile(
+            f"{_CMD}(?:shutdown|reboot|halt|poweroff){_END}|{_CMD}init\\s+[06]{_END}"
+            r"|\bsystemctl\s+(?:poweroff|reboot|halt|kexec)\b"
+        ),
+    ),
+    ("a fork bomb", re.compile(r"(\w+|:)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*\1\s*&")),
+    (
+        "piping a download into a shell",
+        re.compile(
+            rf"\b(?:curl|wget|fetch)\b[^;&]*\|\s*(?:sudo\s+)?(?:env\s+)?{_SHELL}{_END}"
+            rf"|\b{_SHELL}\s+(?:-c\s+)?[\"']?(?:<\(|\$\()\s*(?:curl|wget)\b"
+        ),
+    ),
+    (
+        "writing to a raw disk device",
+        re.compile(r"(?:\bof=|>\s*)/dev/(?:sd|hd|vd|xvd|nvme|disk|mmcblk)"),
+    ),
+    (
+        "recursively changing permissions or ownership of /",
+        re.compile(_CMD + r"(?:chmod|chown)\s+(?:\S+\s+)*-\w*R\w*\s+(?:\S+\s+)?/" + _END),
+    ),
+)
+
+
+def denied_reason(command: str) -> str | None:
+    """The builtin deny rule `command` breaks, or None; these are refused in every mode."""
+    squeezed = " ".join(command.split())
+    for description, pattern in BUILTIN_DENY_RULES:
+        if pattern.search(squeezed):
+            return description
+    return None
+
+
+@dataclass(frozen=True)
+class ShellPolicy:
+    """How `run_shell` runs: timeout, output cap, and extra environment names passed through."""
+
+    timeout_seconds: float = 120.0
+    output_cap_chars: int = MAX_TOOL_OUTPUT_CHARS - 500
+    env_allow: tuple[str, ...] = ()
+    environ: Mapping[str, str] | None = field(default=None, compare=False)
+    shell: str = "/bin/sh"
+
+
+class RunShellInput(BaseModel):
+    """Input of `run_shell`."""
+
+    command: str = Field(description="A shell command line, run with /bin/sh -c in the workspace.")
+    timeout_seconds: float | None = Field(
+        None, gt=0, description="Stop it after this many seconds (at most the configured limit)."
+    )
+
+
+def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
+    """The `run_shell` tool under `policy` (workspace cwd, scrubbed env, timeout, output cap)."""
+    rules = policy or ShellPolicy()
+
+    async def run_shell(ctx: ToolContext, args: RunShellInput) -> str:
+        reason = denied_reason(args.command)
+        if reason is not None:
+            return (
+                f"Refused: this command looks like {reason}, which is never run here "
+                "(builtin deny rule). Choose a safer command scoped to the workspace."
+            )
+        limit = rules.timeout_seconds
+        timeout = min(args.timeout_seconds or limit, limit)
+        workspace = await asyncio.to_thread(ctx.workspace.resolve)
+        environ = rules.environ if rules.environ is not None else os.environ
+        result = await run_process(
+            [rules.shell, "-c", args.command],
+            cwd=workspace,
+            env=scrub_env(environ, allow=rules.env_allow),
+            timeout=timeout,
+            output_cap=rules.output_cap_chars,
+            merge_stderr=True,
+        )
+        header = describe_exit(result, what="The command", timeout=timeout)
+        if header is None:
+            header = "exit code 0"
+        elif result.exit_code is not None and result.exit_code > 0 and not result.timed_out:
+            header = f"exit code {result.exit_code}"
+        note = "\n[output truncated: the middle was left out]" if result.truncated else ""
+        return f"{header}\n{result.stdout}{note}" if result.stdout else f"{header}\n(no output)"
+
+    return Tool(
+        "run_shell",
+        "Run a shell command in the workspace (e.g. build or run tests) with a timeout; "
+        "returns the exit code and combined stdout/stderr. No secrets are in its environment.",
+        RunShellInput,
+        run_shell,
+    )

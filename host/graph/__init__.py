@@ -1,0 +1,1 @@
+"""Graph runtime: submission model, admission, rendering, execution, judging, records."""

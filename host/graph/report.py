@@ -1,0 +1,82 @@
+"""Run reports: counts, run dir, one line per node, terminal outputs inline (capped)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from host.graph.render import fence, new_marker
+from host.graph.run_store import NodeRecord, RunRecord
+
+TERMINAL_OUTPUT_CAP = 3000
+STATUS_ICONS = {
+    "pending": "⏳",
+    "running": "▶️",
+    "completed": "✅",
+    "exception": "⚠️",
+    "failed": "❌",
+    "skipped": "⏭️",
+    "cancelled": "⏹️",
+}
+
+
+def node_line(node: NodeRecord) -> str:
+    """One node as a report line: status, agent, handle, output path, error."""
+    icon = STATUS_ICONS.get(node.state, "•")
+    parts = [f"{icon} `{node.node_id}` ({node.agent}) {node.state}"]
+    if node.instance:
+        parts.append(f"handle `{node.instance}`")
+    if node.attempts > 1:
+        parts.append(f"{node.attempts} attempts")
+    if node.output_path is not None and node.state == "completed":
+        parts.append(f"output `{node.output_path}`")
+    if node.verdict and node.verdict.get("fallback"):
+        parts.append(f"judge fallback: {node.verdict.get('fallback_reason', '')}")
+    if node.error and node.state != "completed":
+        parts.append(f"— {node.error}")
+    return " · ".join(parts)
+
+
+def progress_text(run: RunRecord, nodes: Sequence[NodeRecord]) -> str:
+    """The single status message of a background run (edited in place)."""
+    counts = Counter(n.state for n in nodes)
+    done = sum(counts[s] for s in ("completed", "failed", "skipped", "cancelled"))
+    lines = [f"**Run `{run.id}`** — {run.task_summary}", f"{done}/{len(nodes)} settled"]
+    lines += [
+        f"- {STATUS_ICONS.get(n.state, '•')} `{n.node_id}` {n.summary or n.agent}: {n.state}"
+        for n in nodes
+    ]
+    return "\n".join(lines)
+
+
+def run_report(
+    run: RunRecord,
+    nodes: Sequence[NodeRecord],
+    outputs: dict[str, str],
+    *,
+    cap: int = TERMINAL_OUTPUT_CAP,
+) -> str:
+    """The compact report the Host (and the user) receive when a run ends."""
+    counts = Counter(n.state for n in nodes)
+    summary = ", ".join(
+        f"{counts[s]} {s}"
+        for s in ("completed", "failed", "cancelled", "skipped", "exception")
+        if counts[s]
+    )
+    lines = [
+        f"**Run `{run.id}` {run.state}** — {run.task_summary}",
+        f"Nodes: {summary or 'none'}. Records: `{run.run_dir}`",
+    ]
+    if run.replaces_run:
+        lines.append(f"(replans run `{run.replaces_run}`)")
+    lines += [f"- {node_line(n)}" for n in nodes]
+    depended = {dep for n in nodes for dep in n.deps}
+    terminal = [n for n in nodes if n.state == "completed" and n.node_id not in depended]
+    marker = new_marker()
+    for node in terminal:
+        text = outputs.get(node.node_id, "")
+        if len(text) > cap:
+            text = text[:cap] + f"\n…[truncated; full output at {node.output_path}]"
+        lines.append(f"\n**Output of `{node.node_id}`**:")
+        lines.append(fence(text, source=f"node {node.node_id} output", marker=marker))
+    return "\n".join(lines)

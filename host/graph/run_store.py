@@ -1,0 +1,403 @@
+"""SQLite persistence of graph runs, nodes, agent instances and the dispatch ledger."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agents.models.types import Message
+from host.graph.model import NodeState, PriorNode
+from memory.conversation_log import ConversationRef
+from memory.store import Store
+
+RunState = Literal[
+    "awaiting_approval",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "denied",
+    "interrupted",
+    "superseded",
+]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One graph run as stored."""
+
+    id: str
+    conversation: ConversationRef
+    task_summary: str
+    background: bool
+    state: RunState
+    submitted_by: str
+    submission: dict[str, Any]
+    run_dir: Path
+    replaces_run: str | None
+    status_message: str | None
+    created_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node as stored (node ids are unique per conversation)."""
+
+    conversation_id: str
+    node_id: str
+    run_id: str
+    agent: str
+    instance: str | None
+    summary: str
+    template: str
+    deps: tuple[str, ...]
+    state: NodeState
+    attempts: int
+    max_attempts: int
+    continuation: str | None
+    output_path: Path | None
+    error: str | None
+    verdict: dict[str, Any] | None
+    deadline: float | None
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    judge_calls: int = 0
+    judge_tokens: int = 0
+    seconds: float = 0.0
+
+    def as_prior(self) -> PriorNode:
+        """The view admission needs."""
+        return PriorNode(
+            id=self.node_id,
+            agent=self.agent,
+            state=self.state,
+            output_path=self.output_path,
+            instance=self.instance,
+        )
+
+
+class RunStore:
+    """Reads and writes run and node rows; every state change is committed before it is told."""
+
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def create_run(
+        self,
+        run: RunRecord,
+        nodes: Iterable[NodeRecord],
+    ) -> None:
+        """Insert a run and reserve its node ids (unique per conversation) in one transaction."""
+        async with self._store.transaction() as db:
+            conv = run.conversation
+            await db.execute(
+                "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+                (
+                    conv.id,
+                    conv.platform,
+                    conv.workspace,
+                    conv.channel,
+                    conv.thread,
+                    run.created_at,
+                    run.created_at,
+                ),
+            )
+            await db.execute(
+                "INSERT INTO graph_runs (id, conversation_id, task_summary, background, state,"
+                " submitted_by, submission, run_dir, replaces_run, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.id,
+                    conv.id,
+                    run.task_summary,
+                    int(run.background),
+                    run.state,
+                    run.submitted_by,
+                    json.dumps(run.submission),
+                    str(run.run_dir),
+                    run.replaces_run,
+                    run.created_at,
+                ),
+            )
+            await db.executemany(
+                "INSERT INTO graph_nodes (conversation_id, node_id, run_id, agent, instance,"
+                " summary, template, deps, state, max_attempts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        n.conversation_id,
+                        n.node_id,
+                        n.run_id,
+                        n.agent,
+                        n.instance,
+                        n.summary,
+                        n.template,
+                        json.dumps(list(n.deps)),
+                        n.state,
+                        n.max_attempts,
+                    )
+                    for n in nodes
+                ],
+            )
+
+    async def set_run_state(self, run_id: str, state: RunState, *, finished: bool = False) -> None:
+        """Record a run's new state."""
+        await self._store.execute(
+            "UPDATE graph_runs SET state = ?, finished_at = CASE WHEN ? THEN ? ELSE finished_at"
+            " END WHERE id = ?",
+            (state, int(finished), self._clock(), run_id),
+        )
+
+    async def set_status_message(self, run_id: str, message_id: str) -> None:
+        """Remember the run's single status message (edited in place)."""
+        await self._store.execute(
+            "UPDATE graph_runs SET status_message = ? WHERE id = ?", (message_id, run_id)
+        )
+
+    async def update_node(self, conversation_id: str, node_id: str, **fields: Any) -> None:
+        """Update some columns of one node row."""
+        if not fields:
+            return
+        encoded = {k: _encode(k, v) for k, v in fields.items()}
+        columns = ", ".join(f"{k} = ?" for k in encoded)
+        await self._store.execute(
+            f"UPDATE graph_nodes SET {columns} WHERE conversation_id = ? AND node_id = ?",
+            (*encoded.values(), conversation_id, node_id),
+        )
+
+    async def update_nodes(
+        self, conversation_id: str, node_ids: Iterable[str], **fields: Any
+    ) -> None:
+        """Update the same columns on several nodes in one transaction."""
+        ids = list(node_ids)
+        if not ids or not fields:
+            return
+        encoded = {k: _encode(k, v) for k, v in fields.items()}
+        columns = ", ".join(f"{k} = ?" for k in encoded)
+        async with self._store.transaction() as db:
+            await db.executemany(
+                f"UPDATE graph_nodes SET {columns} WHERE conversation_id = ? AND node_id = ?",
+                [(*encoded.values(), conversation_id, nid) for nid in ids],
+            )
+
+    async def run(self, run_id: str) -> RunRecord | None:
+        """One run by id."""
+        row = await self._store.fetchone(
+            "SELECT r.*, c.platform, c.workspace, c.channel, c.thread FROM graph_runs r"
+            " JOIN conversations c ON c.id = r.conversation_id WHERE r.id = ?",
+            (run_id,),
+        )
+        return _run(row) if row is not None else None
+
+    async def runs(self, conversation_id: str | None = None, *, limit: int = 50) -> list[RunRecord]:
+        """Newest runs first, optionally of one conversation."""
+        where, params = (
+            ("WHERE r.conversation_id = ?", (conversation_id,)) if conversation_id else ("", ())
+        )
+        rows = await self._store.fetchall(
+            "SELECT r.*, c.platform, c.workspace, c.channel, c.thread FROM graph_runs r"
+            f" JOIN conversations c ON c.id = r.conversation_id {where}"
+            " ORDER BY r.created_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_run(r) for r in rows]
+
+    async def nodes_of_run(self, run_id: str) -> list[NodeRecord]:
+        """Nodes of one run in insertion order."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM graph_nodes WHERE run_id = ? ORDER BY rowid", (run_id,)
+        )
+        return [_node(r) for r in rows]
+
+    async def node(self, conversation_id: str, node_id: str) -> NodeRecord | None:
+        """One node by conversation and id."""
+        row = await self._store.fetchone(
+            "SELECT * FROM graph_nodes WHERE conversation_id = ? AND node_id = ?",
+            (conversation_id, node_id),
+        )
+        return _node(row) if row is not None else None
+
+    async def prior_nodes(self, conversation_id: str) -> dict[str, PriorNode]:
+        """Every node id used in the conversation, for admission."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM graph_nodes WHERE conversation_id = ?", (conversation_id,)
+        )
+        return {r["node_id"]: _node(r).as_prior() for r in rows}
+
+    async def interrupt_unfinished(self) -> list[RunRecord]:
+        """After a crash: running nodes → cancelled (interrupted), pending → skipped,
+        suspended → failed; their runs → interrupted. Completed nodes stay reusable."""
+        now = self._clock()
+        async with self._store.transaction() as db:
+            cur = await db.execute(
+                "SELECT id FROM graph_runs WHERE state IN ('running', 'awaiting_approval')"
+                " AND id IN (SELECT run_id FROM graph_nodes WHERE state IN"
+                " ('pending', 'running', 'exception'))"
+            )
+            run_ids = [r[0] for r in await cur.fetchall()]
+            for run_id in run_ids:
+                await db.execute(
+                    "UPDATE graph_nodes SET state = 'cancelled', error = 'interrupted by a"
+                    " restart while running', finished_at = ? WHERE run_id = ? AND state ="
+                    " 'running'",
+                    (now, run_id),
+                )
+                await db.execute(
+                    "UPDATE graph_nodes SET state = 'failed', error = 'interrupted by a restart"
+                    " while waiting for a decision', finished_at = ? WHERE run_id = ? AND state"
+                    " = 'exception'",
+                    (now, run_id),
+                )
+                await db.execute(
+                    "UPDATE graph_nodes SET state = 'skipped', error = 'not started: the run was"
+                    " interrupted by a restart', finished_at = ? WHERE run_id = ? AND state ="
+                    " 'pending'",
+                    (now, run_id),
+                )
+            if run_ids:
+                marks = ",".join("?" * len(run_ids))
+                await db.execute(
+                    f"UPDATE graph_runs SET state = 'interrupted', finished_at = ?"
+                    f" WHERE id IN ({marks}) AND state = 'running'",
+                    (now, *run_ids),
+                )
+        runs = [await self.run(rid) for rid in run_ids]
+        return [r for r in runs if r is not None and r.state == "interrupted"]
+
+    async def unreported_interrupted_runs(self) -> list[RunRecord]:
+        """Interrupted runs whose conversation has not been told yet."""
+        rows = await self._store.fetchall(
+            "SELECT r.*, c.platform, c.workspace, c.channel, c.thread FROM graph_runs r"
+            " JOIN conversations c ON c.id = r.conversation_id"
+            " WHERE r.state = 'interrupted' AND r.reported = 0 ORDER BY r.created_at"
+        )
+        return [_run(r) for r in rows]
+
+    async def mark_reported(self, run_id: str) -> None:
+        """The conversation was told how this run ended."""
+        await self._store.execute("UPDATE graph_runs SET reported = 1 WHERE id = ?", (run_id,))
+
+    async def load_instance(
+        self, conversation_id: str, handle: str
+    ) -> tuple[str, list[Message]] | None:
+        """The agent and session history of a stateful instance handle."""
+        row = await self._store.fetchone(
+            "SELECT agent, history FROM agent_instances WHERE conversation_id = ? AND handle = ?",
+            (conversation_id, handle),
+        )
+        if row is None:
+            return None
+        history = [Message.model_validate(m) for m in json.loads(row["history"])]
+        return str(row["agent"]), history
+
+    async def save_instance(
+        self, conversation_id: str, handle: str, agent: str, history: list[Message]
+    ) -> None:
+        """Persist a stateful instance's session so later nodes continue it."""
+        await self._store.execute(
+            "INSERT INTO agent_instances (conversation_id, handle, agent, history, updated_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT(conversation_id, handle) DO UPDATE SET"
+            " history = excluded.history, updated_at = excluded.updated_at",
+            (
+                conversation_id,
+                handle,
+                agent,
+                json.dumps([m.model_dump(mode="json") for m in history]),
+                self._clock(),
+            ),
+        )
+
+    async def record_dispatch(self, conversation_id: str, count: int) -> None:
+        """Count dispatched nodes against the conversation's hourly budget."""
+        await self._store.execute(
+            "INSERT INTO dispatches (conversation_id, at, count) VALUES (?, ?, ?)",
+            (conversation_id, self._clock(), count),
+        )
+
+    async def dispatched_since(self, conversation_id: str, since: float) -> int:
+        """Nodes dispatched in the conversation since `since`."""
+        row = await self._store.fetchone(
+            "SELECT COALESCE(SUM(count), 0) AS n FROM dispatches WHERE conversation_id = ?"
+            " AND at >= ?",
+            (conversation_id, since),
+        )
+        return int(row["n"]) if row is not None else 0
+
+    async def get_flag(self, conversation_id: str, flag: str) -> str | None:
+        """A per-conversation flag (e.g. the orchestration guide is pinned)."""
+        row = await self._store.fetchone(
+            "SELECT value FROM conversation_flags WHERE conversation_id = ? AND flag = ?",
+            (conversation_id, flag),
+        )
+        return str(row["value"]) if row is not None else None
+
+    async def set_flag(self, conversation_id: str, flag: str, value: str) -> None:
+        """Set a per-conversation flag."""
+        await self._store.execute(
+            "INSERT INTO conversation_flags (conversation_id, flag, value) VALUES (?, ?, ?)"
+            " ON CONFLICT(conversation_id, flag) DO UPDATE SET value = excluded.value",
+            (conversation_id, flag, value),
+        )
+
+
+def _encode(column: str, value: Any) -> Any:
+    if column in {"verdict"} and value is not None:
+        return json.dumps(value)
+    if column == "deps":
+        return json.dumps(list(value))
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _run(row: Any) -> RunRecord:
+    return RunRecord(
+        id=row["id"],
+        conversation=ConversationRef(
+            row["platform"], row["workspace"], row["channel"], row["thread"]
+        ),
+        task_summary=row["task_summary"],
+        background=bool(row["background"]),
+        state=row["state"],
+        submitted_by=row["submitted_by"],
+        submission=json.loads(row["submission"]),
+        run_dir=Path(row["run_dir"]),
+        replaces_run=row["replaces_run"],
+        status_message=row["status_message"],
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def _node(row: Any) -> NodeRecord:
+    return NodeRecord(
+        conversation_id=row["conversation_id"],
+        node_id=row["node_id"],
+        run_id=row["run_id"],
+        agent=row["agent"],
+        instance=row["instance"],
+        summary=row["summary"],
+        template=row["template"],
+        deps=tuple(json.loads(row["deps"])),
+        state=row["state"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        continuation=row["continuation"],
+        output_path=Path(row["output_path"]) if row["output_path"] else None,
+        error=row["error"],
+        verdict=json.loads(row["verdict"]) if row["verdict"] else None,
+        deadline=row["deadline"],
+        model_calls=row["model_calls"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        judge_calls=row["judge_calls"],
+        judge_tokens=row["judge_tokens"],
+        seconds=row["seconds"],
+    )

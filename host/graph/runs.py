@@ -1,0 +1,361 @@
+"""The run manager: admits submissions atomically per conversation, starts and tracks runs,
+resolves exceptions, cancels, reports status, and recovers after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agents.backends.base import AgentBackend
+from agents.registry import AgentEntry, AgentRegistry
+from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
+from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, RunEvents
+from host.graph.judge import CompletionJudge
+from host.graph.model import AdmissionContext, GraphSubmission
+from host.graph.records import RunFiles
+from host.graph.render import Artifact
+from host.graph.report import run_report
+from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from memory.conversation_log import ConversationRef
+
+log = logging.getLogger(__name__)
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Limits of the graph runtime."""
+
+    concurrency: int = 4
+    max_attempts: int = 3
+    decision_seconds: float = 1800.0
+    dispatch_budget_per_hour: int = 200
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """Outcome of `submit`: a started run, or a graph waiting for approval."""
+
+    status: Literal["started", "needs_approval"]
+    run: GraphRun | None = None
+    submission: GraphSubmission | None = None
+
+
+class RunManager:
+    """Owns every live graph run of this process (one generation)."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        files: RunFiles,
+        registry: AgentRegistry,
+        judge: CompletionJudge,
+        backend: Callable[[AgentEntry], AgentBackend],
+        workspace: Callable[[ConversationRef], Path],
+        events: RunEvents,
+        host_reachable: bool,
+        settings: RunSettings = RunSettings(),
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
+    ) -> None:
+        self._store = store
+        self._files = files
+        self._registry = registry
+        self._judge = judge
+        self._backend = backend
+        self._workspace = workspace
+        self._events = events
+        self._host_reachable = host_reachable
+        self._settings = settings
+        self._clock = clock
+        self._new_id = new_id
+        self._capacity: dict[str, ConversationCapacity] = {}
+        self._admission_locks: dict[str, asyncio.Lock] = {}
+        self._runs: dict[str, GraphRun] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def store(self) -> RunStore:
+        """The run store (for status and reports)."""
+        return self._store
+
+    def capacity(self, conversation_id: str) -> ConversationCapacity:
+        """The conversation's shared semaphore (graphs and single delegations)."""
+        cap = self._capacity.get(conversation_id)
+        if cap is None:
+            cap = ConversationCapacity(asyncio.Semaphore(self._settings.concurrency))
+            self._capacity[conversation_id] = cap
+        return cap
+
+    async def admission_context(
+        self, conv: ConversationRef, *, in_subagent: bool = False, approval_collected: bool = False
+    ) -> AdmissionContext:
+        """Everything admission checks against, read fresh."""
+        used = await self._store.dispatched_since(conv.id, self._clock() - HOUR)
+        return AdmissionContext(
+            agents={e.name: e for e in self._registry.entries()},
+            workspace=self._workspace(conv),
+            prior_nodes=await self._store.prior_nodes(conv.id),
+            in_subagent=in_subagent,
+            dispatch_budget_remaining=max(0, self._settings.dispatch_budget_per_hour - used),
+            approval_collected=approval_collected,
+        )
+
+    async def submit(
+        self,
+        conv: ConversationRef,
+        raw: str | Mapping[str, Any] | GraphSubmission,
+        *,
+        submitted_by: str,
+        in_subagent: bool = False,
+        approval_collected: bool = False,
+        replaces_run: str | None = None,
+    ) -> Submitted:
+        """Admit and start a graph. Raises AdmissionError on the first failed check.
+
+        Admission and node-id reservation happen under one per-conversation lock, so two
+        concurrent submissions can never claim the same id.
+        """
+        lock = self._admission_locks.setdefault(conv.id, asyncio.Lock())
+        async with lock:
+            ctx = await self.admission_context(
+                conv, in_subagent=in_subagent, approval_collected=approval_collected
+            )
+            try:
+                graph = admit(raw, ctx)
+            except ApprovalRequired:
+                parsed = admit_without_approval(raw, ctx)
+                return Submitted("needs_approval", submission=parsed.submission)
+            run = await self._create(conv, graph, submitted_by, replaces_run)
+        return Submitted("started", run=run)
+
+    async def _create(
+        self, conv: ConversationRef, graph: AdmittedGraph, submitted_by: str, replaces: str | None
+    ) -> GraphRun:
+        run_id = self._new_id()
+        now = self._clock()
+        submission = graph.submission
+        record = RunRecord(
+            id=run_id,
+            conversation=conv,
+            task_summary=submission.task_summary,
+            background=submission.background,
+            state="running",
+            submitted_by=submitted_by,
+            submission=submission.model_dump(mode="json"),
+            run_dir=self._files.run_dir(run_id),
+            replaces_run=replaces,
+            status_message=None,
+            created_at=now,
+            finished_at=None,
+        )
+        nodes = {
+            spec.id: NodeRecord(
+                conversation_id=conv.id,
+                node_id=spec.id,
+                run_id=run_id,
+                agent=spec.agent,
+                instance=spec.instance,
+                summary=spec.summary,
+                template=spec.template,
+                deps=tuple(spec.deps),
+                state="pending",
+                attempts=0,
+                max_attempts=self._settings.max_attempts,
+                continuation=None,
+                output_path=None,
+                error=None,
+                verdict=None,
+                deadline=None,
+            )
+            for spec in submission.nodes
+        }
+        await self._store.create_run(record, nodes.values())
+        await self._store.record_dispatch(conv.id, len(nodes))
+        self._files.write_graph(run_id, record.submission)
+        external = await self._external_artifacts(conv, graph)
+        deps = RunDeps(
+            store=self._store,
+            files=self._files,
+            judge=self._judge,
+            agent=self._registry.get,
+            backend=self._backend,
+            events=self._events,
+            workspace=self._workspace(conv),
+            host_reachable=self._host_reachable,
+            decision_seconds=self._settings.decision_seconds,
+            clock=self._clock,
+        )
+        run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
+        self._runs[run_id] = run
+        task = asyncio.create_task(run.run(), name=f"run:{run_id}")
+        self._tasks[run_id] = task
+        task.add_done_callback(functools.partial(self._forget, run_id))
+        log.info("run %s started in %s with %d node(s)", run_id, conv.id, len(nodes))
+        return run
+
+    def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(run_id, None)
+        self._runs.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("run %s crashed", run_id, exc_info=task.exception())
+
+    async def _external_artifacts(
+        self, conv: ConversationRef, graph: AdmittedGraph
+    ) -> dict[str, Artifact]:
+        artifacts = {}
+        for node_id in graph.external_deps:
+            node = await self._store.node(conv.id, node_id)
+            if node is None or node.output_path is None:
+                continue
+            try:
+                text = node.output_path.read_text(encoding="utf-8")
+            except OSError:
+                text = f"(output file {node.output_path} could not be read)"
+            artifacts[node_id] = Artifact(node_id, text, node.output_path)
+        return artifacts
+
+    def live(self, run_id: str) -> GraphRun | None:
+        """A run still executing in this process."""
+        return self._runs.get(run_id)
+
+    def live_runs(self, conversation_id: str) -> list[GraphRun]:
+        """Runs of one conversation still executing."""
+        return [r for r in self._runs.values() if r.conversation_id == conversation_id]
+
+    async def wait_for_decision_point(self, run: GraphRun) -> str:
+        """Foreground: wait until the run ends or a node is suspended; return the report."""
+        while True:
+            run.changed.clear()
+            suspended = [n for n in run.nodes.values() if n.state == "exception"]
+            if suspended:
+                return run.exception_report(suspended[0].node_id)
+            if run.done.is_set():
+                return await self.report(run.id)
+            await run.changed.wait()
+
+    async def report(self, run_id: str) -> str:
+        """The run report from the records (works for finished runs after a restart too)."""
+        record = await self._store.run(run_id)
+        if record is None:
+            return f"Unknown run `{run_id}`."
+        nodes = await self._store.nodes_of_run(run_id)
+        outputs = {}
+        for node in nodes:
+            if node.state == "completed" and node.output_path is not None:
+                try:
+                    outputs[node.node_id] = node.output_path.read_text(encoding="utf-8")
+                except OSError:
+                    outputs[node.node_id] = f"(could not read {node.output_path})"
+        return run_report(record, nodes, outputs)
+
+    async def resolve(
+        self,
+        conv: ConversationRef,
+        *,
+        run_id: str,
+        node_id: str,
+        action: Literal["continue", "abandon", "replan"],
+        message: str = "",
+        graph: Mapping[str, Any] | None = None,
+        submitted_by: str,
+    ) -> tuple[str, GraphRun | None]:
+        """Apply the Host's decision on a suspended node; return (text, run to wait on)."""
+        run = self._runs.get(run_id)
+        if run is None or run.conversation_id != conv.id:
+            return (f"Run `{run_id}` is not running in this conversation.", None)
+        if node_id not in run.nodes or run.state(node_id) != "exception":
+            state = run.nodes[node_id].state if node_id in run.nodes else "unknown"
+            return (f"Node `{node_id}` is not waiting for a decision (state: {state}).", None)
+        if action == "continue":
+            if not message.strip():
+                return ("`continue` needs a `message` telling the agent what to change.", None)
+            await run.resolve_continue(node_id, message)
+            return (f"Node `{node_id}` continues (attempt {run.nodes[node_id].attempts + 1}).", run)
+        if action == "abandon":
+            await run.resolve_abandon(node_id)
+            return (f"Node `{node_id}` abandoned; its dependents are skipped.", run)
+        if graph is None:
+            return ("`replan` needs a `graph` (a new submission).", None)
+        try:
+            result = await self.submit(conv, graph, submitted_by=submitted_by, replaces_run=run_id)
+        except AdmissionError as exc:
+            return (f"Replan rejected; run `{run_id}` is unchanged. {exc}", None)
+        await run.cancel(superseded=True)
+        if result.run is None:
+            return ("The replanned graph needs approval first; the old run was stopped.", None)
+        return (f"Run `{run_id}` replaced by `{result.run.id}`.", result.run)
+
+    async def cancel(self, conv: ConversationRef, run_id: str | None = None) -> list[str]:
+        """Cancel one run (or every live run) of the conversation; return their ids."""
+        runs = [r for r in self.live_runs(conv.id) if run_id is None or r.id == run_id]
+        for run in runs:
+            await run.cancel(reason="cancelled by the user")
+        return [r.id for r in runs]
+
+    async def stop_conversation(self, conversation_id: str) -> None:
+        """Lane stop hook: cancel every run of the conversation."""
+        for run in self.live_runs(conversation_id):
+            await run.cancel(reason="stopped")
+
+    async def status(self, conv: ConversationRef) -> str:
+        """Recent runs of the conversation with node counts."""
+        runs = await self._store.runs(conv.id, limit=5)
+        if not runs:
+            return "No graph runs in this conversation."
+        lines = []
+        for run in runs:
+            nodes = await self._store.nodes_of_run(run.id)
+            states: dict[str, int] = {}
+            for n in nodes:
+                states[n.state] = states.get(n.state, 0) + 1
+            counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
+            lines.append(f"- run `{run.id}` {run.state}: {run.task_summary} ({counts})")
+        return "\n".join(lines)
+
+    async def idle(self, conversation_id: str | None = None) -> None:
+        """Wait until no run (of the conversation) is executing."""
+        while True:
+            tasks = [
+                t
+                for rid, t in self._tasks.items()
+                if conversation_id is None or self._runs[rid].conversation_id == conversation_id
+            ]
+            if not tasks:
+                return
+            await asyncio.wait(tasks)
+
+    async def shutdown(self) -> None:
+        """Stop every live run without rewriting its records: the next start marks running
+        nodes interrupted and reports them, the same path as after a crash."""
+        for run in list(self._runs.values()):
+            await run.halt()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+
+def admit_without_approval(
+    raw: str | Mapping[str, Any] | GraphSubmission, ctx: AdmissionContext
+) -> AdmittedGraph:
+    """Admission with the approval requirement treated as met (to describe the graph)."""
+    from dataclasses import replace
+
+    return admit(raw, replace(ctx, approval_collected=True))
+
+
+def submission_json(submission: GraphSubmission) -> str:
+    """The submission as compact JSON (prompt payloads)."""
+    return json.dumps(submission.model_dump(mode="json"), ensure_ascii=False)

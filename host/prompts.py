@@ -1,0 +1,612 @@
+"""The prompt broker: one durable path for approvals, choices and free-text clarifications.
+
+Prompts are persisted before they are shown, every decision is a conditional UPDATE on
+`state = 'pending'` (so exactly one answer wins), and each decision handler runs at most once
+per broker and is retried by `recover()` when it failed or a crash interrupted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import aiosqlite
+
+from host.ports import PromptSurface
+from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
+from memory.conversation_log import ConversationRef
+from memory.store import Row, Store
+
+log = logging.getLogger(__name__)
+
+AnswerStatus = Literal[
+    "accepted", "not_allowed", "already_decided", "expired", "unknown", "invalid"
+]
+DecisionHandler = Callable[[Prompt], Awaitable[None]]
+
+MAX_ANSWER_CHARS = 4000
+_KINDS: tuple[PromptKind, ...] = ("approval", "choice", "free_text")
+_STATES: tuple[PromptState, ...] = ("pending", "answered", "expired", "cancelled")
+# Outcome texts quote answers; free-text answers can be long, so quotes are shortened.
+_QUOTE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    """What happened to one answer attempt, with the text to show the responder."""
+
+    status: AnswerStatus
+    message: str
+    prompt: Prompt | None = None
+    # True when the broker already told the responder privately (refusals), so the caller
+    # should not show `message` a second time.
+    notified: bool = False
+
+
+@dataclass
+class _LockEntry:
+    lock: asyncio.Lock
+    users: int = 0
+
+
+class PromptBroker:
+    """Creates, shows, answers, expires and cancels prompts; runs decision handlers once."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        surfaces: Mapping[str, PromptSurface],
+        handlers: Mapping[str, DecisionHandler],
+        admins: Sequence[str] = (),
+        approvers: Sequence[str] = (),
+        default_expiry_seconds: float = 1800,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        if default_expiry_seconds <= 0:
+            raise ValueError("default_expiry_seconds must be positive")
+        self._store = store
+        self._surfaces = dict(surfaces)
+        self._handlers = dict(handlers)
+        self._admins = frozenset(admins)
+        self._approvers = tuple(approvers)
+        self._default_expiry = float(default_expiry_seconds)
+        self._clock = clock
+        self._new_id = new_id or (lambda: uuid.uuid4().hex)
+        # In-process wake-ups for wait(); the database stays the source of truth.
+        self._decided: dict[str, asyncio.Event] = {}
+        # Per-prompt locks so a handler never runs twice in this process (answer vs recover).
+        self._locks: dict[str, _LockEntry] = {}
+
+    # ----------------------------------------------------------------------------- create
+
+    async def create(
+        self,
+        *,
+        conversation: ConversationRef,
+        kind: PromptKind,
+        question: str,
+        requester: str,
+        options: Sequence[str] = (),
+        purpose: str = "ask_user",
+        payload: Mapping[str, Any] | None = None,
+        expires_in: float | None = None,
+        extra_responders: Sequence[str] = (),
+    ) -> Prompt:
+        """Persist a pending prompt, then show it; a failed show leaves it answerable by text."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown prompt kind {kind!r}")
+        if not question.strip():
+            raise ValueError("a prompt needs a question")
+        if kind == "approval":
+            opts: tuple[str, ...] = (APPROVE, DENY)
+        elif kind == "choice":
+            opts = tuple(o.strip() for o in options if o.strip())
+            if not opts:
+                raise ValueError("a choice prompt needs at least one option")
+            if len({o.casefold() for o in opts}) != len(opts):
+                raise ValueError("choice options must differ (case-insensitively)")
+        else:
+            opts = ()
+        ttl = self._default_expiry if expires_in is None else float(expires_in)
+        if ttl <= 0:
+            raise ValueError("expires_in must be positive")
+        allowed = _unique(
+            [requester, *(self._approvers if kind == "approval" else ()), *extra_responders]
+        )
+        now = self._clock()
+        prompt = Prompt(
+            id=self._new_id(),
+            nonce=secrets.token_hex(8),
+            kind=kind,
+            question=question,
+            options=opts,
+            requester=requester,
+            allowed_responders=allowed,
+            conversation=conversation,
+            created_at=now,
+            expires_at=now + ttl,
+            purpose=purpose,
+            payload=dict(payload or {}),
+        )
+        payload_json = json.dumps(prompt.payload)  # fails here, before anything is stored
+        conv = conversation
+        async with self._store.transaction() as db:
+            await db.execute(
+                "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
+                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
+                (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
+            )
+            await db.execute(
+                "INSERT INTO prompts (id, nonce, kind, question, options, requester,"
+                " allowed_responders, conversation_id, platform, workspace, channel, thread,"
+                " created_at, expires_at, state, purpose, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (
+                    prompt.id,
+                    prompt.nonce,
+                    kind,
+                    question,
+                    json.dumps(list(opts)),
+                    requester,
+                    json.dumps(list(allowed)),
+                    conv.id,
+                    conv.platform,
+                    conv.workspace,
+                    conv.channel,
+                    conv.thread,
+                    now,
+                    prompt.expires_at,
+                    purpose,
+                    payload_json,
+                ),
+            )
+            await _audit(
+                db, prompt.id, "created", by=requester, at=now, detail=f"{kind}: {question}"
+            )
+
+        surface = self._surfaces.get(conv.platform)
+        if surface is None:
+            log.warning(
+                "no prompt surface for %r; prompt %s is answerable by text only",
+                conv.platform,
+                prompt.id,
+            )
+            return prompt
+        try:
+            message_id = await surface.show_prompt(prompt)
+        except Exception:
+            log.exception("showing prompt %s failed; it stays pending", prompt.id)
+            return prompt
+        async with self._store.transaction() as db:
+            await db.execute(
+                "UPDATE prompts SET message_id = ? WHERE id = ?", (message_id, prompt.id)
+            )
+            await _audit(db, prompt.id, "shown", by="system", at=self._clock(), detail=message_id)
+        return replace(prompt, message_id=message_id)
+
+    # ----------------------------------------------------------------------------- answer
+
+    async def answer(
+        self, prompt_id: str, nonce: str, responder_id: str, answer: str
+    ) -> AnswerOutcome:
+        """Answer a prompt (a button click or a modal); see AnswerOutcome for the result."""
+        prompt = await self.get(prompt_id)
+        if prompt is None or not hmac.compare_digest(prompt.nonce, nonce):
+            return AnswerOutcome("unknown", "This request is no longer known.")
+        return await self._answer(prompt, responder_id, answer)
+
+    async def answer_typed(
+        self, conversation: ConversationRef, responder_id: str, text: str
+    ) -> AnswerOutcome | None:
+        """Treat a typed reply as an answer to the newest pending prompt it fits, if any.
+
+        None means the text answers nothing, so the caller handles it as a normal turn.
+        """
+        candidates = await self._pending_rows(conversation, newest_first=True)
+        now = self._clock()
+        first_match: Prompt | None = None
+        for prompt in candidates:
+            allowed = self._may_answer(prompt, responder_id)
+            if prompt.kind == "free_text":
+                # Any text fits a free-text prompt, so only its live responders' messages
+                # count; a bystander chatting in the thread must still get a normal turn.
+                if not allowed or now >= prompt.expires_at or not text.strip():
+                    continue
+            elif _match_option(prompt.options, text) is None:
+                continue
+            if allowed:
+                return await self._answer(prompt, responder_id, text)
+            first_match = first_match or prompt
+        if first_match is not None:
+            return await self._answer(first_match, responder_id, text)
+        return None
+
+    async def _answer(self, prompt: Prompt, responder_id: str, raw: str) -> AnswerOutcome:
+        if not self._may_answer(prompt, responder_id):
+            return await self._refuse(prompt, responder_id)
+        if prompt.state != "pending":
+            return await self._duplicate(prompt, responder_id, raw)
+        now = self._clock()
+        if now >= prompt.expires_at:
+            # Fail closed even when the expiry sweep has not run yet.
+            await self._expire_ids([prompt.id], now)
+            current = await self.get(prompt.id) or prompt
+            if current.state != "expired":
+                return await self._duplicate(current, responder_id, raw)
+            return AnswerOutcome("expired", _expired_text(current), current)
+        value, problem = _normalise(prompt, raw)
+        if value is None:
+            return AnswerOutcome("invalid", problem, prompt)
+
+        async with self._store.transaction() as db:
+            cur = await db.execute(
+                "UPDATE prompts SET state = 'answered', answer = ?, answered_by = ?,"
+                " decided_at = ? WHERE id = ? AND state = 'pending' AND expires_at > ?",
+                (value, responder_id, now, prompt.id, now),
+            )
+            won = cur.rowcount == 1
+            if won:
+                await _audit(db, prompt.id, "answered", by=responder_id, at=now, detail=value)
+        if not won:
+            # Someone else decided first (or it expired meanwhile): report what happened.
+            latest = await self.get(prompt.id)
+            if latest is None:
+                return AnswerOutcome("unknown", "This request is no longer known.")
+            return await self._answer(latest, responder_id, raw)
+
+        decided = replace(
+            prompt, state="answered", answer=value, answered_by=responder_id, decided_at=now
+        )
+        await self._after_decision(decided)
+        return AnswerOutcome(
+            "accepted", f"Recorded {responder_id}'s answer: {_quote(value)}.", decided
+        )
+
+    def _may_answer(self, prompt: Prompt, responder_id: str) -> bool:
+        # Admins are checked now, not stored, so a changed admin list applies to old prompts.
+        return responder_id in prompt.allowed_responders or responder_id in self._admins
+
+    async def _refuse(self, prompt: Prompt, responder_id: str) -> AnswerOutcome:
+        if prompt.kind == "approval":
+            text = f"Only {prompt.requester} or an approver can answer this."
+        elif len(prompt.allowed_responders) > 1:
+            text = f"Only {prompt.requester} or the people they asked can answer this."
+        else:
+            text = f"Only {prompt.requester} can answer this."
+        await self._store.execute(
+            "INSERT INTO prompt_audit (prompt_id, at, actor, action, detail)"
+            " VALUES (?, ?, ?, 'refused', ?)",
+            (prompt.id, self._clock(), responder_id, "not an allowed responder"),
+        )
+        notified = False
+        surface = self._surfaces.get(prompt.conversation.platform)
+        if surface is not None:
+            try:
+                await surface.notify_private(prompt.conversation, responder_id, text)
+                notified = True
+            except Exception:
+                log.exception("private refusal for prompt %s failed", prompt.id)
+        return AnswerOutcome("not_allowed", text, prompt, notified=notified)
+
+    async def _duplicate(self, prompt: Prompt, responder_id: str, raw: str) -> AnswerOutcome:
+        await self._store.execute(
+            "INSERT INTO prompt_audit (prompt_id, at, actor, action, detail)"
+            " VALUES (?, ?, ?, 'duplicate', ?)",
+            (prompt.id, self._clock(), responder_id, f"{prompt.state}; tried {_quote(raw)}"),
+        )
+        if prompt.state == "expired":
+            return AnswerOutcome("expired", _expired_text(prompt), prompt)
+        if prompt.state == "cancelled":
+            return AnswerOutcome("already_decided", "This request was cancelled.", prompt)
+        text = f"Already answered by {prompt.answered_by}: {_quote(prompt.answer or '')}."
+        return AnswerOutcome("already_decided", text, prompt)
+
+    # ------------------------------------------------------------------ expiry and cancel
+
+    async def expire_due(self) -> list[Prompt]:
+        """Expire every pending prompt past its deadline (approvals count as denied)."""
+        now = self._clock()
+        rows = await self._store.fetchall(
+            "SELECT id FROM prompts WHERE state = 'pending' AND expires_at <= ?"
+            " ORDER BY expires_at",
+            (now,),
+        )
+        return await self._expire_ids([str(r["id"]) for r in rows], now)
+
+    async def _expire_ids(self, prompt_ids: Sequence[str], now: float) -> list[Prompt]:
+        if not prompt_ids:
+            return []
+        won: list[str] = []
+        async with self._store.transaction() as db:
+            for prompt_id in prompt_ids:
+                cur = await db.execute(
+                    "UPDATE prompts SET state = 'expired', decided_at = ?"
+                    " WHERE id = ? AND state = 'pending' AND expires_at <= ?",
+                    (now, prompt_id, now),
+                )
+                if cur.rowcount == 1:
+                    won.append(prompt_id)
+                    await _audit(
+                        db, prompt_id, "expired", by="system", at=now, detail="deadline passed"
+                    )
+        return await self._finish_all(won)
+
+    async def run_expiry_loop(self, stop: asyncio.Event, interval: float = 5.0) -> None:
+        """Call expire_due() every `interval` seconds until `stop` is set; errors are logged."""
+        while not stop.is_set():
+            try:
+                await self.expire_due()
+            except Exception:
+                log.exception("prompt expiry sweep failed; retrying in %.1fs", interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    async def cancel_conversation(
+        self, conversation: ConversationRef, *, actor: str = "system"
+    ) -> int:
+        """Cancel every pending prompt of a conversation (for `stop`); return how many."""
+        now = self._clock()
+        won: list[str] = []
+        async with self._store.transaction() as db:
+            cur = await db.execute(
+                "SELECT id FROM prompts WHERE conversation_id = ? AND state = 'pending'",
+                (conversation.id,),
+            )
+            ids = [str(r["id"]) for r in await cur.fetchall()]
+            for prompt_id in ids:
+                cur = await db.execute(
+                    "UPDATE prompts SET state = 'cancelled', decided_at = ?"
+                    " WHERE id = ? AND state = 'pending'",
+                    (now, prompt_id),
+                )
+                if cur.rowcount == 1:
+                    won.append(prompt_id)
+                    await _audit(
+                        db, prompt_id, "cancelled", by=actor, at=now, detail="conversation stopped"
+                    )
+        await self._finish_all(won)
+        return len(won)
+
+    async def _finish_all(self, prompt_ids: Iterable[str]) -> list[Prompt]:
+        done: list[Prompt] = []
+        for prompt_id in prompt_ids:
+            prompt = await self.get(prompt_id)
+            if prompt is not None:
+                await self._after_decision(prompt)
+                done.append(prompt)
+        return done
+
+    # ------------------------------------------------------------- after a decision
+
+    async def _after_decision(self, prompt: Prompt) -> None:
+        # Called only by whoever won the conditional UPDATE (or by recover), never twice.
+        event = self._decided.pop(prompt.id, None)
+        if event is not None:
+            event.set()
+        await self._close_on_surface(prompt)
+        await self._run_handler(prompt.id)
+
+    async def _close_on_surface(self, prompt: Prompt) -> None:
+        surface = self._surfaces.get(prompt.conversation.platform)
+        if surface is None:
+            return
+        try:
+            await surface.close_prompt(prompt)
+        except Exception:
+            log.exception("closing prompt %s on %s failed", prompt.id, prompt.conversation.platform)
+
+    async def _run_handler(self, prompt_id: str) -> None:
+        async with self._prompt_lock(prompt_id):
+            # Re-read under the lock: whoever came first may have handled it already.
+            row = await self._store.fetchone("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
+            if row is None or row["state"] == "pending" or row["handled"]:
+                return
+            prompt = _prompt(row)
+            handler = self._handlers.get(prompt.purpose)
+            detail = "ok"
+            if handler is None:
+                log.warning(
+                    "no decision handler for purpose %r (prompt %s)", prompt.purpose, prompt.id
+                )
+                detail = f"no handler for purpose {prompt.purpose!r}"
+            else:
+                try:
+                    await handler(prompt)
+                except Exception:
+                    # Left unhandled on purpose: recover() retries it after a restart.
+                    log.exception(
+                        "decision handler %r failed for prompt %s", prompt.purpose, prompt.id
+                    )
+                    return
+            async with self._store.transaction() as db:
+                cur = await db.execute(
+                    "UPDATE prompts SET handled = 1 WHERE id = ? AND handled = 0", (prompt_id,)
+                )
+                if cur.rowcount == 1:
+                    await _audit(
+                        db, prompt_id, "handled", by="system", at=self._clock(), detail=detail
+                    )
+
+    @contextlib.asynccontextmanager
+    async def _prompt_lock(self, prompt_id: str) -> AsyncIterator[None]:
+        entry = self._locks.get(prompt_id)
+        if entry is None:
+            entry = self._locks[prompt_id] = _LockEntry(asyncio.Lock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            # Drop the lock only when nobody holds or awaits it, so no second lock appears.
+            if entry.users == 0:
+                self._locks.pop(prompt_id, None)
+
+    async def recover(self) -> None:
+        """At startup: finish decided-but-unhandled prompts, then expire overdue ones."""
+        rows = await self._store.fetchall(
+            "SELECT id FROM prompts WHERE state != 'pending' AND handled = 0"
+            " ORDER BY decided_at, rowid"
+        )
+        for row in rows:
+            prompt = await self.get(str(row["id"]))
+            if prompt is None:
+                continue
+            # The crash may have come before the message was edited; editing is idempotent.
+            await self._close_on_surface(prompt)
+            await self._run_handler(prompt.id)
+        await self.expire_due()
+
+    # ------------------------------------------------------------------------- reading
+
+    async def wait(self, prompt_id: str, *, poll_interval: float = 1.0) -> Prompt:
+        """Return the prompt once it is answered, expired or cancelled.
+
+        Wakes at once on decisions made by this broker; polls the database for others.
+        """
+        while True:
+            event = self._decided.setdefault(prompt_id, asyncio.Event())
+            # Read after registering the event, so a decision in between cannot be missed.
+            prompt = await self.get(prompt_id)
+            if prompt is None:
+                self._decided.pop(prompt_id, None)
+                raise LookupError(f"unknown prompt {prompt_id!r}")
+            if prompt.state != "pending":
+                if self._decided.get(prompt_id) is event:
+                    self._decided.pop(prompt_id, None)
+                return prompt
+            if self._clock() >= prompt.expires_at:
+                await self._expire_ids([prompt_id], self._clock())
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), poll_interval)
+
+    async def get(self, prompt_id: str) -> Prompt | None:
+        """One prompt by id, as stored."""
+        row = await self._store.fetchone("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
+        return _prompt(row) if row is not None else None
+
+    async def pending(self, conversation: ConversationRef | None = None) -> list[Prompt]:
+        """Pending prompts, oldest first; of one conversation when given."""
+        return await self._pending_rows(conversation, newest_first=False)
+
+    async def _pending_rows(
+        self, conversation: ConversationRef | None, *, newest_first: bool
+    ) -> list[Prompt]:
+        order = "DESC" if newest_first else "ASC"
+        if conversation is None:
+            rows = await self._store.fetchall(
+                "SELECT * FROM prompts WHERE state = 'pending'"
+                f" ORDER BY created_at {order}, rowid {order}"
+            )
+        else:
+            rows = await self._store.fetchall(
+                "SELECT * FROM prompts WHERE state = 'pending' AND conversation_id = ?"
+                f" ORDER BY created_at {order}, rowid {order}",
+                (conversation.id,),
+            )
+        return [_prompt(r) for r in rows]
+
+    async def audit(self, prompt_id: str) -> list[dict[str, Any]]:
+        """The prompt's audit trail, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT id, prompt_id, at, actor, action, detail FROM prompt_audit"
+            " WHERE prompt_id = ? ORDER BY id",
+            (prompt_id,),
+        )
+        return [dict(r) for r in rows]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def _audit(
+    db: aiosqlite.Connection, prompt_id: str, action: str, *, by: str, at: float, detail: str
+) -> None:
+    await db.execute(
+        "INSERT INTO prompt_audit (prompt_id, at, actor, action, detail) VALUES (?, ?, ?, ?, ?)",
+        (prompt_id, at, by, action, detail),
+    )
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(i for i in items if i))
+
+
+def _match_option(options: Sequence[str], text: str) -> str | None:
+    """The option a reply names: its text (case-insensitive) or its 1-based number."""
+    wanted = text.strip().rstrip(".!").strip().casefold()
+    if not wanted:
+        return None
+    for option in options:
+        if option.casefold() == wanted:
+            return option
+    if wanted.isdecimal() and 1 <= int(wanted) <= len(options):
+        return options[int(wanted) - 1]
+    return None
+
+
+def _normalise(prompt: Prompt, raw: str) -> tuple[str | None, str]:
+    """The canonical answer, or None with the reason it is not acceptable."""
+    if prompt.kind == "free_text":
+        text = raw.strip()
+        if not text:
+            return None, "Please type an answer."
+        if len(text) > MAX_ANSWER_CHARS:
+            return None, f"Answers are limited to {MAX_ANSWER_CHARS} characters."
+        return text, ""
+    option = _match_option(prompt.options, raw)
+    if option is None:
+        listed = ", ".join(f"{n}. {o}" for n, o in enumerate(prompt.options, start=1))
+        return None, f"Please answer with one of: {listed}."
+    return option, ""
+
+
+def _quote(text: str) -> str:
+    return text if len(text) <= _QUOTE_CHARS else text[: _QUOTE_CHARS - 1] + "…"
+
+
+def _expired_text(prompt: Prompt) -> str:
+    if prompt.kind == "approval":
+        return "This request expired and was not approved; ask again if it is still needed."
+    return "This request expired; ask again if it is still needed."
+
+
+def _prompt(row: Row) -> Prompt:
+    state = str(row["state"])
+    kind = str(row["kind"])
+    if state not in _STATES or kind not in _KINDS:
+        raise ValueError(f"corrupt prompt row {row['id']!r}: kind={kind!r} state={state!r}")
+    return Prompt(
+        id=str(row["id"]),
+        nonce=str(row["nonce"]),
+        kind=kind,
+        question=str(row["question"]),
+        options=tuple(json.loads(row["options"])),
+        requester=str(row["requester"]),
+        allowed_responders=tuple(json.loads(row["allowed_responders"])),
+        conversation=ConversationRef(
+            str(row["platform"]), str(row["workspace"]), str(row["channel"]), str(row["thread"])
+        ),
+        created_at=float(row["created_at"]),
+        expires_at=float(row["expires_at"]),
+        state=state,
+        answer=row["answer"],
+        answered_by=row["answered_by"],
+        purpose=str(row["purpose"]),
+        payload=dict(json.loads(row["payload"] or "{}")),
+        message_id=row["message_id"],
+        decided_at=row["decided_at"],
+    )

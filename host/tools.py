@@ -1,0 +1,265 @@
+"""The Host's tools: delegate, submit_graph, the orchestration guide, exceptions, status,
+cancellation and questions to the user."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+from agents.registry import AgentRegistry
+from agents.tools import Tool
+from host.graph.admission import AdmissionError
+from host.graph.model import GraphSubmission
+from host.graph.runs import RunManager, submission_json
+from host.prompt_model import Prompt
+from host.prompts import PromptBroker
+from host.turn import TurnContext
+
+GUIDE_FLAG = "orchestration_guide_pinned"
+GUIDE_SUMMARY = (
+    "Orchestration: answer directly when no specialist is needed; `delegate` one agent for a "
+    "single job; `submit_graph` when work splits across agents or needs ordering. Before your "
+    "first graph call `load_orchestration_guide` (node wiring, placeholders like "
+    "`{{id.output}}`, ids unique per conversation, at most 4 nodes at once). Rejections name "
+    "the problem and point to the guide."
+)
+
+
+def load_guide() -> str:
+    """The full orchestration guide shipped in the package."""
+    return resources.files("host").joinpath("guides/orchestration.md").read_text("utf-8")
+
+
+class SubmitGraphInput(RootModel[dict[str, Any]]):
+    """Accepts any object; admission (not the tool layer) reports what is wrong with it."""
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Advertise the real submission schema to the model."""
+        return GraphSubmission.model_json_schema(*args, **kwargs)
+
+
+class DelegateInput(BaseModel):
+    """Input of `delegate`."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str = Field(description="registered agent name")
+    task: str = Field(min_length=1, description="everything the agent needs to know")
+    id: str | None = Field(default=None, description="node id (default: generated)")
+    instance: str | None = Field(default=None, description="continue this stateful session")
+    deps: list[str] = Field(default_factory=list, description="earlier completed nodes used")
+
+
+class NoInput(BaseModel):
+    """A tool without arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResolveInput(BaseModel):
+    """Input of `resolve_exception`."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    node_id: str
+    action: Literal["continue", "abandon", "replan"]
+    message: str = Field(default="", description="for continue: what to do differently")
+    graph: dict[str, Any] | None = Field(default=None, description="for replan: new graph")
+
+
+class RunRef(BaseModel):
+    """A run id, optional."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str | None = None
+
+
+class AskInput(BaseModel):
+    """Input of `ask_user`."""
+
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=2000)
+    kind: Literal["approval", "choice", "free_text"] = "free_text"
+    options: list[str] = Field(default_factory=list, max_length=10)
+
+
+@dataclass(frozen=True)
+class HostToolDeps:
+    """What the host tools work with."""
+
+    runs: RunManager
+    broker: PromptBroker
+    registry: AgentRegistry
+
+
+def _node_id_for(agent: str) -> str:
+    base = re.sub(r"[^a-z0-9_]", "_", agent.lower()) or "node"
+    if not base[0].isalpha():
+        base = f"n_{base}"
+    return f"{base[:28]}_{uuid.uuid4().hex[:8]}"
+
+
+def approval_question(submission: GraphSubmission) -> str:
+    """The question shown when a graph asks for approval: the nodes it will run."""
+    lines = [f"Run this graph? {submission.task_summary}"]
+    for node in submission.nodes:
+        after = f" (after {', '.join(node.deps)})" if node.deps else ""
+        lines.append(f"• `{node.id}` → {node.agent}: {node.summary or node.template[:120]}{after}")
+    return "\n".join(lines)
+
+
+def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
+    """Every tool the Host can call, bound to this generation's runtime."""
+    runs, broker = deps.runs, deps.broker
+
+    async def submit(ctx: TurnContext, raw: dict[str, Any]) -> str:
+        try:
+            result = await runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
+        except AdmissionError as exc:
+            return str(exc)
+        if result.status == "needs_approval":
+            assert result.submission is not None
+            prompt = await broker.create(
+                conversation=ctx.conversation,
+                kind="approval",
+                question=approval_question(result.submission),
+                requester=ctx.author_id,
+                purpose="graph_approval",
+                payload={
+                    "submission": submission_json(result.submission),
+                    "submitted_by": ctx.author_id,
+                },
+            )
+            return (
+                f"Approval requested from the user (prompt `{prompt.id}`); nothing runs until "
+                "they approve. The outcome will arrive as a new message."
+            )
+        run = result.run
+        assert run is not None
+        if run.record.background:
+            return (
+                f"Run `{run.id}` started with {len(run.nodes)} node(s) in the background. "
+                "Progress, exceptions and the final report will arrive as messages."
+            )
+        return await runs.wait_for_decision_point(run)
+
+    async def submit_graph(ctx: TurnContext, args: SubmitGraphInput) -> str:
+        return await submit(ctx, args.root)
+
+    async def delegate(ctx: TurnContext, args: DelegateInput) -> str:
+        node: dict[str, Any] = {
+            "id": args.id or _node_id_for(args.agent),
+            "agent": args.agent,
+            "template": args.task,
+            "deps": args.deps,
+            "summary": args.task[:120],
+        }
+        if args.instance:
+            node["instance"] = args.instance
+        graph = {"task_summary": f"delegate to {args.agent}", "background": False, "nodes": [node]}
+        return await submit(ctx, graph)
+
+    async def load_orchestration_guide(ctx: TurnContext, _: NoInput) -> str:
+        await runs.store.set_flag(ctx.conversation.id, GUIDE_FLAG, "1")
+        return load_guide() + "\n\n(The guide is now pinned for the rest of this conversation.)"
+
+    async def resolve_exception(ctx: TurnContext, args: ResolveInput) -> str:
+        text, run = await runs.resolve(
+            ctx.conversation,
+            run_id=args.run_id,
+            node_id=args.node_id,
+            action=args.action,
+            message=args.message,
+            graph=args.graph,
+            submitted_by=ctx.author_id,
+        )
+        if run is None or run.record.background:
+            return text
+        return f"{text}\n\n{await runs.wait_for_decision_point(run)}"
+
+    async def run_status(ctx: TurnContext, args: RunRef) -> str:
+        if args.run_id:
+            return await runs.report(args.run_id)
+        return await runs.status(ctx.conversation)
+
+    async def cancel_run(ctx: TurnContext, args: RunRef) -> str:
+        cancelled = await runs.cancel(ctx.conversation, args.run_id)
+        if not cancelled:
+            return "No matching run is executing in this conversation."
+        return f"Cancelled: {', '.join(f'`{r}`' for r in cancelled)}."
+
+    async def ask_user(ctx: TurnContext, args: AskInput) -> str:
+        if args.kind == "choice" and len(args.options) < 2:
+            return "A `choice` question needs at least two `options`."
+        prompt: Prompt = await broker.create(
+            conversation=ctx.conversation,
+            kind=args.kind,
+            question=args.question,
+            options=tuple(args.options),
+            requester=ctx.author_id,
+            purpose="ask_user",
+        )
+        return (
+            f"Asked the user (prompt `{prompt.id}`). Their answer will arrive as a new message; "
+            "end this turn now instead of waiting."
+        )
+
+    return [
+        Tool(
+            "delegate",
+            "Run one agent on one task (a single-node graph) and return its "
+            "result. Use for work one specialist can do alone.",
+            DelegateInput,
+            delegate,
+        ),
+        Tool(
+            "submit_graph",
+            "Submit a dependency graph of agent nodes. Load the orchestration "
+            "guide first. Returns a run id (background) or the run report.",
+            SubmitGraphInput,
+            submit_graph,
+        ),
+        Tool(
+            "load_orchestration_guide",
+            "Load the full orchestration guide (node wiring, "
+            "placeholders, limits). Pinned for the rest of the conversation.",
+            NoInput,
+            load_orchestration_guide,
+        ),
+        Tool(
+            "resolve_exception",
+            "Decide on a suspended node: continue with a message, "
+            "abandon it, or replan with a new graph.",
+            ResolveInput,
+            resolve_exception,
+        ),
+        Tool(
+            "run_status",
+            "Report of one run, or the recent runs of this conversation.",
+            RunRef,
+            run_status,
+        ),
+        Tool(
+            "cancel_run", "Cancel one run, or every run of this conversation.", RunRef, cancel_run
+        ),
+        Tool(
+            "ask_user",
+            "Ask the requester a question (approval, choice or free text) with "
+            "buttons. Do not wait: the answer arrives as a new message.",
+            AskInput,
+            ask_user,
+        ),
+    ]
+
+
+async def host_context(deps: HostToolDeps, ctx: TurnContext) -> str:
+    """Per-turn additions to the Host's system prompt: roster, guide summary or pinned guide."""
+    parts = ["## Agents you can use", deps.registry.roster_text(), "", GUIDE_SUMMARY]
+    if await deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
+        parts += ["", "## Orchestration guide (pinned)", load_guide()]
+    return "\n".join(parts)
