@@ -66,3 +66,8 @@ def parse_plan(text: str) -> dict[str, Any] | None:
         "confirm": confirm,
         "nodes": nodes,
     }
+
+
+def is_plan_line(line: str) -> bool:
+    """True for a node line or a `confirm` line (used to group a multi-line plan)."""
+    return bool(_NODE_LINE.match(line) or _CONFIRM.match(line))

@@ -4,24 +4,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hashlib
 import logging
+import re
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 
+from agents.backends import build_backend
+from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ModelProvider
+from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
+from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from bot.channel import ChannelAdapter
 from bot.settings import Settings
 from host.conversations import ConversationService
+from host.graph.judge import CompletionJudge
+from host.graph.records import RunFiles
+from host.graph.run_store import RunStore
+from host.graph.runs import RunManager, RunSettings
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.outbox import Outbox
-from host.ports import Channel
+from host.ports import Channel, PromptSurface
+from host.prompt_handlers import handle_ask_user, handle_graph_approval
+from host.prompt_model import Prompt
+from host.prompts import PromptBroker
+from host.run_events import ConversationRunEvents
+from host.tools import HostToolDeps, build_host_tools, host_context
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog
+from memory.conversation_log import ConversationLog, ConversationRef
 from memory.store import Store
 
 log = logging.getLogger(__name__)
@@ -38,6 +55,9 @@ class Runtime:
     conversation_log: ConversationLog
     lanes: LaneManager
     provider: ModelProvider
+    registry: AgentRegistry
+    runs: RunManager
+    broker: PromptBroker
     host: HostAgent
     service: ConversationService
     adapters: tuple[ChannelAdapter, ...]
@@ -73,32 +93,121 @@ def validate_environment(settings: Settings) -> None:
         ) from None
 
 
+def workspace_for(home: Path) -> Callable[[ConversationRef], Path]:
+    """Per-conversation agent workspaces under RAVEN_HOME/workspaces/."""
+
+    def workspace(conv: ConversationRef) -> Path:
+        readable = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{conv.platform}-{conv.channel}")[:60]
+        digest = hashlib.sha256(conv.id.encode()).hexdigest()[:10]
+        path = home / "workspaces" / f"{readable}-{digest}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    return workspace
+
+
+def backend_factory(
+    provider: ModelProvider, settings: Settings
+) -> Callable[[AgentEntry], AgentBackend]:
+    """Builds each agent's backend once, on first use."""
+    specialists = default_specialists()
+    built: dict[str, AgentBackend] = {}
+
+    def backend(entry: AgentEntry) -> AgentBackend:
+        if entry.name not in built:
+            built[entry.name] = build_backend(
+                entry,
+                provider=provider,
+                specialists=specialists,
+                max_iterations=settings.max_iterations,
+                max_tokens=settings.max_tokens,
+            )
+        return built[entry.name]
+
+    return backend
+
+
 async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
     """Collect → validate → bind → start → freeze."""
     # Collect and validate.
     validate_environment(settings)
+    home = settings.home
+    try:
+        registry = load_registry(home / "agents.toml")
+    except RegistryError as exc:
+        raise RuntimeError(str(exc)) from None
     provider = build_provider(settings)
     adapters = tuple(factory() for factory in adapter_factories)
     platforms = [a.platform for a in adapters]
     if len(set(platforms)) != len(platforms):
         raise RuntimeError(f"two adapters for one platform: {platforms}")
-    # Bind.
-    store = Store(settings.home / "raven.db")
+    # Bind. Closures below refer to parts assigned later in this function; nothing runs
+    # until `serve`, by which time every name is bound and the generation is frozen.
+    store = Store(home / "raven.db")
     conversation_log = ConversationLog(store)
     channels: MappingProxyType[str, Channel] = MappingProxyType({a.platform: a for a in adapters})
     outbox = Outbox(conversation_log, channels)
+    run_store = RunStore(store)
+    events = ConversationRunEvents(run_store)
+    runs = RunManager(
+        store=run_store,
+        files=RunFiles(home / "runs"),
+        registry=registry,
+        judge=CompletionJudge(provider, timeout=settings.judge_timeout),
+        backend=backend_factory(provider, settings),
+        workspace=workspace_for(home),
+        events=events,
+        host_reachable=not provider.offline,
+        settings=RunSettings(
+            concurrency=settings.graph_concurrency,
+            max_attempts=settings.node_max_attempts,
+            decision_seconds=settings.decision_seconds,
+            dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
+        ),
+    )
+    surfaces: dict[str, PromptSurface] = {
+        a.platform: a for a in adapters if isinstance(a, PromptSurface)
+    }
+
+    async def on_graph_approval(prompt: Prompt) -> None:
+        await handle_graph_approval(prompt, runs, service)
+
+    async def on_ask_user(prompt: Prompt) -> None:
+        await handle_ask_user(prompt, service)
+
+    broker = PromptBroker(
+        store,
+        surfaces=MappingProxyType(surfaces),
+        handlers=MappingProxyType({"graph_approval": on_graph_approval, "ask_user": on_ask_user}),
+        admins=settings.admins,
+        approvers=settings.approvers,
+        default_expiry_seconds=settings.prompt_expiry_seconds,
+    )
+    tool_deps = HostToolDeps(runs=runs, broker=broker, registry=registry)
+    host = HostAgent(
+        provider,
+        ToolRegistry[TurnContext](build_host_tools(tool_deps)),
+        max_iterations=settings.max_iterations,
+        max_tokens=settings.max_tokens,
+        context=functools.partial(host_context, tool_deps),
+    )
+
+    async def cancel_prompts(conversation_id: str) -> None:
+        await broker.cancel_conversation(ConversationRef.parse(conversation_id))
+
     lanes = LaneManager(
         user_pool=settings.user_pool,
         system_pool=settings.system_pool,
         idle_seconds=settings.lane_idle_seconds,
         queue_cap=settings.lane_queue_cap,
+        stop_hooks=(runs.stop_conversation, cancel_prompts),
     )
-    host = HostAgent(
-        provider,
-        ToolRegistry[TurnContext](),
-        max_iterations=settings.max_iterations,
-        max_tokens=settings.max_tokens,
-    )
+
+    async def status_extra(conv: ConversationRef) -> str:
+        pending = await broker.pending(conv)
+        prompts = "\n".join(f"- prompt `{p.id}` waiting: {p.question[:80]}" for p in pending)
+        return "\n".join(filter(None, [await runs.status(conv), prompts]))
+
     service = ConversationService(
         conversation_log=conversation_log,
         lanes=lanes,
@@ -106,7 +215,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         outbox=outbox,
         dedup_ttl_seconds=settings.dedup_ttl_seconds,
         history_messages=settings.history_messages,
+        broker=broker,
+        status_extra=status_extra,
+        background_idle=runs.idle,
     )
+    events.bind(service, runs)
     for adapter in adapters:
         bind = getattr(adapter, "bind", None)
         if callable(bind):
@@ -116,12 +229,18 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     interrupted = await conversation_log.interrupt_running()
     if interrupted:
         log.warning("%d turn(s) were interrupted by the last shutdown", len(interrupted))
+    interrupted_runs = await run_store.interrupt_unfinished()
+    if interrupted_runs:
+        log.warning("%d graph run(s) were interrupted by the last shutdown", len(interrupted_runs))
     return Runtime(
         settings=settings,
         store=store,
         conversation_log=conversation_log,
         lanes=lanes,
         provider=provider,
+        registry=registry,
+        runs=runs,
+        broker=broker,
         host=host,
         service=service,
         adapters=adapters,
@@ -141,9 +260,12 @@ async def serve(runtime: Runtime) -> int:
     exit_code = 0
     serving: set[asyncio.Task[None]] = set()
     stopper = asyncio.create_task(stop.wait(), name="stop-signal")
+    expiry = asyncio.create_task(runtime.broker.run_expiry_loop(stop_expiry := asyncio.Event()))
     try:
+        await runtime.broker.recover()
         for adapter in runtime.adapters:
             await runtime.service.recover(adapter.platform)
+            await report_interrupted_runs(runtime, adapter.platform)
         serving = {
             asyncio.create_task(a.serve(), name=f"serve-{a.platform}") for a in runtime.adapters
         }
@@ -161,6 +283,8 @@ async def serve(runtime: Runtime) -> int:
                     stop.set()
     finally:
         stopper.cancel()
+        stop_expiry.set()
+        await asyncio.wait({expiry})
         await asyncio.shield(shutdown(runtime, serving))
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -168,9 +292,26 @@ async def serve(runtime: Runtime) -> int:
     return exit_code
 
 
+async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
+    """Tell each conversation about its runs a restart interrupted (once)."""
+    for run in await runtime.runs.store.unreported_interrupted_runs():
+        if run.conversation.platform != platform:
+            continue
+        report = await runtime.runs.report(run.id)
+        text = (
+            f"⚠️ A restart interrupted run `{run.id}`. Completed nodes are kept and can be "
+            f"reused by id; nodes that were running are marked interrupted.\n\n{report}"
+        )
+        await runtime.service.notify(
+            run.conversation, text, idempotency_key=f"run:{run.id}:interrupted"
+        )
+        await runtime.runs.store.mark_reported(run.id)
+
+
 async def shutdown(runtime: Runtime, serving: set[asyncio.Task[None]] = frozenset()) -> None:  # type: ignore[assignment]
     """Drain lanes within the grace period, then close adapters, the provider and the store."""
     await runtime.lanes.drain(runtime.settings.shutdown_grace)
+    await runtime.runs.shutdown()
     for adapter in runtime.adapters:
         try:
             await adapter.close()

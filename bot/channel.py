@@ -8,6 +8,7 @@ from typing import Protocol
 from host.conversations import TurnOutcome
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import Channel
+from memory.conversation_log import ConversationRef
 
 __all__ = [
     "Attachment",
@@ -24,6 +25,10 @@ class Inbox(Protocol):
 
     async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
         """Persist and dedup the message and start its turn (None: nothing to wait for)."""
+        ...
+
+    async def quiesce(self, conv: ConversationRef) -> None:
+        """Wait until the conversation has no turn, queued turn or graph run left."""
         ...
 
 

@@ -109,6 +109,37 @@ class Settings(BaseSettings):
         description="How long an inbound event id is remembered to drop redeliveries.",
     )
 
+    graph_concurrency: int = Field(
+        default=4,
+        gt=0,
+        validation_alias="RAVEN_GRAPH_CONCURRENCY",
+        description="Nodes running at once per conversation (graphs and delegations together).",
+    )
+    node_max_attempts: int = Field(
+        default=3,
+        gt=0,
+        validation_alias="RAVEN_NODE_MAX_ATTEMPTS",
+        description="Attempts per graph node (the first plus continuations).",
+    )
+    decision_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        validation_alias="RAVEN_DECISION_SECONDS",
+        description="How long a suspended node waits for a Host decision before it fails.",
+    )
+    dispatch_budget_per_hour: int = Field(
+        default=200,
+        gt=0,
+        validation_alias="RAVEN_DISPATCH_BUDGET_PER_HOUR",
+        description="Graph nodes and delegations one conversation may dispatch per hour.",
+    )
+    judge_timeout: float = Field(
+        default=90.0,
+        gt=0,
+        validation_alias="RAVEN_JUDGE_TIMEOUT",
+        description="Seconds the completion judge may take before the availability fallback.",
+    )
+
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias="SLACK_BOT_TOKEN", description="Slack bot token (xoxb-)."
     )

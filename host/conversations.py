@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -15,12 +15,15 @@ from host.host_agent import HostAgent
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage
 from host.outbox import Outbox
+from host.prompts import PromptBroker
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, ConversationRef
 
 log = logging.getLogger(__name__)
 
 ControlWord = Literal["stop", "status", "help"]
+SYSTEM_AUTHOR = "raven-system"
+SYSTEM_NAME = "raven (system)"
 _CONTROL = re.compile(r"^\s*(stop|status|help)\s*[.!?]*\s*$", re.IGNORECASE)
 
 HELP_TEXT = """\
@@ -59,6 +62,9 @@ class ConversationService:
         dedup_ttl_seconds: float,
         history_messages: int = 40,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
+        broker: PromptBroker | None = None,
+        status_extra: Callable[[ConversationRef], Awaitable[str]] | None = None,
+        background_idle: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._log = conversation_log
         self._lanes = lanes
@@ -67,6 +73,9 @@ class ConversationService:
         self._ttl = dedup_ttl_seconds
         self._history = history_messages
         self._new_id = new_id
+        self._broker = broker
+        self._status_extra = status_extra
+        self._background_idle = background_idle
 
     async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
         """Persist and dedup `msg`, then start its turn; None for a duplicate or a control word.
@@ -90,17 +99,30 @@ class ConversationService:
     async def _dispatch(
         self, msg: InboundMessage, message_id: int
     ) -> asyncio.Future[TurnOutcome] | None:
-        word = control_word(msg.text)
+        system = msg.author_id == SYSTEM_AUTHOR
+        word = None if system else control_word(msg.text)
         if word is not None:
             await self._log.mark_handled(message_id)
             await self._control(word, msg)
             return None
+        if not system and self._broker is not None:
+            # A typed reply to a pending prompt answers it instead of starting a turn.
+            outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
+            if outcome is not None:
+                await self._log.mark_handled(message_id)
+                if outcome.status != "accepted" and not outcome.notified:
+                    await self._outbox.send(
+                        msg.conversation,
+                        f"⚠️ {outcome.message}",
+                        idempotency_key=f"prompt-reply:{message_id}",
+                    )
+                return None
         turn_id = self._new_id()
         try:
             return self._lanes.submit(
                 msg.conversation.id,
                 lambda: self._run_turn(msg, message_id, turn_id),
-                kind="user",
+                kind="system" if system else "user",
                 label=f"turn {turn_id} for {msg.author_name}",
             )
         except (LaneBusy, LanesClosed) as exc:
@@ -114,15 +136,25 @@ class ConversationService:
         conv = msg.conversation
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
+        system = msg.author_id == SYSTEM_AUTHOR
         await self._log.start_turn(
             conv,
             turn_id=turn_id,
-            kind="user",
+            kind="system" if system else "user",
             author_id=msg.author_id,
             author_name=msg.author_name,
             inbound_message_id=message_id,
         )
-        ctx = TurnContext(conv, turn_id, msg.author_id, msg.author_name)
+        ctx = TurnContext(
+            conv, turn_id, msg.author_id, msg.author_name, "system" if system else "user"
+        )
+        if system and self._host.provider.offline:
+            # No model to synthesise from a report: the report itself is the reply.
+            await self._log.finish_turn(turn_id, status="completed")
+            await self._outbox.send(
+                conv, msg.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+            )
+            return TurnOutcome(turn_id, "completed", msg.text)
         try:
             reply = await self._host.run_turn(
                 ctx, text=msg.text, history=history, thread_context=msg.context
@@ -166,6 +198,8 @@ class ConversationService:
             status = self._lanes.status(conv.id)
             running = status.running or "nothing"
             text = f"**Status**: running {running}; {status.queued} request(s) queued."
+            if self._status_extra is not None:
+                text = f"{text}\n{await self._status_extra(conv)}"
         else:
             text = HELP_TEXT
         await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
@@ -189,6 +223,51 @@ class ConversationService:
             log.info("resuming message %s accepted before the restart", message_id)
             await self._dispatch(msg, message_id)
 
-    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> None:
-        """Post a proactive message into a conversation (persisted first)."""
-        await self._outbox.send(conv, text, idempotency_key=idempotency_key)
+    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+        """Post a proactive message into a conversation (persisted first); return its id."""
+        return await self._outbox.send(conv, text, idempotency_key=idempotency_key)
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        """Edit an earlier message of the bot (one status message per run)."""
+        await self._outbox.edit(conv, message_id, text, key=key)
+
+    async def quiesce(self, conv: ConversationRef) -> None:
+        """Wait until the conversation's lane is empty and its graph runs have ended.
+
+        Two quiet checks in a row are required: a run that just ended queues its report turn.
+        """
+        quiet = 0
+        while quiet < 2:
+            if self._background_idle is not None:
+                await self._background_idle(conv.id)
+            status = self._lanes.status(conv.id)
+            quiet = quiet + 1 if status.running is None and status.queued == 0 else 0
+            await asyncio.sleep(0.05)
+
+    async def system_turn(self, conv: ConversationRef, text: str, *, key: str) -> None:
+        """A proactive turn (run report, wake-up) in the conversation's own lane and history.
+
+        Recorded like an inbound message first, so it survives a crash and runs once.
+        """
+        msg = InboundMessage(
+            platform=conv.platform,
+            workspace=conv.workspace,
+            channel=conv.channel,
+            thread=conv.thread,
+            message_id=key[:128],
+            author_id=SYSTEM_AUTHOR,
+            author_name=SYSTEM_NAME,
+            text=text[:40_000],
+            event_id=f"system:{key}"[:256],
+        )
+        message_id = await self._log.claim_inbound(
+            conv,
+            event_keys=msg.dedup_keys,
+            ttl_seconds=self._ttl,
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            text=msg.text,
+            payload=msg.model_dump_json(),
+        )
+        if message_id is not None:
+            await self._dispatch(msg, message_id)

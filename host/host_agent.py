@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from agents.loop import AgentLoop, LoopResult
@@ -44,12 +44,14 @@ class HostAgent:
         max_iterations: int = 40,
         max_tokens: int = 4096,
         system_prompt: str = HOST_SYSTEM_PROMPT,
+        context: Callable[[TurnContext], Awaitable[str]] | None = None,
     ) -> None:
         self._loop: AgentLoop[TurnContext] = AgentLoop(
             provider, max_iterations=max_iterations, max_tokens=max_tokens
         )
         self._tools = tools
         self._system = system_prompt
+        self._context = context
         self.provider = provider
 
     async def run_turn(
@@ -62,9 +64,10 @@ class HostAgent:
     ) -> HostReply:
         """Answer `text` from `ctx.author` given the earlier conversation."""
         messages = build_messages(history, ctx, text, thread_context)
-        result = await self._loop.run(
-            system=self._system, messages=messages, tools=self._tools, ctx=ctx
-        )
+        system = self._system
+        if self._context is not None:
+            system = f"{system}\n{await self._context(ctx)}"
+        result = await self._loop.run(system=system, messages=messages, tools=self._tools, ctx=ctx)
         answer = result.text or "(The model returned an empty answer.)"
         return HostReply(text=answer, loop=result)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 
@@ -22,6 +23,8 @@ class Outbox:
     def __init__(self, conversation_log: ConversationLog, channels: Mapping[str, Channel]) -> None:
         self._log = conversation_log
         self._channels = channels
+        # One in-flight send per idempotency key, so concurrent callers cannot double-post.
+        self._inflight: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     async def send(
         self,
@@ -35,6 +38,19 @@ class Outbox:
 
         Returns the platform message id, or None when no channel serves the platform.
         """
+        lock, users = self._inflight.setdefault(idempotency_key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                return await self._send_once(conv, text, idempotency_key, turn_id)
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._inflight.pop(idempotency_key, None)
+
+    async def _send_once(
+        self, conv: ConversationRef, text: str, idempotency_key: str, turn_id: str | None
+    ) -> str | None:
         record = await self._log.record_outbound(
             conv, idempotency_key=idempotency_key, text=text, turn_id=turn_id
         )
@@ -43,6 +59,16 @@ class Outbox:
         return await self._deliver(
             conv, OutboundMessage(text=record.text, idempotency_key=idempotency_key)
         )
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        """Replace the text of an earlier message (status messages); failures are logged."""
+        channel = self._channels.get(conv.platform)
+        if channel is None:
+            return
+        try:
+            await channel.edit(conv, message_id, OutboundMessage(text=text, idempotency_key=key))
+        except Exception as exc:
+            log.warning("editing %s in %s failed: %s", message_id, conv.id, exc)
 
     async def redeliver_pending(self, platform: str) -> int:
         """Send messages recorded as pending before a crash; return how many went out."""

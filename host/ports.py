@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from host.messages import OutboundMessage
 from host.prompt_model import Prompt
@@ -30,6 +30,7 @@ class Channel(Protocol):
         ...
 
 
+@runtime_checkable
 class PromptSurface(Protocol):
     """How a platform shows prompts (buttons, modals, numbered choices) and their outcome."""
 

@@ -27,6 +27,14 @@ class ConversationRef:
         """The stable conversation id used as key everywhere."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
 
+    @classmethod
+    def parse(cls, conversation_id: str) -> ConversationRef:
+        """Inverse of `id` (platform ids never contain ':')."""
+        parts = conversation_id.split(":", 3)
+        if len(parts) != 4:
+            raise ValueError(f"not a conversation id: {conversation_id!r}")
+        return cls(*parts)
+
 
 @dataclass(frozen=True)
 class LoggedMessage:

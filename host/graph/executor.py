@@ -8,19 +8,19 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
-from agents.models.types import Usage
+from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
 from host.graph.model import TERMINAL_STATES, NodeSpec, NodeState
 from host.graph.records import RunFiles
-from host.graph.render import Artifact, render_prompt
+from host.graph.render import Artifact, RenderError, render_prompt
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,16 @@ class GraphRun:
         self._unsettled: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._previous_output: dict[str, str] = {}
+        # Nodes whose last attempt was recorded in their instance's session (a continuation
+        # can then send the Host's message alone).
+        self._in_session: set[str] = set()
         self._wake = asyncio.Event()
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
+        # Set once the run is being cancelled: nothing new starts and the canceller finishes it.
         self._stopping = False
+        self._stop_label = "cancelled"
+        self._finishing = False
         # Set by `halt()` at shutdown: leave the records as they are (running) so the next
         # start marks them interrupted and reports it, exactly as after a crash.
         self._halting = False
@@ -117,6 +123,8 @@ class GraphRun:
 
     def ready(self) -> list[str]:
         """Eq. 31: pending, not submitted, every in-graph predecessor completed and settled."""
+        if self._stopping or self._halting:
+            return []
         ready = []
         for node_id in self.graph.order:
             node = self.nodes[node_id]
@@ -137,7 +145,7 @@ class GraphRun:
     async def run(self) -> None:
         """Schedule until every node settled (suspended nodes wait for a decision)."""
         try:
-            while True:
+            while not self._halting:
                 await self._expire_decisions()
                 for node_id in self.ready():
                     self._submitted.add(node_id)
@@ -166,6 +174,7 @@ class GraphRun:
     async def halt(self) -> None:
         """Shutdown: stop executing without rewriting records (the restart reports them)."""
         self._halting = True
+        self._wake.set()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -184,7 +193,13 @@ class GraphRun:
 
     async def resolve_abandon(self, node_id: str) -> None:
         """Fail a suspended node and skip its dependents."""
-        await self._set(node_id, "failed", error="abandoned by the Host", deadline=None)
+        await self._set(
+            node_id,
+            "failed",
+            error="abandoned by the Host",
+            deadline=None,
+            finished_at=self._deps.clock(),
+        )
         await self._skip_dependents(node_id)
         self._wake.set()
 
@@ -192,8 +207,8 @@ class GraphRun:
 
     async def _attempt(self, node_id: str) -> None:
         spec = self.graph.node(node_id)
-        record = self.nodes[node_id]
         entry = self._deps.agent(spec.agent)
+        report: str | None = None
         try:
             lock = (
                 self._capacity.instance_lock(spec.instance)
@@ -201,13 +216,29 @@ class GraphRun:
                 else contextlib.nullcontext()
             )
             async with lock, self._capacity.semaphore:
+                record = self.nodes[node_id]
                 if entry is None or not entry.enabled:
                     await self._fail(node_id, f"agent `{spec.agent}` is no longer available")
-                    return
-                await self._execute(spec, record, entry)
+                else:
+                    report = await self._execute(spec, record, entry)
+            # Settled, slot and instance released: successors may start right away, before
+            # the (possibly slow) announcements below.
+            self._wake.set()
+            if report is not None:
+                await self._announce(self._deps.events.exception(self, node_id, report))
+            await self._announce(self._deps.events.progress(self))
         except asyncio.CancelledError:
-            if not self._halting and self.nodes[node_id].state in {"running", "pending"}:
-                await asyncio.shield(self._set(node_id, "cancelled", error="cancelled"))
+            # Only a started node is cancelled; one still queued for a slot stays pending and
+            # is skipped by `_cancel_all` (paper §3.2: stopping skips pending nodes).
+            if not self._halting and self.nodes[node_id].state == "running":
+                await asyncio.shield(
+                    self._set(
+                        node_id,
+                        "cancelled",
+                        error=self._stop_label,
+                        finished_at=self._deps.clock(),
+                    )
+                )
             raise
         except Exception as exc:
             log.exception("node %s of run %s crashed", node_id, self.id)
@@ -218,37 +249,50 @@ class GraphRun:
             self._tasks.pop(node_id, None)
             self._wake.set()
 
-    async def _execute(self, spec: NodeSpec, record: NodeRecord, entry: AgentEntry) -> None:
+    async def _execute(self, spec: NodeSpec, record: NodeRecord, entry: AgentEntry) -> str | None:
+        """One attempt; returns the exception report when the node was suspended."""
         node_id = spec.id
         attempt = record.attempts + 1
         started = self._deps.clock()
         await self._set(node_id, "running", attempts=attempt, started_at=started)
-        await self._deps.events.progress(self)
-        prompt = self._render(spec, entry)
-        history = []
-        continuation = record.continuation
+        await self._announce(self._deps.events.progress(self))
+        try:
+            prompt = self._render(spec, entry)
+        except RenderError as exc:
+            await self._fail(node_id, f"the prompt could not be rendered: {exc}")
+            return None
+        history: list[Message] = []
         if spec.instance:
             loaded = await self._deps.store.load_instance(self.conversation_id, spec.instance)
             history = loaded[1] if loaded is not None else []
-        if continuation and not (entry.stateful and spec.instance):
-            # A stateless agent gets its prompt, its previous result and the message.
-            previous = self._previous_output.get(node_id, "(no output was recorded)")
-            prompt = (
-                f"{prompt}\n\n---\nYour previous attempt returned:\n{previous}\n\n---\n"
-                f"Message from the Host about that attempt:\n{continuation}"
-            )
-            continuation = None
-        elif continuation and not history:
-            prompt = f"{prompt}\n\n---\nMessage from the Host:\n{continuation}"
-            continuation = None
+        continuation = record.continuation
+        # What this attempt asks for, as recorded in prompt.md and read by the judge.
+        request = prompt
+        if continuation is not None:
+            if entry.stateful and spec.instance and node_id in self._in_session:
+                # The session holds the previous attempt: the message alone continues it.
+                request = (
+                    f"{prompt}\n\n---\nMessage from the Host (sent as a continuation of the "
+                    f"session):\n{continuation}"
+                )
+            else:
+                # A stateless agent (or a session that never recorded the previous attempt)
+                # gets its prompt, its previous result and the message.
+                previous = self._previous_output.get(node_id, "(no output was recorded)")
+                prompt = (
+                    f"{prompt}\n\n---\nYour previous attempt returned:\n{previous}\n\n---\n"
+                    f"Message from the Host about that attempt:\n{continuation}"
+                )
+                request = prompt
+                continuation = None
         files = self._deps.files
-        files.write_prompt(self.id, node_id, attempt, prompt)
+        files.write_prompt(self.id, node_id, attempt, request)
         task = AgentTask(
             node_id=node_id,
             agent=entry,
             prompt=prompt,
             workspace=self._deps.workspace,
-            history=history,
+            history=list(history),
             continuation=continuation,
             on_progress=None,
             ask=None,
@@ -256,13 +300,21 @@ class GraphRun:
         outcome = await self._call_backend(entry, task)
         output_path = files.write_output(self.id, node_id, attempt, outcome.output)
         files.write_transcript(self.id, node_id, attempt, outcome.transcript)
-        if spec.instance and outcome.history:
-            await self._deps.store.save_instance(
-                self.conversation_id, spec.instance, entry.name, outcome.history
-            )
+        if spec.instance:
+            if len(outcome.history) > len(history):
+                self._in_session.add(node_id)
+            else:
+                self._in_session.discard(node_id)
+            if outcome.history:
+                await self._deps.store.save_instance(
+                    self.conversation_id, spec.instance, entry.name, outcome.history
+                )
         self._unsettled.add(node_id)
-        verdict = await self._verdict(prompt, outcome)
-        self._previous_output[node_id] = outcome.output
+        verdict = await self._verdict(request, outcome)
+        if outcome.output or not outcome.error:
+            self._previous_output[node_id] = outcome.output or "(empty output)"
+        else:
+            self._previous_output[node_id] = f"(no output; the call failed: {outcome.error})"
         accounting = {
             "model_calls": record.model_calls + outcome.model_calls,
             "input_tokens": record.input_tokens + outcome.usage.input_tokens,
@@ -273,6 +325,7 @@ class GraphRun:
             "verdict": verdict.as_dict(),
             "continuation": None,
         }
+        report: str | None = None
         if verdict.accomplished:
             await self._set(
                 node_id,
@@ -299,8 +352,7 @@ class GraphRun:
                     deadline=deadline,
                     **accounting,
                 )
-                self._unsettled.discard(node_id)
-                await self._deps.events.exception(self, node_id, self.exception_report(node_id))
+                report = self.exception_report(node_id)
             else:
                 await self._set(
                     node_id,
@@ -312,7 +364,7 @@ class GraphRun:
                 )
                 await self._skip_dependents(node_id)
         self._unsettled.discard(node_id)
-        await self._deps.events.progress(self)
+        return report
 
     async def _call_backend(self, entry: AgentEntry, task: AgentTask) -> AgentOutcome:
         started = time.monotonic()
@@ -449,6 +501,8 @@ class GraphRun:
             )
             for d in skipped:
                 self.nodes[d] = _replace(self.nodes[d], state="skipped", error=error)
+            self.changed.set()
+            self._write_manifest()
 
     async def _expire_decisions(self) -> None:
         now = self._deps.clock()
@@ -462,21 +516,26 @@ class GraphRun:
                     finished_at=now,
                 )
                 await self._skip_dependents(node.node_id)
-                await self._deps.events.progress(self)
+                await self._announce(self._deps.events.progress(self))
 
     async def _fail(self, node_id: str, error: str) -> None:
         await self._set(node_id, "failed", error=error, finished_at=self._deps.clock())
         await self._skip_dependents(node_id)
 
     async def _cancel_all(self, reason: str, *, superseded: bool = False) -> None:
+        if self.done.is_set():
+            return
+        # Stays set: from here on nothing starts, and only this call finishes the run (the
+        # scheduler loop could otherwise finish it concurrently with the wrong final state).
         self._stopping = True
+        label = "superseded by a replan" if superseded else reason
+        self._stop_label = label
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
         now = self._deps.clock()
-        label = "superseded by a replan" if superseded else reason
         for node in list(self.nodes.values()):
             if node.state in {"running", "exception"}:
                 state: NodeState = (
@@ -485,12 +544,12 @@ class GraphRun:
                 await self._set(node.node_id, state, error=label, finished_at=now, deadline=None)
             elif node.state == "pending":
                 await self._set(node.node_id, "skipped", error=label, finished_at=now)
-        self._stopping = False
         await self._finish(state="superseded" if superseded else "cancelled")
 
     async def _finish(self, state: str | None = None) -> None:
-        if self.done.is_set():
+        if self.done.is_set() or self._finishing:
             return
+        self._finishing = True
         states = {n.state for n in self.nodes.values()}
         final = state or ("completed" if states == {"completed"} else "failed")
         await self._deps.store.set_run_state(self.id, final, finished=True)  # type: ignore[arg-type]
@@ -498,7 +557,17 @@ class GraphRun:
         self._write_manifest()
         self.done.set()
         self.changed.set()
-        await self._deps.events.finished(self)
+        await self._announce(self._deps.events.finished(self))
+
+    async def _announce(self, call: Awaitable[None]) -> None:
+        # Records are committed before any announcement; a failing announcement (a chat API
+        # error) must not turn a settled node into a failed one or crash the run.
+        try:
+            await call
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("announcing progress of run %s failed", self.id)
 
     def _write_manifest(self) -> None:
         manifest = {

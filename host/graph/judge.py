@@ -105,8 +105,8 @@ class CompletionJudge:
         if self._provider.offline:
             return _fallback(error, "the judge needs a model (offline mode)")
         body = (
-            f"<task>\n{prompt[-self._output_chars :]}\n</task>\n\n"
-            f'<output truncated="{str(truncated).lower()}">\n{output[: self._output_chars]}\n'
+            f"<task>\n{_clip(prompt, self._output_chars)}\n</task>\n\n"
+            f'<output truncated="{str(truncated).lower()}">\n{_clip(output, self._output_chars)}\n'
             "</output>\n\n"
             f'<transcript_tail complete="{str(transcript_complete).lower()}">\n'
             f"{transcript[-self._tail :]}\n</transcript_tail>"
@@ -146,6 +146,20 @@ class CompletionJudge:
             calls=1,
             tokens=tokens,
         )
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters, keeping its head and its tail.
+
+    The task's instructions open a prompt and an answer's conclusion often closes an output,
+    so cutting either end alone can hide what the judge most needs.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    omitted = len(text) - limit
+    return f"{text[:head]}\n…[{omitted} characters omitted]…\n{text[len(text) - tail :]}"
 
 
 def _tokens(usage: Usage) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from host.graph.render import fence, new_marker
+from host.graph.render import fence, new_marker, untrusted_preface
 from host.graph.run_store import NodeRecord, RunRecord
 
 TERMINAL_OUTPUT_CAP = 3000
@@ -60,7 +60,7 @@ def run_report(
     counts = Counter(n.state for n in nodes)
     summary = ", ".join(
         f"{counts[s]} {s}"
-        for s in ("completed", "failed", "cancelled", "skipped", "exception")
+        for s in ("completed", "failed", "cancelled", "skipped", "exception", "running", "pending")
         if counts[s]
     )
     lines = [
@@ -73,6 +73,8 @@ def run_report(
     depended = {dep for n in nodes for dep in n.deps}
     terminal = [n for n in nodes if n.state == "completed" and n.node_id not in depended]
     marker = new_marker()
+    if terminal:
+        lines.append(f"\n{untrusted_preface(marker)}")
     for node in terminal:
         text = outputs.get(node.node_id, "")
         if len(text) > cap:

@@ -233,14 +233,15 @@ class RunStore:
 
     async def interrupt_unfinished(self) -> list[RunRecord]:
         """After a crash: running nodes → cancelled (interrupted), pending → skipped,
-        suspended → failed; their runs → interrupted. Completed nodes stay reusable."""
+        suspended → failed; their runs → interrupted. Completed nodes stay reusable.
+
+        Every run still recorded as `running` is interrupted, including one whose nodes all
+        settled but whose end was never recorded (its report was never delivered either).
+        Runs awaiting approval keep their pending nodes.
+        """
         now = self._clock()
         async with self._store.transaction() as db:
-            cur = await db.execute(
-                "SELECT id FROM graph_runs WHERE state IN ('running', 'awaiting_approval')"
-                " AND id IN (SELECT run_id FROM graph_nodes WHERE state IN"
-                " ('pending', 'running', 'exception'))"
-            )
+            cur = await db.execute("SELECT id FROM graph_runs WHERE state = 'running'")
             run_ids = [r[0] for r in await cur.fetchall()]
             for run_id in run_ids:
                 await db.execute(
@@ -251,8 +252,8 @@ class RunStore:
                 )
                 await db.execute(
                     "UPDATE graph_nodes SET state = 'failed', error = 'interrupted by a restart"
-                    " while waiting for a decision', finished_at = ? WHERE run_id = ? AND state"
-                    " = 'exception'",
+                    " while waiting for a decision', deadline = NULL, finished_at = ?"
+                    " WHERE run_id = ? AND state = 'exception'",
                     (now, run_id),
                 )
                 await db.execute(
@@ -265,11 +266,11 @@ class RunStore:
                 marks = ",".join("?" * len(run_ids))
                 await db.execute(
                     f"UPDATE graph_runs SET state = 'interrupted', finished_at = ?"
-                    f" WHERE id IN ({marks}) AND state = 'running'",
+                    f" WHERE id IN ({marks})",
                     (now, *run_ids),
                 )
         runs = [await self.run(rid) for rid in run_ids]
-        return [r for r in runs if r is not None and r.state == "interrupted"]
+        return [r for r in runs if r is not None]
 
     async def unreported_interrupted_runs(self) -> list[RunRecord]:
         """Interrupted runs whose conversation has not been told yet."""

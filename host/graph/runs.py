@@ -291,9 +291,16 @@ class RunManager:
             result = await self.submit(conv, graph, submitted_by=submitted_by, replaces_run=run_id)
         except AdmissionError as exc:
             return (f"Replan rejected; run `{run_id}` is unchanged. {exc}", None)
-        await run.cancel(superseded=True)
         if result.run is None:
-            return ("The replanned graph needs approval first; the old run was stopped.", None)
+            # Nothing was started (and no approval prompt exists), so stopping the old run here
+            # would leave the task with no run at all: keep it as it is.
+            return (
+                f"The replanned graph sets `confirm`, so it needs the user's approval before it "
+                f"can run; run `{run_id}` is unchanged and node `{node_id}` still waits for a "
+                "decision. Get the user's approval first, then replan without `confirm`.",
+                None,
+            )
+        await run.cancel(superseded=True)
         return (f"Run `{run_id}` replaced by `{result.run.id}`.", result.run)
 
     async def cancel(self, conv: ConversationRef, run_id: str | None = None) -> list[str]:
