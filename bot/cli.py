@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from bot.app import AdapterFactory, build_runtime, serve
 from bot.console.adapter import ConsoleAdapter
@@ -43,6 +44,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Exit code 1 when a required check fails; offline mode is a warning.",
     )
     sub.add_parser("version", help="print the version", description="Print the version.")
+    graph = sub.add_parser(
+        "graph", help="graph tools", description="Check a graph submission file offline."
+    )
+    graph_sub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
+    validate = graph_sub.add_parser(
+        "validate",
+        help="run admission on a graph JSON file",
+        description="Prints `admitted` and exits 0, or the first admission error and exits 2.",
+    )
+    validate.add_argument("file", type=Path, help="graph submission JSON")
+    validate.add_argument(
+        "--agents", type=Path, default=None, help="agents.toml (default: RAVEN_HOME/agents.toml)"
+    )
+    runs = sub.add_parser("runs", help="graph run records", description="Read run records.")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+    runs_sub.add_parser("list", help="recent runs", description="List recent runs, newest first.")
+    show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
+    show.add_argument("run", help="run id (from `raven-bot runs list`)")
     return parser
 
 
@@ -85,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     configure_logging(settings.log_level, _secrets(settings))
+    if command == "graph":
+        from bot.records_cli import validate_graph
+
+        return validate_graph(args.file, args.agents, settings, sys.stdout)
+    if command == "runs":
+        from bot.records_cli import runs_command
+
+        return runs_command(settings, args.runs_command, getattr(args, "run", None))
     if command == "doctor":
         from bot.doctor import doctor
 

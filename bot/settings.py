@@ -45,7 +45,7 @@ class Settings(BaseSettings):
         description="Point the provider at any Anthropic-compatible server (proxy, local).",
     )
     model: str = Field(
-        default="claude-sonnet-4-5",
+        default="claude-sonnet-5",
         validation_alias=AliasChoices("RAVEN_MODEL", "ANTHROPIC_MODEL"),
         description="Model name for the Host and in-process agents.",
     )

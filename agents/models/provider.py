@@ -14,7 +14,7 @@ class ModelProvider(Protocol):
 
     @property
     def name(self) -> str:
-        """A short label for logs and `doctor` (e.g. `anthropic:claude-sonnet-4-5`)."""
+        """A short label for logs and `doctor` (e.g. `anthropic:claude-sonnet-5`)."""
         ...
 
     @property

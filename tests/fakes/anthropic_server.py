@@ -35,7 +35,7 @@ ERROR_TYPES: dict[int, str] = {
 MODELS = [
     {
         "type": "model",
-        "id": "claude-sonnet-4-5",
+        "id": "claude-sonnet-5",
         "display_name": "Claude Sonnet 4.5",
         "created_at": "2025-09-29T00:00:00Z",
         "lifecycle": "active",

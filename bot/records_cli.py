@@ -1,0 +1,94 @@
+"""`raven-bot graph validate` and `raven-bot runs list|show`: offline views of the runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from agents.registry import RegistryError, load_registry
+from bot.settings import Settings
+from host.graph.admission import AdmissionError, admit
+from host.graph.model import AdmissionContext
+from host.graph.records import RunFiles
+from host.graph.report import node_line
+from host.graph.report_loader import load_report
+from host.graph.run_store import RunStore
+from memory.store import Store
+
+
+def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out: TextIO) -> int:
+    """Admission of a graph file against the registry: 0 when admitted, 2 otherwise."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        out.write(f"cannot read {path}: {exc.strerror}\n")
+        return 2
+    try:
+        registry = load_registry(agents_file or settings.home / "agents.toml")
+    except RegistryError as exc:
+        out.write(f"{exc}\n")
+        return 2
+    ctx = AdmissionContext(
+        agents={e.name: e for e in registry.entries()},
+        workspace=path.resolve().parent,
+        approval_collected=True,
+    )
+    try:
+        graph = admit(raw, ctx)
+    except AdmissionError as exc:
+        out.write(f"{exc}\n")
+        return 2
+    note = " (asks for approval before it runs)" if graph.submission.confirm else ""
+    out.write(f"admitted: {len(graph.order)} node(s), order {' → '.join(graph.order)}{note}\n")
+    return 0
+
+
+async def _with_store(settings: Settings) -> tuple[Store, RunStore]:
+    store = Store(settings.home / "raven.db")
+    await store.open()
+    return store, RunStore(store)
+
+
+async def _list(settings: Settings, out: TextIO) -> int:
+    store, runs = await _with_store(settings)
+    try:
+        records = await runs.runs(limit=50)
+        if not records:
+            out.write("No graph runs recorded yet.\n")
+        for run in records:
+            nodes = await runs.nodes_of_run(run.id)
+            done = sum(1 for n in nodes if n.state == "completed")
+            out.write(
+                f"{run.id}  {run.state:<11} {done}/{len(nodes)} completed  "
+                f"{run.conversation.id}  {run.task_summary[:60]}\n"
+            )
+    finally:
+        await store.close()
+    return 0
+
+
+async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
+    store, runs = await _with_store(settings)
+    try:
+        record = await runs.run(run_id)
+        if record is None:
+            out.write(f"No run `{run_id}`; `raven-bot runs list` shows the recorded ones.\n")
+            return 2
+        files = RunFiles(settings.home / "runs")
+        # The report is built from records only; no run executes here.
+        out.write(await load_report(runs, run_id) + "\n\nNodes:\n")
+        for node in await runs.nodes_of_run(run_id):
+            out.write(f"- {node_line(node)}\n  records: {files.node_dir(run_id, node.node_id)}\n")
+    finally:
+        await store.close()
+    return 0
+
+
+def runs_command(settings: Settings, action: str, run_id: str | None) -> int:
+    """Entry for `raven-bot runs list|show RUN`."""
+    if action == "show":
+        assert run_id is not None
+        return asyncio.run(_show(settings, run_id, sys.stdout))
+    return asyncio.run(_list(settings, sys.stdout))

@@ -1,0 +1,212 @@
+"""End to end through the assembled runtime and the real Anthropic SDK against a loopback fake:
+the Host submits a 4-node graph (two parallel research nodes → code → design); the code node
+is judged not accomplished once and continued; the report reaches the conversation; the
+records on disk match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.app import Runtime, build_runtime, shutdown
+from bot.settings import load_settings
+from host.messages import InboundMessage
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import eventually
+
+GRAPH = {
+    "task_summary": "Survey, reproduce and present",
+    "background": True,
+    "nodes": [
+        {
+            "id": "research_alg",
+            "agent": "research",
+            "template": "Survey the algorithms.",
+            "summary": "survey algorithms",
+        },
+        {
+            "id": "research_bench",
+            "agent": "research",
+            "template": "Survey the benchmarks.",
+            "summary": "survey benchmarks",
+        },
+        {
+            "id": "code",
+            "agent": "code",
+            "deps": ["research_alg", "research_bench"],
+            "template": "Reproduce using {{research_alg.output}} and {{research_bench.output}}.",
+            "summary": "reproduce",
+        },
+        {
+            "id": "design",
+            "agent": "design",
+            "deps": ["code"],
+            "template": "Build a page from {{code.output}}.",
+            "summary": "report page",
+        },
+    ],
+}
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content or []:
+        if block.get("type") == "text":
+            parts.append(block["text"])
+        elif block.get("type") == "tool_result":
+            inner = block.get("content")
+            parts.append(inner if isinstance(inner, str) else json.dumps(inner))
+    return "\n".join(parts)
+
+
+class Script:
+    """Answers by role: Host turns, specialists and the judge (requests arrive concurrently)."""
+
+    def __init__(self) -> None:
+        self.judged_code = 0
+        self.host_calls: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else json.dumps(system)
+        last = _text_of(body["messages"][-1])
+        first = _text_of(body["messages"][0])
+        if "You judge whether an agent accomplished" in system_text:
+            if "Reproduce using" in last and self.judged_code == 0:
+                self.judged_code += 1
+                return _tool(
+                    "record_verdict",
+                    {
+                        "accomplished": False,
+                        "category": "missing_user_input",
+                        "missing": "which dataset to use",
+                        "evidence": "asked for a dataset",
+                    },
+                )
+            return _tool("record_verdict", {"accomplished": True, "evidence": "output present"})
+        if "You are Raven, the Host Agent" in system_text:
+            self.host_calls.append(last)
+            if "Exception in run" in last:
+                run_id = last.split("`")[1]
+                return _tool(
+                    "resolve_exception",
+                    {
+                        "run_id": run_id,
+                        "node_id": "code",
+                        "action": "continue",
+                        "message": "Use the public dataset.",
+                    },
+                )
+            if "Run `" in last and "completed" in last and "research_alg" in last:
+                return {"content": "All four nodes completed; the page is ready."}
+            if body["messages"][-1]["role"] == "user" and "tool_result" in json.dumps(
+                body["messages"][-1]
+            ):
+                return {"content": "Working on it."}
+            return _tool("submit_graph", GRAPH)
+        # Specialists: an output that names the task.
+        task = first.splitlines()[0] if first else "task"
+        if "Message from the Host" in first or "Use the public dataset" in last:
+            return {"content": f"Reproduced with the public dataset. ({task})"}
+        return {"content": f"Result for: {task}"}
+
+
+def _tool(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "content": [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{abs(hash(json.dumps(payload)))}",
+                "name": name,
+                "input": payload,
+            }
+        ]
+    }
+
+
+@pytest.fixture
+async def runtime_with_fake(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
+    async with FakeAnthropic() as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        monkeypatch.setenv("RAVEN_MODEL_MAX_RETRIES", "0")
+        adapter = FakeChatAdapter()
+        runtime = await build_runtime(load_settings(), [lambda: adapter])
+        await runtime.broker.recover()
+        yield fake, adapter, runtime
+        await shutdown(runtime)
+
+
+async def test_four_node_graph_with_one_continue(runtime_with_fake: Any) -> None:
+    fake, adapter, runtime = runtime_with_fake
+    runtime: Runtime
+    script = Script()
+    fake.responder = script
+    msg = InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread="T1",
+        message_id="m1",
+        author_id="U1",
+        author_name="alice",
+        text="Survey, reproduce and present it.",
+        event_id="e1",
+    )
+    turn = await runtime.service.accept(msg)
+    assert turn is not None
+    await turn
+    await runtime.service.quiesce(msg.conversation)
+    await eventually(lambda: any("All four nodes completed" in t for t in adapter.texts))
+
+    runs = await runtime.runs.store.runs(msg.conversation.id)
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.state == "completed"
+    nodes = {n.node_id: n for n in await runtime.runs.store.nodes_of_run(run.id)}
+    assert {k: v.state for k, v in nodes.items()} == dict.fromkeys(GRAPH_IDS, "completed")
+    assert nodes["code"].attempts == 2
+    assert nodes["research_alg"].attempts == 1
+    # The report reached the conversation (as the Host's proactive turn), once.
+    assert sum("All four nodes completed" in t for t in adapter.texts) == 1
+    # Records on disk match SQLite.
+    run_dir = run.run_dir
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["state"] == "completed"
+    assert {k: v["state"] for k, v in manifest["nodes"].items()} == {
+        k: v.state for k, v in nodes.items()
+    }
+    graph = json.loads((run_dir / "graph.json").read_text())
+    assert [n["id"] for n in graph["nodes"]] == GRAPH_IDS
+    code_dir = run_dir / "nodes" / "code"
+    for name in (
+        "prompt.1.md",
+        "prompt.2.md",
+        "output.1.md",
+        "output.2.md",
+        "transcript.1.jsonl",
+        "transcript.2.jsonl",
+        "output.md",
+    ):
+        assert (code_dir / name).exists(), name
+    assert "Use the public dataset." in (code_dir / "prompt.2.md").read_text()
+    assert (code_dir / "output.md").read_text() == nodes["code"].output_path.read_text()  # type: ignore[union-attr]
+    design_prompt = (run_dir / "nodes" / "design" / "prompt.md").read_text()
+    assert "Reproduced with the public dataset" in design_prompt
+    assert "<untrusted-data" in design_prompt
+    # The research nodes ran before code; design saw the continued code output.
+    assert nodes["code"].judge_calls == 2
+    # One status message, edited in place.
+    status_posts = [t for t in adapter.texts if t.startswith(f"**Run `{run.id}`**")]
+    assert len(status_posts) == 1
+    assert adapter.edits
+
+
+GRAPH_IDS = ["research_alg", "research_bench", "code", "design"]

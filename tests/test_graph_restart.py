@@ -1,0 +1,124 @@
+"""Crash safety of graph runs and prompts with the real process: kill -9 during a run, restart,
+and check completed nodes stay completed and reusable, the running node is marked interrupted
+and reported, and a pending approval is still answerable. Offline: command-line agents really
+run, so no model is needed. Also the offline console demo of a plan with `confirm`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sqlite3
+from pathlib import Path
+
+from tests.helpers import eventually
+from tests.test_cli_end_to_end import RAVEN, _env, _run
+
+AGENTS_TOML = """
+[agents.echo]
+backend = "cli"
+description = "Echoes its prompt back (test agent)."
+command = ["cat"]
+
+[agents.sleeper]
+backend = "cli"
+description = "Sleeps for a minute (test agent)."
+command = ["sh", "-c", "sleep 60"]
+"""
+
+
+def _write_agents(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "agents.toml").write_text(AGENTS_TOML)
+
+
+def _states(db: Path) -> dict[str, str]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT node_id, state FROM graph_nodes").fetchall())
+
+
+async def test_offline_plan_with_confirm_then_answer_in_a_new_session(isolated_env: Path) -> None:
+    env = _env(isolated_env)
+    plan = b"r1: research: find X\nc1: code: build Y after r1\nconfirm\n"
+    code, out, err = await _run("chat", stdin=plan, env=env)
+    assert code == 0, err
+    assert "[approval] Run this graph?" in out
+    assert "1) Approve   2) Deny" in out
+    assert "nothing runs until they approve" in out
+    assert not (isolated_env / "runs").exists() or not any((isolated_env / "runs").iterdir())
+
+    # The prompt survived the exit; a typed "1" in the next session approves it.
+    code, out, err = await _run("chat", stdin=b"1\n", env=env)
+    assert code == 0, err
+    assert "answered by" in out and "Approve" in out
+    assert "run `run_" in out and "started (2 node(s))" in out
+    assert "failed** — Explicit plan" in out  # the run report
+    assert "needs a language model" in out or "ANTHROPIC_API_KEY" in out
+    assert "`c1` (code) skipped" in out
+
+
+async def test_offline_deny_runs_nothing(isolated_env: Path) -> None:
+    env = _env(isolated_env)
+    await _run("chat", stdin=b"r1: research: find X\nconfirm\n", env=env)
+    code, out, _ = await _run("chat", stdin=b"Deny\n", env=env)
+    assert code == 0
+    assert "Graph not approved (denied by" in out
+    with sqlite3.connect(isolated_env / "raven.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM graph_runs").fetchone() == (0,)
+
+
+async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
+    _write_agents(isolated_env)
+    env = _env(isolated_env)
+    db = isolated_env / "raven.db"
+    proc = await asyncio.create_subprocess_exec(
+        RAVEN,
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    # A pending approval first, then a run whose second node hangs.
+    proc.stdin.write(b"p1: echo: approved later\nconfirm\n\n")
+    await proc.stdin.drain()
+    line = b""
+    while b"Reply with a number" not in line:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    proc.stdin.write(b"a: echo: alpha\nb: sleeper: wait [after a]\nc: echo: gamma [after b]\n\n")
+    await proc.stdin.drain()
+    await eventually(
+        lambda: (
+            db.exists()
+            and _states(db).get("a") == "completed"
+            and _states(db).get("b") == "running"
+        ),
+        within=30,
+    )
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+
+    code, out, err = await _run("chat", stdin=b"1\n", env=env)
+    assert code == 0, err
+    assert "A restart interrupted run" in out
+    states = _states(db)
+    assert states["a"] == "completed"
+    assert states["b"] == "cancelled"
+    assert states["c"] == "skipped"
+    with sqlite3.connect(db) as conn:
+        error = conn.execute("SELECT error FROM graph_nodes WHERE node_id = 'b'").fetchone()[0]
+    assert "interrupted" in error
+    # The approval made before the crash was answered after it, and its graph ran.
+    assert "answered by" in out
+    assert states["p1"] == "completed"
+
+    # A later graph reuses the completed node by reference, without running it again.
+    code, out, err = await _run("chat", stdin=b"d: echo: reuse {{a.output}} [after a]\n", env=env)
+    assert code == 0, err
+    states = _states(db)
+    assert states["d"] == "completed"
+    run_dir = next((isolated_env / "runs").glob("*/nodes/d"))
+    assert "alpha" in (run_dir / "prompt.md").read_text()
+    assert "alpha" in (run_dir / "output.md").read_text()
+    # The interruption is reported once only.
+    assert "A restart interrupted run" not in out
