@@ -408,6 +408,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _load() -> str:
+    """1/5/15-minute load averages (other work on the machine skews every figure)."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def fsync_probe(scratch: Path, count: int = 50) -> float:
     """Milliseconds per `atomic_write` of 1 KB (write + fsync + rename) in the scratch dir."""
     folder = scratch / "probe"
@@ -429,7 +434,7 @@ async def bench(sizes: Sequence[int], concurrency: Sequence[int], seed: int, *, 
     try:
         print(
             f"graph scheduler bench: python {platform.python_version()}, "
-            f"{os.cpu_count()} CPU(s), seed {seed}, scratch {scratch}"
+            f"{os.cpu_count()} CPU(s), load {_load()}, seed {seed}, scratch {scratch}"
         )
         print(f"atomic_write probe: {fsync_probe(scratch):.2f} ms per 1 KB record file (fsync)")
         if any(size > MAX_NODES for size in sizes):
@@ -486,7 +491,7 @@ async def bench(sizes: Sequence[int], concurrency: Sequence[int], seed: int, *, 
             print()
             print(table(ZERO_HEADERS, zero_rows))
         print()
-        print(f"total bench time {time.perf_counter() - total:.1f} s")
+        print(f"total bench time {time.perf_counter() - total:.1f} s, load {_load()}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

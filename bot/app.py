@@ -23,10 +23,11 @@ from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from bot.channel import ChannelAdapter
 from bot.settings import Settings
+from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
-from host.graph.run_store import RunStore
+from host.graph.run_store import RunRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
@@ -149,6 +150,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     outbox = Outbox(conversation_log, channels)
     run_store = RunStore(store)
     events = ConversationRunEvents(run_store)
+
+    async def ask_worker_question(run: RunRecord, node_id: str, question: str) -> str:
+        result = await clarifier.ask(run.conversation, run.submitted_by, question, node_id=node_id)
+        return result.answer
+
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
@@ -164,6 +170,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             decision_seconds=settings.decision_seconds,
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
+        ask=ask_worker_question,
     )
     surfaces: dict[str, PromptSurface] = {
         a.platform: a for a in adapters if isinstance(a, PromptSurface)
@@ -183,6 +190,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         approvers=settings.approvers,
         default_expiry_seconds=settings.prompt_expiry_seconds,
     )
+    clarifier = Clarifier(provider, broker, conversation_log)
     tool_deps = HostToolDeps(runs=runs, broker=broker, registry=registry)
     host = HostAgent(
         provider,
@@ -290,6 +298,10 @@ async def serve(runtime: Runtime) -> int:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
     return exit_code
+
+
+async def ignore_decision(prompt: Prompt) -> None:
+    """Decision handler for prompts whose waiter reads the outcome itself."""
 
 
 async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:

@@ -463,6 +463,46 @@ async def test_rejected_replan_leaves_the_run_unchanged(kit: GraphKit) -> None:
     assert await kit.run_store.node(kit.conv.id, "c") is None
 
 
+async def test_resolve_refuses_what_it_cannot_apply(kit: GraphKit) -> None:
+    kit.provider.reject(needle("b"))
+    run = await kit.submit(node("a"), node("b", deps=["a"]))
+    await kit.events.wait_exception("b")
+
+    text, waited = await kit.manager.resolve(
+        kit.conv, run_id="run_nope", node_id="b", action="abandon", submitted_by="U1"
+    )
+    assert (text, waited) == ("Run `run_nope` is not running in this conversation.", None)
+    text, _ = await kit.manager.resolve(
+        OTHER_CONV, run_id=run.id, node_id="b", action="abandon", submitted_by="U1"
+    )
+    assert "is not running in this conversation" in text
+    text = await resolve(kit, run, "a", "abandon")
+    assert text == "Node `a` is not waiting for a decision (state: completed)."
+    text = await resolve(kit, run, "zz", "abandon")
+    assert text == "Node `zz` is not waiting for a decision (state: unknown)."
+    text = await resolve(kit, run, "b", "continue", message="  ")
+    assert "needs a `message`" in text
+    text = await resolve(kit, run, "b", "replan")
+    assert "needs a `graph`" in text
+    assert (await kit.node("b")).state == "exception"
+
+
+async def test_a_prompt_that_cannot_be_rendered_fails_the_node(kit: GraphKit) -> None:
+    notes = kit.workspace / "notes.md"
+    notes.write_text("the notes")
+    gate = kit.backend.gate("a")
+    run = await kit.submit(node("a"), node("b", "Read {{ref:notes.md}}", deps=["a"]))
+    await guarded(kit.backend.started("a").wait())
+    notes.unlink()  # gone between admission and dispatch
+    gate.set()
+    await kit.finished(run)
+
+    b = await kit.node("b")
+    assert b.state == "failed"
+    assert b.error is not None and b.error.startswith("the prompt could not be rendered:")
+    assert kit.backend.calls("b") == 0
+
+
 # --------------------------------------------------------------------------- deadlines
 
 

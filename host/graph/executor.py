@@ -68,6 +68,8 @@ class RunDeps:
     host_reachable: bool
     decision_seconds: float
     clock: Callable[[], float] = time.time
+    # Worker clarifications: (run, node id, question) -> answer; None means nobody to ask.
+    ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None
 
 
 class GraphRun:
@@ -295,7 +297,7 @@ class GraphRun:
             history=list(history),
             continuation=continuation,
             on_progress=None,
-            ask=None,
+            ask=self._asker(node_id),
         )
         outcome = await self._call_backend(entry, task)
         output_path = files.write_output(self.id, node_id, attempt, outcome.output)
@@ -338,7 +340,11 @@ class GraphRun:
             self._artifacts[node_id] = Artifact(node_id, outcome.output, output_path)
             self._write_memory(spec, outcome, verdict, output_path)
         else:
-            problem = outcome.error or f"{verdict.category}: {verdict.missing}".strip(": ")
+            problem = outcome.error or (
+                outcome.output[:300]
+                if outcome.offline
+                else f"{verdict.category}: {verdict.missing}".strip(": ")
+            )
             can_retry = (
                 attempt < record.max_attempts and self._deps.host_reachable and not outcome.offline
             )
@@ -365,6 +371,16 @@ class GraphRun:
                 await self._skip_dependents(node_id)
         self._unsettled.discard(node_id)
         return report
+
+    def _asker(self, node_id: str) -> Callable[[str], Awaitable[str]] | None:
+        ask = self._deps.ask
+        if ask is None:
+            return None
+
+        async def asker(question: str) -> str:
+            return await ask(self.record, node_id, question)
+
+        return asker
 
     async def _call_backend(self, entry: AgentEntry, task: AgentTask) -> AgentOutcome:
         started = time.monotonic()
@@ -505,8 +521,12 @@ class GraphRun:
             self._write_manifest()
 
     async def _expire_decisions(self) -> None:
+        if self._stopping:
+            return
         now = self._deps.clock()
-        for node in list(self.nodes.values()):
+        for node_id in list(self.nodes):
+            # Read afresh each time: a decision may have arrived during the awaits below.
+            node = self.nodes[node_id]
             if node.state == "exception" and node.deadline is not None and node.deadline <= now:
                 await self._set(
                     node.node_id,
@@ -536,7 +556,8 @@ class GraphRun:
         if tasks:
             await asyncio.wait(tasks)
         now = self._deps.clock()
-        for node in list(self.nodes.values()):
+        for node_id in list(self.nodes):
+            node = self.nodes[node_id]
             if node.state in {"running", "exception"}:
                 state: NodeState = (
                     "failed" if superseded and node.state == "exception" else "cancelled"

@@ -127,6 +127,7 @@ class RunStore:
                     run.created_at,
                 ),
             )
+            node_rows = list(nodes)
             await db.executemany(
                 "INSERT INTO graph_nodes (conversation_id, node_id, run_id, agent, instance,"
                 " summary, template, deps, state, max_attempts) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -143,8 +144,13 @@ class RunStore:
                         n.state,
                         n.max_attempts,
                     )
-                    for n in nodes
+                    for n in node_rows
                 ],
+            )
+            # Counted in the same transaction: a crash cannot start nodes without charging them.
+            await db.execute(
+                "INSERT INTO dispatches (conversation_id, at, count) VALUES (?, ?, ?)",
+                (conv.id, run.created_at, len(node_rows)),
             )
 
     async def set_run_state(self, run_id: str, state: RunState, *, finished: bool = False) -> None:

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +22,7 @@ from host.graph.judge import CompletionJudge
 from host.graph.model import AdmissionContext, GraphSubmission
 from host.graph.records import RunFiles
 from host.graph.render import Artifact
-from host.graph.report import run_report
+from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from memory.conversation_log import ConversationRef
 
@@ -67,6 +67,7 @@ class RunManager:
         settings: RunSettings = RunSettings(),
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
+        ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None,
     ) -> None:
         self._store = store
         self._files = files
@@ -79,6 +80,7 @@ class RunManager:
         self._settings = settings
         self._clock = clock
         self._new_id = new_id
+        self._ask = ask
         self._capacity: dict[str, ConversationCapacity] = {}
         self._admission_locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, GraphRun] = {}
@@ -181,7 +183,6 @@ class RunManager:
             for spec in submission.nodes
         }
         await self._store.create_run(record, nodes.values())
-        await self._store.record_dispatch(conv.id, len(nodes))
         self._files.write_graph(run_id, record.submission)
         external = await self._external_artifacts(conv, graph)
         deps = RunDeps(
@@ -195,6 +196,7 @@ class RunManager:
             host_reachable=self._host_reachable,
             decision_seconds=self._settings.decision_seconds,
             clock=self._clock,
+            ask=self._ask,
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run
@@ -246,18 +248,7 @@ class RunManager:
 
     async def report(self, run_id: str) -> str:
         """The run report from the records (works for finished runs after a restart too)."""
-        record = await self._store.run(run_id)
-        if record is None:
-            return f"Unknown run `{run_id}`."
-        nodes = await self._store.nodes_of_run(run_id)
-        outputs = {}
-        for node in nodes:
-            if node.state == "completed" and node.output_path is not None:
-                try:
-                    outputs[node.node_id] = node.output_path.read_text(encoding="utf-8")
-                except OSError:
-                    outputs[node.node_id] = f"(could not read {node.output_path})"
-        return run_report(record, nodes, outputs)
+        return await load_report(self._store, run_id)
 
     async def resolve(
         self,
