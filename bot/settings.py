@@ -153,6 +153,57 @@ class Settings(BaseSettings):
         validation_alias="SLACK_SIGNING_SECRET",
         description="Slack signing secret for the HTTP Events API.",
     )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/",
+        validation_alias="RAVEN_SLACK_API_URL",
+        description="Slack Web API base URL (change only for a proxy or a test server).",
+    )
+    slack_http_host: str = Field(
+        default="0.0.0.0",
+        validation_alias="RAVEN_SLACK_HTTP_HOST",
+        description="Interface the HTTP Events API server listens on.",
+    )
+    slack_http_port: int = Field(
+        default=3000,
+        ge=0,
+        le=65535,
+        validation_alias="RAVEN_SLACK_HTTP_PORT",
+        description="Port of the HTTP Events API server (Request URL points here).",
+    )
+    slack_http_path: str = Field(
+        default="/slack/events",
+        validation_alias="RAVEN_SLACK_HTTP_PATH",
+        description="Path of the HTTP Events API endpoint (events and interactivity).",
+    )
+    slack_thread_replies: bool = Field(
+        default=True,
+        validation_alias="RAVEN_SLACK_THREAD_REPLIES",
+        description="Answer replies in threads the bot is part of without a new mention.",
+    )
+    slack_allow_bots: bool = Field(
+        default=False,
+        validation_alias="RAVEN_SLACK_ALLOW_BOTS",
+        description="Also answer messages from other bots (the bot's own are always ignored).",
+    )
+    dm_enabled: bool = Field(
+        default=True,
+        validation_alias="RAVEN_DM_ENABLED",
+        description="Answer direct messages.",
+    )
+    attachment_max_bytes: int = Field(
+        default=20_000_000,
+        ge=0,
+        validation_alias="RAVEN_ATTACHMENT_MAX_BYTES",
+        description="Largest shared file downloaded into the conversation workspace.",
+    )
+    thread_context_messages: int = Field(
+        default=20,
+        ge=0,
+        le=200,
+        validation_alias="RAVEN_THREAD_CONTEXT_MESSAGES",
+        description="Newest thread messages re-read on each mention for context.",
+    )
+
     discord_token: SecretStr | None = Field(
         default=None, validation_alias="DISCORD_TOKEN", description="Discord bot token."
     )
@@ -198,6 +249,13 @@ class Settings(BaseSettings):
         if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError("use one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
+
+    @field_validator("slack_http_path")
+    @classmethod
+    def _absolute_path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with / (e.g. /slack/events)")
+        return value
 
     @field_validator("anthropic_base_url")
     @classmethod

@@ -18,7 +18,7 @@ from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
-from host.graph.model import TERMINAL_STATES, NodeSpec, NodeState
+from host.graph.model import NodeSpec, NodeState
 from host.graph.records import RunFiles
 from host.graph.render import Artifact, RenderError, render_prompt
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
@@ -288,7 +288,8 @@ class GraphRun:
                 request = prompt
                 continuation = None
         files = self._deps.files
-        files.write_prompt(self.id, node_id, attempt, request)
+        # File writes fsync: off the event loop, so other conversations never stall on them.
+        await asyncio.to_thread(files.write_prompt, self.id, node_id, attempt, request)
         task = AgentTask(
             node_id=node_id,
             agent=entry,
@@ -300,8 +301,12 @@ class GraphRun:
             ask=self._asker(node_id),
         )
         outcome = await self._call_backend(entry, task)
-        output_path = files.write_output(self.id, node_id, attempt, outcome.output)
-        files.write_transcript(self.id, node_id, attempt, outcome.transcript)
+        output_path = await asyncio.to_thread(
+            files.write_output, self.id, node_id, attempt, outcome.output
+        )
+        await asyncio.to_thread(
+            files.write_transcript, self.id, node_id, attempt, outcome.transcript
+        )
         if spec.instance:
             if len(outcome.history) > len(history):
                 self._in_session.add(node_id)
@@ -518,7 +523,6 @@ class GraphRun:
             for d in skipped:
                 self.nodes[d] = _replace(self.nodes[d], state="skipped", error=error)
             self.changed.set()
-            self._write_manifest()
 
     async def _expire_decisions(self) -> None:
         if self._stopping:
@@ -575,7 +579,7 @@ class GraphRun:
         final = state or ("completed" if states == {"completed"} else "failed")
         await self._deps.store.set_run_state(self.id, final, finished=True)  # type: ignore[arg-type]
         self.record = _replace_run(self.record, final)
-        self._write_manifest()
+        await asyncio.to_thread(self._write_manifest)
         self.done.set()
         self.changed.set()
         await self._announce(self._deps.events.finished(self))
@@ -628,8 +632,10 @@ class GraphRun:
         await self._deps.store.update_node(self.conversation_id, node_id, state=state, **fields)
         self.nodes[node_id] = _replace(self.nodes[node_id], state=state, **fields)
         self.changed.set()
-        if state in TERMINAL_STATES or state == "exception":
-            self._write_manifest()
+        # The manifest is a snapshot at decision points and at the end (SQLite is the live
+        # record): rewriting it on every change made large runs quadratic (bench/).
+        if state == "exception":
+            await asyncio.to_thread(self._write_manifest)
 
 
 def _replace(node: NodeRecord, **fields: object) -> NodeRecord:
