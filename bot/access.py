@@ -25,8 +25,9 @@ class AccessPolicy:
         dm_enabled: bool,
     ) -> AccessPolicy:
         """Build from the settings' comma-separated lists."""
-        return cls(frozenset(allowed_users), frozenset(allowed_channels), frozenset(admins),
-                   dm_enabled)
+        return cls(
+            frozenset(allowed_users), frozenset(allowed_channels), frozenset(admins), dm_enabled
+        )
 
     def refusal(self, user_id: str, channel_id: str, *, is_dm: bool) -> str | None:
         """None when allowed, else a short explanation for the refused user."""

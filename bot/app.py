@@ -226,12 +226,15 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         broker=broker,
         status_extra=status_extra,
         background_idle=runs.idle,
+        enrichers=MappingProxyType(
+            {a.platform: a.enrich for a in adapters if callable(getattr(a, "enrich", None))}  # type: ignore[attr-defined]
+        ),
     )
     events.bind(service, runs)
     for adapter in adapters:
         bind = getattr(adapter, "bind", None)
         if callable(bind):
-            bind(service)
+            bind(service, broker)
     # Start: the store first, so a crash's leftovers are marked before anything new runs.
     await store.open()
     interrupted = await conversation_log.interrupt_running()

@@ -27,6 +27,10 @@ class Inbox(Protocol):
         """Persist and dedup the message and start its turn (None: nothing to wait for)."""
         ...
 
+    async def knows(self, conv: ConversationRef) -> bool:
+        """True when the bot already takes part in this conversation."""
+        ...
+
     async def quiesce(self, conv: ConversationRef) -> None:
         """Wait until the conversation has no turn, queued turn or graph run left."""
         ...

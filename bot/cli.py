@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from bot.app import AdapterFactory, build_runtime, serve
+from bot.channel import ChannelAdapter
 from bot.console.adapter import ConsoleAdapter
 from bot.logging_setup import configure_logging
 from bot.settings import Settings, SettingsError, load_settings
@@ -76,11 +80,50 @@ def _secrets(settings: Settings) -> list[str]:
     return [v.get_secret_value() for v in values if v is not None]
 
 
+def slack_adapter(settings: Settings) -> ChannelAdapter:
+    """The Slack adapter from settings (transport chosen by which tokens are set)."""
+    from bot.access import AccessPolicy
+    from bot.app import workspace_for
+    from bot.slack.adapter import SlackAdapter, SlackConfig
+
+    assert settings.slack_bot_token is not None
+    config = SlackConfig(
+        bot_token=settings.slack_bot_token.get_secret_value(),
+        app_token=_secret(settings.slack_app_token),
+        signing_secret=_secret(settings.slack_signing_secret),
+        api_url=settings.slack_api_url,
+        http_host=settings.slack_http_host,
+        http_port=settings.slack_http_port,
+        http_path=settings.slack_http_path,
+        thread_replies=settings.slack_thread_replies,
+        allow_bots=settings.slack_allow_bots,
+        attachment_max_bytes=settings.attachment_max_bytes,
+        thread_context_messages=settings.thread_context_messages,
+    )
+    try:
+        _ = config.transport
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+    policy = AccessPolicy.from_lists(
+        allowed_users=settings.allowed_users,
+        allowed_channels=settings.allowed_channels,
+        admins=settings.admins,
+        dm_enabled=settings.dm_enabled,
+    )
+    return SlackAdapter(config, policy=policy, workspace=workspace_for(settings.home))
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
 def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
     if command == "chat":
         return [ConsoleAdapter]
     factories: list[AdapterFactory] = []
-    # Slack and Discord adapters join here as they are built; with neither, the console.
+    if settings.slack_bot_token is not None:
+        factories.append(functools.partial(slack_adapter, settings))
+    # With no chat platform configured, the console.
     if not factories:
         factories.append(ConsoleAdapter)
     return factories

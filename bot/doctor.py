@@ -126,6 +126,22 @@ async def _check_model(settings: Settings) -> Check:
     return Check("model", "ok", detail)
 
 
+async def _check_slack(settings: Settings) -> Check:
+    if settings.slack_bot_token is None:
+        return Check("slack", "ok", "not configured (set SLACK_BOT_TOKEN to serve Slack)")
+    from bot.slack.doctor import check_slack
+
+    if settings.slack_app_token is None and settings.slack_signing_secret is None:
+        return Check(
+            "slack", "fail", "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN or SLACK_SIGNING_SECRET"
+        )
+    ok, detail = await check_slack(
+        settings.slack_bot_token.get_secret_value(), settings.slack_api_url
+    )
+    transport = "Socket Mode" if settings.slack_app_token is not None else "HTTP Events API"
+    return Check("slack", "ok" if ok else "fail", f"{transport}: {detail}")
+
+
 async def _check_channels(settings: Settings) -> Check:
     configured = []
     if settings.slack_bot_token is not None:
@@ -146,6 +162,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
     _check_libraries,
     _check_embedder,
     _check_model,
+    _check_slack,
     _check_channels,
 )
 

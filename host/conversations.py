@@ -6,8 +6,9 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 from agents.models.types import ModelError
@@ -65,6 +66,9 @@ class ConversationService:
         broker: PromptBroker | None = None,
         status_extra: Callable[[ConversationRef], Awaitable[str]] | None = None,
         background_idle: Callable[[str], Awaitable[None]] | None = None,
+        enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
+            MappingProxyType({})
+        ),
     ) -> None:
         self._log = conversation_log
         self._lanes = lanes
@@ -76,6 +80,7 @@ class ConversationService:
         self._broker = broker
         self._status_extra = status_extra
         self._background_idle = background_idle
+        self._enrichers = enrichers
 
     async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
         """Persist and dedup `msg`, then start its turn; None for a duplicate or a control word.
@@ -132,8 +137,21 @@ class ConversationService:
             )
             return None
 
+    async def knows(self, conv: ConversationRef) -> bool:
+        """True when the bot already takes part in this conversation (thread replies)."""
+        return await self._log.exists(conv.id)
+
     async def _run_turn(self, msg: InboundMessage, message_id: int, turn_id: str) -> TurnOutcome:
         conv = msg.conversation
+        enrich = self._enrichers.get(msg.platform)
+        if enrich is not None and msg.author_id != SYSTEM_AUTHOR:
+            # Platform context (names, thread re-read, attachments) is fetched here, not at
+            # ingress, so acknowledging an event never waits on it — and a message resumed
+            # after a restart gets it too.
+            try:
+                msg = await enrich(msg)
+            except Exception:
+                log.exception("enriching message %s failed; using it as received", message_id)
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
         system = msg.author_id == SYSTEM_AUTHOR

@@ -45,6 +45,9 @@ class InboundMessage(BaseModel):
     context: str = Field(
         default="", description="recent thread messages by other people, labelled by author"
     )
+    reread_thread: bool = Field(
+        default=False, description="an explicit mention in a thread: re-read it before the turn"
+    )
 
     @property
     def conversation(self) -> ConversationRef:
@@ -66,3 +69,6 @@ class OutboundMessage(BaseModel):
     text: str
     idempotency_key: str = Field(min_length=1)
     ephemeral_to: str | None = None
+    redelivery: bool = Field(
+        default=False, description="resent after a crash: the platform may already have it"
+    )

@@ -74,7 +74,9 @@ class Outbox:
         """Send messages recorded as pending before a crash; return how many went out."""
         sent = 0
         for record, conv in await self._log.pending_outbound(platform):
-            message = OutboundMessage(text=record.text, idempotency_key=record.idempotency_key)
+            message = OutboundMessage(
+                text=record.text, idempotency_key=record.idempotency_key, redelivery=True
+            )
             try:
                 if await self._deliver(conv, message) is not None:
                     sent += 1

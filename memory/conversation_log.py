@@ -270,6 +270,13 @@ class ConversationLog:
             for r in rows
         ]
 
+    async def exists(self, conversation_id: str) -> bool:
+        """True when the bot has taken part in this conversation before."""
+        row = await self._store.fetchone(
+            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+        )
+        return row is not None
+
     async def history(self, conversation_id: str, *, limit: int) -> list[LoggedMessage]:
         """The newest `limit` messages of a conversation, oldest first."""
         if limit <= 0:

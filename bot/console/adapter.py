@@ -53,8 +53,9 @@ class ConsoleAdapter:
         """Conversation keys start with `console`."""
         return "console"
 
-    def bind(self, inbox: Inbox) -> None:
-        """Attach the conversation service (assembly root, before `serve`)."""
+    def bind(self, inbox: Inbox, prompts: object | None = None) -> None:
+        """Attach the conversation service (assembly root, before `serve`); console prompts
+        are answered by typing, so the broker is not needed here."""
         self._inbox = inbox
 
     @property

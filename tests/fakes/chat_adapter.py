@@ -17,7 +17,7 @@ class FakeChatAdapter(RecordingChannel, RecordingPromptSurface):
         self._closed = asyncio.Event()
         self.inbox: object | None = None
 
-    def bind(self, inbox: object) -> None:
+    def bind(self, inbox: object, prompts: object = None) -> None:
         self.inbox = inbox
 
     async def serve(self) -> None:

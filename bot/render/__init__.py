@@ -1,0 +1,10 @@
+"""Pure text rendering for chat egress: platform-neutral helpers shared by the adapters.
+
+Slack's Markdown-to-mrkdwn conversion and ping neutralization live in `bot.render.mrkdwn`.
+"""
+
+from __future__ import annotations
+
+from bot.render.split import ZWSP, neutralize_broadcasts, split_message
+
+__all__ = ["ZWSP", "neutralize_broadcasts", "split_message"]

@@ -1,0 +1,512 @@
+"""Markdown (as the model writes it) to Slack mrkdwn, and neutralization of Slack pings.
+
+Line-oriented: Slack formatting can't span lines, so inline styles are converted per line.
+Tables become an aligned monospace code block, or "• col: value · col: value" lines when a
+rendered row would be wider than `TABLE_MAX_WIDTH` (a code block that wide wraps unreadably).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bot.render.split import ZWSP, neutralize_broadcasts, split_message
+
+__all__ = [
+    "HR_LINE",
+    "SLACK_CHUNK_LIMIT",
+    "TABLE_MAX_WIDTH",
+    "display_width",
+    "escape_mrkdwn",
+    "markdown_to_mrkdwn",
+    "neutralize_slack_pings",
+    "render_for_slack",
+]
+
+HR_LINE = "———"
+TABLE_MAX_WIDTH = 100
+# Below Slack's 4,000-char display cut-off for one message, with room for a footer.
+SLACK_CHUNK_LIMIT = 3500
+
+_Mode = Literal["mrkdwn", "heading", "plain"]
+
+# Private-use sentinels stand in for emitted markers and protected spans while the emphasis
+# pass runs, so it can never re-read a marker it produced or reach inside code or a link.
+_BOLD, _ITAL, _STRIKE = "\ue001", "\ue002", "\ue003"
+_SLOT_OPEN, _SLOT_CLOSE = "\ue004", "\ue005"
+_SENTINELS = re.compile("[\ue001-\ue005]")
+_SLOT = re.compile(f"{_SLOT_OPEN}(\\d+){_SLOT_CLOSE}")
+_MARKERS: dict[_Mode, tuple[str, str, str]] = {
+    "mrkdwn": ("*", "_", "~"),
+    "heading": ("", "_", "~"),  # the whole heading is already bold; nested "*" would break it
+    "plain": ("", "", ""),
+}
+
+_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+_BACKTICKS = re.compile(r"`+")
+_LINK = re.compile(
+    r"(?P<bang>!?)\[(?P<label>(?:[^\[\]\\]|\\.|\[[^\[\]]*\])*)\]"
+    r"\(\s*(?:<(?P<angle>[^<>\n]*)>|(?P<url>(?:[^\s()<>]|\([^\s()<>]*\))+))"
+    r"(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?\s*\)"
+)
+# Markdown autolinks, plus Slack-native user/channel references the model may emit on purpose
+# (e.g. mentioning the requester); "<!...>" specials are deliberately absent: they get escaped.
+_ANGLE = re.compile(
+    r"<(?:(?P<auto>(?:https?|mailto|ftps?|sftp):[^\s<>]*)"
+    r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+    r"|(?P<ref>[@#][UWC][A-Z0-9]{2,}(?:\|[^<>]*)?))>"
+)
+_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>]+", re.IGNORECASE)
+_LINKABLE = re.compile(r"^(?:https?|mailto|ftps?|sftp|tel):", re.IGNORECASE)
+_STRIKE_RE = re.compile(r"(?<!~)~~(?![\s~])(.+?)(?<![\s~])~~(?!~)")
+_DELIM_RUN = re.compile(r"\*+|_+")
+
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_SETEXT = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+_HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_QUOTE = re.compile(r"^ {0,3}> ?(.*)$")
+_UL = re.compile(r"^(?P<indent>[ \t]*)[-*+][ \t]+(?P<body>.*)$")
+_OL = re.compile(r"^(?P<indent>[ \t]*)(?P<num>\d{1,9})[.)][ \t]+(?P<body>.*)$")
+_TASK = re.compile(r"^\[([ xX])\][ \t]+")
+_TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_SPECIAL_MENTION = re.compile(r"<!([^<>]*)>")
+
+
+def escape_mrkdwn(text: str) -> str:
+    """Escape the three characters Slack treats as control characters: & < >."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# --- inline -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Delim:
+    """A run of "*" or "_" during CommonMark's delimiter matching."""
+
+    char: str
+    length: int
+    left: int  # characters not yet used by a match (rendered literally)
+    can_open: bool
+    can_close: bool
+    opens: list[str] = field(default_factory=list)  # markers opened here, innermost first
+    closes: list[str] = field(default_factory=list)  # markers closed here, innermost first
+
+
+def _is_space(ch: str) -> bool:
+    return ch == "" or ch.isspace()
+
+
+def _is_punct(ch: str) -> bool:
+    # Sentinels and protected spans count as punctuation, as the "`", "[" or ")" they replaced
+    # would in CommonMark's flanking rules ("**`code`**" must still be bold).
+    return ch != "" and (unicodedata.category(ch)[0] in "PS" or "\ue000" <= ch <= "\uf8ff")
+
+
+def _rule_of_three(opener: _Delim, closer: _Delim) -> bool:
+    return (
+        (opener.can_close or closer.can_open)
+        and (opener.length + closer.length) % 3 == 0
+        and not (opener.length % 3 == 0 and closer.length % 3 == 0)
+    )
+
+
+def _emphasis(s: str) -> str:
+    """Turn * and _ emphasis into sentinels with CommonMark's delimiter-run algorithm."""
+    parts: list[str | _Delim] = []
+    pos = 0
+    for m in _DELIM_RUN.finditer(s):
+        before = s[m.start() - 1] if m.start() else ""
+        after = s[m.end()] if m.end() < len(s) else ""
+        left = not _is_space(after) and (
+            not _is_punct(after) or _is_space(before) or _is_punct(before)
+        )
+        right = not _is_space(before) and (
+            not _is_punct(before) or _is_space(after) or _is_punct(after)
+        )
+        run = m.group()
+        parts.append(s[pos : m.start()])
+        # The "_" rules apply to "*" too: Slack can't render intraword emphasis, so
+        # "2*3*4" and "foo**bar**" stay literal instead of turning into stray markers.
+        parts.append(
+            _Delim(
+                char=run[0],
+                length=len(run),
+                left=len(run),
+                can_open=left and (not right or _is_punct(before)),
+                can_close=right and (not left or _is_punct(after)),
+            )
+        )
+        pos = m.end()
+    parts.append(s[pos:])
+    delims = [p for p in parts if isinstance(p, _Delim)]
+    # Per-character stacks of usable openers keep this linear on adversarial input.
+    stacks: dict[str, list[int]] = {"*": [], "_": []}
+    for ci, closer in enumerate(delims):
+        stack = stacks[closer.char]
+        k = len(stack) - 1
+        while closer.can_close and closer.left > 0 and k >= 0:
+            oi = stack[k]
+            opener = delims[oi]
+            if _rule_of_three(opener, closer):
+                k -= 1
+                continue
+            use = 2 if opener.left >= 2 and closer.left >= 2 else 1
+            marker = _BOLD if use == 2 else _ITAL
+            opener.left -= use
+            closer.left -= use
+            opener.opens.append(marker)
+            closer.closes.append(marker)
+            # Openers inside the matched span are gone: emphasis can't interleave.
+            for other in stacks.values():
+                while other and other[-1] > oi:
+                    other.pop()
+            if opener.left == 0:
+                stack.pop()
+                k -= 1
+        if closer.can_open and closer.left > 0:
+            stack.append(ci)
+    out: list[str] = []
+    for p in parts:
+        if isinstance(p, str):
+            out.append(p)
+        else:
+            out.append("".join(p.closes) + p.char * p.left + "".join(reversed(p.opens)))
+    return "".join(out)
+
+
+def _trim_url(url: str) -> str:
+    # GFM autolink rule: trailing punctuation and an unbalanced ")" end the sentence, not the URL.
+    while url:
+        last = url[-1]
+        if last in "?!.,:;*_~'\"" or (last == ")" and url.count("(") < url.count(")")):
+            url = url[:-1]
+        else:
+            break
+    return url
+
+
+def _render_link(m: re.Match[str], mode: _Mode) -> str:
+    label = _inline(m["label"], "plain").strip()
+    url = (m["angle"] if m["angle"] is not None else m["url"]).strip()
+    if url.lower().startswith("www."):
+        url = "http://" + url
+    if mode == "plain":
+        return url if not label or label == url else f"{label} ({url})"
+    if not _LINKABLE.match(url):
+        # Relative or odd-scheme targets aren't clickable in Slack; show them as text.
+        return escape_mrkdwn(url if not label else f"{label} ({url})")
+    # Slack's link syntax ends at ">" and labels at "|": keep the URL free of both and spaces.
+    url = url.replace(" ", "%20").replace("|", "%7C")
+    if not label or label == url:
+        return f"<{url}>"
+    return f"<{url}|{escape_mrkdwn(label)}>"
+
+
+def _render_angle(m: re.Match[str], mode: _Mode) -> str:
+    if m["email"] is not None:
+        return m["email"] if mode == "plain" else f"<mailto:{m['email']}|{m['email']}>"
+    if m["auto"] is not None and mode == "plain":
+        return m["auto"]
+    return m.group()  # a Markdown autolink is already Slack syntax; so is <@U…> / <#C…>
+
+
+def _find_closing_backticks(text: str, start: int, n: int) -> int:
+    for m in _BACKTICKS.finditer(text, start):
+        if len(m.group()) == n:
+            return m.start()
+    return -1
+
+
+def _inline(text: str, mode: _Mode) -> str:
+    """Convert one line of inline Markdown; "plain" drops all markup and escapes nothing."""
+    esc = (lambda s: s) if mode == "plain" else escape_mrkdwn
+    slots: list[str] = []
+
+    def keep(rendered: str) -> str:
+        slots.append(rendered)
+        return f"{_SLOT_OPEN}{len(slots) - 1}{_SLOT_CLOSE}"
+
+    buf: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n and text[i + 1] in _ASCII_PUNCT:
+            literal = esc(text[i + 1])
+            if mode != "plain" and literal in "*_~`":
+                # Slack has no escape for its markers; zero-width spaces on both sides keep
+                # the character from opening or closing a style, whichever way Slack reads them.
+                literal = ZWSP + literal + ZWSP
+            buf.append(keep(literal))
+            i += 2
+            continue
+        if c == "\\" and i + 1 == n:
+            i += 1  # a Markdown hard break; Slack keeps the newline anyway
+            continue
+        if c == "`":
+            run = _BACKTICKS.match(text, i)
+            assert run is not None
+            end = _find_closing_backticks(text, run.end(), len(run.group()))
+            if end == -1:
+                buf.append(run.group())
+                i = run.end()
+                continue
+            code = text[run.end() : end]
+            if len(code) > 2 and code[0] == " " and code[-1] == " " and code.strip():
+                code = code[1:-1]
+            buf.append(keep(code if mode == "plain" else f"`{escape_mrkdwn(code)}`"))
+            i = end + len(run.group())
+            continue
+        if c in "[!" and (m := _LINK.match(text, i)) is not None:
+            buf.append(keep(_render_link(m, mode)))
+            i = m.end()
+            continue
+        if c == "<" and (m := _ANGLE.match(text, i)) is not None:
+            buf.append(keep(_render_angle(m, mode)))
+            i = m.end()
+            continue
+        if c in "hHwW" and (i == 0 or not text[i - 1].isalnum()):
+            m = _BARE_URL.match(text, i)
+            url = _trim_url(m.group()) if m is not None else ""
+            if _BARE_URL.fullmatch(url):
+                # Protected so "_" in a URL never becomes italics; "&" still needs escaping.
+                buf.append(keep(esc(url)))
+                i += len(url)
+                continue
+        buf.append(c)
+        i += 1
+    s = _emphasis(_STRIKE_RE.sub(f"{_STRIKE}\\1{_STRIKE}", "".join(buf)))
+    s = esc(s)  # sentinels and slots contain no & < >, so escaping here can't touch them
+    bold, ital, strike = _MARKERS[mode]
+    s = s.replace(_BOLD, bold).replace(_ITAL, ital).replace(_STRIKE, strike)
+    return _SLOT.sub(lambda m: slots[int(m[1])], s)
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def display_width(text: str) -> int:
+    """Monospace columns `text` occupies: wide East Asian characters take two, marks none."""
+    width = 0
+    for ch in text:
+        if unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def _cells(line: str) -> list[str]:
+    s = line.strip()
+    if s.startswith("|"):
+        s = s[1:]
+    if s.endswith("|") and not s.endswith("\\|"):
+        s = s[:-1]
+    return [c.strip() for c in _CELL_SPLIT.split(s)]
+
+
+def _table_at(lines: list[str], i: int) -> tuple[list[list[str]], list[str], int] | None:
+    """A GFM pipe table starting at line i: (rows incl. header, alignments, next line)."""
+    if i + 1 >= len(lines) or "|" not in lines[i] or "|" not in lines[i + 1]:
+        return None
+    if not _TABLE_DELIM.match(lines[i + 1]):
+        return None
+    header, delims = _cells(lines[i]), _cells(lines[i + 1])
+    if len(header) != len(delims):
+        return None
+    aligns = []
+    for d in delims:
+        if d.startswith(":") and d.endswith(":"):
+            aligns.append("center")
+        elif d.endswith(":"):
+            aligns.append("right")
+        else:
+            aligns.append("left")
+    rows = [header]
+    j = i + 2
+    while j < len(lines) and lines[j].strip() and "|" in lines[j]:
+        cells = _cells(lines[j])[: len(header)]
+        rows.append(cells + [""] * (len(header) - len(cells)))
+        j += 1
+    return rows, aligns, j
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = width - display_width(text)
+    if align == "right":
+        return " " * gap + text
+    if align == "center":
+        return " " * (gap // 2) + text + " " * (gap - gap // 2)
+    return text + " " * gap
+
+
+def _render_table(rows: list[list[str]], aligns: list[str]) -> list[str]:
+    plain = [[_inline(c, "plain") for c in row] for row in rows]
+    widths = [max(display_width(row[k]) for row in plain) for k in range(len(aligns))]
+    widths = [max(w, 1) for w in widths]
+
+    def fmt(row: list[str]) -> str:
+        return " | ".join(_pad(c, w, a) for c, w, a in zip(row, widths, aligns, strict=True))
+
+    lines = [fmt(plain[0]), "-+-".join("-" * w for w in widths), *map(fmt, plain[1:])]
+    if max(display_width(line) for line in lines) > TABLE_MAX_WIDTH:
+        return _table_as_bullets(rows)
+    # Pad first, escape after: an entity like "&amp;" shows as one column in the client.
+    return ["```", *(escape_mrkdwn(line.rstrip()) for line in lines), "```"]
+
+
+def _table_as_bullets(rows: list[list[str]]) -> list[str]:
+    headers = [_inline(h, "mrkdwn") for h in rows[0]]
+    out = []
+    for row in rows[1:]:
+        # Empty cells are skipped: "col: " pairs are noise in the one-line-per-row form.
+        pairs = [
+            f"{h}: {_inline(v, 'mrkdwn')}" if h else _inline(v, "mrkdwn")
+            for h, v in zip(headers, row, strict=True)
+            if v
+        ]
+        if pairs:
+            out.append("• " + " · ".join(pairs))
+    return out
+
+
+# --- blocks -------------------------------------------------------------------------------
+
+
+def _open_fence(line: str) -> re.Match[str] | None:
+    m = _FENCE.match(line)
+    if m is None or (m["fence"][0] == "`" and "`" in m["info"]):
+        return None
+    return m
+
+
+def _closes(line: str, fence: str) -> bool:
+    s = line.strip()
+    return len(s) >= len(fence) and set(s) == {fence[0]}
+
+
+def _dedent(line: str, n: int) -> str:
+    k = 0
+    while k < n and k < len(line) and line[k] == " ":
+        k += 1
+    return line[k:]
+
+
+def _list_level(stack: list[int], indent: int) -> int:
+    """Nesting level from indentation, whether the model indents by 2, 3 or 4 spaces."""
+    while stack and indent < stack[-1]:
+        stack.pop()
+    if not stack or indent > stack[-1]:
+        stack.append(indent)
+    return len(stack) - 1
+
+
+def _heading(text: str) -> str:
+    content = _inline(text.strip(), "heading")
+    return f"*{content}*" if content else ""
+
+
+def _convert_lines(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    stack: list[int] = []  # indentation of the open list items, outermost first
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            if out and out[-1] != "":
+                out.append("")
+            i += 1
+            continue
+        fence = _open_fence(line)
+        if fence is not None:
+            indent = len(fence["indent"])
+            j = i + 1
+            body: list[str] = []
+            while j < len(lines) and not _closes(lines[j], fence["fence"]):
+                body.append(_dedent(lines[j], indent))
+                j += 1
+            # Slack ignores info strings (and would show one as code), so the fence is bare;
+            # Slack renders entities inside code too, so the body is escaped like text.
+            out.extend(["```", *(escape_mrkdwn(b) for b in body), "```"])
+            i = j + 1
+            continue
+        if _HR.match(line):
+            stack.clear()
+            out.append(HR_LINE)
+            i += 1
+            continue
+        if (m := _HEADING.match(line)) is not None:
+            stack.clear()
+            if heading := _heading(m[2] or ""):
+                out.append(heading)
+            i += 1
+            continue
+        if _QUOTE.match(line):
+            stack.clear()
+            inner: list[str] = []
+            while i < len(lines) and (q := _QUOTE.match(lines[i])) is not None:
+                inner.append(q[1])
+                i += 1
+            out.extend(f"> {q}" if q else ">" for q in _convert_lines(inner))
+            continue
+        if (table := _table_at(lines, i)) is not None:
+            stack.clear()
+            rows, aligns, i = table
+            out.extend(_render_table(rows, aligns))
+            continue
+        if (m := _UL.match(line) or _OL.match(line)) is not None:
+            level = _list_level(stack, len(m["indent"].expandtabs(4)))
+            body_md = m["body"].strip()
+            if "num" in m.groupdict():
+                marker = m["num"] + "."
+            else:
+                marker = "•"
+                if (task := _TASK.match(body_md)) is not None:
+                    marker += " ☑" if task[1] in "xX" else " ☐"
+                    body_md = body_md[task.end() :]
+            out.append(("  " * level + marker + " " + _inline(body_md, "mrkdwn")).rstrip())
+            i += 1
+            continue
+        indent = len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+        text = line.strip()
+        if indent == 0 or not stack:
+            stack.clear()
+            if i + 1 < len(lines) and _SETEXT.match(lines[i + 1]):
+                if heading := _heading(text):
+                    out.append(heading)
+                i += 2
+                continue
+            out.append(_inline(text, "mrkdwn"))
+        else:
+            # A continuation line inside a list item: indent it under the item's text.
+            depth = sum(1 for w in stack if w < indent)
+            out.append("  " * depth + _inline(text, "mrkdwn"))
+        i += 1
+    return out
+
+
+def markdown_to_mrkdwn(md: str) -> str:
+    """Convert model-written Markdown to Slack mrkdwn (code kept verbatim, & < > escaped)."""
+    text = md.replace("\r\n", "\n").replace("\r", "\n")
+    # The conversion uses private-use code points as sentinels; none may come from the input.
+    text = _SENTINELS.sub("\ufffd", text)
+    return "\n".join(_convert_lines(text.split("\n"))).strip("\n")
+
+
+def neutralize_slack_pings(text: str) -> str:
+    """Make <!channel>/<!here>/<!everyone>/<!subteam^…> and bare @channel etc. inert.
+
+    Idempotent and safe on converted mrkdwn; user mentions like <@U123> are left intact.
+    """
+    # Every "<!...>" special is escaped so Slack shows it literally; none should come from
+    # the model, and a blanket rule also covers forms like "<!here|here>".
+    text = _SPECIAL_MENTION.sub(lambda m: f"&lt;!{m[1]}&gt;", text)
+    return neutralize_broadcasts(text)
+
+
+def render_for_slack(md: str, limit: int = SLACK_CHUNK_LIMIT) -> list[str]:
+    """Markdown to ready-to-post Slack messages: convert, neutralize pings, split."""
+    return split_message(neutralize_slack_pings(markdown_to_mrkdwn(md)), limit)

@@ -1,0 +1,543 @@
+"""Slack adapter on slack-bolt `AsyncApp`: Socket Mode or the HTTP Events API in, threaded
+mrkdwn replies, one edited status message, Block Kit prompts and modals out."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.async_handler import AsyncRetryHandler
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.access import AccessPolicy
+from bot.channel import Inbox
+from bot.render.mrkdwn import markdown_to_mrkdwn, neutralize_slack_pings, render_for_slack
+from bot.slack.blocks import (
+    MODAL_ACTION,
+    MODAL_BLOCK,
+    MODAL_CALLBACK,
+    answer_modal,
+    closed_blocks,
+    closed_text,
+    parse_action_id,
+    prompt_blocks,
+)
+from bot.slack.normalize import (
+    DM_THREAD,
+    IGNORED_SUBTYPES,
+    SlackEvent,
+    mentioned_users,
+    mentions,
+    parse_event,
+    replace_mentions,
+    strip_bot_mention,
+    to_inbound,
+)
+from host.messages import Attachment, InboundMessage, OutboundMessage
+from host.prompt_model import Prompt
+from memory.conversation_log import ConversationRef
+
+log = logging.getLogger(__name__)
+
+SLACK_LIMIT = 3500
+METADATA_EVENT = "raven_message"
+
+
+class PromptAnswers(Protocol):
+    """The prompt broker, as the adapter uses it."""
+
+    async def answer(self, prompt_id: str, nonce: str, responder_id: str, answer: str) -> Any:
+        """Answer a prompt; returns an outcome with `status`, `message`, `notified`."""
+        ...
+
+    async def get(self, prompt_id: str) -> Prompt | None:
+        """One prompt by id."""
+        ...
+
+
+class SlackInbox(Inbox, Protocol):
+    """The conversation service, as the Slack adapter uses it."""
+
+    async def knows(self, conv: ConversationRef) -> bool:
+        """True when the bot already takes part in this conversation."""
+        ...
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    """Everything the adapter needs from Settings."""
+
+    bot_token: str
+    app_token: str | None = None
+    signing_secret: str | None = None
+    api_url: str = "https://slack.com/api/"
+    http_host: str = "0.0.0.0"
+    http_port: int = 3000
+    http_path: str = "/slack/events"
+    thread_replies: bool = True
+    allow_bots: bool = False
+    attachment_max_bytes: int = 20_000_000
+    thread_context_messages: int = 20
+    rate_limit_retries: int = 3
+
+    @property
+    def transport(self) -> str:
+        """`socket` with an app token, else `http` with a signing secret."""
+        if self.app_token:
+            return "socket"
+        if self.signing_secret:
+            return "http"
+        raise ValueError(
+            "SLACK_BOT_TOKEN is set but neither SLACK_APP_TOKEN (Socket Mode) nor "
+            "SLACK_SIGNING_SECRET (HTTP Events API) is: set one of them."
+        )
+
+
+def retry_handlers(rate_limit_retries: int) -> list[AsyncRetryHandler]:
+    """Connection errors, 429 (honouring Retry-After) and 5xx are retried idempotently."""
+    return [
+        AsyncConnectionErrorRetryHandler(max_retry_count=2),
+        AsyncRateLimitErrorRetryHandler(max_retry_count=rate_limit_retries),
+        AsyncServerErrorRetryHandler(max_retry_count=2),
+    ]
+
+
+class SlackAdapter:
+    """One Slack workspace connection (a `ChannelAdapter` and a `PromptSurface`)."""
+
+    def __init__(
+        self,
+        config: SlackConfig,
+        *,
+        policy: AccessPolicy,
+        workspace: Callable[[ConversationRef], Path],
+    ) -> None:
+        self.config = config
+        self._transport = config.transport
+        self._policy = policy
+        self._workspace = workspace
+        self._inbox: SlackInbox | None = None
+        self._prompts: PromptAnswers | None = None
+        self._client = AsyncWebClient(
+            token=config.bot_token,
+            base_url=config.api_url,
+            retry_handlers=retry_handlers(config.rate_limit_retries),
+        )
+        self._names: dict[str, str] = {}
+        self._bot_user_id: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.http_port: int | None = None
+        self._socket: AsyncSocketModeHandler | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def platform(self) -> str:
+        """Conversation keys start with `slack`."""
+        return "slack"
+
+    @property
+    def client(self) -> AsyncWebClient:
+        """The Web API client (tests point it at a loopback fake)."""
+        return self._client
+
+    def bind(self, inbox: SlackInbox, prompts: PromptAnswers | None = None) -> None:
+        """Attach the conversation service and the prompt broker (assembly root)."""
+        self._inbox = inbox
+        self._prompts = prompts
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def build_app(self) -> AsyncApp:
+        """The bolt app with every listener registered (built inside the running loop)."""
+        app = AsyncApp(
+            client=self._client,
+            signing_secret=self.config.signing_secret or "",
+            # Ack after the listener, which only persists: "persist before you announce".
+            process_before_response=True,
+        )
+        app.event("app_mention")(self._on_mention)
+        app.event("message")(self._on_message)
+        app.action(re.compile(r"^prompt:"))(self._on_action)
+        app.view(MODAL_CALLBACK)(self._on_view)
+        return app
+
+    async def serve(self) -> None:
+        """Connect the configured transport and serve until closed."""
+        if self._inbox is None:
+            raise RuntimeError("SlackAdapter.serve() called before bind()")
+        app = self.build_app()
+        try:
+            if self._transport == "socket":
+                assert self.config.app_token is not None
+                self._socket = AsyncSocketModeHandler(app, app_token=self.config.app_token)
+                await self._socket.connect_async()  # type: ignore[no-untyped-call]
+            else:
+                await self._start_http(app)
+            self.ready.set()
+            log.info("slack: serving over %s", self._transport)
+            await self._closed.wait()
+        finally:
+            await self._teardown()
+
+    async def _start_http(self, app: AsyncApp) -> None:
+        async def events(request: web.Request) -> web.Response:
+            bolt_response = await app.async_dispatch(await to_bolt_request(request))
+            return await to_aiohttp_response(bolt_response)
+
+        async def health(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        web_app = web.Application()
+        web_app.router.add_post(self.config.http_path, events)
+        web_app.router.add_get("/healthz", health)
+        self._runner = web.AppRunner(web_app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.http_host, self.config.http_port)
+        await site.start()
+        address = self._runner.addresses[0]
+        self.http_port = int(address[1])
+
+    async def close(self) -> None:
+        """Stop serving (idempotent)."""
+        self._closed.set()
+
+    async def _teardown(self) -> None:
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+            self._socket = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception:
+                log.exception("slack: background task %s failed", name)
+
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- ingress -----------------------------------------------------------------------
+
+    async def _on_mention(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
+        self._bot_user_id = context.get("bot_user_id") or self._bot_user_id
+        await self._ingest(body, event, mentioned=True)
+
+    async def _on_message(self, body: dict[str, Any], event: dict[str, Any], context: Any) -> None:
+        self._bot_user_id = context.get("bot_user_id") or self._bot_user_id
+        ev = parse_event(body, event)
+        if ev.is_dm:
+            await self._ingest(body, event, mentioned=True)
+            return
+        if mentions(ev.text, self._bot_user_id):
+            return  # the app_mention event for this message starts the turn
+        if ev.thread_ts and self.config.thread_replies:
+            await self._ingest(body, event, mentioned=False)
+
+    async def _ingest(
+        self, body: dict[str, Any], event: dict[str, Any], *, mentioned: bool
+    ) -> None:
+        ev = parse_event(body, event)
+        if ev.subtype in IGNORED_SUBTYPES or not ev.user or not ev.ts:
+            return
+        if (ev.bot_id or ev.subtype == "bot_message") and not self.config.allow_bots:
+            return
+        assert self._inbox is not None
+        conv = ConversationRef("slack", ev.team, ev.channel, ev.thread_root)
+        if not mentioned and not await self._inbox.knows(conv):
+            return  # a thread the bot is not part of
+        refusal = self._policy.refusal(ev.user, ev.channel, is_dm=ev.is_dm)
+        if refusal is not None:
+            self._spawn(self._refuse(ev, refusal), f"refuse:{ev.ts}")
+            return
+        text = strip_bot_mention(ev.text, self._bot_user_id)
+        if not text and not ev.files:
+            text = "help"
+        msg = to_inbound(ev, text=text, author_name=await self._name(ev.user))
+        if mentioned and ev.thread_ts:
+            msg = msg.model_copy(update={"reread_thread": True})
+        await self._inbox.accept(msg)
+
+    async def _refuse(self, ev: SlackEvent, reason: str) -> None:
+        await self._client.chat_postEphemeral(
+            channel=ev.channel,
+            user=ev.user,
+            text=reason,
+            thread_ts=ev.thread_ts,
+        )
+
+    async def _name(self, user_id: str) -> str:
+        if user_id in self._names:
+            return self._names[user_id]
+        try:
+            async with asyncio.timeout(2):
+                resp = await self._client.users_info(user=user_id)
+            user = resp.get("user") or {}
+            profile = user.get("profile") or {}
+            name = str(
+                profile.get("display_name") or user.get("real_name") or user.get("name") or user_id
+            )
+        except (SlackApiError, TimeoutError, aiohttp.ClientError) as exc:
+            log.warning("slack: users.info %s failed: %s", user_id, exc)
+            return user_id
+        self._names[user_id] = name
+        return name
+
+    async def enrich(self, msg: InboundMessage) -> InboundMessage:
+        """Before a turn: names for mentions, the thread re-read, shared files downloaded."""
+        names = {uid: await self._name(uid) for uid in set(mentioned_users(msg.text))}
+        text = replace_mentions(msg.text, names)
+        context = ""
+        if msg.reread_thread:
+            context = await self._thread_context(msg)
+        attachments = []
+        notes = []
+        for attachment in msg.attachments:
+            saved = await self._download(msg, attachment)
+            attachments.append(saved)
+            if saved.local_path is not None:
+                notes.append(f"- {saved.name} ({saved.size} bytes): {saved.local_path}")
+            else:
+                notes.append(f"- {saved.name}: not downloaded (too large or unavailable)")
+        if notes:
+            text = f"{text}\n\nFiles shared with this message:\n" + "\n".join(notes)
+        return msg.model_copy(
+            update={"text": text, "context": context, "attachments": tuple(attachments)}
+        )
+
+    async def _thread_context(self, msg: InboundMessage) -> str:
+        limit = self.config.thread_context_messages
+        if limit <= 0:
+            return ""
+        try:
+            resp = await self._client.conversations_replies(
+                channel=msg.channel, ts=msg.thread, limit=min(200, limit + 1)
+            )
+        except SlackApiError as exc:
+            log.warning("slack: conversations.replies failed: %s", exc)
+            return ""
+        lines = []
+        for item in (resp.get("messages") or [])[-(limit + 1) :]:
+            if item.get("ts") == msg.message_id or item.get("bot_id"):
+                continue
+            if item.get("user") == self._bot_user_id:
+                continue
+            body = str(item.get("text", ""))
+            if mentions(body, self._bot_user_id):
+                continue  # messages that addressed the bot were turns: already in history
+            author = await self._name(str(item.get("user", "?")))
+            names = {uid: await self._name(uid) for uid in set(mentioned_users(body))}
+            lines.append(f"{author}: {replace_mentions(body, names)}")
+        return "\n".join(lines[-limit:])
+
+    async def _download(self, msg: InboundMessage, attachment: Attachment) -> Attachment:
+        cap = self.config.attachment_max_bytes
+        if attachment.url is None or attachment.size > cap:
+            return attachment
+        folder = self._workspace(msg.conversation) / "attachments"
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", attachment.name)[:120] or "file"
+        target = folder / f"{msg.message_id.replace('.', '_')}-{safe}"
+        headers = {"Authorization": f"Bearer {self.config.bot_token}"}
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(attachment.url, headers=headers) as resp,
+            ):
+                if resp.status != 200:
+                    log.warning("slack: file download %s → HTTP %s", attachment.name, resp.status)
+                    return attachment
+                data = await resp.content.read(cap + 1)
+        except aiohttp.ClientError as exc:
+            log.warning("slack: file download %s failed: %s", attachment.name, exc)
+            return attachment
+        if len(data) > cap:
+            return attachment
+        await asyncio.to_thread(_write_bytes, target, data)
+        return attachment.model_copy(update={"local_path": target, "size": len(data)})
+
+    # -- interactivity -----------------------------------------------------------------
+
+    async def _on_action(
+        self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], action: dict[str, Any]
+    ) -> None:
+        await ack()
+        parsed = parse_action_id(str(action.get("action_id", "")))
+        user = str((body.get("user") or {}).get("id", ""))
+        if parsed is None or self._prompts is None:
+            return
+        prompt_id, nonce, choice = parsed
+        prompt = await self._prompts.get(prompt_id)
+        if prompt is None or prompt.nonce != nonce:
+            await self._ephemeral(body, user, "That request is unknown or no longer valid.")
+            return
+        if choice == "text":
+            if prompt.state != "pending":
+                await self._ephemeral(body, user, "That question was already answered or closed.")
+                return
+            question = markdown_to_mrkdwn(prompt.question)
+            await self._client.views_open(
+                trigger_id=body.get("trigger_id"), view=answer_modal(prompt, question)
+            )
+            return
+        try:
+            answer = prompt.options[int(choice)]
+        except (ValueError, IndexError):
+            return
+        outcome = await self._prompts.answer(prompt_id, nonce, user, answer)
+        if outcome.status != "accepted" and not getattr(outcome, "notified", False):
+            await self._ephemeral(body, user, str(outcome.message))
+
+    async def _on_view(
+        self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], view: dict[str, Any]
+    ) -> None:
+        await ack()
+        if self._prompts is None:
+            return
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            value = view["state"]["values"][MODAL_BLOCK][MODAL_ACTION]["value"]
+        except (KeyError, TypeError, ValueError):
+            log.warning("slack: malformed view_submission")
+            return
+        user = str((body.get("user") or {}).get("id", ""))
+        outcome = await self._prompts.answer(
+            str(meta.get("prompt_id")), str(meta.get("nonce")), user, str(value or "")
+        )
+        if outcome.status != "accepted" and not getattr(outcome, "notified", False):
+            prompt = await self._prompts.get(str(meta.get("prompt_id")))
+            if prompt is not None:
+                await self.notify_private(prompt.conversation, user, str(outcome.message))
+
+    async def _ephemeral(self, body: dict[str, Any], user: str, text: str) -> None:
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        message = body.get("message") or {}
+        if not channel:
+            return
+        await self._client.chat_postEphemeral(
+            channel=channel, user=user, text=text, thread_ts=message.get("thread_ts")
+        )
+
+    # -- egress ------------------------------------------------------------------------
+
+    @staticmethod
+    def _thread_ts(conv: ConversationRef) -> str | None:
+        return None if conv.thread == DM_THREAD else conv.thread
+
+    async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
+        """Post into the thread in ≤3,500-char mrkdwn parts; a redelivery skips parts Slack
+        already has (found by the idempotency key in message metadata)."""
+        chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
+        if message.ephemeral_to:
+            await self._client.chat_postEphemeral(
+                channel=conv.channel,
+                user=message.ephemeral_to,
+                text=chunks[0],
+                thread_ts=self._thread_ts(conv),
+            )
+            return ""
+        posted = (
+            await self._posted_parts(conv, message.idempotency_key) if message.redelivery else {}
+        )
+        first: str | None = posted.get(0)
+        for index, chunk in enumerate(chunks):
+            if index in posted:
+                continue
+            resp = await self._client.chat_postMessage(
+                channel=conv.channel,
+                thread_ts=self._thread_ts(conv),
+                text=chunk,
+                unfurl_links=False,
+                unfurl_media=False,
+                metadata={
+                    "event_type": METADATA_EVENT,
+                    "event_payload": {"key": message.idempotency_key[:200], "part": index},
+                },
+            )
+            if first is None:
+                first = str(resp["ts"])
+        return first or ""
+
+    async def _posted_parts(self, conv: ConversationRef, key: str) -> dict[int, str]:
+        thread = self._thread_ts(conv)
+        if thread is None:
+            return {}
+        try:
+            resp = await self._client.conversations_replies(
+                channel=conv.channel, ts=thread, limit=200, include_all_metadata=True
+            )
+        except SlackApiError as exc:
+            log.warning("slack: could not check for an earlier delivery: %s", exc)
+            return {}
+        parts: dict[int, str] = {}
+        for item in resp.get("messages") or []:
+            meta = item.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == METADATA_EVENT and payload.get("key") == key[:200]:
+                parts[int(payload.get("part", 0))] = str(item.get("ts"))
+        return parts
+
+    async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
+        """Edit a status message in place (`chat.update`)."""
+        chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
+        await self._client.chat_update(channel=conv.channel, ts=message_id, text=chunks[0])
+
+    async def show_prompt(self, prompt: Prompt) -> str:
+        """Buttons (Approve/Deny or options) or an `Answer…` button that opens a modal."""
+        question = neutralize_slack_pings(markdown_to_mrkdwn(prompt.question))
+        resp = await self._client.chat_postMessage(
+            channel=prompt.conversation.channel,
+            thread_ts=self._thread_ts(prompt.conversation),
+            text=prompt.question[:300],
+            blocks=prompt_blocks(prompt, question),
+        )
+        return str(resp["ts"])
+
+    async def close_prompt(self, prompt: Prompt) -> None:
+        """Remove the buttons and show the outcome and who decided."""
+        if not prompt.message_id:
+            return
+        question = neutralize_slack_pings(markdown_to_mrkdwn(prompt.question))
+        await self._client.chat_update(
+            channel=prompt.conversation.channel,
+            ts=prompt.message_id,
+            text=closed_text(prompt),
+            blocks=closed_blocks(prompt, question),
+        )
+
+    async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
+        """An ephemeral message only `user_id` sees."""
+        await self._client.chat_postEphemeral(
+            channel=conv.channel, user=user_id, text=text, thread_ts=self._thread_ts(conv)
+        )
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)

@@ -1,0 +1,30 @@
+"""A loopback fake Slack (Web API, files, response_url, Socket Mode) plus payload builders
+and request signing, for driving the real slack_sdk / slack-bolt clients offline."""
+
+from __future__ import annotations
+
+from tests.fakes.slack import payloads
+from tests.fakes.slack.server import (
+    DEFAULT_SCOPES,
+    Call,
+    Envelope,
+    FakeSlack,
+    FaultKind,
+    MethodResponder,
+    ResponseUrlPost,
+)
+from tests.fakes.slack.signing import form_body, json_body, sign
+
+__all__ = [
+    "DEFAULT_SCOPES",
+    "Call",
+    "Envelope",
+    "FakeSlack",
+    "FaultKind",
+    "MethodResponder",
+    "ResponseUrlPost",
+    "form_body",
+    "json_body",
+    "payloads",
+    "sign",
+]
