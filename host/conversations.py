@@ -208,9 +208,11 @@ class ConversationService:
         if word == "stop":
             cancelled = await self._lanes.stop(conv.id)
             text = (
-                f"Stopped: cancelled {cancelled} request(s) in this thread."
+                f"Stopped: cancelled {cancelled} request(s) in this thread; graph runs and "
+                "pending questions here are cancelled too."
                 if cancelled
-                else "Nothing is running in this thread."
+                else "Stopped: no request was running; any graph runs and pending questions "
+                "in this thread are cancelled."
             )
         elif word == "status":
             status = self._lanes.status(conv.id)

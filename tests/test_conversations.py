@@ -181,7 +181,7 @@ async def test_stop_cancels_running_turn(conversation_log: ConversationLog) -> N
     assert await service.accept(_msg("status", "e2")) is None
     assert "running turn" in channel.texts[-1]
     assert await service.accept(_msg("stop", "e3")) is None
-    assert channel.texts[-1] == "Stopped: cancelled 1 request(s) in this thread."
+    assert channel.texts[-1].startswith("Stopped: cancelled 1 request(s) in this thread")
     assert turn.cancelled()
     rows = await conversation_log.history("test:W:C:t1", limit=10)
     turn_id = rows[0].turn_id

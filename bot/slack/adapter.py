@@ -57,6 +57,7 @@ from memory.conversation_log import ConversationRef
 log = logging.getLogger(__name__)
 
 SLACK_LIMIT = 3500
+MAX_REPLY_PAGES = 10
 METADATA_EVENT = "raven_message"
 
 
@@ -330,19 +331,37 @@ class SlackAdapter:
             update={"text": text, "context": context, "attachments": tuple(attachments)}
         )
 
+    async def _thread_messages(
+        self, channel: str, thread: str, *, metadata: bool = False
+    ) -> list[dict[str, Any]]:
+        """A thread's messages, oldest first (Slack pages oldest first: walk the cursor)."""
+        messages: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_REPLY_PAGES):
+            resp = await self._client.conversations_replies(
+                channel=channel,
+                ts=thread,
+                limit=200,
+                cursor=cursor,
+                include_all_metadata=metadata,
+            )
+            messages.extend(resp.get("messages") or [])
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor") or None
+            if not resp.get("has_more") or not cursor:
+                break
+        return messages
+
     async def _thread_context(self, msg: InboundMessage) -> str:
         limit = self.config.thread_context_messages
         if limit <= 0:
             return ""
         try:
-            resp = await self._client.conversations_replies(
-                channel=msg.channel, ts=msg.thread, limit=min(200, limit + 1)
-            )
+            thread = await self._thread_messages(msg.channel, msg.thread)
         except SlackApiError as exc:
             log.warning("slack: conversations.replies failed: %s", exc)
             return ""
         lines = []
-        for item in (resp.get("messages") or [])[-(limit + 1) :]:
+        for item in thread[-(limit + 1) :]:
             if item.get("ts") == msg.message_id or item.get("bot_id"):
                 continue
             if item.get("user") == self._bot_user_id:
@@ -489,14 +508,12 @@ class SlackAdapter:
         if thread is None:
             return {}
         try:
-            resp = await self._client.conversations_replies(
-                channel=conv.channel, ts=thread, limit=200, include_all_metadata=True
-            )
+            thread_messages = await self._thread_messages(conv.channel, thread, metadata=True)
         except SlackApiError as exc:
             log.warning("slack: could not check for an earlier delivery: %s", exc)
             return {}
         parts: dict[int, str] = {}
-        for item in resp.get("messages") or []:
+        for item in thread_messages:
             meta = item.get("metadata") or {}
             payload = meta.get("event_payload") or {}
             if meta.get("event_type") == METADATA_EVENT and payload.get("key") == key[:200]:

@@ -611,6 +611,9 @@ class FakeSlack:
         }
         if blocks:
             message["blocks"] = blocks
+        if args.get("metadata"):
+            # Served back by conversations.replies (Slack needs include_all_metadata=true).
+            message["metadata"] = args["metadata"]
         if args.get("thread_ts"):
             message["thread_ts"] = str(args["thread_ts"])
         self._messages.setdefault(str(channel), []).append(message)

@@ -1,0 +1,765 @@
+"""Benchmark: Slack HTTP Events API ingress (ack latency) while the model is slow.
+
+Starts the real assembled bot (`build_runtime` + `serve`, Slack adapter over the HTTP Events
+API) against the loopback FakeSlack and a FakeAnthropic whose every /v1/messages answer is
+held for a random 0.5–1.0 s, then POSTs signed `app_mention` event_callbacks at increasing
+open-loop target rates from a separate load-generator process, with Slack-style retries
+(`X-Slack-Retry-Num: 1` / `2`) and exact duplicates delivered concurrently. Each mention is
+a new top-level thread, so every event has its own lane and lanes run in parallel.
+
+Prints ack latency per rate (POST sent → HTTP 200), reply latency, and at the end how many
+turns and replies each event produced. It asserts nothing about time; it exits 1 only when
+some event produced more than one turn (a correctness failure). Run from the repo root:
+
+    .venv/bin/python bench/slack_ingress.py [--rates 10,25,50,100,200] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import math
+import multiprocessing
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import aiosqlite
+from aiohttp import web
+
+from bot.app import build_runtime, serve
+from bot.cli import slack_adapter
+from bot.settings import load_settings
+from bot.slack.adapter import SlackAdapter
+from memory.store import Store
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.slack import FakeSlack, json_body, payloads, sign
+
+SECRET = "bench-signing-secret"
+BOT_TOKEN = "xoxb-0000-1111-benchtoken"
+RATES: tuple[int, ...] = (10, 25, 50, 100, 200)
+USERS: tuple[str, ...] = tuple(f"U{n:03d}" for n in range(1, 9))
+CHANNELS: tuple[str, ...] = tuple(f"C{n:04d}" for n in range(1, 17))
+REPLY_TEXT = "Here is a short plain-text answer."
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+# Delivery kinds: a first delivery, Slack's retries, and a concurrent exact duplicate.
+FIRST, RETRY1, RETRY2, DUP = "first", "retry 1", "retry 2", "dup"
+KINDS: tuple[str, ...] = (FIRST, RETRY1, RETRY2, DUP)
+
+
+# --------------------------------------------------------------------------- load generator
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One POST to send: `at` seconds after the phase starts."""
+
+    at: float
+    event: int  # index into the bench's event list
+    body: bytes
+    kind: str
+    retry_num: int | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one POST got back (status 0: connection error or client timeout)."""
+
+    event: int
+    kind: str
+    status: int
+    latency: float  # perf_counter: just before the POST → response read
+    lag: float  # how much later than scheduled the POST started
+    started: float  # perf_counter offset from the phase start
+    sent_mono: float  # time.monotonic() at send, comparable with FakeSlack's Call.at
+
+
+def generate(url: str, deliveries: Sequence[Delivery], within: float) -> list[Result]:
+    """Process-pool entry point: send one phase's deliveries on a fresh event loop."""
+    return asyncio.run(post_all(url, deliveries, within))
+
+
+def ping() -> int:
+    """Process-pool warm-up (the spawn and imports must not land inside a phase)."""
+    return os.getpid()
+
+
+async def post_all(url: str, deliveries: Sequence[Delivery], within: float) -> list[Result]:
+    """Open loop: every POST starts at its scheduled time whatever earlier ones are doing."""
+    connector = aiohttp.TCPConnector(limit=0)
+    client_timeout = aiohttp.ClientTimeout(total=within)
+    async with aiohttp.ClientSession(connector=connector, timeout=client_timeout) as session:
+        start = time.perf_counter() + 0.05
+        tasks: list[asyncio.Task[Result]] = []
+        for delivery in sorted(deliveries, key=lambda d: d.at):
+            due = start + delivery.at
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            tasks.append(asyncio.create_task(post_one(session, url, delivery, start, due)))
+        return list(await asyncio.gather(*tasks))
+
+
+async def post_one(
+    session: aiohttp.ClientSession, url: str, delivery: Delivery, start: float, due: float
+) -> Result:
+    """Sign at send time (Slack signs every delivery afresh) and time the acknowledgement."""
+    headers = {**sign(SECRET, delivery.body), "Content-Type": "application/json"}
+    if delivery.retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(delivery.retry_num)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    sent_mono = time.monotonic()
+    sent = time.perf_counter()
+    try:
+        async with session.post(url, data=delivery.body, headers=headers) as resp:
+            await resp.read()
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError):
+        status = 0
+    return Result(
+        event=delivery.event,
+        kind=delivery.kind,
+        status=status,
+        latency=time.perf_counter() - sent,
+        lag=max(0.0, sent - due),
+        started=sent - start,
+        sent_mono=sent_mono,
+    )
+
+
+# --------------------------------------------------------------------------- fakes and probes
+
+
+class SlowAnthropic(FakeAnthropic):
+    """FakeAnthropic holding every /v1/messages answer for a seeded random delay."""
+
+    def __init__(self, low: float, high: float, seed: int) -> None:
+        super().__init__()
+        self.low = low
+        self.high = high
+        self._rng = random.Random(seed)
+        self.responder = lambda _body: {"content": REPLY_TEXT}
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(self._rng.uniform(self.low, self.high))
+        return await super()._messages(request)
+
+
+class Replies:
+    """Bot replies seen by FakeSlack, per (channel, thread_ts), read incrementally."""
+
+    def __init__(self, fake: FakeSlack) -> None:
+        self.fake = fake
+        self.at: dict[tuple[str, str], list[float]] = {}
+        self._seen = 0
+
+    def update(self) -> None:
+        calls = self.fake.calls
+        for call in calls[self._seen :]:
+            thread = call.args.get("thread_ts")
+            if call.method == "chat.postMessage" and call.ok and thread:
+                key = (str(call.args.get("channel")), str(thread))
+                self.at.setdefault(key, []).append(call.at)
+        self._seen = len(calls)
+
+
+class LagMonitor:
+    """Event-loop lag of the bot's process: overshoot of a 10 ms sleep."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.samples: list[float] = []
+
+    async def run(self) -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(self.interval)
+            self.samples.append(time.perf_counter() - before - self.interval)
+
+    def take(self) -> list[float]:
+        samples, self.samples = self.samples, []
+        return samples
+
+
+class TxnProbe:
+    """Time to enter each `Store.transaction` (write-lock queue + BEGIN IMMEDIATE).
+
+    Every ack waits for one write transaction (the inbound claim), queued behind the turns'
+    own; this shows how long that queue is. It wraps the method, so the bot's code is used
+    unchanged.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._original = Store.transaction
+
+    def install(self) -> None:
+        original = self._original
+        samples = self.samples
+
+        @contextlib.asynccontextmanager
+        async def timed(store: Store) -> AsyncIterator[aiosqlite.Connection]:
+            before = time.perf_counter()
+            async with original(store) as db:
+                samples.append(time.perf_counter() - before)
+                yield db
+
+        Store.transaction = timed  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        Store.transaction = self._original  # type: ignore[method-assign]
+
+    def take(self) -> list[float]:
+        samples = list(self.samples)
+        self.samples.clear()
+        return samples
+
+
+class CountingHandler(logging.Handler):
+    """Counts the bot's warnings and errors (printed as a summary, not interleaved)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: Counter[str] = Counter()
+        self.first: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.counts[record.levelname] += 1
+        if len(self.first) < 3:
+            self.first.append(f"{record.levelname} {record.name}: {record.getMessage()[:160]}")
+
+
+# --------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True)
+class Event:
+    """One mention: a new top-level message, answered in the thread rooted at it."""
+
+    channel: str
+    ts: str
+    body: bytes
+
+
+@dataclass
+class Phase:
+    """One target rate and everything measured for it."""
+
+    rate: float
+    events: list[int]
+    deliveries: list[Delivery]
+    results: list[Result] = field(default_factory=list)
+    wall: float = 0.0
+    drain: float = 0.0
+    cpu: float = 0.0
+    loop_lag: list[float] = field(default_factory=list)
+    txn_wait: list[float] = field(default_factory=list)
+    reply_latency: list[float] = field(default_factory=list)
+
+
+def make_phase(
+    rng: random.Random,
+    fake: FakeSlack,
+    events: list[Event],
+    rate: float,
+    count: int,
+    retry_frac: float,
+    retry2_frac: float,
+    dup_frac: float,
+) -> Phase:
+    """`count` mentions at `rate`/s, with retries and concurrent duplicates mixed in."""
+    phase = Phase(rate=rate, events=[], deliveries=[])
+    dup_left = max(1, round(count * dup_frac))
+    for i in range(count):
+        index = len(events)
+        user = USERS[index % len(USERS)]
+        channel = CHANNELS[index % len(CHANNELS)]
+        ts = fake.next_ts()
+        text = f"<@{fake.bot_user_id}> question {index}: please summarise item {index}"
+        event = payloads.app_mention(channel, user, text, ts)
+        body = json_body(payloads.event_callback(event, event_id=f"EvBENCH{index:06d}"))
+        events.append(Event(channel, ts, body))
+        phase.events.append(index)
+        at = i / rate
+        phase.deliveries.append(Delivery(at, index, body, FIRST))
+        if rng.random() < retry_frac:
+            at1 = at + rng.uniform(0.05, 0.5)
+            phase.deliveries.append(Delivery(at1, index, body, RETRY1, retry_num=1))
+            if rng.random() < retry2_frac:
+                at2 = at1 + rng.uniform(0.05, 0.5)
+                phase.deliveries.append(Delivery(at2, index, body, RETRY2, retry_num=2))
+        if dup_left and (rng.random() < dup_frac or count - i <= dup_left):
+            dup_left -= 1
+            phase.deliveries.append(Delivery(at, index, body, DUP))
+    return phase
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..1); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    low = math.floor(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value * 1000:.1f}"
+
+
+def secs(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Right-aligned text table."""
+    body = [list(r) for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in body)
+    return "\n".join(lines)
+
+
+def _load() -> str:
+    """1/5/15-minute load averages (other work on the machine skews every figure)."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+HEADERS = [
+    "rate/s",
+    "events",
+    "posts",
+    "got/s",
+    "non200",
+    "p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "max ms",
+    "lag99 ms",
+    "loop99 ms",
+    "cpu %",
+    "txn/ev",
+    "txn99 ms",
+    "reply p50 s",
+    "reply p95 s",
+    "drain s",
+]
+
+LEGEND = """\
+Ack latency per target rate (all POSTs of the phase: first deliveries, retries, duplicates).
+  rate/s       target rate of first deliveries (open loop: sends never wait for earlier acks)
+  events       mentions in the phase, each a new top-level thread (its own lane)
+  posts        POSTs sent: events + Slack retries (X-Slack-Retry-Num 1/2) + concurrent dups
+  got/s        achieved rate of first deliveries ((events - 1) / first-to-last send)
+  non200       POSTs not answered 200 (connection errors and client timeouts count too)
+  p50..max ms  ack latency: POST sent → HTTP response read, in the generator process
+  lag99 ms     p99 of how late the generator started a POST vs its schedule (generator health)
+  loop99 ms    p99 event-loop lag in the bot's process (overshoot of a 10 ms sleep)
+  cpu %        bot process CPU time / phase wall time (bot + both fakes + SQLite threads;
+               200 % = both cores)
+  txn/ev       bot write transactions (Store.transaction) per event of the phase
+  txn99 ms     p99 time to enter a write transaction (lock queue + BEGIN IMMEDIATE); each
+               ack waits for one (the inbound claim: persist before acknowledging)
+  reply p50/95 first delivery sent → the reply's chat.postMessage reached FakeSlack
+  drain s      last send of the phase → last reply of the phase (lanes then empty)"""
+
+KIND_HEADERS = ["delivery", "posts", "non200", "p50 ms", "p95 ms", "p99 ms", "max ms"]
+
+
+def phase_row(phase: Phase) -> list[str]:
+    latencies = [r.latency for r in phase.results]
+    firsts = sorted(r.started for r in phase.results if r.kind == FIRST)
+    span = firsts[-1] - firsts[0] if len(firsts) > 1 else 0.0
+    achieved = (len(firsts) - 1) / span if span > 0 else math.nan
+    non200 = sum(1 for r in phase.results if r.status != 200)
+    return [
+        f"{phase.rate:g}",
+        f"{len(phase.events)}",
+        f"{len(phase.results)}",
+        "-" if math.isnan(achieved) else f"{achieved:.1f}",
+        f"{non200}",
+        ms(pct(latencies, 0.50)),
+        ms(pct(latencies, 0.95)),
+        ms(pct(latencies, 0.99)),
+        ms(max(latencies, default=math.nan)),
+        ms(pct([r.lag for r in phase.results], 0.99)),
+        ms(pct(phase.loop_lag, 0.99)),
+        f"{phase.cpu * 100:.0f}",
+        f"{len(phase.txn_wait) / max(1, len(phase.events)):.1f}",
+        ms(pct(phase.txn_wait, 0.99)),
+        secs(pct(phase.reply_latency, 0.50)),
+        secs(pct(phase.reply_latency, 0.95)),
+        secs(phase.drain),
+    ]
+
+
+def kind_rows(phases: Sequence[Phase]) -> list[list[str]]:
+    rows = []
+    for kind in KINDS:
+        results = [r for p in phases for r in p.results if r.kind == kind]
+        latencies = [r.latency for r in results]
+        rows.append(
+            [
+                kind,
+                f"{len(results)}",
+                f"{sum(1 for r in results if r.status != 200)}",
+                ms(pct(latencies, 0.50)),
+                ms(pct(latencies, 0.95)),
+                ms(pct(latencies, 0.99)),
+                ms(max(latencies, default=math.nan)),
+            ]
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class Options:
+    rates: tuple[float, ...]
+    seconds: float
+    min_events: int
+    delay: tuple[float, float]
+    user_pool: int
+    retry_frac: float
+    retry2_frac: float
+    dup_frac: float
+    seed: int
+    in_process: bool
+    drain_within: float
+
+
+def configure_env(fake: FakeSlack, model: SlowAnthropic, home: Path, opts: Options) -> None:
+    """The bot reads its configuration from the environment (no .env: see load_settings)."""
+    for name in PROXY_VARS:
+        os.environ.pop(name, None)  # slack_sdk and httpx would route loopback via a proxy
+    os.environ.update(
+        {
+            "RAVEN_HOME": str(home),
+            "RAVEN_LOG_LEVEL": "WARNING",
+            "SLACK_BOT_TOKEN": BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": SECRET,
+            "RAVEN_SLACK_API_URL": fake.api_url,
+            "RAVEN_SLACK_HTTP_HOST": "127.0.0.1",
+            "RAVEN_SLACK_HTTP_PORT": "0",
+            "ANTHROPIC_API_KEY": "sk-ant-bench",
+            "ANTHROPIC_BASE_URL": model.base_url,
+            "RAVEN_MODEL_MAX_RETRIES": "0",
+            "RAVEN_MODEL_TIMEOUT": "30",
+            "RAVEN_LANE_QUEUE_CAP": "10000",
+            "RAVEN_USER_POOL": str(opts.user_pool),
+        }
+    )
+    for key in ("SLACK_APP_TOKEN", "RAVEN_ALLOWED_USERS", "RAVEN_ALLOWED_CHANNELS"):
+        os.environ.pop(key, None)
+
+
+async def wait_replies(
+    replies: Replies, keys: Sequence[tuple[str, str]], within: float
+) -> float | None:
+    """Wait until each key has a reply; the monotonic time of the last first-reply, or None."""
+    deadline = time.monotonic() + within
+    while True:
+        replies.update()
+        if all(key in replies.at for key in keys):
+            return max((replies.at[key][0] for key in keys), default=time.monotonic())
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.05)
+
+
+def count_turns(db_path: Path) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """Per (channel, thread): turns, inbound messages and turns that did not complete."""
+    uri = f"file:{db_path}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        rows = db.execute(
+            "SELECT c.channel, c.thread,"
+            " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"
+            " (SELECT COUNT(*) FROM messages m"
+            "   WHERE m.conversation_id = c.id AND m.direction = 'in'),"
+            " (SELECT COUNT(*) FROM turns t"
+            "   WHERE t.conversation_id = c.id AND t.status != 'completed')"
+            " FROM conversations c WHERE c.platform = 'slack'"
+        ).fetchall()
+    return {(str(r[0]), str(r[1])): (int(r[2]), int(r[3]), int(r[4])) for r in rows}
+
+
+@dataclass
+class Rig:
+    """Everything a phase runs against."""
+
+    url: str
+    events: list[Event]
+    replies: Replies
+    monitor: LagMonitor
+    probe: TxnProbe
+    pool: concurrent.futures.ProcessPoolExecutor | None
+    within: float
+
+
+async def run_phase(phase: Phase, rig: Rig) -> None:
+    """Send the phase, then wait until every one of its events got its reply."""
+    rig.monitor.take()
+    rig.probe.take()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    if rig.pool is None:
+        phase.results = await post_all(rig.url, phase.deliveries, rig.within)
+    else:
+        loop = asyncio.get_running_loop()
+        phase.results = await loop.run_in_executor(
+            rig.pool, generate, rig.url, phase.deliveries, rig.within
+        )
+    phase.wall = time.perf_counter() - started
+    last_send = max(r.sent_mono for r in phase.results)
+    keys = [(rig.events[i].channel, rig.events[i].ts) for i in phase.events]
+    accepted = {r.event for r in phase.results if r.status == 200}
+    waited = [rig.events[i] for i in phase.events if i in accepted]
+    done = await wait_replies(rig.replies, [(e.channel, e.ts) for e in waited], rig.within)
+    phase.cpu = (time.process_time() - cpu) / (time.perf_counter() - started)
+    phase.loop_lag = rig.monitor.take()
+    phase.txn_wait = rig.probe.take()
+    phase.drain = math.nan if done is None else max(0.0, done - last_send)
+    sent_at = {r.event: r.sent_mono for r in phase.results if r.kind == FIRST}
+    phase.reply_latency = [
+        rig.replies.at[key][0] - sent_at[i]
+        for i, key in zip(phase.events, keys, strict=True)
+        if key in rig.replies.at and i in sent_at
+    ]
+
+
+async def bench(opts: Options) -> int:
+    """Start the fakes and the bot, run every phase, print the tables; the exit code."""
+    home = Path(tempfile.mkdtemp(prefix="raven_slack_bench_"))
+    total = time.perf_counter()
+    handler = CountingHandler()
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.WARNING)
+    rng = random.Random(opts.seed)
+    pool: concurrent.futures.ProcessPoolExecutor | None = None
+    print(
+        f"slack ingress bench: python {platform.python_version()}, {os.cpu_count()} CPU(s), "
+        f"load at start {_load()}, seed {opts.seed}"
+    )
+    print(
+        f"model delay {opts.delay[0]:g}–{opts.delay[1]:g} s per call, user pool "
+        f"{opts.user_pool}, phases of ~{opts.seconds:g} s (at least {opts.min_events} events), "
+        f"retries {opts.retry_frac:.0%} of events ({opts.retry2_frac:.0%} of those twice), "
+        f"concurrent dups {opts.dup_frac:.0%} (≥1 per phase), generator: "
+        f"{'in the bot process' if opts.in_process else 'separate process'}"
+    )
+    fake = FakeSlack()
+    model = SlowAnthropic(opts.delay[0], opts.delay[1], opts.seed)
+    events: list[Event] = []
+    ran: list[Phase] = []  # the warm-up first, then one per rate
+    replies = Replies(fake)
+    probe = TxnProbe()
+    probe.install()
+    try:
+        if not opts.in_process:
+            context = multiprocessing.get_context("spawn")
+            pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
+            await asyncio.get_running_loop().run_in_executor(pool, ping)
+        await fake.start()
+        await model.start()
+        for n, user in enumerate(USERS):
+            fake.add_user(user, f"user{n}", real_name=f"User {n}", display_name=f"user{n}")
+        configure_env(fake, model, home, opts)
+        settings = load_settings(_env_file=None)
+        runtime = await build_runtime(settings, [functools.partial(slack_adapter, settings)])
+        adapter = runtime.adapters[0]
+        assert isinstance(adapter, SlackAdapter)
+        serving = asyncio.create_task(serve(runtime))
+        monitor = LagMonitor()
+        lag_task = asyncio.create_task(monitor.run())
+        try:
+            async with asyncio.timeout(10):
+                await adapter.ready.wait()
+            url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
+            rig = Rig(url, events, replies, monitor, probe, pool, opts.drain_within)
+            print("progress:", flush=True)
+            # Warm-up (auth.test, users.info cache, SQLite, connections): not reported.
+            warm = make_phase(rng, fake, events, 10, 10, 0.0, 0.0, 0.0)
+            await run_phase(warm, rig)
+            ran.append(warm)
+            print(f"  warm-up: {len(warm.events)} events, drain {secs(warm.drain)} s", flush=True)
+            for rate in opts.rates:
+                count = max(opts.min_events, round(rate * opts.seconds))
+                phase = make_phase(
+                    rng,
+                    fake,
+                    events,
+                    rate,
+                    count,
+                    opts.retry_frac,
+                    opts.retry2_frac,
+                    opts.dup_frac,
+                )
+                await run_phase(phase, rig)
+                ran.append(phase)
+                print(
+                    f"  {rate:g}/s: {len(phase.results)} posts in {phase.wall:.1f} s, "
+                    f"ack p99 {ms(pct([r.latency for r in phase.results], 0.99))} ms, "
+                    f"drain {secs(phase.drain)} s",
+                    flush=True,
+                )
+            # A late duplicate would show up after its twin's reply: give it a moment.
+            await asyncio.sleep(1.5)
+            replies.update()
+        finally:
+            lag_task.cancel()
+            await adapter.close()
+            await asyncio.wait_for(serving, 30)
+        turns = count_turns(home / "raven.db")
+    finally:
+        probe.uninstall()
+        if pool is not None:
+            pool.shutdown()
+        await model.stop()
+        await fake.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+    phases = ran[1:]
+    accepted = {r.event for p in ran for r in p.results if r.status == 200}
+    keys = [(e.channel, e.ts) for e in events]
+    duplicate_turns = sum(max(0, turns.get(k, (0, 0, 0))[0] - 1) for k in keys)
+    missing_turns = sum(1 for i, k in enumerate(keys) if i in accepted and turns.get(k) is None)
+    not_completed = sum(turns.get(k, (0, 0, 0))[2] for k in keys)
+    extra_inbound = sum(max(0, turns.get(k, (0, 0, 0))[1] - 1) for k in keys)
+    reply_counts = [len(replies.at.get(k, [])) for k in keys]
+    duplicate_replies = sum(max(0, n - 1) for n in reply_counts)
+    missing_replies = sum(1 for i, n in enumerate(reply_counts) if i in accepted and n == 0)
+    never_acked = len(events) - len(accepted)
+    statuses = Counter(r.status for p in phases for r in p.results if r.status != 200)
+
+    print()
+    print(LEGEND)
+    print()
+    print(table(HEADERS, (phase_row(p) for p in phases)))
+    print()
+    print("Ack latency by delivery kind, all phases together:")
+    print()
+    print(table(KIND_HEADERS, kind_rows(phases)))
+    print()
+    if statuses:
+        shown = ", ".join(f"{s or 'error'}×{n}" for s, n in sorted(statuses.items()))
+        print(f"non-200 statuses: {shown}")
+    print(
+        f"events: {len(events)} (warm-up included), model calls: {len(model.requests)}, "
+        f"chat.postMessage calls: {len(fake.calls_to('chat.postMessage'))}, "
+        f"events never acked 200: {never_acked}"
+    )
+    print(
+        f"turns not completed: {not_completed}, extra inbound rows: {extra_inbound}, "
+        f"missing turns: {missing_turns}, duplicate replies: {duplicate_replies}"
+    )
+    if handler.counts:
+        levels = ", ".join(f"{n} {level.lower()}" for level, n in sorted(handler.counts.items()))
+        print(f"bot log: {levels}; first: " + " | ".join(handler.first))
+    print(f"duplicate turns: {duplicate_turns}")
+    print(f"missing replies: {missing_replies}")
+    print(f"total bench time {time.perf_counter() - total:.1f} s, load at end {_load()}")
+    return 1 if duplicate_turns > 0 else 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    """Command-line options (the defaults are what `make bench` runs)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--rates",
+        default=",".join(map(str, RATES)),
+        help="comma-separated target rates in events/s (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="length of each phase (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--min-events", type=int, default=30, help="events per phase at least (default: 30)"
+    )
+    parser.add_argument(
+        "--model-delay",
+        default="0.5,1.0",
+        help="min,max seconds each model answer is held (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--user-pool",
+        type=int,
+        default=32,
+        help="RAVEN_USER_POOL, concurrent user turns (default: 32; the bot's default is 4)",
+    )
+    parser.add_argument(
+        "--retry-frac", type=float, default=0.10, help="events retried (default: 0.10)"
+    )
+    parser.add_argument(
+        "--retry2-frac",
+        type=float,
+        default=0.30,
+        help="retried events retried a second time (default: 0.30)",
+    )
+    parser.add_argument(
+        "--dup-frac",
+        type=float,
+        default=0.02,
+        help="events also delivered twice at the same moment (default: 0.02)",
+    )
+    parser.add_argument("--seed", type=int, default=7, help="workload seed (default: 7)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the load generator on the bot's event loop instead of a child process",
+    )
+    parser.add_argument(
+        "--drain-within",
+        type=float,
+        default=60.0,
+        help="give up waiting for an ack or for a phase's replies after this long (default: 60)",
+    )
+    args = parser.parse_args(argv)
+    low, high = (float(x) for x in str(args.model_delay).split(","))
+    return Options(
+        rates=tuple(float(r) for r in str(args.rates).split(",") if r.strip()),
+        seconds=float(args.seconds),
+        min_events=int(args.min_events),
+        delay=(low, high),
+        user_pool=int(args.user_pool),
+        retry_frac=float(args.retry_frac),
+        retry2_frac=float(args.retry2_frac),
+        dup_frac=float(args.dup_frac),
+        seed=int(args.seed),
+        in_process=bool(args.in_process),
+        drain_within=float(args.drain_within),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: exit 1 only on duplicate turns."""
+    sys.exit(asyncio.run(bench(parse_args(argv))))
+
+
+if __name__ == "__main__":
+    main()

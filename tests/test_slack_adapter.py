@@ -1,0 +1,677 @@
+"""The real slack-bolt adapter against the loopback fake Slack, through the assembled bot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.slack.doctor import check_slack, required_scopes
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.slack import FakeSlack, json_body, payloads, sign
+from tests.helpers import eventually
+from tests.slack_harness import BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
+
+ECHO_AGENTS = """
+[agents.echo]
+backend = "cli"
+description = "Echoes its prompt (test agent)."
+command = ["cat"]
+
+[agents.sleeper]
+backend = "cli"
+description = "Sleeps (test agent)."
+command = ["sh", "-c", "sleep 60"]
+"""
+
+
+def _write_agents(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "agents.toml").write_text(ECHO_AGENTS)
+
+
+def _read(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(home / "raven.db") as conn:
+        return conn.execute(sql).fetchall()
+
+
+def _user_texts(fake: FakeAnthropic) -> list[str]:
+    texts = []
+    for request in fake.requests:
+        last = request["json"]["messages"][-1]
+        content = last["content"]
+        texts.append(
+            content
+            if isinstance(content, str)
+            else "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+        )
+    return texts
+
+
+async def _online(monkeypatch: pytest.MonkeyPatch, fake: FakeAnthropic) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+    monkeypatch.setenv("RAVEN_MODEL_MAX_RETRIES", "0")
+
+
+def _prompt_post(bot: SlackBot, thread: str) -> dict[str, Any]:
+    posts = [p for p in bot.posts(thread) if p.get("blocks")]
+    assert posts, "no prompt was posted"
+    return posts[-1]
+
+
+def _buttons(post: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = post["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    actions = [b for b in blocks if b["type"] == "actions"]
+    return list(actions[0]["elements"]) if actions else []
+
+
+async def _click(
+    bot: SlackBot, post: dict[str, Any], index: int, user: str, thread: str, prompt_ts: str
+) -> None:
+    button = _buttons(post)[index]
+    body = payloads.block_actions(
+        button["action_id"],
+        button["value"],
+        user,
+        CHANNEL,
+        prompt_ts,
+        thread_ts=thread,
+        response_url=bot.fake.response_url("r1"),
+    )
+    assert await bot.send(body, form=True) == 200
+
+
+async def _plan(bot: SlackBot, plan: str) -> tuple[str, dict[str, Any], str]:
+    """Mention with a plan that needs approval; return (thread, prompt post, prompt ts)."""
+    ts, _ = await bot.mention(plan)
+    await eventually(lambda: any(p.get("blocks") for p in bot.posts(ts)))
+    post = _prompt_post(bot, ts)
+    prompt_ts = next(
+        c.response["ts"]
+        for c in bot.fake.calls_to("chat.postMessage")
+        if c.ok and c.args.get("blocks") and c.args.get("thread_ts") == ts
+    )
+    return ts, post, prompt_ts
+
+
+# -- transports and ingress ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_mention_gets_threaded_reply(monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
+    async with slack_bot(monkeypatch, transport=transport) as bot:
+        ts, _ = await bot.mention("hello")
+        (reply,) = await bot.replies_in(ts)
+        assert reply["channel"] == CHANNEL
+        assert "offline mode" in reply["text"]
+        assert reply["unfurl_links"] in (False, "false", "0", 0)
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_online_reply_from_fake_model(
+    monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("**Hi** there, see [docs](https://example.com/a_b).")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch, transport=transport) as bot:
+            ts, _ = await bot.mention("hello")
+            (reply,) = await bot.replies_in(ts)
+            assert reply["text"] == "*Hi* there, see <https://example.com/a_b|docs>."
+
+
+async def test_bad_signature_is_refused_and_not_processed(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", bot.ts())
+        body = json_body(payloads.event_callback(event))
+        headers = {**sign("wrong-secret", body), "Content-Type": "application/json"}
+        status, _ = await bot.post_raw(body, headers)
+        assert status == 401
+        await asyncio.sleep(0.2)
+        assert bot.fake.calls == []
+        assert _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM messages") == [(0,)]
+
+
+async def test_stale_timestamp_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", bot.ts())
+        body = json_body(payloads.event_callback(event))
+        headers = {**sign(SECRET, body, int(time.time()) - 400), "Content-Type": "application/json"}
+        status, _ = await bot.post_raw(body, headers)
+        assert status == 401
+        assert bot.fake.calls == []
+
+
+async def test_url_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        body = json_body(payloads.url_verification("chal-123"))
+        status, text = await bot.post_raw(
+            body, {**sign(SECRET, body), "Content-Type": "application/json"}
+        )
+        assert status == 200 and "chal-123" in text
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_retries_never_produce_a_second_turn(
+    monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    async with slack_bot(monkeypatch, transport=transport) as bot:
+        ts, body = await bot.mention("hello", event_id="EvRETRY1")
+        await bot.replies_in(ts)
+        for attempt in (1, 2):
+            assert await bot.send(body, retry_num=attempt) == 200
+        await asyncio.sleep(0.3)
+        assert len(bot.posts(ts)) == 1
+
+
+async def test_concurrent_duplicates_give_one_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        ts = bot.ts()
+        event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", ts)
+        body = payloads.event_callback(event, event_id="EvDUP")
+        statuses = await asyncio.gather(*(bot.send(body) for _ in range(5)))
+        assert statuses == [200] * 5
+        await bot.replies_in(ts)
+        await asyncio.sleep(0.3)
+        assert len(bot.posts(ts)) == 1
+
+
+async def test_mention_and_message_event_for_one_message_give_one_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        ts = bot.ts()
+        mention = payloads.app_mention(CHANNEL, "U1", "<@UBOT> again", ts, thread_ts=root)
+        message = payloads.thread_message(CHANNEL, "U1", "<@UBOT> again", ts, root)
+        await bot.send(payloads.event_callback(message))
+        await bot.send(payloads.event_callback(mention))
+        await bot.replies_in(root, 2)
+        await asyncio.sleep(0.3)
+        assert len(bot.posts(root)) == 2
+
+
+async def test_restart_does_not_repeat_a_turn(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            ts, body = await bot.mention("hello", event_id="EvRESTART")
+            await bot.replies_in(ts)
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            assert await bot.send(body, retry_num=1) == 200
+            await asyncio.sleep(0.3)
+            assert len(bot.posts(ts)) == 1
+
+
+async def test_bot_messages_and_edits_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        other_bot = payloads.bot_message(
+            CHANNEL, "BOTHER", "<@UBOT> hi from a bot", bot.ts(), thread_ts=root
+        )
+        own = payloads.thread_message(CHANNEL, "UBOT", "my own words", bot.ts(), root)
+        edited = payloads.message_changed(
+            CHANNEL, "U1", bot.ts(), "<@UBOT> edited text", "old text", thread_ts=root
+        )
+        for event in (other_bot, own, edited):
+            assert await bot.send(payloads.event_callback(event)) == 200
+        await asyncio.sleep(0.4)
+        assert len(bot.posts(root)) == 1
+
+
+async def test_other_bots_allowed_when_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, env={"RAVEN_SLACK_ALLOW_BOTS": "true"}) as bot:
+        ts = bot.ts()
+        event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", ts)
+        event["bot_id"] = "BOTHER"
+        await bot.send(payloads.event_callback(event))
+        await bot.replies_in(ts)
+
+
+async def test_thread_reply_without_mention_in_known_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        reply = payloads.thread_message(CHANNEL, "U2", "follow-up question", bot.ts(), root)
+        await bot.send(payloads.event_callback(reply))
+        await bot.replies_in(root, 2)
+        # A thread the bot is not part of stays quiet.
+        stranger_root = bot.ts()
+        other = payloads.thread_message(CHANNEL, "U2", "unrelated", bot.ts(), stranger_root)
+        await bot.send(payloads.event_callback(other))
+        await asyncio.sleep(0.3)
+        assert bot.posts(stranger_root) == []
+
+
+async def test_thread_replies_can_require_a_mention(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, env={"RAVEN_SLACK_THREAD_REPLIES": "false"}) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        reply = payloads.thread_message(CHANNEL, "U2", "follow-up", bot.ts(), root)
+        await bot.send(payloads.event_callback(reply))
+        await asyncio.sleep(0.3)
+        assert len(bot.posts(root)) == 1
+
+
+async def test_thread_reread_labels_other_authors(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("first")
+        model.queue_text("second")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch) as bot:
+            root, _ = await bot.mention("start")
+            await bot.replies_in(root)
+            bot.fake.add_thread_message(CHANNEL, root, "U2", "I think we should use <@U1>'s data")
+            bot.fake.add_thread_message(CHANNEL, root, "U1", "agreed, the CSV one")
+            await bot.mention("what do you think?", thread_ts=root, user="U1")
+            await bot.replies_in(root, 2)
+            text = _user_texts(model)[-1]
+            assert "bob: I think we should use @alice's data" in text
+            assert "alice: agreed, the CSV one" in text
+            assert text.rstrip().endswith("what do you think?")
+            assert "alice (U1):" in text
+
+
+async def test_mentions_resolved_to_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("ok")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch) as bot:
+            ts, _ = await bot.mention("ask <@U2> about it")
+            await bot.replies_in(ts)
+            assert "ask @bob about it" in _user_texts(model)[-1]
+            assert "<@UBOT>" not in _user_texts(model)[-1]
+
+
+async def test_attachment_downloaded_into_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("got it")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch) as bot:
+            bot.fake.add_file("F1", "data.csv", b"a,b\n1,2\n", "text/csv")
+            ts, _ = await bot.mention("look at this", files=[bot.fake.file_object("F1")])
+            await bot.replies_in(ts)
+            text = _user_texts(model)[-1]
+            assert "data.csv (8 bytes):" in text
+            path = Path(text.split("data.csv (8 bytes): ")[1].splitlines()[0].strip())
+            assert _read(path) == b"a,b\n1,2\n"
+            assert bot.fake.file_downloads == [("F1", 200)]
+
+
+async def test_oversized_attachment_is_not_downloaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("ok")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch, env={"RAVEN_ATTACHMENT_MAX_BYTES": "4"}) as bot:
+            bot.fake.add_file("F2", "big.bin", b"0123456789", "application/octet-stream")
+            ts, _ = await bot.mention("big file", files=[bot.fake.file_object("F2")])
+            await bot.replies_in(ts)
+            assert "big.bin: not downloaded" in _user_texts(model)[-1]
+            assert bot.fake.file_downloads == []
+
+
+async def test_direct_message_answered_without_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        event = payloads.message_im("D0DM", "U1", "hello there", bot.ts())
+        await bot.send(payloads.event_callback(event))
+        await eventually(lambda: bool(bot.fake.posted_texts("D0DM")))
+        post = bot.fake.posted_messages("D0DM")[0]
+        assert "thread_ts" not in post or post.get("thread_ts") in (None, "")
+
+
+async def test_direct_messages_can_be_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, env={"RAVEN_DM_ENABLED": "false"}) as bot:
+        event = payloads.message_im("D0DM", "U1", "hello there", bot.ts())
+        await bot.send(payloads.event_callback(event))
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert "direct messages" in call.args["text"]
+        assert bot.fake.posted_texts("D0DM") == []
+
+
+async def test_refused_user_gets_ephemeral_explanation(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_USERS": "U1"}) as bot:
+        ts, _ = await bot.mention("let me in", user="U2")
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert call.args["user"] == "U2" and "allowed users" in call.args["text"]
+        await asyncio.sleep(0.2)
+        assert bot.posts(ts) == []
+
+
+async def test_disallowed_channel_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_CHANNELS": "C0OTHER"}) as bot:
+        await bot.mention("hi")
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert "not enabled in this channel" in call.args["text"]
+
+
+# -- egress ----------------------------------------------------------------------------------
+
+
+async def test_rate_limited_post_is_retried_once_delivered(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        bot.fake.fail_next("chat.postMessage", "http429", retry_after=0)
+        ts, _ = await bot.mention("hello")
+        (reply,) = await bot.replies_in(ts)
+        statuses = [c.status for c in bot.fake.calls_to("chat.postMessage")]
+        assert statuses == [429, 200]
+        assert "offline mode" in reply["text"]
+
+
+async def test_ok_false_is_an_error_recorded_not_silent(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    async with slack_bot(monkeypatch) as bot:
+        bot.fake.fail_next("chat.postMessage", "ok_false", error="channel_not_found")
+        ts, _ = await bot.mention("hello")
+        await bot.fake.wait_for_call("chat.postMessage")
+        home = bot.runtime.settings.home
+        await eventually(
+            lambda: (
+                _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+                == [("failed",)]
+            )
+        )
+        assert any("channel_not_found" in r.getMessage() for r in caplog.records)
+        assert bot.posts(ts) == []
+
+
+async def test_long_reply_split_without_breaking_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "```python\n" + "\n".join(f"x_{i} = {i}" for i in range(40)) + "\n```"
+    long_text = "\n\n".join(["word " * 150] * 12 + [code] + ["tail " * 100])
+    async with FakeAnthropic() as model:
+        model.queue_text(long_text)
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch) as bot:
+            ts, _ = await bot.mention("write a lot")
+            await eventually(lambda: len(bot.posts(ts)) >= 3)
+            await asyncio.sleep(0.3)
+            parts = [p["text"] for p in bot.posts(ts)]
+            assert all(len(p) <= 3500 for p in parts)
+            assert sum(p.count("```") for p in parts) % 2 == 0
+            assert all(p.count("```") % 2 == 0 for p in parts)
+            assert "".join(parts).count("x_39 = 39") == 1
+            # One turn, one reply record (its parts carry the same idempotency key).
+            keys = {
+                json.dumps(p["metadata"]) and p["metadata"]["event_payload"]["key"]
+                for p in bot.posts(ts)
+            }
+            assert len(keys) == 1
+
+
+async def test_model_output_cannot_ping_everyone(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeAnthropic() as model:
+        model.queue_text("Hey <!channel> and <!here|here> and @everyone, ping <!subteam^S1|@devs>")
+        await _online(monkeypatch, model)
+        async with slack_bot(monkeypatch) as bot:
+            ts, _ = await bot.mention("shout")
+            (reply,) = await bot.replies_in(ts)
+            text = reply["text"]
+            assert "<!" not in text
+            assert "@everyone" not in text
+            assert "channel" in text
+
+
+async def test_redelivery_after_crash_does_not_post_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            ts, _ = await bot.mention("hello")
+            await bot.replies_in(ts)
+            home = bot.runtime.settings.home
+        # Simulate a crash after Slack accepted the post but before it was marked sent.
+        with sqlite3.connect(home / "raven.db") as conn:
+            conn.execute("UPDATE messages SET delivery = 'pending' WHERE direction = 'out'")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            await asyncio.sleep(0.3)
+            assert len(bot.posts(ts)) == 1
+            rows = _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+            assert rows == [("sent",)]
+
+
+async def test_pending_reply_is_delivered_after_restart(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            ts, _ = await bot.mention("hello")
+            await bot.replies_in(ts)
+            home = bot.runtime.settings.home
+        with sqlite3.connect(home / "raven.db") as conn:
+            conn.execute("UPDATE messages SET delivery = 'pending' WHERE direction = 'out'")
+        # Slack lost it (e.g. the crash came before the call): the thread has no such post.
+        fake._messages.clear()
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            await eventually(lambda: len(bot.posts(ts)) == 2)
+
+
+# -- control words, prompts and graphs -------------------------------------------------------
+
+
+async def test_help_and_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("help")
+        (reply,) = await bot.replies_in(ts)
+        assert "`stop`" in reply["text"]
+        await bot.mention("status", thread_ts=ts)
+        replies = await bot.replies_in(ts, 2)
+        assert "*Status*" in replies[-1]["text"]
+
+
+async def test_approval_by_requester_starts_the_graph(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hello world\nconfirm")
+        labels = [b["text"]["text"] for b in _buttons(post)]
+        assert labels == ["Approve", "Deny"]
+        await _click(bot, post, 0, "U1", thread, prompt_ts)
+        update = (await bot.fake.wait_for_call("chat.update"))[0]
+        assert update.args["ts"] == prompt_ts
+        blocks = update.args["blocks"]
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        assert not any(b["type"] == "actions" for b in blocks)
+        assert "answered by <@U1>" in json.dumps(blocks)
+        await eventually(
+            lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
+        )
+
+
+async def test_stranger_click_refused_ephemerally(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        await _click(bot, post, 0, "U2", thread, prompt_ts)
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert call.args["user"] == "U2" and "can answer" in call.args["text"]
+        assert len(await bot.runtime.broker.pending()) == 1
+        assert bot.fake.calls_to("chat.update") == []
+
+
+async def test_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch, env={"RAVEN_APPROVERS": "U2"}) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        await _click(bot, post, 1, "U2", thread, prompt_ts)
+        await eventually(
+            lambda: any("not approved (denied by U2)" in p["text"] for p in bot.posts(thread))
+        )
+
+
+async def test_second_click_is_a_friendly_no_op(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        await _click(bot, post, 0, "U1", thread, prompt_ts)
+        await bot.fake.wait_for_call("chat.update")
+        await _click(bot, post, 1, "U1", thread, prompt_ts)
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert "Already answered" in call.args["text"]
+        rows = _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs")
+        assert rows == [(1,)]
+
+
+async def test_click_after_expiry_says_expired_and_denies(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch, env={"RAVEN_PROMPT_EXPIRY_SECONDS": "0.5"}) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        await asyncio.sleep(0.7)
+        await _click(bot, post, 0, "U1", thread, prompt_ts)
+        (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert "expired" in call.args["text"].lower()
+        await eventually(
+            lambda: any("not approved (expired" in p["text"] for p in bot.posts(thread))
+        )
+        assert _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
+
+
+async def test_click_after_restart_still_works(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            await _click(bot, post, 0, "U1", thread, prompt_ts)
+            await eventually(
+                lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
+            )
+
+
+async def test_typed_answer_in_thread(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, _, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        reply = payloads.thread_message(CHANNEL, "U1", "1", bot.ts(), thread)
+        await bot.send(payloads.event_callback(reply))
+        update = (await bot.fake.wait_for_call("chat.update"))[0]
+        assert update.args["ts"] == prompt_ts
+        await eventually(
+            lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
+        )
+
+
+async def test_free_text_answer_through_modal(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        conv = (await bot.runtime.conversation_log.history(f"slack:T1:{CHANNEL}:{root}", limit=1))[
+            0
+        ].conversation_id
+        from memory.conversation_log import ConversationRef
+
+        prompt = await bot.runtime.broker.create(
+            conversation=ConversationRef.parse(conv),
+            kind="free_text",
+            question="Which dataset?",
+            requester="U1",
+            purpose="clarification",
+        )
+        post = _prompt_post(bot, root)
+        (button,) = _buttons(post)
+        assert button["text"]["text"] == "Answer…"
+        await bot.send(
+            payloads.block_actions(
+                button["action_id"],
+                button["value"],
+                "U1",
+                CHANNEL,
+                prompt.message_id or "",
+                thread_ts=root,
+                response_url=bot.fake.response_url("r2"),
+                trigger_id="trig-1",
+            ),
+            form=True,
+        )
+        (opened,) = await bot.fake.wait_for_call("views.open")
+        view = opened.args["view"]
+        view = json.loads(view) if isinstance(view, str) else view
+        submission = payloads.view_submission(
+            view["callback_id"],
+            view["private_metadata"],
+            "U1",
+            {"answer": {"text": "the public one"}},
+        )
+        assert await bot.send(submission, form=True) == 200
+        decided = await asyncio.wait_for(bot.runtime.broker.wait(prompt.id), 5)
+        assert decided.answer == "the public one" and decided.answered_by == "U1"
+
+
+async def test_stop_cancels_a_running_graph(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("s: sleeper: wait a minute")
+        home = bot.runtime.settings.home
+        await eventually(
+            lambda: (
+                _db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
+                == [("running",)]
+            )
+        )
+        stop = payloads.thread_message(CHANNEL, "U1", "<@UBOT> stop", bot.ts(), ts)
+        await bot.send(
+            payloads.event_callback(
+                payloads.app_mention(CHANNEL, "U1", "<@UBOT> stop", stop["ts"], thread_ts=ts)
+            )
+        )
+        await eventually(
+            lambda: (
+                _db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
+                == [("cancelled",)]
+            )
+        )
+        await eventually(lambda: any("Stopped" in p["text"] for p in bot.posts(ts)))
+
+
+async def test_background_run_status_message_is_edited_in_place(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("a: echo: one\nb: echo: two [after a]")
+        await eventually(
+            lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(ts))
+        )
+        status_posts = [p for p in bot.posts(ts) if "settled" in p["text"]]
+        assert len(status_posts) == 1
+        assert bot.fake.calls_to("chat.update")
+
+
+# -- doctor ----------------------------------------------------------------------------------
+
+
+async def test_doctor_checks_token_and_scopes() -> None:
+    async with FakeSlack(scopes=tuple(required_scopes())) as fake:
+        ok, detail = await check_slack(BOT_TOKEN, fake.api_url)
+        assert ok, detail
+        assert "Fake Team" in detail
+    async with FakeSlack(scopes=("chat:write",)) as fake:
+        ok, detail = await check_slack(BOT_TOKEN, fake.api_url)
+        assert not ok and "missing scopes" in detail and "app_mentions:read" in detail
+    async with FakeSlack() as fake:
+        ok, detail = await check_slack("not-a-token", fake.api_url)
+        assert not ok and "SLACK_BOT_TOKEN" in detail
