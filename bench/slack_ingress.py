@@ -149,18 +149,26 @@ async def post_one(
 
 
 class SlowAnthropic(FakeAnthropic):
-    """FakeAnthropic holding every /v1/messages answer for a seeded random delay."""
+    """FakeAnthropic holding every /v1/messages answer for a seeded random delay.
+
+    It counts requests instead of keeping them (each holds the whole system prompt and tool
+    schemas; a thousand of them would only make the bot's process collect garbage slower).
+    """
 
     def __init__(self, low: float, high: float, seed: int) -> None:
         super().__init__()
         self.low = low
         self.high = high
+        self.answered = 0
         self._rng = random.Random(seed)
         self.responder = lambda _body: {"content": REPLY_TEXT}
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(self._rng.uniform(self.low, self.high))
-        return await super()._messages(request)
+        response = await super()._messages(request)
+        self.answered += 1
+        self.requests.clear()
+        return response
 
 
 class Replies:
@@ -670,7 +678,7 @@ async def bench(opts: Options) -> int:
         shown = ", ".join(f"{s or 'error'}×{n}" for s, n in sorted(statuses.items()))
         print(f"non-200 statuses: {shown}")
     print(
-        f"events: {len(events)} (warm-up included), model calls: {len(model.requests)}, "
+        f"events: {len(events)} (warm-up included), model calls: {model.answered}, "
         f"chat.postMessage calls: {len(fake.calls_to('chat.postMessage'))}, "
         f"events never acked 200: {never_acked}"
     )
