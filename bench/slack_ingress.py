@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import gc
 import logging
 import math
 import multiprocessing
@@ -241,6 +242,34 @@ class TxnProbe:
         return samples
 
 
+class GcProbe:
+    """Pauses of full (generation 2) garbage collections, via `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._began)
+
+    def install(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._callback)
+
+    def take(self) -> list[float]:
+        pauses = list(self.pauses)
+        self.pauses.clear()
+        return pauses
+
+
 class CountingHandler(logging.Handler):
     """Counts the bot's warnings and errors (printed as a summary, not interleaved)."""
 
@@ -280,6 +309,7 @@ class Phase:
     cpu: float = 0.0
     loop_lag: list[float] = field(default_factory=list)
     txn_wait: list[float] = field(default_factory=list)
+    gc_pauses: list[float] = field(default_factory=list)
     reply_latency: list[float] = field(default_factory=list)
 
 
@@ -357,25 +387,7 @@ def _load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-HEADERS = [
-    "rate/s",
-    "events",
-    "posts",
-    "got/s",
-    "non200",
-    "p50 ms",
-    "p95 ms",
-    "p99 ms",
-    "max ms",
-    "lag99 ms",
-    "loop99 ms",
-    "cpu %",
-    "txn/ev",
-    "txn99 ms",
-    "reply p50 s",
-    "reply p95 s",
-    "drain s",
-]
+HEADERS = ["rate/s", "events", "posts", "got/s", "non200", "p50 ms", "p95 ms", "p99 ms", "max ms"]
 
 LEGEND = """\
 Ack latency per target rate (all POSTs of the phase: first deliveries, retries, duplicates).
@@ -384,12 +396,31 @@ Ack latency per target rate (all POSTs of the phase: first deliveries, retries, 
   posts        POSTs sent: events + Slack retries (X-Slack-Retry-Num 1/2) + concurrent dups
   got/s        achieved rate of first deliveries ((events - 1) / first-to-last send)
   non200       POSTs not answered 200 (connection errors and client timeouts count too)
-  p50..max ms  ack latency: POST sent → HTTP response read, in the generator process
+  p50..max ms  ack latency: POST sent → HTTP response read, in the generator process"""
+
+COST_HEADERS = [
+    "rate/s",
+    "lag99 ms",
+    "loop99 ms",
+    "loopmax ms",
+    "gc2",
+    "gc2max ms",
+    "cpu %",
+    "txn/ev",
+    "txn99 ms",
+    "reply p50 s",
+    "reply p95 s",
+    "drain s",
+]
+
+COST_LEGEND = """\
+Where the time goes, per target rate (bot process = the bot, both fakes, SQLite threads).
   lag99 ms     p99 of how late the generator started a POST vs its schedule (generator health)
-  loop99 ms    p99 event-loop lag in the bot's process (overshoot of a 10 ms sleep)
-  cpu %        bot process CPU time / phase wall time (bot + both fakes + SQLite threads;
-               200 % = both cores)
-  txn/ev       bot write transactions (Store.transaction) per event of the phase
+  loop99/max   p99 and max event-loop lag in the bot's process (overshoot of a 10 ms sleep)
+  gc2          full (generation 2) garbage collections in the bot's process during the phase
+  gc2max ms    the longest of them (the whole event loop stands still meanwhile)
+  cpu %        bot process CPU time / phase wall time (200 % = both cores)
+  txn/ev       write transactions (Store.transaction) per event of the phase
   txn99 ms     p99 time to enter a write transaction (lock queue + BEGIN IMMEDIATE); each
                ack waits for one (the inbound claim: persist before acknowledging)
   reply p50/95 first delivery sent → the reply's chat.postMessage reached FakeSlack
@@ -414,8 +445,17 @@ def phase_row(phase: Phase) -> list[str]:
         ms(pct(latencies, 0.95)),
         ms(pct(latencies, 0.99)),
         ms(max(latencies, default=math.nan)),
+    ]
+
+
+def cost_row(phase: Phase) -> list[str]:
+    return [
+        f"{phase.rate:g}",
         ms(pct([r.lag for r in phase.results], 0.99)),
         ms(pct(phase.loop_lag, 0.99)),
+        ms(max(phase.loop_lag, default=math.nan)),
+        f"{len(phase.gc_pauses)}",
+        ms(max(phase.gc_pauses, default=math.nan)),
         f"{phase.cpu * 100:.0f}",
         f"{len(phase.txn_wait) / max(1, len(phase.events)):.1f}",
         ms(pct(phase.txn_wait, 0.99)),
@@ -526,6 +566,7 @@ class Rig:
     replies: Replies
     monitor: LagMonitor
     probe: TxnProbe
+    gc_probe: GcProbe
     pool: concurrent.futures.ProcessPoolExecutor | None
     within: float
 
@@ -534,6 +575,7 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     """Send the phase, then wait until every one of its events got its reply."""
     rig.monitor.take()
     rig.probe.take()
+    rig.gc_probe.take()
     cpu = time.process_time()
     started = time.perf_counter()
     if rig.pool is None:
@@ -552,6 +594,7 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     phase.cpu = (time.process_time() - cpu) / (time.perf_counter() - started)
     phase.loop_lag = rig.monitor.take()
     phase.txn_wait = rig.probe.take()
+    phase.gc_pauses = rig.gc_probe.take()
     phase.drain = math.nan if done is None else max(0.0, done - last_send)
     sent_at = {r.event: r.sent_mono for r in phase.results if r.kind == FIRST}
     phase.reply_latency = [
@@ -588,6 +631,8 @@ async def bench(opts: Options) -> int:
     replies = Replies(fake)
     probe = TxnProbe()
     probe.install()
+    gc_probe = GcProbe()
+    gc_probe.install()
     try:
         if not opts.in_process:
             context = multiprocessing.get_context("spawn")
@@ -609,7 +654,7 @@ async def bench(opts: Options) -> int:
             async with asyncio.timeout(10):
                 await adapter.ready.wait()
             url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
-            rig = Rig(url, events, replies, monitor, probe, pool, opts.drain_within)
+            rig = Rig(url, events, replies, monitor, probe, gc_probe, pool, opts.drain_within)
             print("progress:", flush=True)
             # Warm-up (auth.test, users.info cache, SQLite, connections): not reported.
             warm = make_phase(rng, fake, events, 10, 10, 0.0, 0.0, 0.0)
@@ -646,6 +691,7 @@ async def bench(opts: Options) -> int:
         turns = count_turns(home / "raven.db")
     finally:
         probe.uninstall()
+        gc_probe.uninstall()
         if pool is not None:
             pool.shutdown()
         await model.stop()
@@ -669,6 +715,10 @@ async def bench(opts: Options) -> int:
     print(LEGEND)
     print()
     print(table(HEADERS, (phase_row(p) for p in phases)))
+    print()
+    print(COST_LEGEND)
+    print()
+    print(table(COST_HEADERS, (cost_row(p) for p in phases)))
     print()
     print("Ack latency by delivery kind, all phases together:")
     print()

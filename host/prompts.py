@@ -23,7 +23,7 @@ import aiosqlite
 
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
-from memory.conversation_log import ConversationRef
+from memory.conversation_log import ConversationRef, ensure_conversation
 from memory.store import Row, Store
 
 log = logging.getLogger(__name__)
@@ -142,12 +142,7 @@ class PromptBroker:
         payload_json = json.dumps(prompt.payload)  # fails here, before anything is stored
         conv = conversation
         async with self._store.transaction() as db:
-            await db.execute(
-                "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
-                (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
-            )
+            await ensure_conversation(db, conv, now)
             await db.execute(
                 "INSERT INTO prompts (id, nonce, kind, question, options, requester,"
                 " allowed_responders, conversation_id, platform, workspace, channel, thread,"

@@ -101,7 +101,7 @@ class ConversationLog:
                 "INSERT INTO dedup (key, expires_at) VALUES (?, ?)",
                 [(key, now + ttl_seconds) for key in event_keys],
             )
-            await self._ensure_conversation(db, conv, now)
+            await ensure_conversation(db, conv, now)
             cur = await db.execute(
                 "INSERT INTO messages (conversation_id, direction, author_id, author_name, text,"
                 " idempotency_key, payload, handled, created_at)"
@@ -142,7 +142,7 @@ class ConversationLog:
         """Record a turn as running (and its inbound message as handled) in one transaction."""
         now = self._clock()
         async with self._store.transaction() as db:
-            await self._ensure_conversation(db, conv, now)
+            await ensure_conversation(db, conv, now)
             await db.execute(
                 "INSERT INTO turns (id, conversation_id, kind, author_id, author_name, status,"
                 " started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
@@ -227,7 +227,7 @@ class ConversationLog:
         """Persist an outgoing message as `pending` before it is sent (idempotent by key)."""
         now = self._clock()
         async with self._store.transaction() as db:
-            await self._ensure_conversation(db, conv, now)
+            await ensure_conversation(db, conv, now)
             await db.execute(
                 "INSERT OR IGNORE INTO messages (conversation_id, turn_id, direction, author_id,"
                 " author_name, text, idempotency_key, delivery, created_at)"
@@ -288,14 +288,15 @@ class ConversationLog:
         )
         return [_message(r) for r in rows]
 
-    @staticmethod
-    async def _ensure_conversation(db: Any, conv: ConversationRef, now: float) -> None:
-        await db.execute(
-            "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
-            " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
-            (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
-        )
+
+async def ensure_conversation(db: Any, conv: ConversationRef, now: float) -> None:
+    """Insert the conversation row if missing (inside the caller's write transaction)."""
+    await db.execute(
+        "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
+        (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
+    )
 
 
 def _message(row: Any) -> LoggedMessage:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from agents.models.types import Message
 from host.graph.model import NodeState, PriorNode
-from memory.conversation_log import ConversationRef
+from memory.conversation_log import ConversationRef, ensure_conversation
 from memory.store import Store
 
 RunState = Literal[
@@ -97,19 +97,7 @@ class RunStore:
         """Insert a run and reserve its node ids (unique per conversation) in one transaction."""
         async with self._store.transaction() as db:
             conv = run.conversation
-            await db.execute(
-                "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
-                " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
-                (
-                    conv.id,
-                    conv.platform,
-                    conv.workspace,
-                    conv.channel,
-                    conv.thread,
-                    run.created_at,
-                    run.created_at,
-                ),
-            )
+            await ensure_conversation(db, conv, run.created_at)
             await db.execute(
                 "INSERT INTO graph_runs (id, conversation_id, task_summary, background, state,"
                 " submitted_by, submission, run_dir, replaces_run, created_at)"
