@@ -231,7 +231,7 @@ class TxnProbe:
                 samples.append(time.perf_counter() - before)
                 yield db
 
-        Store.transaction = timed  # type: ignore[method-assign]
+        Store.transaction = timed  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         Store.transaction = self._original  # type: ignore[method-assign]
@@ -686,6 +686,8 @@ async def bench(opts: Options) -> int:
             replies.update()
         finally:
             lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag_task
             await adapter.close()
             await asyncio.wait_for(serving, 30)
         turns = count_turns(home / "raven.db")

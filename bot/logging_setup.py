@@ -36,11 +36,20 @@ class SecretRedactor(logging.Filter):
         return text
 
 
+class _DropBoltTokenNotice(logging.Filter):
+    """Bolt warns that `token` is unused whenever SLACK_BOT_TOKEN is set and we pass our own
+    client (which carries that token): expected here, so not worth a warning on every start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "`token` will be unused" not in record.getMessage()
+
+
 def configure_logging(level: str, secrets: Iterable[str]) -> None:
     """Send logs to stderr (stdout is the console chat) through the redactor."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(SecretRedactor(secrets))
+    handler.addFilter(_DropBoltTokenNotice())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from memory.store import Store
 
+DEDUP_PURGE_SECONDS = 60.0
 TurnStatus = Literal["running", "completed", "failed", "interrupted", "cancelled"]
 Delivery = Literal["none", "pending", "sent", "failed"]
 
@@ -73,6 +74,7 @@ class ConversationLog:
     def __init__(self, store: Store, *, clock: Any = time.time) -> None:
         self._store = store
         self._clock = clock
+        self._last_purge = 0.0
 
     async def claim_inbound(
         self,
@@ -92,11 +94,19 @@ class ConversationLog:
         """
         now = self._clock()
         async with self._store.transaction() as db:
-            await db.execute("DELETE FROM dedup WHERE expires_at < ?", (now,))
-            for key in event_keys:
-                cur = await db.execute("SELECT 1 FROM dedup WHERE key = ?", (key,))
-                if await cur.fetchone() is not None:
-                    return None
+            if now - self._last_purge > DEDUP_PURGE_SECONDS:
+                # Expired keys are purged now and then, not on every event (hot path).
+                await db.execute("DELETE FROM dedup WHERE expires_at < ?", (now,))
+                self._last_purge = now
+            marks = ",".join("?" * len(event_keys))
+            cur = await db.execute(
+                f"SELECT 1 FROM dedup WHERE key IN ({marks}) AND expires_at >= ? LIMIT 1",
+                (*event_keys, now),
+            )
+            if await cur.fetchone() is not None:
+                return None
+            # An expired key may still be there (no purge yet): replace it.
+            await db.executemany("DELETE FROM dedup WHERE key = ?", [(key,) for key in event_keys])
             await db.executemany(
                 "INSERT INTO dedup (key, expires_at) VALUES (?, ?)",
                 [(key, now + ttl_seconds) for key in event_keys],

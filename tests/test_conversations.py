@@ -272,3 +272,26 @@ async def test_offline_provider_through_service(conversation_log: ConversationLo
     await turn
     assert "offline mode" in channel.texts[0]
     await lanes.drain(1)
+
+
+async def test_dedup_keys_expire_after_their_ttl(store: Store) -> None:
+    now = [1000.0]
+    log = ConversationLog(store, clock=lambda: now[0])
+    conv = ConversationRef("test", "W", "C", "t1")
+
+    async def claim() -> int | None:
+        return await log.claim_inbound(
+            conv,
+            event_keys=["k1", "k2"],
+            ttl_seconds=10,
+            author_id="U1",
+            author_name="u",
+            text="hi",
+            payload="{}",
+        )
+
+    assert await claim() is not None
+    now[0] += 5
+    assert await claim() is None
+    now[0] += 10  # past the TTL, before any purge ran
+    assert await claim() is not None
