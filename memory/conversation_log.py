@@ -113,13 +113,14 @@ class ConversationLog:
             )
             await ensure_conversation(db, conv, now)
             cur = await db.execute(
-                "INSERT INTO messages (conversation_id, direction, author_id, author_name, text,"
-                " idempotency_key, payload, handled, created_at)"
+                "INSERT OR IGNORE INTO messages (conversation_id, direction, author_id,"
+                " author_name, text, idempotency_key, payload, handled, created_at)"
                 " VALUES (?, 'in', ?, ?, ?, ?, ?, 0, ?)",
                 (conv.id, author_id, author_name, text, f"in:{event_keys[0]}", payload, now),
             )
-            message_id = cur.lastrowid
-        assert message_id is not None
+            # The log remembers every event for good: a redelivery after the dedup TTL is
+            # still a duplicate.
+            message_id = cur.lastrowid if cur.rowcount == 1 else None
         return message_id
 
     async def mark_handled(self, message_id: int, turn_id: str | None = None) -> None:

@@ -279,10 +279,10 @@ async def test_dedup_keys_expire_after_their_ttl(store: Store) -> None:
     log = ConversationLog(store, clock=lambda: now[0])
     conv = ConversationRef("test", "W", "C", "t1")
 
-    async def claim() -> int | None:
+    async def claim(*keys: str) -> int | None:
         return await log.claim_inbound(
             conv,
-            event_keys=["k1", "k2"],
+            event_keys=list(keys),
             ttl_seconds=10,
             author_id="U1",
             author_name="u",
@@ -290,8 +290,11 @@ async def test_dedup_keys_expire_after_their_ttl(store: Store) -> None:
             payload="{}",
         )
 
-    assert await claim() is not None
+    assert await claim("k1", "k2") is not None
     now[0] += 5
-    assert await claim() is None
-    now[0] += 10  # past the TTL, before any purge ran
-    assert await claim() is not None
+    assert await claim("k1", "k2") is None
+    assert await claim("k9", "k2") is None  # a second id of the same message
+    now[0] += 10  # past the TTL, before any purge ran: the key is free again ...
+    assert await claim("k3", "k2") is not None
+    # ... but the message log still remembers the first event itself.
+    assert await claim("k1") is None
