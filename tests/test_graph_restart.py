@@ -122,3 +122,13 @@ async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
     assert "alpha" in (run_dir / "output.md").read_text()
     # The interruption is reported once only.
     assert "A restart interrupted run" not in out
+
+
+async def test_offline_plan_confirm_and_answer_in_one_piped_session(isolated_env: Path) -> None:
+    plan = b"r1: research: find X\nc1: code: build Y after r1\nconfirm\n1\n"
+    code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
+    assert code == 0, err
+    assert out.index("[approval] Run this graph?") < out.index("answered by")
+    assert "started (2 node(s))" in out
+    assert "failed** — Explicit plan" in out
+    assert "needs a language model" in out

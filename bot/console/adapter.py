@@ -124,6 +124,10 @@ class ConsoleAdapter:
                 accepted = await self._inbox.accept(self._message(text))
                 if accepted is not None:
                     pending.append(accepted)
+                    if not interactive:
+                        # A script's lines are sequential: the next one (e.g. a typed answer
+                        # to the prompt this turn shows) must see this turn's effects.
+                        await asyncio.wait({accepted})
         for turn in pending:
             try:
                 await turn
