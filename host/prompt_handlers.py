@@ -26,12 +26,14 @@ async def handle_graph_approval(
     submission = json.loads(str(prompt.payload.get("submission", "{}")))
     # Nobody is waiting on the original tool call any more: report in the background.
     submission["background"] = True
+    replaces = prompt.payload.get("replaces_run")
     try:
         result = await runs.submit(
             conv,
             submission,
             submitted_by=str(prompt.payload.get("submitted_by", prompt.requester)),
             approval_collected=True,
+            replaces_run=str(replaces) if replaces else None,
         )
     except AdmissionError as exc:
         await service.notify(
@@ -39,6 +41,8 @@ async def handle_graph_approval(
         )
         return
     assert result.run is not None
+    if replaces:
+        await runs.supersede(conv, str(replaces))
     await service.notify(
         conv,
         f"Approved by {prompt.answered_by}: run `{result.run.id}` started "

@@ -168,7 +168,46 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
         await runs.store.set_flag(ctx.conversation.id, GUIDE_FLAG, "1")
         return load_guide() + "\n\n(The guide is now pinned for the rest of this conversation.)"
 
+    async def replan_with_approval(ctx: TurnContext, args: ResolveInput) -> str:
+        problem = runs.unresolvable(ctx.conversation, args.run_id, args.node_id)
+        if problem is not None:
+            return problem
+        assert args.graph is not None
+        try:
+            result = await runs.submit(
+                ctx.conversation,
+                args.graph,
+                submitted_by=ctx.author_id,
+                replaces_run=args.run_id,
+            )
+        except AdmissionError as exc:
+            return f"Replan rejected; run `{args.run_id}` is unchanged. {exc}"
+        if result.status == "started":  # not reachable with confirm, kept for safety
+            await runs.supersede(ctx.conversation, args.run_id)
+            assert result.run is not None
+            return f"Run `{args.run_id}` replaced by `{result.run.id}`."
+        assert result.submission is not None
+        prompt = await broker.create(
+            conversation=ctx.conversation,
+            kind="approval",
+            question=approval_question(result.submission),
+            requester=ctx.author_id,
+            purpose="graph_approval",
+            payload={
+                "submission": submission_json(result.submission),
+                "submitted_by": ctx.author_id,
+                "replaces_run": args.run_id,
+            },
+        )
+        return (
+            f"Approval requested for the replanned graph (prompt `{prompt.id}`). Run "
+            f"`{args.run_id}` keeps waiting until then; if approved it is replaced, if not it "
+            "stays as it is (the node's decision deadline still applies)."
+        )
+
     async def resolve_exception(ctx: TurnContext, args: ResolveInput) -> str:
+        if args.action == "replan" and args.graph is not None and args.graph.get("confirm"):
+            return await replan_with_approval(ctx, args)
         text, run = await runs.resolve(
             ctx.conversation,
             run_id=args.run_id,

@@ -294,6 +294,22 @@ class RunManager:
         await run.cancel(superseded=True)
         return (f"Run `{run_id}` replaced by `{result.run.id}`.", result.run)
 
+    def unresolvable(self, conv: ConversationRef, run_id: str, node_id: str) -> str | None:
+        """Why `resolve` would refuse this node, or None when it waits for a decision."""
+        run = self._runs.get(run_id)
+        if run is None or run.conversation_id != conv.id:
+            return f"Run `{run_id}` is not running in this conversation."
+        if node_id not in run.nodes or run.state(node_id) != "exception":
+            state = run.nodes[node_id].state if node_id in run.nodes else "unknown"
+            return f"Node `{node_id}` is not waiting for a decision (state: {state})."
+        return None
+
+    async def supersede(self, conv: ConversationRef, run_id: str) -> None:
+        """Stop a run replaced by an approved replan (its completed nodes stay reusable)."""
+        run = self._runs.get(run_id)
+        if run is not None and run.conversation_id == conv.id:
+            await run.cancel(superseded=True)
+
     async def cancel(self, conv: ConversationRef, run_id: str | None = None) -> list[str]:
         """Cancel one run (or every live run) of the conversation; return their ids."""
         runs = [r for r in self.live_runs(conv.id) if run_id is None or r.id == run_id]
