@@ -135,9 +135,9 @@ class RunManager:
             )
             try:
                 graph = admit(raw, ctx)
-            except ApprovalRequired:
-                parsed = admit_without_approval(raw, ctx)
-                return Submitted("needs_approval", submission=parsed.submission)
+            except ApprovalRequired as needed:
+                # Every other check passed (approval is the last one).
+                return Submitted("needs_approval", submission=needed.submission)
             run = await self._create(conv, graph, submitted_by, replaces_run)
         return Submitted("started", run=run)
 
@@ -359,15 +359,6 @@ class RunManager:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
-
-
-def admit_without_approval(
-    raw: str | Mapping[str, Any] | GraphSubmission, ctx: AdmissionContext
-) -> AdmittedGraph:
-    """Admission with the approval requirement treated as met (to describe the graph)."""
-    from dataclasses import replace
-
-    return admit(raw, replace(ctx, approval_collected=True))
 
 
 def submission_json(submission: GraphSubmission) -> str:
