@@ -54,7 +54,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 
 SECRET = "bench-signing-secret"
-BOT_TOKEN = "xoxb-0000-1111-benchtoken"
+BOT_TOKEN = "xoxb-bench"  # a fake; short so it never looks like a real token
 RATES: tuple[int, ...] = (10, 25, 50, 100, 200)
 USERS: tuple[str, ...] = tuple(f"U{n:03d}" for n in range(1, 9))
 CHANNELS: tuple[str, ...] = tuple(f"C{n:04d}" for n in range(1, 17))
