@@ -171,11 +171,15 @@ class PromptBroker:
                 db, prompt.id, "created", by=requester, at=now, detail=f"{kind}: {question}"
             )
 
-        surface = self._surfaces.get(conv.platform)
+        return await self._show(prompt)
+
+    async def _show(self, prompt: Prompt) -> Prompt:
+        """Display a stored prompt on its platform and remember the message id."""
+        surface = self._surfaces.get(prompt.conversation.platform)
         if surface is None:
             log.warning(
                 "no prompt surface for %r; prompt %s is answerable by text only",
-                conv.platform,
+                prompt.conversation.platform,
                 prompt.id,
             )
             return prompt
@@ -463,6 +467,12 @@ class PromptBroker:
             await self._close_on_surface(prompt)
             await self._run_handler(prompt.id)
         await self.expire_due()
+        # A crash between storing a prompt and showing it left it invisible: show it now.
+        # (A crash after showing but before recording the message id shows it twice, which
+        # beats a question nobody can see.)
+        for prompt in await self.pending():
+            if prompt.message_id is None and prompt.conversation.platform in self._surfaces:
+                await self._show(prompt)
 
     # ------------------------------------------------------------------------- reading
 

@@ -120,18 +120,16 @@ class Store:
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         """Read one row of committed data."""
-        db = self._require(self._reader or self._writer)
-        cur = await db.execute(sql, params)
-        row = await cur.fetchone()
-        await cur.close()
-        return row
+        rows = await self.fetchall(sql, params)
+        return rows[0] if rows else None
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         """Read all rows of committed data."""
         db = self._require(self._reader or self._writer)
-        cur = await db.execute(sql, params)
-        rows = await cur.fetchall()
-        await cur.close()
+        # One call on the connection's thread: execute, fetch and finalize together. Separate
+        # execute/fetch steps from concurrent tasks would interleave on the shared reader and
+        # keep an old read snapshot open, so a read could miss a just-committed write.
+        rows = await db.execute_fetchall(sql, params)
         return list(rows)
 
     @staticmethod

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -608,3 +609,25 @@ async def test_migration_creates_prompt_tables(tmp_path: Path) -> None:
         assert {"prompts_by_state_expiry", "prompts_by_conversation"} <= indexes
     finally:
         await db.close()
+
+
+async def test_recover_shows_a_prompt_stored_but_never_shown(store: Store) -> None:
+    surface = RecordingPromptSurface(fail_show=True)
+    broker = PromptBroker(
+        store, surfaces=MappingProxyType({"test": surface}), handlers=MappingProxyType({})
+    )
+    conv = ConversationRef("test", "W", "C", "T")
+    prompt = await broker.create(
+        conversation=conv, kind="approval", question="Ship it?", requester="U1"
+    )
+    assert surface.shown == [] and prompt.message_id is None
+    again = RecordingPromptSurface()
+    restarted = PromptBroker(
+        store, surfaces=MappingProxyType({"test": again}), handlers=MappingProxyType({})
+    )
+    await restarted.recover()
+    assert [p.id for p in again.shown] == [prompt.id]
+    stored = await restarted.get(prompt.id)
+    assert stored is not None and stored.message_id == "pm1"
+    await restarted.recover()
+    assert len(again.shown) == 1

@@ -82,3 +82,21 @@ async def test_closed_store_says_so(tmp_path: Path) -> None:
     store = Store(tmp_path / "raven.db")
     with pytest.raises(RuntimeError, match="not open"):
         await store.fetchone("SELECT 1")
+
+
+async def test_reads_see_commits_while_other_reads_run(store: Store) -> None:
+    running = True
+
+    async def reader() -> None:
+        while running:
+            await store.fetchall("SELECT * FROM dedup")
+
+    readers = [asyncio.create_task(reader()) for _ in range(3)]
+    try:
+        for i in range(50):
+            await store.execute("INSERT INTO dedup (key, expires_at) VALUES (?, 1)", (f"k{i}",))
+            # A concurrent reader must never pin an old snapshot for this read.
+            assert await store.fetchone("SELECT 1 FROM dedup WHERE key = ?", (f"k{i}",))
+    finally:
+        running = False
+        await asyncio.gather(*readers)
