@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -123,6 +124,11 @@ def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
     factories: list[AdapterFactory] = []
     if settings.slack_bot_token is not None:
         factories.append(functools.partial(slack_adapter, settings))
+    if settings.discord_token is not None:
+        # Not silently ignored: the operator set it expecting Discord.
+        logging.getLogger(__name__).warning(
+            "DISCORD_TOKEN is set, but this version has no Discord adapter yet; ignoring it"
+        )
     # With no chat platform configured, the console.
     if not factories:
         factories.append(ConsoleAdapter)

@@ -152,6 +152,13 @@ async def _check_channels(settings: Settings) -> Check:
         return Check(
             "channels", "ok", "no Slack/Discord tokens: `raven-bot run` starts the console"
         )
+    if "discord" in configured:
+        return Check(
+            "channels",
+            "warn",
+            f"configured: {', '.join(configured)}; DISCORD_TOKEN is ignored (no Discord adapter "
+            "in this version yet)",
+        )
     return Check("channels", "ok", f"configured: {', '.join(configured)}")
 
 
