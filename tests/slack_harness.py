@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -36,7 +34,6 @@ class SlackBot:
     adapter: SlackAdapter
     transport: str
     session: aiohttp.ClientSession
-    _ts: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
     def url(self) -> str:
@@ -150,9 +147,4 @@ async def slack_bot(
             await fake.stop()
 
 
-async def mention_thread_root(bot: SlackBot, ts: str) -> str:
-    """A top-level mention is answered in the thread rooted at it."""
-    return ts
-
-
-__all__ = ["APP_TOKEN", "BOT_TOKEN", "CHANNEL", "SECRET", "Path", "SlackBot", "slack_bot"]
+__all__ = ["APP_TOKEN", "BOT_TOKEN", "CHANNEL", "SECRET", "SlackBot", "slack_bot"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 from pydantic import BaseModel
 
@@ -18,32 +17,22 @@ from agents.models.types import (
     Usage,
 )
 from agents.tools import Tool, ToolRegistry
+from tests.fakes.providers import TestProvider
 
 
-class ScriptedProvider:
+class ScriptedProvider(TestProvider):
     """A provider that replays scripted replies and records what it was sent."""
+
+    label = "scripted"
 
     def __init__(self, replies: list[ModelReply]) -> None:
         self.replies = replies
         self.calls: list[tuple[str, list[Message], list[ToolSpec]]] = []
 
-    @property
-    def name(self) -> str:
-        return "scripted"
-
-    @property
-    def offline(self) -> bool:
-        return False
-
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        max_tokens: int = 4096,
+    async def reply(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
     ) -> ModelReply:
-        self.calls.append((system, list(messages), list(tools)))
+        self.calls.append((system, messages, tools))
         return self.replies.pop(0)
 
 

@@ -4,7 +4,6 @@ otherwise asked of the user through the broker."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -15,33 +14,23 @@ from host.prompts import PromptBroker
 from memory.conversation_log import ConversationLog, ConversationRef
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
+from tests.fakes.providers import TestProvider
 from tests.helpers import eventually
 
 CONV = ConversationRef("test", "W", "C", "T")
 
 
-class AnswerProvider:
+class AnswerProvider(TestProvider):
     """Answers the clarification tool with a fixed payload; records calls."""
+
+    label = "answerer"
 
     def __init__(self, payload: dict[str, Any] | None) -> None:
         self.payload = payload
         self.calls: list[str] = []
 
-    @property
-    def name(self) -> str:
-        return "answerer"
-
-    @property
-    def offline(self) -> bool:
-        return False
-
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        max_tokens: int = 4096,
+    async def reply(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
     ) -> ModelReply:
         block = messages[-1].content[0]
         assert isinstance(block, TextBlock)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from types import MappingProxyType
 
 import pytest
@@ -20,12 +19,15 @@ from host.outbox import Outbox
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, ConversationRef
 from memory.store import Store
+from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import eventually
 
 
-class GatedProvider:
+class GatedProvider(TestProvider):
     """Answers 'echo: <text>' once its gate opens; can be told to fail."""
+
+    label = "gated"
 
     def __init__(self) -> None:
         self.gate = asyncio.Event()
@@ -34,23 +36,10 @@ class GatedProvider:
         self.error: Exception | None = None
         self.seen: list[list[Message]] = []
 
-    @property
-    def name(self) -> str:
-        return "gated"
-
-    @property
-    def offline(self) -> bool:
-        return False
-
-    async def complete(
-        self,
-        *,
-        system: str,
-        messages: Sequence[Message],
-        tools: Sequence[ToolSpec] = (),
-        max_tokens: int = 4096,
+    async def reply(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
     ) -> ModelReply:
-        self.seen.append(list(messages))
+        self.seen.append(messages)
         self.entered.set()
         await self.gate.wait()
         if self.error is not None:

@@ -309,13 +309,6 @@ class RunStore:
             ),
         )
 
-    async def record_dispatch(self, conversation_id: str, count: int) -> None:
-        """Count dispatched nodes against the conversation's hourly budget."""
-        await self._store.execute(
-            "INSERT INTO dispatches (conversation_id, at, count) VALUES (?, ?, ?)",
-            (conversation_id, self._clock(), count),
-        )
-
     async def dispatched_since(self, conversation_id: str, since: float) -> int:
         """Nodes dispatched in the conversation since `since`."""
         row = await self._store.fetchone(
