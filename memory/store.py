@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -17,6 +18,7 @@ from memory.migrations import MIGRATIONS
 log = logging.getLogger(__name__)
 
 Row = aiosqlite.Row
+T = TypeVar("T")
 
 
 class Store:
@@ -94,18 +96,24 @@ class Store:
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """Run a write transaction; commits on success, rolls back on any exception.
 
-        Shielded commit: a task cancelled mid-transaction still rolls back cleanly, so the
-        connection is never left inside an open transaction.
+        Cancellation-safe: BEGIN, COMMIT and ROLLBACK always run to the end once sent, and a
+        cancelled or failed transaction is rolled back before the lock is released, so the
+        shared writer connection is never left inside an open transaction.
         """
         db = self._require(self._writer)
         async with self._write_lock:
-            await db.execute("BEGIN IMMEDIATE")
+            try:
+                await run_to_completion(db.execute("BEGIN IMMEDIATE"))
+            except BaseException:
+                # The BEGIN may have gone through before the cancellation was noticed.
+                await _rollback(db)
+                raise
             try:
                 yield db
+                await run_to_completion(db.execute("COMMIT"))
             except BaseException:
-                await asyncio.shield(db.execute("ROLLBACK"))
+                await _rollback(db)
                 raise
-            await asyncio.shield(db.execute("COMMIT"))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement in its own transaction; return rows changed."""
@@ -137,6 +145,40 @@ class Store:
         if conn is None:
             raise RuntimeError("the store is not open; call Store.open() first")
         return conn
+
+
+async def run_to_completion(awaitable: Awaitable[T]) -> T:
+    """Await `awaitable` to its end even if the caller is cancelled meanwhile.
+
+    A statement handed to the connection's thread runs whatever the caller does; abandoning
+    the await would only hide its effect. The cancellation is re-raised once it finished.
+    """
+    future = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if future.done():
+                raise
+            cancelled = True
+            continue
+        except BaseException:
+            if cancelled:
+                raise asyncio.CancelledError() from None
+            raise
+        break
+    if cancelled:
+        raise asyncio.CancelledError()
+    return result
+
+
+async def _rollback(db: aiosqlite.Connection) -> None:
+    try:
+        await run_to_completion(db.execute("ROLLBACK"))
+    except sqlite3.OperationalError:
+        # "no transaction is active": the BEGIN never happened or COMMIT already ended it.
+        pass
 
 
 def _split_sql(script: str) -> list[str]:

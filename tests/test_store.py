@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,81 @@ async def test_reads_see_commits_while_other_reads_run(store: Store) -> None:
     finally:
         running = False
         await asyncio.gather(*readers)
+
+
+async def test_cancel_while_begin_waits_for_the_lock_leaves_no_open_transaction(
+    tmp_path: Path,
+) -> None:
+    # Regression: BEGIN IMMEDIATE was awaited unshielded outside the try; a cancel while it
+    # waited left the shared writer inside a transaction and every later write failed.
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    blocker = sqlite3.connect(
+        tmp_path / "raven.db", isolation_level=None, check_same_thread=False
+    )
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+
+        async def writer() -> None:
+            async with store.transaction() as db:
+                await db.execute("INSERT INTO dedup (key, expires_at) VALUES ('w', 1)")
+
+        task = asyncio.create_task(writer())
+        while not store._write_lock.locked():
+            await asyncio.sleep(0)
+        for _ in range(5):
+            # Let the BEGIN reach the connection's thread, where it waits for `blocker`.
+            await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.to_thread(blocker.execute, "COMMIT")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.execute("INSERT INTO dedup (key, expires_at) VALUES ('after', 1)")
+        assert await store.fetchone("SELECT 1 FROM dedup WHERE key = 'after'") is not None
+        assert await store.fetchone("SELECT 1 FROM dedup WHERE key = 'w'") is None
+    finally:
+        blocker.close()
+        await store.close()
+
+
+async def test_cancelling_at_every_await_keeps_transactions_atomic(store: Store) -> None:
+    # Cancel one transaction after k loop iterations, for every k until it completes on its
+    # own: whatever point the cancel lands on, all three rows or none exist, and the store
+    # keeps working.
+    for k in range(200):
+
+        async def three_rows(k: int = k) -> None:
+            async with store.transaction() as db:
+                for part in ("a", "b", "c"):
+                    await db.execute(
+                        "INSERT INTO dedup (key, expires_at) VALUES (?, 1)", (f"{k}{part}",)
+                    )
+
+        task = asyncio.create_task(three_rows())
+        for _ in range(k):
+            await asyncio.sleep(0)
+        finished = task.done()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        rows = await store.fetchall("SELECT key FROM dedup WHERE key LIKE ?", (f"{k}_",))
+        assert len(rows) in (0, 3), f"cancel after {k} steps left {len(rows)} row(s)"
+        await store.execute("INSERT INTO dedup (key, expires_at) VALUES (?, 1)", (f"ok{k}",))
+        if finished:
+            break
+    else:
+        pytest.fail("the transaction never completed within 200 loop iterations")
+
+
+async def test_failed_commit_is_rolled_back(store: Store) -> None:
+    # A deferred foreign key fails at COMMIT: the transaction must be rolled back, not left
+    # open on the shared writer.
+    with pytest.raises(sqlite3.IntegrityError):
+        async with store.transaction() as db:
+            await db.execute("PRAGMA defer_foreign_keys = ON")
+            await db.execute(
+                "INSERT INTO turns (id, conversation_id, kind, author_id, author_name, status,"
+                " started_at) VALUES ('t', 'missing', 'user', 'u', 'u', 'running', 0)"
+            )
+    await store.execute("INSERT INTO dedup (key, expires_at) VALUES ('next', 1)")
+    assert await store.fetchone("SELECT 1 FROM turns WHERE id = 't'") is None
