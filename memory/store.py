@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
@@ -174,11 +175,9 @@ async def run_to_completion(awaitable: Awaitable[T]) -> T:
 
 
 async def _rollback(db: aiosqlite.Connection) -> None:
-    try:
+    # "no transaction is active": the BEGIN never happened or COMMIT already ended it.
+    with contextlib.suppress(sqlite3.OperationalError):
         await run_to_completion(db.execute("ROLLBACK"))
-    except sqlite3.OperationalError:
-        # "no transaction is active": the BEGIN never happened or COMMIT already ended it.
-        pass
 
 
 def _split_sql(script: str) -> list[str]:
