@@ -193,18 +193,39 @@ class PromptBroker:
                 "UPDATE prompts SET message_id = ? WHERE id = ?", (message_id, prompt.id)
             )
             await _audit(db, prompt.id, "shown", by="system", at=self._clock(), detail=message_id)
+            # Read the state in the same transaction as the id: a decision either commits
+            # before (seen here) or after (and then reads this message id to close it).
+            cur = await db.execute("SELECT state FROM prompts WHERE id = ?", (prompt.id,))
+            row = await cur.fetchone()
+        if row is not None and row["state"] != "pending":
+            # Answered (e.g. clicked) before the post returned, so whoever decided could not
+            # edit a message whose id was unknown: close it here, or its buttons stay live.
+            decided = await self.get(prompt.id)
+            if decided is not None:
+                await self._close_on_surface(decided)
+                return decided
         return replace(prompt, message_id=message_id)
 
     # ----------------------------------------------------------------------------- answer
 
     async def answer(
-        self, prompt_id: str, nonce: str, responder_id: str, answer: str
+        self,
+        prompt_id: str,
+        nonce: str,
+        responder_id: str,
+        answer: str,
+        *,
+        message_id: str | None = None,
     ) -> AnswerOutcome:
-        """Answer a prompt (a button click or a modal); see AnswerOutcome for the result."""
+        """Answer a prompt (a button click or a modal); see AnswerOutcome for the result.
+
+        `message_id` is the platform message the answer came from (a clicked button's), so
+        the prompt can be closed there even before `show` recorded its id.
+        """
         prompt = await self.get(prompt_id)
         if prompt is None or not hmac.compare_digest(prompt.nonce, nonce):
             return AnswerOutcome("unknown", "This request is no longer known.")
-        return await self._answer(prompt, responder_id, answer)
+        return await self._answer(prompt, responder_id, answer, message_id=message_id)
 
     async def answer_typed(
         self, conversation: ConversationRef, responder_id: str, text: str
@@ -232,7 +253,9 @@ class PromptBroker:
             return await self._answer(first_match, responder_id, text)
         return None
 
-    async def _answer(self, prompt: Prompt, responder_id: str, raw: str) -> AnswerOutcome:
+    async def _answer(
+        self, prompt: Prompt, responder_id: str, raw: str, *, message_id: str | None = None
+    ) -> AnswerOutcome:
         if not self._may_answer(prompt, responder_id):
             return await self._refuse(prompt, responder_id)
         if prompt.state != "pending":
@@ -249,24 +272,36 @@ class PromptBroker:
         if value is None:
             return AnswerOutcome("invalid", problem, prompt)
 
+        shown_as: str | None = None
         async with self._store.transaction() as db:
             cur = await db.execute(
                 "UPDATE prompts SET state = 'answered', answer = ?, answered_by = ?,"
-                " decided_at = ? WHERE id = ? AND state = 'pending' AND expires_at > ?",
-                (value, responder_id, now, prompt.id, now),
+                " decided_at = ?, message_id = COALESCE(message_id, ?)"
+                " WHERE id = ? AND state = 'pending' AND expires_at > ?",
+                (value, responder_id, now, message_id, prompt.id, now),
             )
             won = cur.rowcount == 1
             if won:
                 await _audit(db, prompt.id, "answered", by=responder_id, at=now, detail=value)
+                # `prompt` was read before this transaction: take the message id as stored
+                # now, so a post that returned meanwhile is the one that gets closed.
+                cur = await db.execute("SELECT message_id FROM prompts WHERE id = ?", (prompt.id,))
+                row = await cur.fetchone()
+                shown_as = row["message_id"] if row is not None else message_id
         if not won:
             # Someone else decided first (or it expired meanwhile): report what happened.
             latest = await self.get(prompt.id)
             if latest is None:
                 return AnswerOutcome("unknown", "This request is no longer known.")
-            return await self._answer(latest, responder_id, raw)
+            return await self._answer(latest, responder_id, raw, message_id=message_id)
 
         decided = replace(
-            prompt, state="answered", answer=value, answered_by=responder_id, decided_at=now
+            prompt,
+            state="answered",
+            answer=value,
+            answered_by=responder_id,
+            decided_at=now,
+            message_id=shown_as,
         )
         await self._after_decision(decided)
         return AnswerOutcome(

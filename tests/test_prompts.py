@@ -631,3 +631,62 @@ async def test_recover_shows_a_prompt_stored_but_never_shown(store: Store) -> No
     assert stored is not None and stored.message_id == "pm1"
     await restarted.recover()
     assert len(again.shown) == 1
+
+
+async def test_answer_before_the_message_id_is_recorded_still_closes_the_message(
+    store: Store,
+) -> None:
+    # A typed answer lands while the post is in flight: its id is not stored yet, so the
+    # decision cannot edit the message; recording the id must notice and close it.
+    async def on_show(prompt: Prompt) -> None:
+        outcome = await rig.broker.answer_typed(CONV, "alice", "approve")
+        assert outcome is not None and outcome.status == "accepted"
+
+    rig = make_rig(store, surface=RecordingPromptSurface(on_show=on_show))
+    prompt = await approval(rig)
+
+    assert prompt.state == "answered" and prompt.message_id == "pm1"
+    assert [(p.state, p.message_id) for p in rig.surface.closed][-1] == ("answered", "pm1")
+    stored = await rig.broker.get(prompt.id)
+    assert stored is not None and stored.message_id == "pm1"
+    assert len(rig.handler.calls) == 1
+
+
+async def test_click_closes_the_message_it_came_from(store: Store) -> None:
+    # The click carries its own message reference: the broker closes that message even
+    # though the post that created it has not returned yet, and remembers its id.
+    closed_during_show: list[str | None] = []
+
+    async def on_show(prompt: Prompt) -> None:
+        outcome = await rig.broker.answer(prompt.id, prompt.nonce, "alice", "1", message_id="pm1")
+        assert outcome.status == "accepted" and outcome.prompt is not None
+        assert outcome.prompt.message_id == "pm1"
+        closed_during_show.extend(p.message_id for p in rig.surface.closed)
+        stored = await rig.broker.get(prompt.id)
+        assert stored is not None and stored.message_id == "pm1"
+
+    rig = make_rig(store, surface=RecordingPromptSurface(on_show=on_show))
+    prompt = await approval(rig)
+
+    assert closed_during_show == ["pm1"]
+    assert prompt.state == "answered" and prompt.approved
+
+
+async def test_answer_reads_the_message_id_recorded_after_it_read_the_prompt(
+    store: Store,
+) -> None:
+    # The prompt row is read before the id is recorded, then the decision commits: the
+    # close must use the id as stored at decision time, not the stale copy's None.
+    rig = make_rig(store)
+    stale = await rig.broker.create(
+        conversation=CONV, kind="approval", question="Ship?", requester="alice"
+    )
+    await store.execute("UPDATE prompts SET message_id = NULL WHERE id = ?", (stale.id,))
+    copy = await rig.broker.get(stale.id)
+    assert copy is not None and copy.message_id is None
+    await store.execute("UPDATE prompts SET message_id = 'pm9' WHERE id = ?", (stale.id,))
+
+    outcome = await rig.broker._answer(copy, "alice", "approve")
+
+    assert outcome.status == "accepted"
+    assert [p.message_id for p in rig.surface.closed] == ["pm9"]
