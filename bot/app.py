@@ -19,11 +19,13 @@ from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
+from agents.sandbox import Sandbox, select_sandbox
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
+from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter
 from bot.settings import Settings
-from host.clarify import Clarifier
+from host.clarify import COMMAND_APPROVAL, Clarifier
 from host.conversations import ConversationService
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
@@ -107,11 +109,16 @@ def workspace_for(home: Path) -> Callable[[ConversationRef], Path]:
     return workspace
 
 
+def build_sandbox(settings: Settings) -> Sandbox:
+    """The sandbox for agent subprocesses; hides the data dir and this working dir (`.env`)."""
+    return select_sandbox(hidden=(settings.home, Path.cwd()), unsandboxed=settings.unsandboxed)
+
+
 def backend_factory(
-    provider: ModelProvider, settings: Settings
+    provider: ModelProvider, settings: Settings, sandbox: Sandbox
 ) -> Callable[[AgentEntry], AgentBackend]:
     """Builds each agent's backend once, on first use."""
-    specialists = default_specialists()
+    specialists = default_specialists(shell=ShellPolicy(sandbox=sandbox))
     built: dict[str, AgentBackend] = {}
 
     def backend(entry: AgentEntry) -> AgentBackend:
@@ -120,6 +127,7 @@ def backend_factory(
                 entry,
                 provider=provider,
                 specialists=specialists,
+                sandbox=sandbox,
                 max_iterations=settings.max_iterations,
                 max_tokens=settings.max_tokens,
             )
@@ -138,6 +146,10 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
     provider = build_provider(settings)
+    # Probed once (it runs bwrap): off the event loop.
+    sandbox = await asyncio.to_thread(build_sandbox, settings)
+    if sandbox.kind != "bwrap":
+        log.warning("agent sandbox %s", sandbox.description)
     adapters = tuple(factory() for factory in adapter_factories)
     platforms = [a.platform for a in adapters]
     if len(set(platforms)) != len(platforms):
@@ -155,12 +167,17 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         result = await clarifier.ask(run.conversation, run.submitted_by, question, node_id=node_id)
         return result.answer
 
+    async def approve_worker_command(run: RunRecord, node_id: str, command: str) -> bool:
+        return await clarifier.approve_command(
+            run.conversation, run.submitted_by, command, node_id=node_id
+        )
+
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
         registry=registry,
         judge=CompletionJudge(provider, timeout=settings.judge_timeout),
-        backend=backend_factory(provider, settings),
+        backend=backend_factory(provider, settings, sandbox),
         workspace=workspace_for(home),
         events=events,
         host_reachable=not provider.offline,
@@ -171,6 +188,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         ask=ask_worker_question,
+        approve=approve_worker_command,
     )
     surfaces: dict[str, PromptSurface] = {
         a.platform: a for a in adapters if isinstance(a, PromptSurface)
@@ -185,7 +203,14 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType(surfaces),
-        handlers=MappingProxyType({"graph_approval": on_graph_approval, "ask_user": on_ask_user}),
+        handlers=MappingProxyType(
+            {
+                "graph_approval": on_graph_approval,
+                "ask_user": on_ask_user,
+                # The node waiting on the prompt reads the decision itself.
+                COMMAND_APPROVAL: ignore_decision,
+            }
+        ),
         admins=settings.admins,
         approvers=settings.approvers,
         default_expiry_seconds=settings.prompt_expiry_seconds,
@@ -327,6 +352,7 @@ async def shutdown(runtime: Runtime, serving: set[asyncio.Task[None]] = frozense
     """Drain lanes within the grace period, then close adapters, the provider and the store."""
     await runtime.lanes.drain(runtime.settings.shutdown_grace)
     await runtime.runs.shutdown()
+    await runtime.service.close()
     for adapter in runtime.adapters:
         try:
             await adapter.close()

@@ -27,6 +27,11 @@ class Inbox(Protocol):
         """Persist and dedup the message and start its turn (None: nothing to wait for)."""
         ...
 
+    async def receive(self, msg: InboundMessage) -> bool:
+        """Persist and dedup the message and return at once (False: a duplicate); the rest
+        runs after, so adapters with an ack deadline acknowledge right away."""
+        ...
+
     async def knows(self, conv: ConversationRef) -> bool:
         """True when the bot already takes part in this conversation."""
         ...

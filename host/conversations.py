@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from typing import Literal
 
 from agents.models.types import ModelError
 from host.host_agent import HostAgent
+from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage
 from host.outbox import Outbox
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 ControlWord = Literal["stop", "status", "help"]
 SYSTEM_AUTHOR = "raven-system"
 SYSTEM_NAME = "raven (system)"
+# A flooding author hears "busy" once per this many seconds per conversation.
+BUSY_NOTICE_SECONDS = 60.0
 _CONTROL = re.compile(r"^\s*(stop|status|help)\s*[.!?]*\s*$", re.IGNORECASE)
 
 HELP_TEXT = """\
@@ -69,6 +74,8 @@ class ConversationService:
         enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
             MappingProxyType({})
         ),
+        busy_notice_seconds: float = BUSY_NOTICE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = conversation_log
         self._lanes = lanes
@@ -81,12 +88,38 @@ class ConversationService:
         self._status_extra = status_extra
         self._background_idle = background_idle
         self._enrichers = enrichers
+        self._busy_notice_seconds = busy_notice_seconds
+        self._clock = clock
+        # (conversation, author) → when that author was last told the lane is full.
+        self._busy_told: dict[tuple[str, str], float] = {}
+        # What one conversation receives is dispatched in order, off the ingress path.
+        self._ingress = KeyedSerial("ingress")
 
     async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
         """Persist and dedup `msg`, then start its turn; None for a duplicate or a control word.
 
-        Returns once the message is durable, so adapters can acknowledge right after.
+        Waits for the message's dispatch (control replies, typed answers, queueing), so a
+        script's next line sees its effect. Adapters with an ack deadline use `receive`.
         """
+        message_id = await self._claim(msg)
+        if message_id is None:
+            return None
+        task = self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
+        return await asyncio.shield(task)
+
+    async def receive(self, msg: InboundMessage) -> bool:
+        """Persist and dedup `msg` and return at once; False for a duplicate.
+
+        Everything else (control replies, typed answers, busy notes, the turn) runs after, in
+        order per conversation, so acknowledging an event never waits on a post.
+        """
+        message_id = await self._claim(msg)
+        if message_id is None:
+            return False
+        self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
+        return True
+
+    async def _claim(self, msg: InboundMessage) -> int | None:
         message_id = await self._log.claim_inbound(
             msg.conversation,
             event_keys=msg.dedup_keys,
@@ -98,8 +131,13 @@ class ConversationService:
         )
         if message_id is None:
             log.info("duplicate event %s dropped", msg.event_id)
-            return None
-        return await self._dispatch(msg, message_id)
+        return message_id
+
+    async def close(self) -> None:
+        """Cancel dispatches still queued (their messages stay unhandled and resume later) and
+        stop retrying failed posts (they stay recorded and go out at the next start)."""
+        await self._ingress.close()
+        await self._outbox.close()
 
     async def _dispatch(
         self, msg: InboundMessage, message_id: int
@@ -107,8 +145,7 @@ class ConversationService:
         system = msg.author_id == SYSTEM_AUTHOR
         word = None if system else control_word(msg.text)
         if word is not None:
-            await self._log.mark_handled(message_id)
-            await self._control(word, msg)
+            await self._control(word, msg, message_id)
             return None
         if not system and self._broker is not None:
             # A typed reply to a pending prompt answers it instead of starting a turn.
@@ -130,12 +167,34 @@ class ConversationService:
                 kind="system" if system else "user",
                 label=f"turn {turn_id} for {msg.author_name}",
             )
-        except (LaneBusy, LanesClosed) as exc:
-            await self._log.mark_handled(message_id)
-            await self._outbox.send(
-                msg.conversation, f"⚠️ {exc}", idempotency_key=f"busy:{message_id}"
-            )
+        except LanesClosed:
+            # Shutting down: the message stays unhandled and runs after the restart.
+            log.info("message %s arrived during shutdown; it resumes at the next start", message_id)
             return None
+        except LaneBusy as exc:
+            await self._log.mark_handled(message_id)
+            await self._tell_busy(msg, exc, message_id)
+            return None
+
+    async def _tell_busy(self, msg: InboundMessage, exc: LaneBusy, message_id: int) -> None:
+        """Say "busy" to a flooding author once per window, not once per refused message."""
+        now = self._clock()
+        key = (msg.conversation.id, msg.author_id)
+        told = self._busy_told.get(key)
+        if told is not None and now - told < self._busy_notice_seconds:
+            log.info("message %s refused (lane full); %s was already told", message_id, key)
+            return
+        self._busy_told = {
+            k: t for k, t in self._busy_told.items() if now - t < self._busy_notice_seconds
+        }
+        self._busy_told[key] = now
+        window = int(self._busy_notice_seconds)
+        await self._outbox.send(
+            msg.conversation,
+            f"⚠️ {exc} Further requests from you here are dropped for the next {window} s "
+            "while the queue is full.",
+            idempotency_key=f"busy:{message_id}",
+        )
 
     async def knows(self, conv: ConversationRef) -> bool:
         """True when the bot already takes part in this conversation (thread replies)."""
@@ -203,9 +262,11 @@ class ConversationService:
         )
         return TurnOutcome(turn_id, "completed", reply.text)
 
-    async def _control(self, word: ControlWord, msg: InboundMessage) -> None:
+    async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:
         conv = msg.conversation
         if word == "stop":
+            # Durable first: what this stop cancels must not come back after a restart.
+            await self._log.handle_stop(conv.id, message_id)
             cancelled = await self._lanes.stop(conv.id)
             text = (
                 f"Stopped: cancelled {cancelled} request(s) in this thread; graph runs and "
@@ -215,14 +276,30 @@ class ConversationService:
                 "in this thread are cancelled."
             )
         elif word == "status":
+            await self._log.mark_handled(message_id)
             status = self._lanes.status(conv.id)
             running = status.running or "nothing"
             text = f"**Status**: running {running}; {status.queued} request(s) queued."
             if self._status_extra is not None:
                 text = f"{text}\n{await self._status_extra(conv)}"
+            text = "\n".join(filter(None, [text, await self._delivery_status(conv)]))
         else:
+            await self._log.mark_handled(message_id)
             text = HELP_TEXT
         await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
+
+    async def _delivery_status(self, conv: ConversationRef) -> str:
+        failed = await self._log.undelivered(conv.id)
+        if not failed:
+            return ""
+        retrying = self._outbox.retrying(conv)
+        lines = [
+            f"⚠️ {len(failed)} message(s) here could not be delivered"
+            + (f" ({retrying} being retried)" if retrying else "")
+            + "; they are sent again at the next start:"
+        ]
+        lines += [f"- `{m.idempotency_key}`: {m.text[:80]}" for m in failed[:5]]
+        return "\n".join(lines)
 
     async def recover(self, platform: str) -> None:
         """After a restart: report interrupted turns, resend pending replies, resume messages."""
@@ -241,7 +318,9 @@ class ConversationService:
         for message_id, payload in await self._log.unhandled_inbound(platform):
             msg = InboundMessage.model_validate_json(payload)
             log.info("resuming message %s accepted before the restart", message_id)
-            await self._dispatch(msg, message_id)
+            await self._ingress.spawn(
+                msg.conversation.id, functools.partial(self._dispatch, msg, message_id)
+            )
 
     async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
         """Post a proactive message into a conversation (persisted first); return its id."""
@@ -258,6 +337,7 @@ class ConversationService:
         """
         quiet = 0
         while quiet < 2:
+            await self._ingress.idle(conv.id)
             if self._background_idle is not None:
                 await self._background_idle(conv.id)
             status = self._lanes.status(conv.id)
@@ -267,7 +347,8 @@ class ConversationService:
     async def system_turn(self, conv: ConversationRef, text: str, *, key: str) -> None:
         """A proactive turn (run report, wake-up) in the conversation's own lane and history.
 
-        Recorded like an inbound message first, so it survives a crash and runs once.
+        Recorded like an inbound message first, so it survives a crash and runs once;
+        returns once recorded. System turns are never refused by the user queue cap.
         """
         msg = InboundMessage(
             platform=conv.platform,
@@ -290,4 +371,5 @@ class ConversationService:
             payload=msg.model_dump_json(),
         )
         if message_id is not None:
-            await self._dispatch(msg, message_id)
+            # Not awaited: the caller may be work that a queued `stop` is waiting for.
+            self._ingress.spawn(conv.id, lambda: self._dispatch(msg, message_id))

@@ -27,7 +27,7 @@ class LaneError(Exception):
 
 
 class LaneBusy(LaneError):
-    """Raised by `submit` when a conversation already has `cap` turns waiting."""
+    """Raised by `submit` when a conversation already has `cap` user turns waiting."""
 
     def __init__(self, key: str, cap: int) -> None:
         super().__init__(
@@ -78,6 +78,10 @@ class _Lane:
             self.idle.clear()
         else:
             self.idle.set()
+
+
+def _user_jobs(lane: _Lane) -> int:
+    return sum(1 for job in lane.queue if job.kind == "user" and not job.future.done())
 
 
 class LaneManager:
@@ -131,7 +135,9 @@ class LaneManager:
             raise ValueError(f"unknown lane kind {kind!r}")
         loop = asyncio.get_running_loop()
         lane = self._lanes.get(key)
-        if lane is not None and len(lane.queue) >= self._queue_cap:
+        # The cap protects against flooding users; the bot's own reports and wake-ups are
+        # never refused by it (they are recorded work that must run).
+        if kind == "user" and lane is not None and _user_jobs(lane) >= self._queue_cap:
             raise LaneBusy(key, self._queue_cap)
         if lane is None:
             lane = _Lane(key)

@@ -9,6 +9,18 @@ from host.prompt_model import Prompt
 from memory.conversation_log import ConversationRef
 
 
+class ChannelError(RuntimeError):
+    """A platform refused or failed a request; `retryable` says whether trying again may help.
+
+    Adapters raise it with `retryable=False` for answers that will not change (unknown
+    channel, missing scope); anything else an adapter raises counts as retryable.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
 class Channel(Protocol):
     """One chat platform's egress, as the core sees it."""
 

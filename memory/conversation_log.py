@@ -130,6 +130,30 @@ class ConversationLog:
             (turn_id, message_id),
         )
 
+    async def handle_stop(self, conversation_id: str, stop_message_id: int) -> int:
+        """Mark a `stop` message handled and every earlier unhandled inbound message of its
+        conversation stopped, in one transaction; return how many were stopped.
+
+        Done before the lane is cancelled, so a crash in between cannot resurrect them.
+        """
+        async with self._store.transaction() as db:
+            await db.execute("UPDATE messages SET handled = 1 WHERE id = ?", (stop_message_id,))
+            cur = await db.execute(
+                "UPDATE messages SET handled = 1, stopped = 1 WHERE conversation_id = ?"
+                " AND direction = 'in' AND handled = 0 AND id < ?",
+                (conversation_id, stop_message_id),
+            )
+            return int(cur.rowcount)
+
+    async def undelivered(self, conversation_id: str) -> list[LoggedMessage]:
+        """Outgoing messages of a conversation whose posting failed (oldest first)."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM messages WHERE conversation_id = ? AND direction = 'out'"
+            " AND delivery = 'failed' ORDER BY id",
+            (conversation_id,),
+        )
+        return [_message(r) for r in rows]
+
     async def unhandled_inbound(self, platform: str) -> list[tuple[int, str]]:
         """Inbound messages accepted but never taken up (a crash in between): id, payload."""
         rows = await self._store.fetchall(
@@ -261,6 +285,13 @@ class ConversationLog:
             " COALESCE(?, platform_message_id) WHERE idempotency_key = ?",
             (delivery, platform_message_id, idempotency_key),
         )
+
+    async def delivery_of(self, idempotency_key: str) -> Delivery | None:
+        """The recorded delivery state of one outgoing message (None when unknown)."""
+        row = await self._store.fetchone(
+            "SELECT delivery FROM messages WHERE idempotency_key = ?", (idempotency_key,)
+        )
+        return row["delivery"] if row is not None else None
 
     async def pending_outbound(
         self, platform: str, *, max_age_seconds: float = 86_400.0

@@ -177,4 +177,11 @@ CREATE TABLE conversation_flags (
 );
 """,
     ),
+    (
+        4,
+        "inbound messages cancelled by stop are marked stopped",
+        """
+ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0
+""",
+    ),
 )

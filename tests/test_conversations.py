@@ -250,6 +250,7 @@ async def test_outbox_failure_is_recorded_then_redelivered(
     assert await outbox.send(conv, "hi", idempotency_key="k1") == "m1"
     # Already sent: a repeat is a no-op that returns the same id.
     assert await outbox.send(conv, "hi", idempotency_key="k1") == "m1"
+    await outbox.close()
     assert channel.texts == ["hi"]
 
 
