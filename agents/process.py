@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from agents.sandbox import Sandbox
 
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER")
 SECRET_NAME: Final = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|^SLACK_|^DISCORD_|^ANTHROPIC_", re.I)
@@ -128,6 +132,7 @@ async def run_process(
     *,
     cwd: Path,
     env: Mapping[str, str],
+    sandbox: Sandbox,
     stdin_data: bytes | None = None,
     timeout: float,  # noqa: ASYNC109 - the timeout is enforced here, with a process-group kill
     output_cap: int,
@@ -138,14 +143,20 @@ async def run_process(
 
     Output beyond `output_cap` is still drained (so the child never blocks on a full pipe)
     but only its head and tail are kept, and the result is marked truncated. Processes the
-    command leaves behind are killed when it ends. Raises `FileNotFoundError` or
-    `PermissionError` when the program cannot be started.
+    command leaves behind are killed when it ends. It runs inside `sandbox`, which raises
+    `SandboxUnavailable` when it refuses. Raises `FileNotFoundError` or `PermissionError`
+    when the program cannot be started.
     """
+    # Checked here, where the error is clear; inside the sandbox it would be bwrap's exit 1.
+    if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    launch = sandbox.launch(argv, workspace=cwd, env=env)
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitAwareProtocol(_READ_CHUNK, loop),
-        *argv,
+        *launch.argv,
+        preexec_fn=launch.preexec,
         cwd=str(cwd),
         env=dict(env),
         stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,

@@ -11,11 +11,15 @@ or extended, from an optional TOML file (`RAVEN_HOME/agents.toml`):
     description = "Aider pair-programmer"
     command = ["aider", "--yes", "--message"]
     prompt_via = "arg"
+
+    [agents.shell]
+    allow = ["ls", "ls *", "echo *", "python3 -m pytest*"]
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import re
 import shutil
 import tomllib
@@ -63,6 +67,10 @@ class AgentEntry:
     output_cap_chars: int = 200_000
     # Extra environment variable names a cli agent may see (never secret-looking ones).
     env_allow: tuple[str, ...] = ()
+    # The task text is one shell command (`command` + the task): each run needs the requester's
+    # approval unless it matches an `allow` pattern (see `command_allowed`).
+    runs_commands: bool = False
+    allow: tuple[str, ...] = ()
     # Why a configured agent is not enabled (missing binary, unsupported backend); "" if enabled.
     disabled_reason: str = ""
 
@@ -134,6 +142,22 @@ def default_entries() -> list[AgentEntry]:
             "oncall",
             "Oncall specialist: plans and explains long-running campaigns (training runs, "
             "sweeps, solver jobs); campaigns themselves run through the Host's campaign tools.",
+        ),
+        AgentEntry(
+            name="shell",
+            description="Runs its task as one shell command (`sh -c`) in the conversation "
+            "workspace, inside the sandbox; the requester approves each command unless it is "
+            "allowed in agents.toml. Write the task as the exact command, e.g. `ls -la`.",
+            backend="cli",
+            stateful=False,
+            file_capable=False,
+            progress=False,
+            enabled=True,
+            role="raven",
+            command=("sh", "-c"),
+            prompt_via="arg",
+            timeout_seconds=600,
+            runs_commands=True,
         ),
         _cli_preset(
             "claude-code",
@@ -227,6 +251,7 @@ class _EntryConfig(BaseModel):
     timeout_seconds: float | None = Field(None, gt=0)
     output_cap_chars: int | None = Field(None, gt=0)
     env_allow: list[str] | None = None
+    allow: list[str] | None = None
 
 
 class _FileConfig(BaseModel):
@@ -322,6 +347,8 @@ def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) 
         given["command"] = tuple(given["command"])
     if "env_allow" in given:
         given["env_allow"] = tuple(given["env_allow"])
+    if "allow" in given:
+        given["allow"] = tuple(given["allow"])
     if base is None:
         if "description" not in given:
             raise RegistryError(f"{where} description: required for a new agent")
@@ -348,6 +375,8 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
         raise RegistryError(f"{where} role: must be one of {', '.join(map(repr, ROLES))}")
     if entry.backend == "cli" and not entry.command:
         raise RegistryError(f'{where} command: a cli agent needs a command, e.g. ["tool", "-p"]')
+    if "allow" in given and not entry.runs_commands:
+        raise RegistryError(f"{where} allow: only used by command-running agents like `shell`")
     if entry.backend == "api" and not entry.model:
         raise RegistryError(f"{where} model: an api agent needs a model name")
     for name in entry.env_allow:
@@ -357,9 +386,24 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
                 "to grant this agent its own key"
             )
     if entry.backend != "cli":
-        for key in ("command", "prompt_via"):
+        for key in ("command", "prompt_via", "allow"):
             if key in given:
                 raise RegistryError(f"{where} {key}: only used by cli agents")
+
+
+# Characters that chain, substitute or redirect: a command with any of them always asks, so a
+# pattern like `echo *` can never approve `echo hi; rm -rf ~`.
+_SHELL_CONTROL: Final = re.compile(r"[;&|`<>\n\r]|\$\(")
+
+
+def command_allowed(command: str, patterns: Iterable[str]) -> bool:
+    """True when `command` runs without asking: it matches an allow pattern and has no
+    shell control characters. Patterns are shell-style globs (`*`, `?`, `[...]`) matched
+    against the whole command with surrounding whitespace stripped."""
+    text = command.strip()
+    if not text or _SHELL_CONTROL.search(text):
+        return False
+    return any(fnmatch.fnmatchcase(text, pattern.strip()) for pattern in patterns)
 
 
 def _availability(entry: AgentEntry, which: Which) -> AgentEntry:

@@ -13,6 +13,7 @@ from typing import Final
 from pydantic import BaseModel, Field
 
 from agents.process import describe_exit, run_process, scrub_env
+from agents.sandbox import Refusing, Sandbox, SandboxUnavailable
 from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool
 
 READ_CHUNK_CHARS: Final = 16_000
@@ -249,6 +250,8 @@ class ShellPolicy:
     env_allow: tuple[str, ...] = ()
     environ: Mapping[str, str] | None = field(default=None, compare=False)
     shell: str = "/bin/sh"
+    # Fail closed: a policy built without the assembly root's sandbox runs nothing.
+    sandbox: Sandbox = field(default=Refusing("no sandbox was configured"), compare=False)
 
 
 class RunShellInput(BaseModel):
@@ -275,14 +278,18 @@ def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
         timeout = min(args.timeout_seconds or limit, limit)
         workspace = await asyncio.to_thread(ctx.workspace.resolve)
         environ = rules.environ if rules.environ is not None else os.environ
-        result = await run_process(
-            [rules.shell, "-c", args.command],
-            cwd=workspace,
-            env=scrub_env(environ, allow=rules.env_allow),
-            timeout=timeout,
-            output_cap=rules.output_cap_chars,
-            merge_stderr=True,
-        )
+        try:
+            result = await run_process(
+                [rules.shell, "-c", args.command],
+                cwd=workspace,
+                env=scrub_env(environ, allow=rules.env_allow),
+                sandbox=rules.sandbox,
+                timeout=timeout,
+                output_cap=rules.output_cap_chars,
+                merge_stderr=True,
+            )
+        except SandboxUnavailable as exc:
+            return str(exc)
         header = describe_exit(result, what="The command", timeout=timeout)
         if header is None:
             header = "exit code 0"

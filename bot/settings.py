@@ -139,6 +139,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_JUDGE_TIMEOUT",
         description="Seconds the completion judge may take before the availability fallback.",
     )
+    unsandboxed: bool = Field(
+        default=False,
+        validation_alias="RAVEN_UNSANDBOXED",
+        description="UNSAFE: run CLI agents and run_shell without the bubblewrap sandbox (they "
+        "can then read the bot's secrets, .env and database). Only where bwrap cannot run.",
+    )
 
     slack_bot_token: SecretStr | None = Field(
         default=None, validation_alias="SLACK_BOT_TOKEN", description="Slack bot token (xoxb-)."

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,18 @@ from agents.models.types import (
     Usage,
 )
 from agents.registry import AgentEntry, default_registry
+from agents.sandbox import Refusing
 from agents.specialists import default_specialists
 from agents.tools import Tool
 from agents.workspace_tools import ToolContext
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import eventually
+from tests.sandboxing import real_sandbox
 from tests.test_agent_loop import ScriptedProvider
 
 SPECIALISTS = default_specialists()
+# For tests that only build backends: nothing runs through it.
+UNUSED = Refusing("not used by this test")
 
 
 def _entry(name: str = "code", **changes: Any) -> AgentEntry:
@@ -215,7 +220,7 @@ PY = sys.executable
 
 async def test_cli_stdin_mode_runs_in_the_workspace(workspace: Path) -> None:
     script = "import os, sys; print('got:' + sys.stdin.read()); print('cwd:' + os.getcwd())"
-    backend = CommandLineBackend(_cli(PY, "-c", script))
+    backend = CommandLineBackend(_cli(PY, "-c", script), sandbox=real_sandbox())
     outcome = await backend.run(_task(_cli(PY), workspace, "hello via stdin"))
     assert outcome.error is None
     assert outcome.output.splitlines() == ["got:hello via stdin", f"cwd:{workspace}"]
@@ -225,7 +230,9 @@ async def test_cli_stdin_mode_runs_in_the_workspace(workspace: Path) -> None:
 
 async def test_cli_arg_mode_passes_the_prompt_as_the_last_argument(workspace: Path) -> None:
     entry = _cli("sh", "-c", 'printf "arg:%s|" "$1"; cat', "agent", prompt_via="arg")
-    outcome = await CommandLineBackend(entry).run(_task(entry, workspace, "it's $HOME; `x`"))
+    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
+        _task(entry, workspace, "it's $HOME; `x`")
+    )
     # The prompt arrives verbatim as one argument (no shell expansion), stdin is empty.
     assert outcome.error is None and outcome.output == "arg:it's $HOME; `x`|"
 
@@ -239,16 +246,52 @@ async def test_cli_environment_is_scrubbed(
     monkeypatch.setenv("SOME_PASSWORD", "hunter2")
     script = "import json, os; print(json.dumps(dict(os.environ)))"
     entry = _cli(PY, "-c", script)
-    outcome = await CommandLineBackend(entry).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
     env = json.loads(outcome.output)
-    assert set(env) <= {"PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LC_CTYPE"}
+    # PWD is set by the sandbox (its working directory, the workspace).
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "TERM",
+        "TMPDIR",
+        "USER",
+        "LC_CTYPE",
+        "PWD",
+    }
     assert "PATH" in env
     # Granting the agent its own key passes that one key, and nothing else secret.
     entry = _cli(PY, "-c", script, api_key_env="ANTHROPIC_API_KEY")
-    env = json.loads((await CommandLineBackend(entry).run(_task(entry, workspace))).output)
+    env = json.loads(
+        (
+            await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+        ).output
+    )
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-fake-key"
     assert "SLACK_BOT_TOKEN" not in env and "DISCORD_TOKEN" not in env
     assert "SOME_PASSWORD" not in env
+
+
+def sleeper_token() -> str:
+    """A unique `sleep` argument, so the host can find a sandboxed process by its command line
+    (pids written inside the sandbox are from its own PID namespace)."""
+    return f"60.{uuid.uuid4().int % 10**9:09d}"
+
+
+def pids_running(*argv: str) -> list[int]:
+    """Host pids of live (non-zombie) processes whose command line is exactly `argv`."""
+    wanted = "\0".join(argv) + "\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_text() == wanted and process_alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:  # it exited meanwhile
+            continue
+    return found
 
 
 def process_alive(pid: int) -> bool:
@@ -261,20 +304,20 @@ def process_alive(pid: int) -> bool:
 
 
 async def test_cli_timeout_kills_the_whole_process_group(workspace: Path) -> None:
-    entry = _cli(
-        "sh", "-c", "sleep 60 & echo $! > child.pid; echo started; wait", timeout_seconds=0.5
+    token = sleeper_token()
+    entry = _cli("sh", "-c", f"sleep {token} & echo started; wait", timeout_seconds=0.5)
+    outcome = await CommandLineBackend(entry, kill_grace=0.5, sandbox=real_sandbox()).run(
+        _task(entry, workspace)
     )
-    outcome = await CommandLineBackend(entry, kill_grace=0.5).run(_task(entry, workspace))
     assert outcome.error is not None and "timed out after 0.5 s" in outcome.error
     assert outcome.output == "started"
-    child = int((workspace / "child.pid").read_text())
-    await eventually(lambda: not process_alive(child), within=5)
+    await eventually(lambda: not pids_running("sleep", token), within=5)
 
 
 async def test_cli_output_cap_truncates(workspace: Path) -> None:
     script = "print('HEAD' + 'x' * 100_000 + 'TAIL')"
     entry = _cli(PY, "-c", script, output_cap_chars=1000)
-    outcome = await CommandLineBackend(entry).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
     assert outcome.truncated and outcome.error is None
     assert len(outcome.output) < 1100
     assert outcome.output.startswith("HEAD") and outcome.output.endswith("TAIL")
@@ -283,7 +326,7 @@ async def test_cli_output_cap_truncates(workspace: Path) -> None:
 
 async def test_cli_nonzero_exit_reports_code_and_stderr(workspace: Path) -> None:
     entry = _cli("sh", "-c", "echo partial; echo 'boom: config missing' >&2; exit 7")
-    outcome = await CommandLineBackend(entry).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
     assert outcome.output == "partial"
     assert outcome.error is not None
     assert "exited with code 7" in outcome.error and "boom: config missing" in outcome.error
@@ -291,14 +334,16 @@ async def test_cli_nonzero_exit_reports_code_and_stderr(workspace: Path) -> None
 
 async def test_cli_missing_binary_is_an_error_not_a_crash(workspace: Path) -> None:
     entry = _cli("raven-test-no-such-binary", "-p")
-    outcome = await CommandLineBackend(entry).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
     assert outcome.error is not None and "could not start" in outcome.error
 
 
 async def test_cli_continuation_carries_the_earlier_session(workspace: Path) -> None:
     entry = _cli("cat")
-    first = await CommandLineBackend(entry).run(_task(entry, workspace, "step one"))
-    second = await CommandLineBackend(entry).run(
+    first = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
+        _task(entry, workspace, "step one")
+    )
+    second = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
         _task(entry, workspace, "step one", history=first.history, continuation="step two")
     )
     assert "step one" in second.output and second.output.endswith("Now:\nstep two")
@@ -484,38 +529,45 @@ def test_build_backend_picks_the_backend() -> None:
     provider = OfflineProvider()
     code = registry.require("code")
     assert isinstance(
-        build_backend(code, provider=provider, specialists=SPECIALISTS), InProcessBackend
+        build_backend(code, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED),
+        InProcessBackend,
     )
     claude = registry.require("claude-code")
     assert isinstance(
-        build_backend(claude, provider=provider, specialists=SPECIALISTS), CommandLineBackend
+        build_backend(claude, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED),
+        CommandLineBackend,
     )
     acp = _entry("opencode", backend="acp")
     with pytest.raises(BackendUnavailable, match="ACP backends are not supported yet"):
-        build_backend(acp, provider=provider, specialists=SPECIALISTS)
+        build_backend(acp, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED)
     off = default_registry(which=lambda name: None).get("codex")
     assert off is not None
     with pytest.raises(BackendUnavailable, match="not found on PATH"):
-        build_backend(off, provider=provider, specialists=SPECIALISTS)
+        build_backend(off, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED)
     with pytest.raises(BackendUnavailable, match="no specialist"):
-        build_backend(code, provider=provider, specialists={})
+        build_backend(code, provider=provider, specialists={}, sandbox=UNUSED)
     api = _entry("remote", backend="api", model="m", api_key_env="NOPE_KEY")
     with pytest.raises(BackendUnavailable, match="NOPE_KEY"):
-        build_backend(api, provider=provider, specialists=SPECIALISTS, environ={})
+        build_backend(api, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED, environ={})
     api_ok = build_backend(
-        api, provider=provider, specialists=SPECIALISTS, environ={"NOPE_KEY": "sk-123456789"}
+        api,
+        provider=provider,
+        specialists=SPECIALISTS,
+        sandbox=UNUSED,
+        environ={"NOPE_KEY": "sk-123456789"},
     )
     assert isinstance(api_ok, ApiBackend)
     assert os.environ.get("NOPE_KEY") is None
 
 
 async def test_cancelling_a_cli_run_kills_its_processes(workspace: Path) -> None:
-    entry = _cli("sh", "-c", "sleep 60 & echo $! > child.pid; wait", timeout_seconds=60)
-    run = asyncio.create_task(CommandLineBackend(entry).run(_task(entry, workspace)))
-    pid_file = workspace / "child.pid"
-    await eventually(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    token = sleeper_token()
+    entry = _cli("sh", "-c", f"sleep {token} & wait", timeout_seconds=60)
+    run = asyncio.create_task(
+        CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+    )
+    await eventually(lambda: bool(pids_running("sleep", token)))
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
-    child = int(pid_file.read_text())
-    await eventually(lambda: not process_alive(child), within=5)
+    await eventually(lambda: not pids_running("sleep", token), within=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -23,7 +24,8 @@ from agents.workspace_tools import (
     shell_tool,
 )
 from tests.helpers import eventually
-from tests.test_backends import process_alive
+from tests.sandboxing import real_sandbox
+from tests.test_backends import pids_running, sleeper_token
 
 
 @pytest.fixture
@@ -34,7 +36,9 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def _tools(policy: ShellPolicy | None = None) -> ToolRegistry[ToolContext]:
-    return ToolRegistry([READ_FILE, WRITE_FILE, LIST_FILES, shell_tool(policy)])
+    # Shell commands run in the real bubblewrap sandbox, as in the bot.
+    sandboxed = dataclasses.replace(policy or ShellPolicy(), sandbox=real_sandbox())
+    return ToolRegistry([READ_FILE, WRITE_FILE, LIST_FILES, shell_tool(sandboxed)])
 
 
 async def _call(
@@ -204,7 +208,7 @@ async def test_shell_environment_is_scrubbed(
 
 
 async def test_background_leftovers_do_not_hang_and_are_killed(workspace: Path) -> None:
-    out, _ = await _call(workspace, "run_shell", command="sleep 60 & echo $! > bg.pid; echo done")
+    token = sleeper_token()
+    out, _ = await _call(workspace, "run_shell", command=f"sleep {token} & echo done")
     assert out.splitlines() == ["exit code 0", "done"]
-    pid = int((workspace / "bg.pid").read_text())
-    await eventually(lambda: not process_alive(pid), within=5)
+    await eventually(lambda: not pids_running("sleep", token), within=5)

@@ -15,6 +15,7 @@ from agents.backends.cli import CommandLineBackend
 from agents.backends.inproc import InProcessBackend
 from agents.models.provider import ModelProvider
 from agents.registry import ACP_UNSUPPORTED, AgentEntry
+from agents.sandbox import Sandbox
 from agents.specialists import Specialist
 
 __all__ = [
@@ -34,6 +35,7 @@ def build_backend(
     *,
     provider: ModelProvider,
     specialists: Mapping[str, Specialist],
+    sandbox: Sandbox,
     environ: Mapping[str, str] | None = None,
     max_iterations: int = 40,
     max_tokens: int = 4096,
@@ -45,7 +47,7 @@ def build_backend(
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
     if entry.backend == "cli":
-        return CommandLineBackend(entry, environ=environ)
+        return CommandLineBackend(entry, sandbox=sandbox, environ=environ)
     specialist = specialists.get(entry.role)
     if specialist is None:
         known = ", ".join(sorted(specialists)) or "none"

@@ -12,6 +12,8 @@ from agents.registry import AgentEntry
 
 Progress = Callable[[str], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
+# Asks the requester "run this exact command?"; True only when they approved it.
+Approve = Callable[[str], Awaitable[bool]]
 
 
 class BackendUnavailable(RuntimeError):
@@ -33,6 +35,8 @@ class AgentTask:
     on_progress: Progress | None = None
     # Lets the worker ask the requester a clarifying question; None when nobody can answer.
     ask: Ask | None = None
+    # Lets a command-running agent get a command approved; None (nobody can approve) refuses.
+    approve: Approve | None = None
 
     @property
     def message(self) -> str:

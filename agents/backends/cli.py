@@ -9,29 +9,42 @@ from collections.abc import Mapping
 from agents.backends.base import AgentOutcome, AgentTask, failed, task_as_text
 from agents.models.types import Message, Usage
 from agents.process import describe_exit, run_process, scrub_env
-from agents.registry import AgentEntry
+from agents.registry import AgentEntry, command_allowed
+from agents.sandbox import Sandbox, SandboxUnavailable
+from agents.workspace_tools import denied_reason
 
 
 class CommandLineBackend:
-    """Runs `entry.command` in the workspace with a scrubbed environment, timeout and cap."""
+    """Runs `entry.command` in the workspace, in the sandbox, with a scrubbed environment,
+    timeout and cap. A command-running entry (`shell`) runs the task itself as the command,
+    once the requester approved it (or it is allow-listed)."""
 
     def __init__(
         self,
         entry: AgentEntry,
         *,
+        sandbox: Sandbox,
         environ: Mapping[str, str] | None = None,
         kill_grace: float = 2.0,
     ) -> None:
         if not entry.command:
             raise ValueError(f"cli agent `{entry.name}` has no command")
         self._entry = entry
+        self._sandbox = sandbox
         self._environ = environ
         self._kill_grace = kill_grace
 
     async def run(self, task: AgentTask) -> AgentOutcome:
         """Run the command once; prompt on stdin or as the last argument."""
         entry = self._entry
-        text = task_as_text(task)
+        if entry.runs_commands:
+            # The exact command, never wrapped in session history: it is what gets approved.
+            text = task.message.strip()
+            refusal = await self._refusal(task, text)
+            if refusal is not None:
+                return failed(task, refusal)
+        else:
+            text = task_as_text(task)
         argv = [*entry.command, text] if entry.prompt_via == "arg" else list(entry.command)
         environ = self._environ if self._environ is not None else os.environ
         # The agent's own key passes only when configured as its api_key_env.
@@ -48,7 +61,10 @@ class CommandLineBackend:
                 timeout=entry.timeout_seconds,
                 output_cap=entry.output_cap_chars,
                 kill_grace=self._kill_grace,
+                sandbox=self._sandbox,
             )
+        except SandboxUnavailable as exc:
+            return failed(task, f"The `{entry.name}` agent did not run. {exc}")
         except (FileNotFoundError, PermissionError) as exc:
             return failed(
                 task,
@@ -82,3 +98,23 @@ class CommandLineBackend:
             truncated=result.truncated,
             error=error,
         )
+
+    async def _refusal(self, task: AgentTask, command: str) -> str | None:
+        """Why `command` must not run (denied, not approved), or None to run it."""
+        name = self._entry.name
+        if not command:
+            return f"The `{name}` agent needs a command as its task (e.g. `ls -la`)."
+        reason = denied_reason(command)
+        if reason is not None:
+            return f"Command refused: it looks like {reason}, which is never run here."
+        if command_allowed(command, self._entry.allow):
+            return None
+        if task.approve is None:
+            # Fail closed: nobody can be asked, so nothing unapproved runs.
+            return (
+                f"Command not approved: nobody can approve commands for the `{name}` agent here. "
+                f"Allow it under [agents.{name}] allow in agents.toml to run it without asking."
+            )
+        if not await task.approve(command):
+            return f"Command not approved by the requester: {shlex.quote(command)}"
+        return None

@@ -70,6 +70,8 @@ class RunDeps:
     clock: Callable[[], float] = time.time
     # Worker clarifications: (run, node id, question) -> answer; None means nobody to ask.
     ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None
+    # Command approvals: (run, node id, command) -> approved?; None means nobody can approve.
+    approve: Callable[[RunRecord, str, str], Awaitable[bool]] | None = None
 
 
 class GraphRun:
@@ -299,6 +301,7 @@ class GraphRun:
             continuation=continuation,
             on_progress=None,
             ask=self._asker(node_id),
+            approve=self._approver(node_id),
         )
         outcome = await self._call_backend(entry, task)
         output_path = await asyncio.to_thread(
@@ -386,6 +389,16 @@ class GraphRun:
             return await ask(self.record, node_id, question)
 
         return asker
+
+    def _approver(self, node_id: str) -> Callable[[str], Awaitable[bool]] | None:
+        approve = self._deps.approve
+        if approve is None:
+            return None
+
+        async def approver(command: str) -> bool:
+            return await approve(self.record, node_id, command)
+
+        return approver
 
     async def _call_backend(self, entry: AgentEntry, task: AgentTask) -> AgentOutcome:
         started = time.monotonic()

@@ -68,6 +68,7 @@ class RunManager:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
         ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None,
+        approve: Callable[[RunRecord, str, str], Awaitable[bool]] | None = None,
     ) -> None:
         self._store = store
         self._files = files
@@ -81,6 +82,7 @@ class RunManager:
         self._clock = clock
         self._new_id = new_id
         self._ask = ask
+        self._approve = approve
         self._capacity: dict[str, ConversationCapacity] = {}
         self._admission_locks: dict[str, asyncio.Lock] = {}
         self._runs: dict[str, GraphRun] = {}
@@ -197,6 +199,7 @@ class RunManager:
             decision_seconds=self._settings.decision_seconds,
             clock=self._clock,
             ask=self._ask,
+            approve=self._approve,
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

@@ -1,0 +1,264 @@
+"""Sandboxes for agent subprocesses (CLI agents and `run_shell`): bubblewrap, or refusal.
+
+A `Sandbox` turns a command and a workspace into what actually runs. `Bubblewrap` builds the
+child's filesystem from explicit read-only binds of the system, a fresh /tmp and $HOME, and the
+workspace as the only writable path; the bot's data directory and working directory (`.env`)
+are covered, and the child gets its own PID namespace tied to the bot's lifetime. Without
+bubblewrap, `Refusing` refuses every command, unless the operator opted out with
+`RAVEN_UNSANDBOXED=1` (`Unsandboxed`, unsafe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, Protocol, TypeVar
+
+SandboxKind = Literal["bwrap", "unsandboxed", "refusing"]
+Which = Callable[[str], str | None]
+_T = TypeVar("_T")
+
+# The read-only system view: enough to run shells, interpreters and installed CLIs.
+SYSTEM_PATHS: Final = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+)
+# Files under a bound system path that can hold credentials; replaced by an empty file.
+HIDDEN_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
+INSTALL_HINT: Final = (
+    "Install bubblewrap (`apt-get install bubblewrap`), or set RAVEN_UNSANDBOXED=1 to run agent "
+    "commands without a sandbox (unsafe: they can then read the bot's secrets and files)."
+)
+_PROBE_TIMEOUT_SECONDS: Final = 20.0
+_PR_SET_PDEATHSIG: Final = 1
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox can run this command; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to execute: the (wrapped) argv and a hook run in the child before exec."""
+
+    argv: tuple[str, ...]
+    preexec: Callable[[], None] | None = None
+
+
+class Sandbox(Protocol):
+    """Wraps a command so it runs confined to a workspace."""
+
+    @property
+    def kind(self) -> SandboxKind:
+        """Which sandbox this is (for doctor, logs and tests)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for doctor and the startup log."""
+        ...
+
+    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
+        """The command to execute for `argv` in `workspace`; `SandboxUnavailable` if refused."""
+        ...
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    """bubblewrap: own PID namespace, explicit read-only root, workspace the only writable path."""
+
+    bwrap: str
+    # Paths the child must not see (data dir, the bot's working directory); covered by tmpfs.
+    hidden: tuple[Path, ...] = ()
+    # Extra read-only paths (the Python installation running the bot, so `python3` works).
+    readonly: tuple[Path, ...] = ()
+
+    @property
+    def kind(self) -> SandboxKind:
+        """Always "bwrap"."""
+        return "bwrap"
+
+    @property
+    def description(self) -> str:
+        """Names the binary and what is hidden."""
+        hidden = ", ".join(str(p) for p in self.hidden) or "nothing"
+        return f"bubblewrap ({self.bwrap}); hidden from agents: {hidden}"
+
+    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
+        """bwrap arguments around argv; the environment is passed by exec, never on argv."""
+        # Never as --setenv: argv is world-readable in /proc, an agent's own key is not.
+        return Launch((self.bwrap, *self.arguments(workspace, env), "--", *argv))
+
+    def arguments(self, workspace: Path, env: Mapping[str, str]) -> list[str]:
+        """The bwrap options (without the command) for one run in `workspace`."""
+        ws = workspace.resolve()
+        # (path, rank, args): mounts are applied parents first, so a deeper mount always
+        # lands on top (the workspace inside a hidden data dir stays visible and writable).
+        mounts: list[tuple[Path, int, list[str]]] = []
+        for name in SYSTEM_PATHS:
+            path = Path(name)
+            if path.is_symlink():
+                mounts.append((path, 1, ["--symlink", os.readlink(path), name]))
+            elif path.is_dir():
+                mounts.append((path, 0, ["--ro-bind", name, name]))
+        for extra in _unique(p.resolve() for p in self.readonly):
+            if extra.is_dir():
+                mounts.append((extra, 0, ["--ro-bind", str(extra), str(extra)]))
+        mounts.append((Path("/tmp"), 2, ["--tmpfs", "/tmp"]))
+        home = env.get("HOME", "")
+        if home.startswith("/") and Path(home) != Path("/"):
+            mounts.append((Path(home), 2, ["--tmpfs", home]))
+        for secret in HIDDEN_FILES:
+            if Path(secret).is_file():
+                mounts.append((Path(secret), 3, ["--ro-bind", "/dev/null", secret]))
+        for path in _unique(p.resolve() for p in self.hidden):
+            if path != Path("/") and path.is_dir():
+                mounts.append((path, 3, ["--tmpfs", str(path)]))
+        mounts.append((ws, 4, ["--bind", str(ws), str(ws)]))
+        mounts.sort(key=lambda m: (len(m[0].parts), m[1]))
+        args = [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            # The whole sandbox dies with the bot (SIGKILL included): bwrap sets PDEATHSIG on
+            # itself and its init, and the PID namespace takes every descendant with it.
+            "--die-with-parent",
+            "--new-session",  # no controlling terminal to inject keystrokes into
+            "--cap-drop",
+            "ALL",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+        ]
+        for _, _, mount in mounts:
+            args += mount
+        if "TMPDIR" in env:  # the host's TMPDIR is not mounted; /tmp is the fresh one
+            args += ["--setenv", "TMPDIR", "/tmp"]
+        return [*args, "--chdir", str(ws)]
+
+
+@dataclass(frozen=True)
+class Unsandboxed:
+    """The operator's explicit opt-out (RAVEN_UNSANDBOXED=1): plain exec, unsafe."""
+
+    @property
+    def kind(self) -> SandboxKind:
+        """Always "unsandboxed"."""
+        return "unsandboxed"
+
+    @property
+    def description(self) -> str:
+        """Says plainly that this is unsafe."""
+        return (
+            "disabled by RAVEN_UNSANDBOXED=1: agent commands run unsandboxed and can read the "
+            "bot's secrets and files (unsafe)"
+        )
+
+    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
+        """argv unchanged; the child is SIGKILLed if the bot dies."""
+        return Launch(tuple(argv), die_with_parent_hook(os.getpid()))
+
+
+@dataclass(frozen=True)
+class Refusing:
+    """No sandbox and no opt-out: every command is refused with how to fix it."""
+
+    reason: str
+
+    @property
+    def kind(self) -> SandboxKind:
+        """Always "refusing"."""
+        return "refusing"
+
+    @property
+    def description(self) -> str:
+        """Why there is no sandbox."""
+        return f"unavailable ({self.reason}): CLI agents and run_shell refuse to run"
+
+    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
+        """Always raises `SandboxUnavailable`."""
+        raise SandboxUnavailable(
+            f"Refused: no sandbox is available to run agent commands ({self.reason}). "
+            + INSTALL_HINT
+        )
+
+
+def die_with_parent_hook(parent: int) -> Callable[[], None]:
+    """A preexec hook: PR_SET_PDEATHSIG(SIGKILL), so the child dies when the bot does.
+
+    This covers the direct child only: its own children are not killed when the bot dies
+    (bubblewrap's PID namespace is what covers a whole tree).
+    """
+    # Resolved here, before fork: the child only makes the call.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def hook() -> None:
+        if prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            os._exit(126)
+        if os.getppid() != parent:  # the bot died between fork and prctl
+            os._exit(137)
+
+    return hook
+
+
+def probe(sandbox: Bubblewrap) -> str | None:
+    """Run `true` in the sandbox once; None when it works, else what went wrong."""
+    with tempfile.TemporaryDirectory(prefix="raven-sandbox-probe-") as tmp:
+        launch = sandbox.launch(["true"], workspace=Path(tmp), env={"PATH": "/usr/bin:/bin"})
+        try:
+            done = subprocess.run(
+                launch.argv,
+                capture_output=True,
+                timeout=_PROBE_TIMEOUT_SECONDS,
+                env={"PATH": "/usr/bin:/bin"},
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{sandbox.bwrap} could not run: {exc}"
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip()[-300:]
+        return f"{sandbox.bwrap} failed its startup check (exit {done.returncode}): {err}"
+    return None
+
+
+def select_sandbox(
+    *,
+    hidden: Sequence[Path],
+    unsandboxed: bool,
+    which: Which = shutil.which,
+    check: Callable[[Bubblewrap], str | None] = probe,
+) -> Sandbox:
+    """The sandbox this process uses: bubblewrap if it works, the opt-out, or refusal."""
+    if unsandboxed:
+        return Unsandboxed()
+    found = which("bwrap")
+    if found is None:
+        return Refusing("bubblewrap (`bwrap`) is not installed")
+    sandbox = Bubblewrap(
+        found,
+        hidden=tuple(hidden),
+        readonly=tuple(Path(p) for p in _unique([sys.prefix, sys.base_prefix])),
+    )
+    problem = check(sandbox)
+    return sandbox if problem is None else Refusing(problem)
+
+
+def _unique(items: Iterable[_T]) -> list[_T]:
+    return list(dict.fromkeys(items))
