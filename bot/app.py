@@ -216,7 +216,9 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         default_expiry_seconds=settings.prompt_expiry_seconds,
     )
     clarifier = Clarifier(provider, broker, conversation_log)
-    tool_deps = HostToolDeps(runs=runs, broker=broker, registry=registry)
+    tool_deps = HostToolDeps(
+        runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
+    )
     host = HostAgent(
         provider,
         ToolRegistry[TurnContext](build_host_tools(tool_deps)),

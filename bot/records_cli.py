@@ -38,7 +38,7 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     try:
         graph = admit(raw, ctx)
     except AdmissionError as exc:
-        out.write(f"{exc}\n")
+        out.write(f"{exc.for_user()}\n")
         return 2
     note = " (asks for approval before it runs)" if graph.submission.confirm else ""
     out.write(f"admitted: {len(graph.order)} node(s), order {' → '.join(graph.order)}{note}\n")

@@ -95,6 +95,9 @@ class HostToolDeps:
     runs: RunManager
     broker: PromptBroker
     registry: AgentRegistry
+    # True when tool results reach people unchanged (the offline model relays them): then
+    # messages name files and fixes, not the Host's tools.
+    results_reach_users: bool = False
 
 
 def _node_id_for(agent: str) -> str:
@@ -121,7 +124,7 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
         try:
             result = await runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
         except AdmissionError as exc:
-            return str(exc)
+            return exc.for_user() if deps.results_reach_users else str(exc)
         if result.status == "needs_approval":
             assert result.submission is not None
             prompt = await broker.create(
@@ -181,7 +184,8 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
                 replaces_run=args.run_id,
             )
         except AdmissionError as exc:
-            return f"Replan rejected; run `{args.run_id}` is unchanged. {exc}"
+            reason = exc.for_user() if deps.results_reach_users else str(exc)
+            return f"Replan rejected; run `{args.run_id}` is unchanged. {reason}"
         if result.status == "started":  # not reachable with confirm, kept for safety
             await runs.supersede(ctx.conversation, args.run_id)
             assert result.run is not None

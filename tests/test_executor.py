@@ -102,8 +102,8 @@ async def test_not_accomplished_with_attempts_left_suspends_the_node(kit: GraphK
         f"**Exception in run `{run.id}`**: node `a` (research)",
         "Task: find the repo",
         "Category: missing_user_input",
-        "Missing: the target repository",
-        "Evidence: it asked which repo",
+        'source="judge: what node a is missing">\nthe target repository\n',
+        'source="judge: evidence for node a">\nit asked which repo',
         "Blocked dependents: b",
         "Attempts left: 2",
         '"action": "continue"',
@@ -749,10 +749,13 @@ async def test_run_report_content(tmp_path: Path) -> None:
     )
     a_out = kit.node_dir(run, "a") / "output.md"
     assert f"- ✅ `a` (research) completed · output `{a_out}`" in lines
-    assert "- ❌ `c` (research) failed · — missing_user_input: the target repository" in lines
-    assert "- ⏭️ `e` (research) skipped · — skipped: depends on `c`, which did not complete" in (
-        lines
+    assert "- ❌ `c` (research) failed · — error below" in lines
+    assert "- ⏭️ `e` (research) skipped · — error below" in lines
+    # Errors can quote agent output (a CLI's stderr): they appear only fenced.
+    assert 'source="node c error">\nmissing_user_input: the target repository\n</untrusted' in (
+        report
     )
+    assert 'source="node e error">\nskipped: depends on `c`, which did not complete' in report
     # Only the terminal output is inline: fenced as untrusted data and capped.
     assert "**Output of `t`**:" in report
     assert "**Output of `a`**" not in report and "output of a" not in report

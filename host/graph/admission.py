@@ -36,6 +36,9 @@ AdmissionGroup = Literal["format", "structure", "capability", "status", "environ
 PlaceholderKind = Literal["output", "output_path", "input", "input_path", "ref", "ref_path"]
 
 GUIDE_POINTER: Final = "See the orchestration guide (call `load_orchestration_guide`)."
+GUIDE_PATH: Final = Path(__file__).resolve().parents[1] / "guides" / "orchestration.md"
+# People read the guide as a file; only the Host can call the tool.
+USER_GUIDE_POINTER: Final = f"Plan syntax and graph rules: `{GUIDE_PATH}`."
 PATH_KINDS: Final[frozenset[str]] = frozenset({"output_path", "input_path", "ref_path"})
 PLACEHOLDER_FORMS: Final = (
     "`{{id.output}}`, `{{id.output_path}}`, `{{inputs.k}}`, `{{inputs.k.path}}`, "
@@ -104,6 +107,14 @@ class AdmissionError(Exception):
         self.index = index
 
     def __str__(self) -> str:
+        """The rejection as the Host reads it (pointing at the guide tool)."""
+        return f"{self._text()} {GUIDE_POINTER}"
+
+    def for_user(self) -> str:
+        """The rejection as a person reads it: the guide's path instead of a tool name."""
+        return f"{self._text()} {USER_GUIDE_POINTER}"
+
+    def _text(self) -> str:
         where: list[str] = []
         if self.index is not None:
             label = f"nodes[{self.index}]" + (f" ({self.node})" if self.node else "")
@@ -118,7 +129,7 @@ class AdmissionError(Exception):
         text = f"{head}: {_sentence(self.problem)}"
         if self.repair:
             text += f" Repair: {_sentence(self.repair)}"
-        return f"{text} {GUIDE_POINTER}"
+        return text
 
 
 class ApprovalRequired(AdmissionError):

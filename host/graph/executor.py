@@ -20,7 +20,14 @@ from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
 from host.graph.model import NodeSpec, NodeState
 from host.graph.records import RunFiles
-from host.graph.render import Artifact, RenderError, render_prompt
+from host.graph.render import (
+    Artifact,
+    RenderError,
+    fence,
+    new_marker,
+    render_prompt,
+    untrusted_preface,
+)
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 
 log = logging.getLogger(__name__)
@@ -283,8 +290,13 @@ class GraphRun:
                 # A stateless agent (or a session that never recorded the previous attempt)
                 # gets its prompt, its previous result and the message.
                 previous = self._previous_output.get(node_id, "(no output was recorded)")
+                marker = new_marker()
+                previous = fence(
+                    previous, source=f"previous attempt of node {node_id}", marker=marker
+                )
                 prompt = (
-                    f"{prompt}\n\n---\nYour previous attempt returned:\n{previous}\n\n---\n"
+                    f"{prompt}\n\n---\n{untrusted_preface(marker)}\n"
+                    f"Your previous attempt returned:\n{previous}\n\n---\n"
                     f"Message from the Host about that attempt:\n{continuation}"
                 )
                 request = prompt
@@ -460,12 +472,16 @@ class GraphRun:
     def _write_memory(
         self, spec: NodeSpec, outcome: AgentOutcome, verdict: Verdict, output_path: Path
     ) -> None:
+        marker = new_marker()
+        excerpt = f"node {spec.id} output"
         text = (
             f"# Memory record of node `{spec.id}` ({spec.agent})\n\n"
             f"Task summary: {spec.summary or spec.template[:200]}\n\n"
-            f"Verdict: accomplished ({verdict.evidence[:300]})\n\n"
+            f"Verdict: accomplished.\n\n"
             f"Output: {output_path}\n\n"
-            f"Excerpt:\n\n{outcome.output[:1500]}\n"
+            f"{untrusted_preface(marker)}\n\n"
+            f"Judge's evidence:\n{fence(verdict.evidence[:300], source='judge', marker=marker)}"
+            f"\n\nExcerpt:\n{fence(outcome.output[:1500], source=excerpt, marker=marker)}\n"
         )
         try:
             self._deps.files.write_memory(self.id, spec.id, text)
@@ -479,6 +495,7 @@ class GraphRun:
         verdict = node.verdict or {}
         blocked = sorted(self._descendants(node_id))
         left = node.max_attempts - node.attempts
+        marker = new_marker()
         deadline = time.strftime("%H:%M:%S UTC", time.gmtime(node.deadline or 0))
         calls = [
             json.dumps(
@@ -505,10 +522,20 @@ class GraphRun:
                 "not accomplished.",
                 f"- Task: {spec.summary or spec.template[:300]}",
                 f"- Category: {verdict.get('category') or 'other'}",
-                f"- Missing: {verdict.get('missing') or node.error or 'unknown'}",
-                f"- Evidence: {verdict.get('evidence', '')[:500]}",
                 f"- Blocked dependents: {', '.join(blocked) or 'none'}",
                 f"- Attempts left: {left}; decide by {deadline} or the node fails.",
+                # The judge quotes the agent's output, and errors carry stderr: fenced.
+                untrusted_preface(marker),
+                fence(
+                    str(verdict.get("missing") or node.error or "unknown"),
+                    source=f"judge: what node {node_id} is missing",
+                    marker=marker,
+                ),
+                fence(
+                    str(verdict.get("evidence", ""))[:500],
+                    source=f"judge: evidence for node {node_id}",
+                    marker=marker,
+                ),
                 "Resolve with `resolve_exception`, e.g.:",
                 *[f"  `{c}`" for c in calls],
             ]

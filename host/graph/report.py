@@ -33,8 +33,18 @@ def node_line(node: NodeRecord) -> str:
     if node.verdict and node.verdict.get("fallback"):
         parts.append(f"judge fallback: {node.verdict.get('fallback_reason', '')}")
     if node.error and node.state != "completed":
-        parts.append(f"— {node.error}")
+        # The text itself may carry agent output (a CLI's stderr): it is listed fenced below.
+        parts.append("— error below")
     return " · ".join(parts)
+
+
+def fenced_errors(nodes: Sequence[NodeRecord], marker: str) -> list[str]:
+    """Each unfinished node's error, fenced: errors can quote agent and tool output."""
+    return [
+        fence(node.error, source=f"node {node.node_id} error", marker=marker)
+        for node in nodes
+        if node.error and node.state != "completed"
+    ]
 
 
 def progress_text(run: RunRecord, nodes: Sequence[NodeRecord]) -> str:
@@ -73,8 +83,12 @@ def run_report(
     depended = {dep for n in nodes for dep in n.deps}
     terminal = [n for n in nodes if n.state == "completed" and n.node_id not in depended]
     marker = new_marker()
-    if terminal:
+    errors = fenced_errors(nodes, marker)
+    if terminal or errors:
         lines.append(f"\n{untrusted_preface(marker)}")
+    if errors:
+        lines.append("\n**Errors**:")
+        lines += errors
     for node in terminal:
         text = outputs.get(node.node_id, "")
         if len(text) > cap:
