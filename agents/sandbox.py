@@ -120,15 +120,22 @@ class Bubblewrap:
             if extra.is_dir():
                 mounts.append((extra, 0, ["--ro-bind", str(extra), str(extra)]))
         mounts.append((Path("/tmp"), 2, ["--tmpfs", "/tmp"]))
+        fresh = [Path("/tmp")]
         home = env.get("HOME", "")
         if home.startswith("/") and Path(home) != Path("/"):
             mounts.append((Path(home), 2, ["--tmpfs", home]))
+            fresh.append(Path(home))
         for secret in HIDDEN_FILES:
             if Path(secret).is_file():
                 mounts.append((Path(secret), 3, ["--ro-bind", "/dev/null", secret]))
-        for path in _unique(p.resolve() for p in self.hidden):
-            if path != Path("/") and path.is_dir():
-                mounts.append((path, 3, ["--tmpfs", str(path)]))
+        covered = [
+            path
+            for path in _unique(p.resolve() for p in self.hidden)
+            # /tmp and $HOME are fresh (and must stay writable) already.
+            if path != Path("/") and path not in fresh and path.is_dir()
+        ]
+        for path in covered:
+            mounts.append((path, 3, ["--tmpfs", str(path)]))
         mounts.append((ws, 4, ["--bind", str(ws), str(ws)]))
         mounts.sort(key=lambda m: (len(m[0].parts), m[1]))
         args = [
@@ -149,6 +156,9 @@ class Bubblewrap:
         ]
         for _, _, mount in mounts:
             args += mount
+        for path in covered:
+            # Read-only once everything is mounted: a write there fails instead of vanishing.
+            args += ["--remount-ro", str(path)]
         if "TMPDIR" in env:  # the host's TMPDIR is not mounted; /tmp is the fresh one
             args += ["--setenv", "TMPDIR", "/tmp"]
         return [*args, "--chdir", str(ws)]
