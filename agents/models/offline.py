@@ -22,9 +22,11 @@ OFFLINE_NOTICE = (
     "free-form requests (and I won't pretend to).\n\n"
     "To enable the model, add `ANTHROPIC_API_KEY=sk-ant-…` to `.env` (or export it) and restart; "
     "`ANTHROPIC_BASE_URL` can point at any Anthropic-compatible server.\n\n"
-    "Offline I can still run explicit plans, one node per line:\n"
-    "```\nr1: research: find X\nc1: code: build Y [after r1]\nconfirm\n```\n"
-    "(`confirm` asks for approval first). Say `help` for more."
+    "Offline I can still run explicit plans, one node per line (`id: agent: task`, "
+    "`[after id]` for dependencies), e.g. a command in the sandboxed workspace:\n"
+    '```\ns1: shell: echo "hello from the sandbox" && uname -a\n```\n'
+    "(the `shell` agent asks you to approve each command; a `confirm` line asks for approval "
+    "of the whole plan first). Say `help` for more."
 )
 
 SUBMIT_GRAPH = "submit_graph"
