@@ -16,6 +16,7 @@ from bot.app import Runtime, build_runtime, serve
 from bot.cli import slack_adapter
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
+from memory.conversation_log import ConversationRef
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 from tests.helpers import eventually
 
@@ -96,6 +97,21 @@ class SlackBot:
         """Wait for `count` bot posts in a thread; return all of them."""
         await eventually(lambda: len(self.posts(thread)) >= count)
         return self.posts(thread)
+
+    def conversation(self, thread: str) -> ConversationRef:
+        """The conversation of a thread in the test channel."""
+        return ConversationRef("slack", self.fake.team_id, CHANNEL, thread)
+
+    async def settle(self, thread: str) -> None:
+        """Wait until everything delivered so far has run its course: the adapter's after-ack
+        work (clicks, refusals) and the thread's dispatch, turns and graph runs.
+
+        Deliveries are acked only after their listener ran (`process_before_response`), so
+        once `send` returned, whatever the delivery started is covered by this wait.
+        """
+        await self.adapter.idle()
+        await self.runtime.service.quiesce(self.conversation(thread))
+        await self.adapter.idle()
 
     def posts(self, thread: str | None = None) -> list[dict[str, Any]]:
         calls = [c for c in self.fake.calls_to("chat.postMessage") if c.ok]

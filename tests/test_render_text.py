@@ -13,6 +13,7 @@ from bot.render.mrkdwn import (
     TABLE_MAX_WIDTH,
     display_width,
     markdown_to_mrkdwn,
+    neutralize_slack_args,
     neutralize_slack_pings,
     render_for_slack,
 )
@@ -394,3 +395,43 @@ def test_split_properties_on_random_documents(seed: int) -> None:
         assert _squash("\n".join(chunks)) == _squash(text)
         if len(text.strip()) <= limit:
             assert len(chunks) == 1
+
+
+def test_slack_args_neutralised_in_text_blocks_and_views_only() -> None:
+    args = {
+        "channel": "C1",
+        "text": "<!channel> @here see <@U1>",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": "<!subteam^S1> <!here|here>"}},
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": "expires <!date^1700000000^{time}|soon>"}],
+            },
+            {
+                "type": "actions",
+                "elements": [
+                    {
+                        "type": "button",
+                        "action_id": "prompt:<!x>",
+                        "text": {"type": "plain_text", "text": "<!everyone> @channel"},
+                        "value": "<!here>",
+                    }
+                ],
+            },
+        ],
+        "view": {"title": {"type": "plain_text", "text": "@everyone"}, "private_metadata": "@here"},
+        "metadata": {"event_payload": {"key": "<!here>"}},
+    }
+    out = neutralize_slack_args(args)
+    assert out["text"] == "&lt;!channel&gt; @\u200bhere see <@U1>"
+    assert out["blocks"][0]["text"]["text"] == "&lt;!subteam^S1&gt; &lt;!here|here&gt;"
+    assert out["blocks"][1]["elements"][0]["text"] == "expires <!date^1700000000^{time}|soon>"
+    button = out["blocks"][2]["elements"][0]
+    assert button["text"]["text"] == "<\u200b!everyone> @\u200bchannel"
+    assert button["action_id"] == "prompt:<!x>" and button["value"] == "<!here>"
+    assert out["view"] == {
+        "title": {"type": "plain_text", "text": "@\u200beveryone"},
+        "private_metadata": "@here",
+    }
+    assert out["metadata"] == args["metadata"] and out["channel"] == "C1"
+    assert neutralize_slack_args(out) == out  # idempotent

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import re
+import socket
 import sqlite3
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bot.access import AccessPolicy
+from bot.app import build_runtime, serve
+from bot.cli import slack_adapter
+from bot.settings import load_settings
+from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.doctor import check_slack, required_scopes
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.slack import FakeSlack, json_body, payloads, sign
+from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
 from tests.helpers import eventually
-from tests.slack_harness import BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
+from tests.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
 
 ECHO_AGENTS = """
 [agents.echo]
@@ -137,11 +146,20 @@ async def test_bad_signature_is_refused_and_not_processed(monkeypatch: pytest.Mo
         event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", bot.ts())
         body = json_body(payloads.event_callback(event))
         headers = {**sign("wrong-secret", body), "Content-Type": "application/json"}
+        startup_calls = len(bot.fake.calls)  # auth.test
         status, _ = await bot.post_raw(body, headers)
         assert status == 401
-        await asyncio.sleep(0.2)
-        assert bot.fake.calls == []
-        assert _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM messages") == [(0,)]
+        # A valid event after it is processed in full: the refused one left no trace.
+        sentinel, _ = await bot.mention("help")
+        await bot.replies_in(sentinel)
+        await bot.settle(sentinel)
+        later = bot.fake.calls[startup_calls:]
+        assert [c.args.get("thread_ts") for c in later if c.method == "chat.postMessage"] == [
+            sentinel
+        ]
+        assert _db_rows(
+            bot.runtime.settings.home, "SELECT COUNT(*) FROM messages WHERE direction = 'in'"
+        ) == [(1,)]
 
 
 async def test_stale_timestamp_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,9 +167,10 @@ async def test_stale_timestamp_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> hi", bot.ts())
         body = json_body(payloads.event_callback(event))
         headers = {**sign(SECRET, body, int(time.time()) - 400), "Content-Type": "application/json"}
+        startup_calls = len(bot.fake.calls)  # auth.test
         status, _ = await bot.post_raw(body, headers)
         assert status == 401
-        assert bot.fake.calls == []
+        assert bot.fake.calls[startup_calls:] == []
 
 
 async def test_url_verification(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,7 +191,7 @@ async def test_retries_never_produce_a_second_turn(
         await bot.replies_in(ts)
         for attempt in (1, 2):
             assert await bot.send(body, retry_num=attempt) == 200
-        await asyncio.sleep(0.3)
+        await bot.settle(ts)
         assert len(bot.posts(ts)) == 1
 
 
@@ -184,7 +203,7 @@ async def test_concurrent_duplicates_give_one_turn(monkeypatch: pytest.MonkeyPat
         statuses = await asyncio.gather(*(bot.send(body) for _ in range(5)))
         assert statuses == [200] * 5
         await bot.replies_in(ts)
-        await asyncio.sleep(0.3)
+        await bot.settle(ts)
         assert len(bot.posts(ts)) == 1
 
 
@@ -200,7 +219,7 @@ async def test_mention_and_message_event_for_one_message_give_one_turn(
         await bot.send(payloads.event_callback(message))
         await bot.send(payloads.event_callback(mention))
         await bot.replies_in(root, 2)
-        await asyncio.sleep(0.3)
+        await bot.settle(root)
         assert len(bot.posts(root)) == 2
 
 
@@ -213,7 +232,7 @@ async def test_restart_does_not_repeat_a_turn(
             await bot.replies_in(ts)
         async with slack_bot(monkeypatch, fake=fake) as bot:
             assert await bot.send(body, retry_num=1) == 200
-            await asyncio.sleep(0.3)
+            await bot.settle(ts)
             assert len(bot.posts(ts)) == 1
 
 
@@ -230,7 +249,7 @@ async def test_bot_messages_and_edits_are_ignored(monkeypatch: pytest.MonkeyPatc
         )
         for event in (other_bot, own, edited):
             assert await bot.send(payloads.event_callback(event)) == 200
-        await asyncio.sleep(0.4)
+        await bot.settle(root)
         assert len(bot.posts(root)) == 1
 
 
@@ -256,7 +275,7 @@ async def test_thread_reply_without_mention_in_known_thread(
         stranger_root = bot.ts()
         other = payloads.thread_message(CHANNEL, "U2", "unrelated", bot.ts(), stranger_root)
         await bot.send(payloads.event_callback(other))
-        await asyncio.sleep(0.3)
+        await bot.settle(stranger_root)
         assert bot.posts(stranger_root) == []
 
 
@@ -266,7 +285,7 @@ async def test_thread_replies_can_require_a_mention(monkeypatch: pytest.MonkeyPa
         await bot.replies_in(root)
         reply = payloads.thread_message(CHANNEL, "U2", "follow-up", bot.ts(), root)
         await bot.send(payloads.event_callback(reply))
-        await asyncio.sleep(0.3)
+        await bot.settle(root)
         assert len(bot.posts(root)) == 1
 
 
@@ -350,7 +369,7 @@ async def test_refused_user_gets_ephemeral_explanation(monkeypatch: pytest.Monke
         ts, _ = await bot.mention("let me in", user="U2")
         (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
         assert call.args["user"] == "U2" and "allowed users" in call.args["text"]
-        await asyncio.sleep(0.2)
+        await bot.settle(ts)
         assert bot.posts(ts) == []
 
 
@@ -402,7 +421,7 @@ async def test_long_reply_split_without_breaking_code(monkeypatch: pytest.Monkey
         async with slack_bot(monkeypatch) as bot:
             ts, _ = await bot.mention("write a lot")
             await eventually(lambda: len(bot.posts(ts)) >= 3)
-            await asyncio.sleep(0.3)
+            await bot.settle(ts)
             parts = [p["text"] for p in bot.posts(ts)]
             assert all(len(p) <= 3500 for p in parts)
             assert sum(p.count("```") for p in parts) % 2 == 0
@@ -439,10 +458,15 @@ async def test_redelivery_after_crash_does_not_post_twice(monkeypatch: pytest.Mo
         with sqlite3.connect(home / "raven.db") as conn:
             conn.execute("UPDATE messages SET delivery = 'pending' WHERE direction = 'out'")
         async with slack_bot(monkeypatch, fake=fake) as bot:
-            await asyncio.sleep(0.3)
+            # Recovery resolves the pending record (found in the thread, so not re-posted).
+            await eventually(
+                lambda: (
+                    _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+                    == [("sent",)]
+                )
+            )
+            await bot.settle(ts)
             assert len(bot.posts(ts)) == 1
-            rows = _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
-            assert rows == [("sent",)]
 
 
 async def test_pending_reply_is_delivered_after_restart(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -536,7 +560,8 @@ async def test_click_after_expiry_says_expired_and_denies(
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch, env={"RAVEN_PROMPT_EXPIRY_SECONDS": "0.5"}) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
-        await asyncio.sleep(0.7)
+        (prompt,) = await bot.runtime.broker.pending()
+        await eventually(lambda: time.time() > prompt.expires_at)  # its deadline has passed
         await _click(bot, post, 0, "U1", thread, prompt_ts)
         (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
         assert "expired" in call.args["text"].lower()
@@ -675,3 +700,354 @@ async def test_doctor_checks_token_and_scopes() -> None:
     async with FakeSlack() as fake:
         ok, detail = await check_slack("not-a-token", fake.api_url)
         assert not ok and "SLACK_BOT_TOKEN" in detail
+
+
+# -- races, acks and pings (issue #7: 3, 4, 10) ----------------------------------------------
+
+
+def _has_buttons(blocks: Any) -> bool:
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    return any(b["type"] == "actions" for b in blocks or [])
+
+
+def _completed(bot: SlackBot, thread: str) -> bool:
+    return any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
+
+
+def _with_blocks(args: dict[str, Any]) -> bool:
+    return bool(args.get("blocks"))
+
+
+async def test_click_before_the_prompt_post_returns_closes_the_clicked_message(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        # The prompt is posted, but the bot does not see Slack's reply (its ts) yet.
+        held = bot.fake.hold("chat.postMessage", when=_with_blocks)
+        thread, _ = await bot.mention("a: echo: hello\nconfirm")
+        (call,) = await held.wait_held()
+        prompt_ts = str(call.response["ts"])
+        (prompt,) = await bot.runtime.broker.pending()
+        assert prompt.message_id is None
+
+        await _click(bot, call.args, 0, "U1", thread, prompt_ts)
+
+        # Closed through the click's own message reference, while the post is still held.
+        update = (await bot.fake.wait_for_call("chat.update"))[0]
+        assert not held.released
+        assert update.args["ts"] == prompt_ts and update.args["channel"] == CHANNEL
+        assert not _has_buttons(update.args["blocks"])
+        assert "answered by <@U1>" in json.dumps(update.args["blocks"])
+        held.release()
+        await eventually(lambda: _completed(bot, thread))
+        await bot.settle(thread)
+        (message,) = [m for m in bot.fake.thread(CHANNEL, thread) if m["ts"] == prompt_ts]
+        assert not _has_buttons(message["blocks"])
+        stored = await bot.runtime.broker.get(prompt.id)
+        assert stored is not None and stored.message_id == prompt_ts
+
+
+async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        held = bot.fake.hold("chat.postMessage", when=_with_blocks)
+        thread, _ = await bot.mention("a: echo: hello\nconfirm")
+        (call,) = await held.wait_held()
+        prompt_ts = str(call.response["ts"])
+        # A typed answer carries no message reference: nobody can close the message yet.
+        reply = payloads.thread_message(CHANNEL, "U1", "1", bot.ts(), thread)
+        assert await bot.send(payloads.event_callback(reply)) == 200
+        home = bot.runtime.settings.home
+        await eventually(lambda: _db_rows(home, "SELECT state FROM prompts") == [("answered",)])
+        assert [c for c in bot.fake.calls_to("chat.update") if c.args["ts"] == prompt_ts] == []
+
+        held.release()  # recording the id now must notice the decision and close the message
+
+        await eventually(
+            lambda: any(c.args["ts"] == prompt_ts for c in bot.fake.calls_to("chat.update"))
+        )
+        await eventually(lambda: _completed(bot, thread))
+        await bot.settle(thread)
+        (message,) = [m for m in bot.fake.thread(CHANNEL, thread) if m["ts"] == prompt_ts]
+        assert not _has_buttons(message["blocks"])
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_click_is_acked_before_slack_answers_the_posts_it_causes(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path, transport: str
+) -> None:
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch, transport=transport) as bot:
+        thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
+        # Slack stops answering the bot's own posts (as with a 429 and a long Retry-After).
+        holds = [bot.fake.hold(m) for m in ("chat.update", "chat.postMessage")]
+        click = asyncio.create_task(_click(bot, post, 0, "U1", thread, prompt_ts))
+        (update,) = await holds[0].wait_held()  # the close reached Slack; its reply waits
+        assert update.args["ts"] == prompt_ts
+        # Ordering: the ack arrives while the close is still unanswered (guard, not timing).
+        done, _ = await asyncio.wait({click}, timeout=10)
+        assert click in done and not holds[0].released
+        await click
+        for hold in holds:
+            hold.release()
+        await eventually(lambda: _completed(bot, thread))
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_control_word_is_acked_before_its_reply_is_answered(
+    monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    async with slack_bot(monkeypatch, transport=transport) as bot:
+        held = bot.fake.hold("chat.postMessage")
+        ts = bot.ts()
+        event = payloads.app_mention(CHANNEL, "U1", "<@UBOT> help", ts)
+        send = asyncio.create_task(bot.send(payloads.event_callback(event)))
+        (reply,) = await held.wait_held()
+        assert reply.args["thread_ts"] == ts and "`stop`" in reply.args["text"]
+        done, _ = await asyncio.wait({send}, timeout=10)
+        assert send in done and not held.released
+        assert await send == 200
+        held.release()
+        await bot.settle(ts)
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_modal_submission_is_acked_before_the_answer_is_handled(
+    monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    async with slack_bot(monkeypatch, transport=transport) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        prompt = await bot.runtime.broker.create(
+            conversation=bot.conversation(root),
+            kind="free_text",
+            question="Which dataset?",
+            requester="U1",
+            purpose="clarification",
+        )
+        held = bot.fake.hold("chat.update")
+        meta = json.dumps({"prompt_id": prompt.id, "nonce": prompt.nonce})
+        submission = payloads.view_submission(
+            "raven_prompt_answer", meta, "U1", {"answer": {"text": "the public one"}}
+        )
+        send = asyncio.create_task(bot.send(submission, form=True))
+        (update,) = await held.wait_held()  # closing the prompt waits on Slack
+        assert update.args["ts"] == prompt.message_id
+        done, _ = await asyncio.wait({send}, timeout=10)
+        assert send in done and not held.released
+        held.release()
+        decided = await asyncio.wait_for(bot.runtime.broker.wait(prompt.id), 5)
+        assert decided.answer == "the public one"
+        await bot.settle(root)
+
+
+async def test_blank_modal_answer_is_refused_in_the_modal(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        prompt = await bot.runtime.broker.create(
+            conversation=bot.conversation(root),
+            kind="free_text",
+            question="Which dataset?",
+            requester="U1",
+            purpose="clarification",
+        )
+        meta = json.dumps({"prompt_id": prompt.id, "nonce": prompt.nonce})
+        body = form_body(
+            payloads.view_submission("raven_prompt_answer", meta, "U1", {"answer": {"text": " "}})
+        )
+        headers = {**sign(SECRET, body), "Content-Type": "application/x-www-form-urlencoded"}
+        status, text = await bot.post_raw(body, headers)
+        assert status == 200 and json.loads(text)["response_action"] == "errors"
+        await bot.settle(root)
+        stored = await bot.runtime.broker.get(prompt.id)
+        assert stored is not None and stored.state == "pending"
+
+
+PINGS = "Ship it? <!channel> <!here> @everyone <!subteam^S123> <!here|here> @here @channel"
+# A live ping: a "<!…>" special other than a date, or a bare @everyone/@here/@channel.
+_LIVE_PING = re.compile(r"<!(?!date\^)|@(?:everyone|here|channel)", re.IGNORECASE)
+
+
+def _shown_strings(value: Any, key: str = "text") -> list[str]:
+    """Every string Slack would display in these arguments (text, blocks, views)."""
+    if isinstance(value, str):
+        if key in {"blocks", "view"} and value[:1] in "[{":
+            return _shown_strings(json.loads(value), key)
+        return [value] if key in {"text", "title"} else []
+    if isinstance(value, list):
+        return [s for item in value for s in _shown_strings(item, key)]
+    if isinstance(value, dict):
+        return [s for k, item in value.items() for s in _shown_strings(item, k)]
+    return []
+
+
+def _assert_no_live_ping(args: dict[str, Any]) -> None:
+    shown = [s for k in ("text", "blocks", "view") for s in _shown_strings(args.get(k), k)]
+    assert shown, f"nothing displayed in {args}"
+    live = [s for s in shown if _LIVE_PING.search(s)]
+    assert live == [], f"live pings in {live}"
+
+
+async def test_prompts_never_ping_in_text_blocks_modals_or_notes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        root, _ = await bot.mention("start")
+        await bot.replies_in(root)
+        choice = await bot.runtime.broker.create(
+            conversation=bot.conversation(root),
+            kind="choice",
+            question=PINGS,
+            requester="U1",
+            options=("<!here> go", "@everyone wait"),
+            purpose="clarification",
+        )
+        # show
+        post = _prompt_post(bot, root)
+        _assert_no_live_ping(post)
+        assert "Ship it?" in post["text"] and "channel" in post["text"]
+        # close (chat.update)
+        await _click(bot, post, 0, "U1", root, choice.message_id or "")
+        update = (await bot.fake.wait_for_call("chat.update"))[0]
+        _assert_no_live_ping(update.args)
+        assert "go" in update.args["text"]
+        # ephemeral note quoting the answer ("Already answered by U1: <!here> go.")
+        await _click(bot, post, 1, "U1", root, choice.message_id or "")
+        (note,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert "Already answered" in note.args["text"]
+        _assert_no_live_ping(note.args)
+        # modal (views.open) of a free-text prompt
+        free = await bot.runtime.broker.create(
+            conversation=bot.conversation(root),
+            kind="free_text",
+            question=PINGS,
+            requester="U1",
+            purpose="clarification",
+        )
+        (button,) = _buttons(_prompt_post(bot, root))
+        await bot.send(
+            payloads.block_actions(
+                button["action_id"],
+                button["value"],
+                "U1",
+                CHANNEL,
+                free.message_id or "",
+                thread_ts=root,
+                trigger_id="trig-1",
+            ),
+            form=True,
+        )
+        (opened,) = await bot.fake.wait_for_call("views.open")
+        _assert_no_live_ping(opened.args)
+        await bot.settle(root)
+        # and every other call the bot made in this test
+        for call in bot.fake.calls:
+            if call.method in {"chat.postMessage", "chat.update", "chat.postEphemeral"}:
+                _assert_no_live_ping(call.args)
+
+
+# -- an unreachable Slack (issue #7: 13) -----------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _slack_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith(("bot.", "slack_sdk", "slack_bolt"))]
+
+
+def _assert_one_line_each(records: list[logging.LogRecord]) -> None:
+    assert [r.getMessage() for r in records if r.exc_info or r.exc_text] == []
+    assert not any("Traceback" in r.getMessage() for r in records)
+
+
+@pytest.mark.parametrize("transport", ["http", "socket"])
+async def test_unreachable_slack_at_startup_logs_one_line_per_retry(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, transport: str
+) -> None:
+    caplog.set_level(logging.INFO)
+    api_url = f"http://127.0.0.1:{_closed_port()}/api/"
+    monkeypatch.setenv("SLACK_BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("RAVEN_SLACK_API_URL", api_url)
+    monkeypatch.setenv("RAVEN_SLACK_HTTP_HOST", "127.0.0.1")
+    monkeypatch.setenv("RAVEN_SLACK_HTTP_PORT", "0")
+    if transport == "socket":
+        monkeypatch.setenv("SLACK_APP_TOKEN", APP_TOKEN)
+    else:
+        monkeypatch.setenv("SLACK_SIGNING_SECRET", SECRET)
+    settings = load_settings()
+    runtime = await build_runtime(settings, [functools.partial(slack_adapter, settings)])
+    adapter = runtime.adapters[0]
+    assert isinstance(adapter, SlackAdapter)
+    # Short backoff, so the test sees several retries (the default starts at 1 s).
+    adapter.config = replace(adapter.config, connect_retry_initial=0.01, connect_retry_max=0.01)
+    task = asyncio.create_task(serve(runtime))
+
+    def retries() -> list[logging.LogRecord]:
+        return [r for r in _slack_records(caplog) if "retrying at" in r.getMessage()]
+
+    await eventually(lambda: len(retries()) >= 2)
+    await adapter.close()
+    assert await asyncio.wait_for(task, 30) == 0
+    assert not adapter.ready.is_set()
+    for record in retries():
+        assert record.levelno == logging.WARNING
+        assert api_url in record.getMessage()
+        assert re.search(r"retrying at \d\d:\d\d:\d\d", record.getMessage())
+    _assert_one_line_each(_slack_records(caplog))
+
+
+async def test_socket_mode_losing_slack_while_running_logs_one_line_per_retry(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    caplog.set_level(logging.INFO)
+    fake = await FakeSlack().start()
+    config = SlackConfig(
+        bot_token=BOT_TOKEN,
+        app_token=APP_TOKEN,
+        api_url=fake.api_url,
+        socket_ping_interval=0.05,
+    )
+    adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
+    adapter.bind(_NoInbox())
+    task = asyncio.create_task(adapter.serve())
+    try:
+        async with asyncio.timeout(10):
+            await adapter.ready.wait()
+        await fake.wait_connected()
+        await fake.stop()  # Slack goes away: the socket drops and reconnecting fails
+
+        def failures() -> list[logging.LogRecord]:
+            return [r for r in _slack_records(caplog) if "Socket Mode cannot" in r.getMessage()]
+
+        await eventually(lambda: len(failures()) >= 2)
+        for record in failures():
+            assert record.levelno == logging.WARNING
+            assert re.search(r"retrying at \d\d:\d\d:\d\d \(in 0.05s\)", record.getMessage())
+        _assert_one_line_each(_slack_records(caplog))
+    finally:
+        await adapter.close()
+        await asyncio.wait_for(task, 30)
+
+
+class _NoInbox:
+    """An inbox that receives nothing (the adapter only has to connect)."""
+
+    async def accept(self, msg: Any) -> None:
+        raise AssertionError("no message expected")
+
+    async def receive(self, msg: Any) -> bool:
+        raise AssertionError("no message expected")
+
+    async def knows(self, conv: Any) -> bool:
+        return False
+
+    async def quiesce(self, conv: Any) -> None:
+        return None

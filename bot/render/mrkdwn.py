@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from bot.render.split import ZWSP, neutralize_broadcasts, split_message
 
@@ -21,6 +22,7 @@ __all__ = [
     "display_width",
     "escape_mrkdwn",
     "markdown_to_mrkdwn",
+    "neutralize_slack_args",
     "neutralize_slack_pings",
     "render_for_slack",
 ]
@@ -73,7 +75,11 @@ _OL = re.compile(r"^(?P<indent>[ \t]*)(?P<num>\d{1,9})[.)][ \t]+(?P<body>.*)$")
 _TASK = re.compile(r"^\[([ xX])\][ \t]+")
 _TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
-_SPECIAL_MENTION = re.compile(r"<!([^<>]*)>")
+# Every "<!…>" special except a date (`<!date^1700000000^{time}|…>`), which pings nobody.
+_SPECIAL_MENTION = re.compile(r"<!(?!date\^\d+\^)([^<>]*)>")
+# Web API arguments and Block Kit keys whose string values Slack displays.
+_DISPLAYED_ARGS = frozenset({"text", "blocks", "attachments", "view"})
+_DISPLAYED_KEYS = frozenset({"text", "fallback", "pretext", "title", "footer", "author_name"})
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -505,6 +511,41 @@ def neutralize_slack_pings(text: str) -> str:
     # the model, and a blanket rule also covers forms like "<!here|here>".
     text = _SPECIAL_MENTION.sub(lambda m: f"&lt;!{m[1]}&gt;", text)
     return neutralize_broadcasts(text)
+
+
+def _neutralize_plain(text: str) -> str:
+    # plain_text never pings, but is shown verbatim: break "<!" rather than escaping it.
+    return neutralize_broadcasts(text.replace("<!", "<" + ZWSP + "!"))
+
+
+def _neutralize_value(value: Any, *, plain: bool) -> Any:
+    if isinstance(value, str):
+        return _neutralize_plain(value) if plain else neutralize_slack_pings(value)
+    if isinstance(value, list):
+        return [_neutralize_value(item, plain=plain) for item in value]
+    if isinstance(value, Mapping):
+        is_plain = value.get("type") == "plain_text"
+        return {
+            key: (
+                _neutralize_value(item, plain=is_plain)
+                if key in _DISPLAYED_KEYS or not isinstance(item, str)
+                else item
+            )
+            for key, item in value.items()
+        }
+    return value
+
+
+def neutralize_slack_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Web API arguments with every displayed string made ping-free: `text` and each text
+    field inside `blocks`, `attachments` and `view` (ids, values and metadata untouched).
+
+    The Slack adapter sends every call through this, so no outgoing string bypasses it.
+    """
+    return {
+        key: _neutralize_value(value, plain=False) if key in _DISPLAYED_ARGS else value
+        for key, value in args.items()
+    }
 
 
 def render_for_slack(md: str, limit: int = SLACK_CHUNK_LIMIT) -> list[str]:

@@ -4,11 +4,13 @@ mrkdwn replies, one edited status message, Block Kit prompts and modals out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,10 +27,11 @@ from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncServerErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
 from bot.channel import Inbox
-from bot.render.mrkdwn import markdown_to_mrkdwn, neutralize_slack_pings, render_for_slack
+from bot.render.mrkdwn import markdown_to_mrkdwn, neutralize_slack_args, render_for_slack
 from bot.slack.blocks import (
     MODAL_ACTION,
     MODAL_BLOCK,
@@ -59,13 +62,28 @@ log = logging.getLogger(__name__)
 SLACK_LIMIT = 3500
 MAX_REPLY_PAGES = 10
 METADATA_EVENT = "raven_message"
+# auth.test errors no retry can fix: the token itself is wrong.
+_TOKEN_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
+)
+# Failures that mean "Slack is unreachable or unwell right now", logged without a traceback.
+_UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, SlackApiError)
 
 
 class PromptAnswers(Protocol):
     """The prompt broker, as the adapter uses it."""
 
-    async def answer(self, prompt_id: str, nonce: str, responder_id: str, answer: str) -> Any:
-        """Answer a prompt; returns an outcome with `status`, `message`, `notified`."""
+    async def answer(
+        self,
+        prompt_id: str,
+        nonce: str,
+        responder_id: str,
+        answer: str,
+        *,
+        message_id: str | None = None,
+    ) -> Any:
+        """Answer a prompt (from message `message_id`); returns an outcome with `status`,
+        `message`, `notified` and `prompt`."""
         ...
 
     async def get(self, prompt_id: str) -> Prompt | None:
@@ -97,6 +115,10 @@ class SlackConfig:
     attachment_max_bytes: int = 20_000_000
     thread_context_messages: int = 20
     rate_limit_retries: int = 3
+    socket_ping_interval: float = 10.0
+    # Backoff while Slack is unreachable at startup: doubles from `initial` up to `max`.
+    connect_retry_initial: float = 1.0
+    connect_retry_max: float = 60.0
 
     @property
     def transport(self) -> str:
@@ -120,6 +142,68 @@ def retry_handlers(rate_limit_retries: int) -> list[AsyncRetryHandler]:
     ]
 
 
+def _unreachable_reason(exc: BaseException) -> str:
+    if isinstance(exc, SlackApiError):
+        return f"Slack answered {exc.response.get('error') or exc.response.status_code}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _at(delay: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+
+
+# slack_sdk notices repeated on every retry while Slack is unreachable: our WARNING says it.
+_SDK_RETRY_NOISE = (
+    "A retry handler found",
+    "The session (",  # "... seems to be already closed. Reconnecting..."
+    "Failed to receive or enqueue a message: Client",
+)
+_SDK_RECONNECT_FAILED = "Failed to check the current session"
+
+
+class _SdkLog(logging.Logger):
+    """slack_sdk's logger, minus tracebacks and repeats for an unreachable Slack.
+
+    The Socket Mode client logs a full traceback on every failed connect and an error or
+    two on every failed reconnect (each ping interval); this makes each attempt one WARNING
+    with the next retry time and demotes the per-retry notices to DEBUG. A child of `log`.
+    """
+
+    def __init__(self, parent: logging.Logger, retry_in: float) -> None:
+        # Not registered with logging's manager: one per adapter, dropped with it.
+        super().__init__(f"{parent.name}.sdk")
+        self.parent = parent
+        self._retry_in = retry_in
+
+    def _retry_line(self, what: str) -> str:
+        return f"slack: {what}; retrying at {_at(self._retry_in)} (in {self._retry_in:g}s)"
+
+    def handle(self, record: logging.LogRecord) -> None:
+        """Rewrite the records described above, then hand them on like any logger."""
+        message = record.getMessage()
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and isinstance(exc, _UNREACHABLE):
+            record.exc_info, record.exc_text = None, None
+            if message.startswith("Failed to connect"):
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+                message = self._retry_line(
+                    f"Socket Mode cannot connect ({_unreachable_reason(exc)})"
+                )
+            else:
+                message = f"{message} ({_unreachable_reason(exc)})"
+            record.msg, record.args = message, ()
+        elif message.startswith(_SDK_RECONNECT_FAILED):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            detail = message.partition("reconnect to the server ")[2] or message
+            record.msg = self._retry_line(f"Socket Mode cannot reconnect {detail}")
+            record.args = ()
+        elif record.levelno <= logging.ERROR and message.startswith(_SDK_RETRY_NOISE):
+            if not self.isEnabledFor(logging.DEBUG):
+                return
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        super().handle(record)
+
+
 class SlackAdapter:
     """One Slack workspace connection (a `ChannelAdapter` and a `PromptSurface`)."""
 
@@ -136,10 +220,12 @@ class SlackAdapter:
         self._workspace = workspace
         self._inbox: SlackInbox | None = None
         self._prompts: PromptAnswers | None = None
+        self._sdk_log = _SdkLog(log, config.socket_ping_interval)
         self._client = AsyncWebClient(
             token=config.bot_token,
             base_url=config.api_url,
             retry_handlers=retry_handlers(config.rate_limit_retries),
+            logger=self._sdk_log,
         )
         self._names: dict[str, str] = {}
         self._bot_user_id: str | None = None
@@ -187,9 +273,16 @@ class SlackAdapter:
             raise RuntimeError("SlackAdapter.serve() called before bind()")
         app = self.build_app()
         try:
+            if not await self._authenticate():
+                return  # closed while Slack was unreachable
             if self._transport == "socket":
                 assert self.config.app_token is not None
-                self._socket = AsyncSocketModeHandler(app, app_token=self.config.app_token)
+                self._socket = AsyncSocketModeHandler(
+                    app,
+                    app_token=self.config.app_token,
+                    logger=self._sdk_log,
+                    ping_interval=self.config.socket_ping_interval,
+                )
                 await self._socket.connect_async()  # type: ignore[no-untyped-call]
             else:
                 await self._start_http(app)
@@ -198,6 +291,40 @@ class SlackAdapter:
             await self._closed.wait()
         finally:
             await self._teardown()
+
+    async def _authenticate(self) -> bool:
+        """auth.test until it answers (False: closed first); a bad token raises at once.
+
+        While Slack is unreachable this logs one line per attempt with the next retry time.
+        """
+        delay = self.config.connect_retry_initial
+        while not self._closed.is_set():
+            try:
+                resp = await self._client.auth_test()
+            except SlackApiError as exc:
+                error = str(exc.response.get("error") or "")
+                if error in _TOKEN_ERRORS:
+                    raise RuntimeError(
+                        f"Slack rejected SLACK_BOT_TOKEN ({error}): check the token"
+                    ) from None
+                reason = _unreachable_reason(exc)
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                reason = _unreachable_reason(exc)
+            else:
+                self._bot_user_id = resp.get("user_id") or self._bot_user_id
+                log.info("slack: authenticated as %s in %s", resp.get("user"), resp.get("team"))
+                return True
+            log.warning(
+                "slack: cannot reach the Slack API at %s (%s); retrying at %s (in %gs)",
+                self.config.api_url,
+                reason,
+                _at(delay),
+                delay,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closed.wait(), delay)
+            delay = min(delay * 2, self.config.connect_retry_max)
+        return False
 
     async def _start_http(self, app: AsyncApp) -> None:
         async def events(request: web.Request) -> web.Response:
@@ -230,12 +357,24 @@ class SlackAdapter:
             self._runner = None
         tasks = list(self._tasks)
         if tasks:
-            await asyncio.wait(tasks, timeout=5)
+            _, still = await asyncio.wait(tasks, timeout=5)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def idle(self) -> None:
+        """Wait until the work started by acknowledged events and clicks has finished."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        """Run work after the ack in a task this adapter owns (awaited on close)."""
+
         async def guarded() -> None:
             try:
                 await coro
+            except _UNREACHABLE as exc:
+                log.warning("slack: %s failed: %s", name, _unreachable_reason(exc))
             except Exception:
                 log.exception("slack: background task %s failed", name)
 
@@ -279,13 +418,15 @@ class SlackAdapter:
         text = strip_bot_mention(ev.text, self._bot_user_id)
         if not text and not ev.files:
             text = "help"
-        msg = to_inbound(ev, text=text, author_name=await self._name(ev.user))
+        # No users.info here: the ack must not wait on Slack. `enrich` resolves the name.
+        msg = to_inbound(ev, text=text, author_name=self._names.get(ev.user, ev.user))
         if mentioned and ev.thread_ts:
             msg = msg.model_copy(update={"reread_thread": True})
         await self._inbox.accept(msg)
 
     async def _refuse(self, ev: SlackEvent, reason: str) -> None:
-        await self._client.chat_postEphemeral(
+        await self._call(
+            self._client.chat_postEphemeral,
             channel=ev.channel,
             user=ev.user,
             text=reason,
@@ -311,6 +452,9 @@ class SlackAdapter:
 
     async def enrich(self, msg: InboundMessage) -> InboundMessage:
         """Before a turn: names for mentions, the thread re-read, shared files downloaded."""
+        author_name = msg.author_name
+        if author_name == msg.author_id:
+            author_name = await self._name(msg.author_id)
         names = {uid: await self._name(uid) for uid in set(mentioned_users(msg.text))}
         text = replace_mentions(msg.text, names)
         context = ""
@@ -328,7 +472,12 @@ class SlackAdapter:
         if notes:
             text = f"{text}\n\nFiles shared with this message:\n" + "\n".join(notes)
         return msg.model_copy(
-            update={"text": text, "context": context, "attachments": tuple(attachments)}
+            update={
+                "text": text,
+                "context": context,
+                "attachments": tuple(attachments),
+                "author_name": author_name,
+            }
         )
 
     async def _thread_messages(
@@ -404,12 +553,17 @@ class SlackAdapter:
     async def _on_action(
         self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], action: dict[str, Any]
     ) -> None:
+        # Validate and ack only: answering, closing and notes post to Slack, and the ack
+        # must not wait on that (a 429 with Retry-After would push it past Slack's 3 s).
         await ack()
         parsed = parse_action_id(str(action.get("action_id", "")))
-        user = str((body.get("user") or {}).get("id", ""))
         if parsed is None or self._prompts is None:
             return
-        prompt_id, nonce, choice = parsed
+        self._spawn(self._clicked(body, *parsed), f"click:{parsed[0]}")
+
+    async def _clicked(self, body: dict[str, Any], prompt_id: str, nonce: str, choice: str) -> None:
+        assert self._prompts is not None
+        user = str((body.get("user") or {}).get("id", ""))
         prompt = await self._prompts.get(prompt_id)
         if prompt is None or prompt.nonce != nonce:
             await self._ephemeral(body, user, "That request is unknown or no longer valid.")
@@ -419,36 +573,59 @@ class SlackAdapter:
                 await self._ephemeral(body, user, "That question was already answered or closed.")
                 return
             question = markdown_to_mrkdwn(prompt.question)
-            await self._client.views_open(
-                trigger_id=body.get("trigger_id"), view=answer_modal(prompt, question)
+            await self._call(
+                self._client.views_open,
+                trigger_id=body.get("trigger_id"),
+                view=answer_modal(prompt, question),
             )
             return
         try:
             answer = prompt.options[int(choice)]
         except (ValueError, IndexError):
             return
-        outcome = await self._prompts.answer(prompt_id, nonce, user, answer)
+        clicked = _clicked_message(body)
+        outcome = await self._prompts.answer(
+            prompt_id, nonce, user, answer, message_id=clicked[1] if clicked else None
+        )
+        decided: Prompt | None = getattr(outcome, "prompt", None)
+        if (
+            clicked is not None
+            and decided is not None
+            and decided.state != "pending"
+            and decided.message_id != clicked[1]
+        ):
+            # A click on a decided prompt whose buttons are still live (its message id was
+            # never recorded): close the message the click came from.
+            await self._close_message(clicked[0], clicked[1], decided)
         if outcome.status != "accepted" and not getattr(outcome, "notified", False):
             await self._ephemeral(body, user, str(outcome.message))
 
     async def _on_view(
         self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], view: dict[str, Any]
     ) -> None:
+        try:
+            meta = json.loads(view.get("private_metadata") or "{}")
+            value = str(view["state"]["values"][MODAL_BLOCK][MODAL_ACTION]["value"] or "")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            log.warning("slack: malformed view_submission")
+            await ack()
+            return
+        if not value.strip():
+            # Validation belongs in the ack: the modal stays open and shows why.
+            await ack(response_action="errors", errors={MODAL_BLOCK: "Please type an answer."})
+            return
         await ack()
         if self._prompts is None:
             return
-        try:
-            meta = json.loads(view.get("private_metadata") or "{}")
-            value = view["state"]["values"][MODAL_BLOCK][MODAL_ACTION]["value"]
-        except (KeyError, TypeError, ValueError):
-            log.warning("slack: malformed view_submission")
-            return
         user = str((body.get("user") or {}).get("id", ""))
-        outcome = await self._prompts.answer(
-            str(meta.get("prompt_id")), str(meta.get("nonce")), user, str(value or "")
-        )
+        prompt_id, nonce = str(meta.get("prompt_id")), str(meta.get("nonce"))
+        self._spawn(self._submitted(prompt_id, nonce, user, value), f"modal:{prompt_id}")
+
+    async def _submitted(self, prompt_id: str, nonce: str, user: str, value: str) -> None:
+        assert self._prompts is not None
+        outcome = await self._prompts.answer(prompt_id, nonce, user, value)
         if outcome.status != "accepted" and not getattr(outcome, "notified", False):
-            prompt = await self._prompts.get(str(meta.get("prompt_id")))
+            prompt = await self._prompts.get(prompt_id)
             if prompt is not None:
                 await self.notify_private(prompt.conversation, user, str(outcome.message))
 
@@ -459,11 +636,22 @@ class SlackAdapter:
         message = body.get("message") or {}
         if not channel:
             return
-        await self._client.chat_postEphemeral(
-            channel=channel, user=user, text=text, thread_ts=message.get("thread_ts")
+        await self._call(
+            self._client.chat_postEphemeral,
+            channel=channel,
+            user=user,
+            text=text,
+            thread_ts=message.get("thread_ts"),
         )
 
     # -- egress ------------------------------------------------------------------------
+
+    async def _call(
+        self, method: Callable[..., Awaitable[AsyncSlackResponse]], **args: Any
+    ) -> AsyncSlackResponse:
+        """Every Web API call that sends text goes through here: pings are neutralised in
+        `text`, blocks and views alike, whatever produced them."""
+        return await method(**neutralize_slack_args(args))
 
     @staticmethod
     def _thread_ts(conv: ConversationRef) -> str | None:
@@ -474,7 +662,8 @@ class SlackAdapter:
         already has (found by the idempotency key in message metadata)."""
         chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
         if message.ephemeral_to:
-            await self._client.chat_postEphemeral(
+            await self._call(
+                self._client.chat_postEphemeral,
                 channel=conv.channel,
                 user=message.ephemeral_to,
                 text=chunks[0],
@@ -488,7 +677,8 @@ class SlackAdapter:
         for index, chunk in enumerate(chunks):
             if index in posted:
                 continue
-            resp = await self._client.chat_postMessage(
+            resp = await self._call(
+                self._client.chat_postMessage,
                 channel=conv.channel,
                 thread_ts=self._thread_ts(conv),
                 text=chunk,
@@ -523,12 +713,15 @@ class SlackAdapter:
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place (`chat.update`)."""
         chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
-        await self._client.chat_update(channel=conv.channel, ts=message_id, text=chunks[0])
+        await self._call(
+            self._client.chat_update, channel=conv.channel, ts=message_id, text=chunks[0]
+        )
 
     async def show_prompt(self, prompt: Prompt) -> str:
         """Buttons (Approve/Deny or options) or an `Answer…` button that opens a modal."""
-        question = neutralize_slack_pings(markdown_to_mrkdwn(prompt.question))
-        resp = await self._client.chat_postMessage(
+        question = markdown_to_mrkdwn(prompt.question)
+        resp = await self._call(
+            self._client.chat_postMessage,
             channel=prompt.conversation.channel,
             thread_ts=self._thread_ts(prompt.conversation),
             text=prompt.question[:300],
@@ -538,21 +731,36 @@ class SlackAdapter:
 
     async def close_prompt(self, prompt: Prompt) -> None:
         """Remove the buttons and show the outcome and who decided."""
-        if not prompt.message_id:
-            return
-        question = neutralize_slack_pings(markdown_to_mrkdwn(prompt.question))
-        await self._client.chat_update(
-            channel=prompt.conversation.channel,
-            ts=prompt.message_id,
-            text=closed_text(prompt),
-            blocks=closed_blocks(prompt, question),
+        if prompt.message_id:
+            await self._close_message(prompt.conversation.channel, prompt.message_id, prompt)
+
+    async def _close_message(self, channel: str, ts: str, prompt: Prompt) -> None:
+        closed = replace(prompt, message_id=ts)
+        await self._call(
+            self._client.chat_update,
+            channel=channel,
+            ts=ts,
+            text=closed_text(closed),
+            blocks=closed_blocks(closed, markdown_to_mrkdwn(prompt.question)),
         )
 
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
         """An ephemeral message only `user_id` sees."""
-        await self._client.chat_postEphemeral(
-            channel=conv.channel, user=user_id, text=text, thread_ts=self._thread_ts(conv)
+        await self._call(
+            self._client.chat_postEphemeral,
+            channel=conv.channel,
+            user=user_id,
+            text=text,
+            thread_ts=self._thread_ts(conv),
         )
+
+
+def _clicked_message(body: dict[str, Any]) -> tuple[str, str] | None:
+    """(channel, ts) of the message whose button was clicked, from the block_actions body."""
+    container = body.get("container") or {}
+    channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
+    ts = (body.get("message") or {}).get("ts") or container.get("message_ts")
+    return (str(channel), str(ts)) if channel and ts else None
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

@@ -10,6 +10,7 @@ from tests.fakes.slack.server import (
     Envelope,
     FakeSlack,
     FaultKind,
+    Hold,
     MethodResponder,
     ResponseUrlPost,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Envelope",
     "FakeSlack",
     "FaultKind",
+    "Hold",
     "MethodResponder",
     "ResponseUrlPost",
     "form_body",

@@ -33,6 +33,7 @@ __all__ = [
     "Envelope",
     "FakeSlack",
     "FaultKind",
+    "Hold",
     "MethodResponder",
     "ResponseUrlPost",
 ]
@@ -104,6 +105,51 @@ class Envelope:
     payload: dict[str, Any]
     frame: dict[str, Any]
     at: float
+
+
+@dataclass
+class Hold:
+    """Holds back the HTTP responses to matching calls until `release()`.
+
+    A held call is recorded and served at once (a posted message exists, with its ts), but
+    the client does not see the reply yet: this reproduces races with the client's view,
+    e.g. a click arriving before `chat.postMessage` returned, or an ack racing a post.
+    """
+
+    method: str
+    when: Callable[[dict[str, Any]], bool] | None = None
+    calls: list[Call] = field(default_factory=list)
+    _gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def released(self) -> bool:
+        """Whether held responses have been let go."""
+        return self._gate.is_set()
+
+    def matches(self, method: str, args: dict[str, Any]) -> bool:
+        """Whether a call to `method` with `args` is held (never after release)."""
+        return (
+            not self.released and method == self.method and (self.when is None or self.when(args))
+        )
+
+    def release(self) -> None:
+        """Send every held response and stop holding."""
+        self._gate.set()
+
+    async def wait(self) -> None:
+        """Block until released (used by the fake's request handler)."""
+        await self._gate.wait()
+
+    async def wait_held(self, count: int = 1, within: float = 5.0) -> list[Call]:
+        """Wait until `count` calls are being held; returns them."""
+        deadline = time.monotonic() + within
+        while len(self.calls) < count:
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"expected {count} held call(s) to {self.method}, got {len(self.calls)}"
+                )
+            await asyncio.sleep(_POLL_INTERVAL)
+        return list(self.calls)
 
 
 @dataclass(frozen=True)
@@ -208,6 +254,7 @@ class FakeSlack:
         self._files: dict[str, _File] = {}
         self._faults: dict[str, deque[_Fault]] = {}
         self._custom: dict[str, MethodResponder] = {}
+        self._holds: list[Hold] = []
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._last_ts = _FIRST_TS_MICROS - _TS_STEP_MICROS
@@ -244,7 +291,9 @@ class FakeSlack:
         return self
 
     async def stop(self) -> None:
-        """Close open Socket Mode connections and stop serving."""
+        """Release held responses, close Socket Mode connections and stop serving."""
+        for hold in self._holds:
+            hold.release()
         for ws in list(self._sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001, message=b"server stopping")
@@ -415,6 +464,13 @@ class FakeSlack:
         for _ in range(times):
             queue.append(_Fault(kind, retry_after, error))
 
+    def hold(self, method: str, when: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
+        """Hold back responses to calls of `method` (those whose args satisfy `when`) until
+        the returned `Hold` is released; see `Hold`."""
+        hold = Hold(method, when)
+        self._holds.append(hold)
+        return hold
+
     # -- inspection --------------------------------------------------------------------------
 
     def calls_to(self, method: str) -> list[Call]:
@@ -567,6 +623,10 @@ class FakeSlack:
                 response=reply.body,
             )
         )
+        for hold in list(self._holds):
+            if hold.matches(method, args):
+                hold.calls.append(self.calls[-1])
+                await hold.wait()
         headers = dict(reply.headers)
         if token and token.startswith("xoxb-"):
             headers["X-OAuth-Scopes"] = ",".join(self.scopes)
