@@ -126,6 +126,8 @@ async def test_mention_gets_threaded_reply(monkeypatch: pytest.MonkeyPatch, tran
         assert reply["channel"] == CHANNEL
         assert "offline mode" in reply["text"]
         assert reply["unfurl_links"] in (False, "false", "0", 0)
+        # Identity comes from the startup auth.test: no event waits on one before its ack.
+        assert len(bot.fake.calls_to("auth.test")) == 1
 
 
 @pytest.mark.parametrize("transport", ["http", "socket"])
@@ -1051,3 +1053,14 @@ class _NoInbox:
 
     async def quiesce(self, conv: Any) -> None:
         return None
+
+
+async def test_rejected_token_stops_the_adapter_with_a_clear_error(tmp_path: Path) -> None:
+    async with FakeSlack() as fake:
+        fake.add_method("auth.test", lambda _: {"ok": False, "error": "invalid_auth"})
+        config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SECRET, api_url=fake.api_url)
+        adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
+        adapter.bind(_NoInbox())
+        with pytest.raises(RuntimeError, match="rejected SLACK_BOT_TOKEN \\(invalid_auth\\)"):
+            await asyncio.wait_for(adapter.serve(), 10)
+        assert len(fake.calls_to("auth.test")) == 1

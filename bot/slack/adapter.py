@@ -19,6 +19,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.async_handler import AsyncRetryHandler
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -229,6 +230,7 @@ class SlackAdapter:
         )
         self._names: dict[str, str] = {}
         self._bot_user_id: str | None = None
+        self._auth: AuthorizeResult | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
         self.ready = asyncio.Event()
@@ -255,11 +257,23 @@ class SlackAdapter:
 
     def build_app(self) -> AsyncApp:
         """The bolt app with every listener registered (built inside the running loop)."""
+
+        async def authorize() -> AuthorizeResult:
+            return await self._authorize()
+
         app = AsyncApp(
-            client=self._client,
+            # Tokenless: each request's client gets the token from `authorize` (bolt warns
+            # about a token it would ignore otherwise).
+            client=AsyncWebClient(
+                base_url=self.config.api_url,
+                retry_handlers=retry_handlers(self.config.rate_limit_retries),
+                logger=self._sdk_log,
+            ),
             signing_secret=self.config.signing_secret or "",
             # Ack after the listener, which only persists: "persist before you announce".
             process_before_response=True,
+            # The startup auth.test, reused: no request waits on a Web API call before its ack.
+            authorize=authorize,
         )
         app.event("app_mention")(self._on_mention)
         app.event("message")(self._on_message)
@@ -311,6 +325,9 @@ class SlackAdapter:
             except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 reason = _unreachable_reason(exc)
             else:
+                self._auth = AuthorizeResult.from_auth_test_response(
+                    auth_test_response=resp, bot_token=self.config.bot_token
+                )
                 self._bot_user_id = resp.get("user_id") or self._bot_user_id
                 log.info("slack: authenticated as %s in %s", resp.get("user"), resp.get("team"))
                 return True
@@ -325,6 +342,15 @@ class SlackAdapter:
                 await asyncio.wait_for(self._closed.wait(), delay)
             delay = min(delay * 2, self.config.connect_retry_max)
         return False
+
+    async def _authorize(self) -> AuthorizeResult:
+        """bolt's authorization: the identity found by `_authenticate` before serving."""
+        if self._auth is None:  # not reached in `serve`, which authenticates first
+            resp = await self._client.auth_test()
+            self._auth = AuthorizeResult.from_auth_test_response(
+                auth_test_response=resp, bot_token=self.config.bot_token
+            )
+        return self._auth
 
     async def _start_http(self, app: AsyncApp) -> None:
         async def events(request: web.Request) -> web.Response:
@@ -422,7 +448,7 @@ class SlackAdapter:
         msg = to_inbound(ev, text=text, author_name=self._names.get(ev.user, ev.user))
         if mentioned and ev.thread_ts:
             msg = msg.model_copy(update={"reread_thread": True})
-        await self._inbox.accept(msg)
+        await self._inbox.receive(msg)
 
     async def _refuse(self, ev: SlackEvent, reason: str) -> None:
         await self._call(
