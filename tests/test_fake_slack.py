@@ -585,3 +585,19 @@ def test_event_builders_shapes() -> None:
     assert action["message"]["thread_ts"] == "1700000000.000050"
     assert action["actions"][0]["type"] == "button"
     assert action["response_url"].startswith("http://127.0.0.1:")
+
+
+async def test_hold_serves_at_once_but_answers_only_on_release(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    hold = fake.hold("chat.postMessage", when=lambda args: args.get("channel") == "C1")
+    held = asyncio.create_task(client.chat_postMessage(channel="C1", text="held"))
+    (call,) = await hold.wait_held()
+    # Served (the message exists, its ts is known) while the client still waits.
+    assert call.ok and fake.thread("C1", str(call.response["ts"]))
+    other = await client.chat_postMessage(channel="C2", text="not held")
+    assert other["ok"] and not held.done()
+    hold.release()
+    assert (await held)["ts"] == call.response["ts"]
+    after = await client.chat_postMessage(channel="C1", text="released holds hold nothing")
+    assert after["ok"] and len(hold.calls) == 1

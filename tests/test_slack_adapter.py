@@ -763,7 +763,11 @@ async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
         reply = payloads.thread_message(CHANNEL, "U1", "1", bot.ts(), thread)
         assert await bot.send(payloads.event_callback(reply)) == 200
         home = bot.runtime.settings.home
-        await eventually(lambda: _db_rows(home, "SELECT state FROM prompts") == [("answered",)])
+        # Decided and fully handled (the close attempt comes before the handler) ...
+        await eventually(
+            lambda: _db_rows(home, "SELECT state, handled FROM prompts") == [("answered", 1)]
+        )
+        # ... yet nothing could close a message whose id the bot has not seen.
         assert [c for c in bot.fake.calls_to("chat.update") if c.args["ts"] == prompt_ts] == []
 
         held.release()  # recording the id now must notice the decision and close the message
