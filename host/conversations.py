@@ -49,6 +49,11 @@ class TurnOutcome:
     text: str
 
 
+def _consume_outcome(turn: asyncio.Future[TurnOutcome]) -> None:
+    if not turn.cancelled() and (exc := turn.exception()) is not None:
+        log.debug("turn ended with %r (reported in its thread)", exc)
+
+
 def control_word(text: str) -> ControlWord | None:
     """The control word a message consists of, if any."""
     match = _CONTROL.match(text)
@@ -116,7 +121,14 @@ class ConversationService:
         message_id = await self._claim(msg)
         if message_id is None:
             return False
-        self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
+
+        async def dispatch() -> None:
+            turn = await self._dispatch(msg, message_id)
+            if turn is not None:
+                # Nobody waits for this turn; its failure was already told to the user.
+                turn.add_done_callback(_consume_outcome)
+
+        self._ingress.spawn(msg.conversation.id, dispatch)
         return True
 
     async def _claim(self, msg: InboundMessage) -> int | None:
