@@ -33,7 +33,7 @@ from host.graph.run_store import RunRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
-from host.outbox import Outbox
+from host.outbox import DeliveryError, Outbox
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import handle_ask_user, handle_graph_approval
 from host.prompt_model import Prompt
@@ -344,9 +344,13 @@ async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
             f"⚠️ A restart interrupted run `{run.id}`. Completed nodes are kept and can be "
             f"reused by id; nodes that were running are marked interrupted.\n\n{report}"
         )
-        await runtime.service.notify(
-            run.conversation, text, idempotency_key=f"run:{run.id}:interrupted"
-        )
+        try:
+            await runtime.service.notify(
+                run.conversation, text, idempotency_key=f"run:{run.id}:interrupted"
+            )
+        except DeliveryError as exc:
+            # Recorded and retried by the outbox; an unreachable platform must not stop startup.
+            log.warning("telling %s about run %s failed: %s", run.conversation.id, run.id, exc)
         await runtime.runs.store.mark_reported(run.id)
 
 

@@ -18,7 +18,7 @@ from host.host_agent import HostAgent
 from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage
-from host.outbox import Outbox
+from host.outbox import DeliveryError, Outbox
 from host.prompts import PromptBroker
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, ConversationRef
@@ -318,13 +318,19 @@ class ConversationService:
         for turn, conv in await self._log.unreported_interruptions():
             if conv.platform != platform:
                 continue
-            await self._outbox.send(
-                conv,
-                "⚠️ A restart interrupted my work on an earlier request in this thread "
-                f"(turn `{turn.id}`), so it did not finish. Please ask again if you still need it.",
-                idempotency_key=f"interrupted:{turn.id}",
-                turn_id=turn.id,
-            )
+            try:
+                await self._outbox.send(
+                    conv,
+                    "⚠️ A restart interrupted my work on an earlier request in this thread "
+                    f"(turn `{turn.id}`), so it did not finish. Please ask again if you still "
+                    "need it.",
+                    idempotency_key=f"interrupted:{turn.id}",
+                    turn_id=turn.id,
+                )
+            except DeliveryError as exc:
+                # Recorded, and retried by the outbox: the platform being down must not stop
+                # the bot from starting.
+                log.warning("telling %s about turn %s failed: %s", conv.id, turn.id, exc)
             await self._log.mark_reported(turn.id)
         await self._outbox.redeliver_pending(platform)
         for message_id, payload in await self._log.unhandled_inbound(platform):

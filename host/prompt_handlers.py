@@ -37,7 +37,9 @@ async def handle_graph_approval(
         )
     except AdmissionError as exc:
         await service.notify(
-            conv, f"Approved, but the graph no longer passes admission: {exc.for_user()}", idempotency_key=key
+            conv,
+            f"Approved, but the graph no longer passes admission: {exc.for_user()}",
+            idempotency_key=key,
         )
         return
     assert result.run is not None

@@ -10,6 +10,7 @@ from typing import Protocol
 from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
+from host.outbox import DeliveryError
 from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,12 @@ class ConversationRunEvents:
             message_id = current.status_message if current is not None else None
             key = f"run:{run.id}:status"
             if message_id is None:
-                posted = await self._port.notify(conv, text, idempotency_key=key)
+                try:
+                    posted = await self._port.notify(conv, text, idempotency_key=key)
+                except DeliveryError as exc:
+                    # The outbox retries it; the next progress call finds it sent.
+                    log.warning("status message of run %s not posted yet: %s", run.id, exc)
+                    return
                 if posted is not None:
                     await self._store.set_status_message(run.id, posted)
             elif self._last_text.get(run.id) != text:

@@ -5,9 +5,12 @@ on a post."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from types import MappingProxyType
 
 from agents.tools import ToolRegistry
+from bot.app import build_runtime, shutdown
+from bot.settings import load_settings
 from host.conversations import ConversationService
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
@@ -17,6 +20,7 @@ from host.ports import ChannelError
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, ConversationRef
 from memory.store import Store
+from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import eventually
 from tests.test_conversations import GatedProvider, _msg
@@ -252,3 +256,51 @@ async def test_retries_give_up_after_the_last_delay_and_stay_failed(
     await outbox.idle()
     assert channel.attempts == 4
     assert [m.text for m in await conversation_log.undelivered(CONV.id)] == ["hi"]
+
+
+async def test_recover_survives_a_platform_that_is_down(
+    conversation_log: ConversationLog,
+) -> None:
+    await conversation_log.start_turn(
+        CONV, turn_id="dead", kind="user", author_id="U1", author_name="u"
+    )
+    await conversation_log.interrupt_running()
+    channel = RecordingChannel(fail_posts=100)
+    service, lanes, _ = _service(conversation_log, channel, GatedProvider())
+    await service.recover("test")  # must not raise: the notice is recorded and retried
+    assert await conversation_log.unreported_interruptions() == []
+    (notice,) = await conversation_log.undelivered(CONV.id)
+    assert notice.text.startswith("⚠️ A restart interrupted my work")
+    await service.close()
+    await lanes.drain(1)
+
+
+class StatusFailsChannel(FakeChatAdapter):
+    """Posting a run's status message always fails; everything else goes through."""
+
+    def __init__(self) -> None:
+        super().__init__("test")
+        self.failed_status = False
+
+    async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
+        if message.idempotency_key.endswith(":status"):
+            self.failed_status = True
+            raise ConnectionError("platform unavailable")
+        return await super().post(conv, message)
+
+
+async def test_a_failed_status_post_does_not_lose_the_run_report(isolated_env: Path) -> None:
+    adapter = StatusFailsChannel()
+    runtime = await build_runtime(load_settings(), [lambda: adapter])
+    try:
+        msg = _msg("a1: raven: say hi", "e1")
+        turn = await runtime.service.accept(msg)
+        assert turn is not None
+        await turn
+        await runtime.service.quiesce(msg.conversation)
+        assert adapter.failed_status
+        await eventually(
+            lambda: any(t.startswith("**Run `") and " failed** " in t for t in adapter.texts)
+        )
+    finally:
+        await shutdown(runtime)
