@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from bot.app import AdapterFactory, build_runtime, serve
 from bot.channel import ChannelAdapter
-from bot.console.adapter import ConsoleAdapter
+from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.logging_setup import configure_logging
 from bot.settings import Settings, SettingsError, load_settings
 
@@ -118,9 +118,14 @@ def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
+def _console(settings: Settings) -> AdapterFactory:
+    # The active console conversation survives restarts until the user types `new`.
+    return functools.partial(ConsoleAdapter, state_file=settings.home / CONSOLE_STATE_FILE)
+
+
 def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
     if command == "chat":
-        return [ConsoleAdapter]
+        return [_console(settings)]
     factories: list[AdapterFactory] = []
     if settings.slack_bot_token is not None:
         factories.append(functools.partial(slack_adapter, settings))
@@ -131,7 +136,7 @@ def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
         )
     # With no chat platform configured, the console.
     if not factories:
-        factories.append(ConsoleAdapter)
+        factories.append(_console(settings))
     return factories
 
 

@@ -1,20 +1,34 @@
-"""Console adapter: each input line is a message from the local user; replies print."""
+"""Console adapter: each input line is a message from the local user; replies print.
+
+A plan (lines in plan syntax) is collected until `confirm`, a blank line or a non-plan line
+closes it, so whether approval is asked never depends on how fast the lines arrive.
+
+Replies that cannot be written because the reader went away (`raven-bot chat | head`) are
+recorded as delivered to nobody (message id `console-unread-N`): a later console session does
+not replay them, since the reader that left chose not to read them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import itertools
 import logging
+import os
+import re
 import sys
 import threading
 import time
 import uuid
-from typing import Any, TextIO
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
 
-from agents.plan_syntax import is_plan_line
+from agents.plan_syntax import is_plan_line, parse_plan
 from bot.channel import InboundMessage, Inbox, OutboundMessage
-from host.conversations import TurnOutcome
+from host.conversations import TurnOutcome, control_word
+from host.messages import MAX_INBOUND_CHARS
 from host.prompt_model import Prompt
 from memory.conversation_log import ConversationRef
 
@@ -22,9 +36,68 @@ log = logging.getLogger(__name__)
 
 CONSOLE_WORKSPACE = "local"
 CONSOLE_CHANNEL = "console"
+# The thread of a console that never typed `new` (and of every console before `new` existed).
 CONSOLE_THREAD = "main"
-# How long a plan block waits for its next line (pasted and piped lines arrive together).
-PLAN_LINE_WAIT = 0.5
+# In RAVEN_HOME: the thread id of the active console conversation.
+CONSOLE_STATE_FILE = "console-conversation"
+PLAN_HINT = "(plan: add lines, `confirm` or a blank line to submit)"
+_NEW = re.compile(r"^\s*new\s*[.!]?\s*$", re.IGNORECASE)
+_THREAD = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One input line, decoded; `replaced` when invalid UTF-8 bytes were replaced."""
+
+    text: str
+    replaced: bool = False
+
+
+class ConsoleThread:
+    """The active console conversation, kept in a file so a restart continues it until `new`."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+
+    def load(self) -> str:
+        """The saved thread id, or the default one when nothing (valid) is saved."""
+        if self._path is None:
+            return CONSOLE_THREAD
+        try:
+            saved = self._path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return CONSOLE_THREAD
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning(
+                "cannot read %s (%s); using conversation %s", self._path, exc, label(CONSOLE_THREAD)
+            )
+            return CONSOLE_THREAD
+        if not _THREAD.match(saved):
+            log.warning("ignoring %s: %r is not a console thread id", self._path, saved[:40])
+            return CONSOLE_THREAD
+        return saved
+
+    def save(self, thread: str) -> None:
+        """Remember `thread` for the next start (a failure only costs that memory)."""
+        if self._path is None:
+            return
+        tmp = self._path.with_name(self._path.name + ".tmp")
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(thread + "\n", encoding="utf-8")
+            tmp.replace(self._path)
+        except OSError as exc:
+            log.warning("cannot save the console conversation to %s: %s", self._path, exc)
+
+
+def label(thread: str) -> str:
+    """How a console conversation is named to the user."""
+    return f"console-{thread}"
+
+
+def next_thread(thread: str) -> str:
+    """The thread id after `thread` (`main` counts as 1)."""
+    return str(int(thread) + 1) if thread.isdigit() else "2"
 
 
 class ConsoleAdapter:
@@ -37,6 +110,7 @@ class ConsoleAdapter:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         user: str | None = None,
+        state_file: Path | None = None,
     ) -> None:
         self._inbox = inbox
         self._stdin = stdin or sys.stdin
@@ -44,9 +118,13 @@ class ConsoleAdapter:
         self._user = user or _local_user()
         self._ids = itertools.count(1)
         self._closed = asyncio.Event()
-        self._lines: asyncio.Queue[str | None] | None = None
-        self._read: asyncio.Future[str | None] | None = None
+        self._lines: asyncio.Queue[_Line | None] | None = None
+        self._read: asyncio.Future[_Line | None] | None = None
         self._eof = False
+        self._state = ConsoleThread(state_file)
+        self._thread = self._state.load()
+        self._used: list[ConversationRef] = []
+        self._output_gone = False
 
     @property
     def platform(self) -> str:
@@ -60,12 +138,13 @@ class ConsoleAdapter:
 
     @property
     def conversation(self) -> ConversationRef:
-        """The single console conversation."""
-        return ConversationRef("console", CONSOLE_WORKSPACE, CONSOLE_CHANNEL, CONSOLE_THREAD)
+        """The active console conversation (changed by typing `new`)."""
+        return ConversationRef("console", CONSOLE_WORKSPACE, CONSOLE_CHANNEL, self._thread)
 
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
-        """Print a reply."""
-        self._write(f"raven> {message.text}\n")
+        """Print a reply; see the module docstring for a reader that went away."""
+        if not self._write(f"raven> {message.text}\n"):
+            return f"console-unread-{next(self._ids)}"
         return f"console-{next(self._ids)}"
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
@@ -101,14 +180,16 @@ class ConsoleAdapter:
     async def serve(self) -> None:
         """Read lines until end of input or close, then wait for the turns they started.
 
-        Lines are accepted as they arrive (so `stop` reaches a running turn); turns in the
-        one console conversation still run in order, so replies print in order.
+        Lines are accepted as they arrive (so `stop` reaches a running turn); turns in one
+        console conversation still run in order, so replies print in order.
         """
         if self._inbox is None:
             raise RuntimeError("ConsoleAdapter.serve() called before bind()")
         interactive = self._stdin.isatty()
+        self._used.append(self.conversation)
+        self._write(f"raven> conversation {label(self._thread)} (type `new` for a fresh one)\n")
         pending: list[asyncio.Future[TurnOutcome]] = []
-        pushed: str | None = None
+        pushed: _Line | None = None
         while not self._closed.is_set():
             if interactive and pushed is None:
                 self._write("you> ")
@@ -116,18 +197,38 @@ class ConsoleAdapter:
             pushed = None
             if line is None:
                 break
-            text = line.strip()
+            text, replaced = line.text.strip(), line.replaced
             if is_plan_line(text):
                 # A plan is several lines (one per node): read them as one message.
-                text, pushed = await self._plan_block(text)
-            if text:
-                accepted = await self._inbox.accept(self._message(text))
-                if accepted is not None:
-                    pending.append(accepted)
-                    if not interactive:
-                        # A script's lines are sequential: the next one (e.g. a typed answer
-                        # to the prompt this turn shows) must see this turn's effects.
-                        await asyncio.wait({accepted})
+                text, replaced, pushed = await self._plan_block(line, interactive)
+            if not text or self._closed.is_set():
+                continue
+            if _NEW.match(text):
+                await self._start_new()
+                continue
+            if len(text) > MAX_INBOUND_CHARS:
+                self._write(
+                    f"raven> ⚠️ That message is {len(text):,} characters; the limit is "
+                    f"{MAX_INBOUND_CHARS:,}. Nothing was sent: split it into shorter messages.\n"
+                )
+                continue
+            if replaced:
+                self._write(
+                    "raven> ⚠️ That line had bytes that are not valid UTF-8; they were replaced "
+                    "with � before sending.\n"
+                )
+            accepted = await self._inbox.accept(self._message(text))
+            if control_word(text) == "help":
+                self._write(
+                    f"raven> In the console, `new` starts a fresh conversation (this one is "
+                    f"{label(self._thread)}; a restart continues it).\n"
+                )
+            if accepted is not None:
+                pending.append(accepted)
+                if not interactive:
+                    # A script's lines are sequential: the next one (e.g. a typed answer
+                    # to the prompt this turn shows) must see this turn's effects.
+                    await asyncio.wait({accepted})
         for turn in pending:
             try:
                 await turn
@@ -139,22 +240,54 @@ class ConsoleAdapter:
                 log.debug("turn failed (already reported to the user): %s", exc)
         if not self._closed.is_set():
             # End of input: let background runs and their reports finish before exiting.
-            await self._inbox.quiesce(self.conversation)
+            for conv in self._used:
+                await self._inbox.quiesce(conv)
 
-    async def _plan_block(self, first: str) -> tuple[str, str | None]:
-        """Collect the plan lines that follow `first`; return the block and the next line."""
-        lines = [first]
+    async def _start_new(self) -> None:
+        assert self._inbox is not None
+        previous = self._thread
+        thread = next_thread(previous)
+        # Skip threads an earlier console already used (e.g. after the state file was lost).
+        while await self._inbox.knows(self._ref(thread)):
+            thread = next_thread(thread)
+        self._thread = thread
+        self._state.save(thread)
+        self._used.append(self.conversation)
+        self._write(
+            f"raven> conversation {label(thread)} started; {label(previous)} keeps its history "
+            "and anything still running there.\n"
+        )
+
+    async def _plan_block(self, first: _Line, interactive: bool) -> tuple[str, bool, _Line | None]:
+        """Collect a plan: until `confirm` (kept), a blank line, a non-plan line (returned as
+        the next line) or end of input. Returns the text, whether bytes were replaced, and
+        the next line."""
+        lines = [first.text.strip()]
+        replaced = first.replaced
+        has_node = not _is_confirm(lines[0])
+        if interactive:
+            self._write(f"raven> {PLAN_HINT}\n")
         while True:
-            try:
-                async with asyncio.timeout(PLAN_LINE_WAIT):
-                    line = await self._readline()
-            except TimeoutError:
-                return "\n".join(lines), None
+            if interactive:
+                self._write("plan> ")
+            line = await self._readline()
             if line is None:
-                return "\n".join(lines), None
-            if not is_plan_line(line.strip()):
-                return "\n".join(lines), line
-            lines.append(line.strip())
+                return "\n".join(lines), replaced, None
+            text = line.text.strip()
+            if not text:
+                return "\n".join(lines), replaced, None
+            if not is_plan_line(text):
+                return "\n".join(lines), replaced, line
+            lines.append(text)
+            replaced = replaced or line.replaced
+            if _is_confirm(text):
+                if has_node:
+                    return "\n".join(lines), replaced, None
+            else:
+                has_node = True
+
+    def _ref(self, thread: str) -> ConversationRef:
+        return ConversationRef("console", CONSOLE_WORKSPACE, CONSOLE_CHANNEL, thread)
 
     def _message(self, text: str) -> InboundMessage:
         event_id = uuid.uuid4().hex
@@ -162,7 +295,7 @@ class ConsoleAdapter:
             platform="console",
             workspace=CONSOLE_WORKSPACE,
             channel=CONSOLE_CHANNEL,
-            thread=CONSOLE_THREAD,
+            thread=self._thread,
             message_id=event_id,
             author_id=self._user,
             author_name=self._user,
@@ -170,7 +303,7 @@ class ConsoleAdapter:
             event_id=event_id,
         )
 
-    async def _readline(self) -> str | None:
+    async def _readline(self) -> _Line | None:
         if self._lines is None:
             self._lines = asyncio.Queue()
             loop = asyncio.get_running_loop()
@@ -181,7 +314,7 @@ class ConsoleAdapter:
             ).start()
         if self._eof:
             return None
-        # The read survives a caller's timeout and is reused, so no line is ever dropped.
+        # The read survives a caller's cancellation and is reused, so no line is ever dropped.
         if self._read is None:
             self._read = asyncio.ensure_future(self._lines.get())
         read = self._read
@@ -199,17 +332,20 @@ class ConsoleAdapter:
             self._eof = True
         return line
 
-    def _pump(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+    def _pump(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[_Line | None]) -> None:
+        # Bytes, not text: a line that is not UTF-8 must not end the input (a decode error
+        # inside a text reader would look like end of input).
+        raw: BinaryIO | None = getattr(self._stdin, "buffer", None)
         while True:
             try:
-                line = self._stdin.readline()
+                line = _decode(raw.readline()) if raw is not None else _fix(self._stdin.readline())
             except (OSError, ValueError):
-                line = ""
+                line = None
             try:
-                loop.call_soon_threadsafe(lines.put_nowait, line or None)
+                loop.call_soon_threadsafe(lines.put_nowait, line)
             except RuntimeError:
                 return  # the loop is gone: the process is exiting
-            if not line:
+            if line is None:
                 return
 
     async def close(self) -> None:
@@ -218,9 +354,58 @@ class ConsoleAdapter:
         if self._read is not None:
             self._read.cancel()
 
-    def _write(self, text: str) -> None:
-        self._stdout.write(text)
-        self._stdout.flush()
+    def _write(self, text: str) -> bool:
+        """Print `text`; False when the reader went away (then input stops too)."""
+        if self._output_gone:
+            return False
+        try:
+            self._stdout.write(text)
+            self._stdout.flush()
+        except (BrokenPipeError, ValueError):
+            self._reader_gone()
+            return False
+        return True
+
+    def _reader_gone(self) -> None:
+        self._output_gone = True
+        log.info("console output closed (the reader went away); stopping input")
+        # Point stdout at /dev/null so the interpreter's final flush does not print a
+        # BrokenPipeError traceback (the recipe in the Python `signal` docs).
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stdout.fileno())
+            os.close(devnull)
+        self._closed.set()
+        if self._read is not None:
+            self._read.cancel()
+
+
+def _is_confirm(line: str) -> bool:
+    return is_plan_line(line) and parse_plan(line) is None
+
+
+def _decode(raw: bytes) -> _Line | None:
+    if not raw:
+        return None
+    try:
+        return _Line(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _Line(raw.decode("utf-8", errors="replace"), replaced=True)
+
+
+def _fix(text: str) -> _Line | None:
+    if not text:
+        return None
+    # Text streams opened with surrogateescape carry undecodable bytes as lone surrogates.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = text.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:
+            raw = text.encode("utf-8", errors="replace")
+        return _Line(raw.decode("utf-8", errors="replace"), replaced=True)
+    return _Line(text)
 
 
 def _local_user() -> str:
