@@ -335,7 +335,7 @@ async def test_agent_processes_die_with_the_bot_on_kill_9(isolated_env: Path) ->
         env=_env(isolated_env),
     )
     assert proc.stdin is not None
-    proc.stdin.write(b"z1: sleeper: wait a long time\n")
+    proc.stdin.write(b"z1: sleeper: wait a long time\n\n")  # a blank line submits the plan
     await proc.stdin.drain()
     db = isolated_env / "raven.db"
     await eventually(

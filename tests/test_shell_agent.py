@@ -142,7 +142,7 @@ async def _chat(env: dict[str, str], plan: bytes, answer: bytes | None) -> str:
         env=env,
     )
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(plan)
+    proc.stdin.write(plan + b"\n")  # a blank line submits the plan in the console
     await proc.stdin.drain()
     seen = b""
     if answer is not None:
