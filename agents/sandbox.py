@@ -214,7 +214,9 @@ def die_with_parent_hook(parent: int) -> Callable[[], None]:
     """A preexec hook: PR_SET_PDEATHSIG(SIGKILL), so the child dies when the bot does.
 
     This covers the direct child only: its own children are not killed when the bot dies
-    (bubblewrap's PID namespace is what covers a whole tree).
+    (bubblewrap's PID namespace is what covers a whole tree). The kernel sends the signal when
+    the forking *thread* exits; children are started from the event loop's thread, which
+    lives as long as the bot.
     """
     # Resolved here, before fork: the child only makes the call.
     prctl = ctypes.CDLL(None, use_errno=True).prctl
