@@ -200,6 +200,16 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     async def on_ask_user(prompt: Prompt) -> None:
         await handle_ask_user(prompt, service)
 
+    async def on_command_approval(prompt: Prompt) -> None:
+        if clarifier.command_decision_awaited(prompt) or prompt.state != "answered":
+            return  # the waiting node reads the decision itself
+        await service.notify(
+            prompt.conversation,
+            f"Nothing ran: node `{prompt.payload.get('node_id')}` is no longer waiting for this "
+            "command (it was stopped or interrupted by a restart).",
+            idempotency_key=f"prompt:{prompt.id}:outcome",
+        )
+
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType(surfaces),
@@ -207,8 +217,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             {
                 "graph_approval": on_graph_approval,
                 "ask_user": on_ask_user,
-                # The node waiting on the prompt reads the decision itself.
-                COMMAND_APPROVAL: ignore_decision,
+                COMMAND_APPROVAL: on_command_approval,
             }
         ),
         admins=settings.admins,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
 from host.graph.render import fence, new_marker
+from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from memory.conversation_log import ConversationLog, ConversationRef
 
@@ -91,6 +92,9 @@ class Clarifier:
         self._log = conversation_log
         self._history = history_messages
         self._timeout = timeout
+        # "conversation:node" of nodes waiting on a command approval right now. Keyed by node,
+        # not prompt id, so it is set before the prompt can be answered.
+        self._awaiting_commands: set[str] = set()
 
     async def ask(
         self, conv: ConversationRef, requester: str, question: str, *, node_id: str
@@ -129,16 +133,32 @@ class Clarifier:
         The requester, RAVEN_APPROVERS and admins may answer; denied, expired or cancelled
         all mean no (fail closed).
         """
-        prompt = await self._broker.create(
-            conversation=conv,
-            kind="approval",
-            question=command_question(node_id, command),
-            requester=requester,
-            purpose=COMMAND_APPROVAL,
-            payload={"node_id": node_id, "command": command},
-        )
-        decided = await self._broker.wait(prompt.id)
+        key = f"{conv.id}:{node_id}"
+        self._awaiting_commands.add(key)
+        try:
+            prompt = await self._broker.create(
+                conversation=conv,
+                kind="approval",
+                question=command_question(node_id, command),
+                requester=requester,
+                purpose=COMMAND_APPROVAL,
+                payload={"node_id": node_id, "command": command},
+            )
+            decided = await self._broker.wait(prompt.id)
+        except BaseException:
+            # Cancelled (run stopped, shutdown): a later answer reaches nobody.
+            self._awaiting_commands.discard(key)
+            raise
         return decided.approved
+
+    def command_decision_awaited(self, prompt: Prompt) -> bool:
+        """Claim a decided command approval for its waiting node; False when none waits
+        (the node was cancelled or the bot restarted), so nothing will run."""
+        key = f"{prompt.conversation.id}:{prompt.payload.get('node_id')}"
+        if key in self._awaiting_commands:
+            self._awaiting_commands.discard(key)
+            return True
+        return False
 
     async def _try_conversation(
         self, conv: ConversationRef, question: str

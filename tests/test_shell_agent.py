@@ -21,7 +21,7 @@ from agents.registry import (
 )
 from host.clarify import command_question
 from tests.sandboxing import real_sandbox
-from tests.test_cli_end_to_end import RAVEN, _env
+from tests.test_cli_end_to_end import RAVEN, _env, _run
 
 ALLOW = ("ls", "ls *", "echo *", "python3 -m pytest*")
 
@@ -196,3 +196,34 @@ async def test_console_allow_listed_shell_node_runs_without_a_prompt(isolated_en
     assert "[approval]" not in out
     assert "allowed here" in out
     assert _node(isolated_env / "raven.db", "s1")[0] == "completed"
+
+
+async def test_an_approval_answered_after_a_restart_runs_nothing_and_says_so(
+    isolated_env: Path,
+) -> None:
+    env = _env(isolated_env)
+    proc = await asyncio.create_subprocess_exec(
+        RAVEN,
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b"s1: shell: touch ran.txt\n\n")
+    await proc.stdin.drain()
+    seen = b""
+    while b"Reply with a number" not in seen:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert line, seen.decode()
+        seen += line
+    proc.kill()
+    await proc.wait()
+    # The next session shows the stored prompt again; approving it cannot run the interrupted
+    # node, and the answer is told so instead of silently doing nothing.
+    code, out, _ = await _run("chat", stdin=b"1\n", env=env)
+    assert code == 0
+    assert "answered by" in out
+    assert "Nothing ran: node `s1` is no longer waiting" in out
+    assert not list((isolated_env / "workspaces").glob("*/ran.txt"))
