@@ -527,6 +527,7 @@ async def test_stranger_click_refused_ephemerally(
         await _click(bot, post, 0, "U2", thread, prompt_ts)
         (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
         assert call.args["user"] == "U2" and "can answer" in call.args["text"]
+        await bot.settle(thread)
         assert len(await bot.runtime.broker.pending()) == 1
         assert bot.fake.calls_to("chat.update") == []
 
@@ -552,6 +553,8 @@ async def test_second_click_is_a_friendly_no_op(
         await _click(bot, post, 1, "U1", thread, prompt_ts)
         (call,) = await bot.fake.wait_for_call("chat.postEphemeral")
         assert "Already answered" in call.args["text"]
+        # Both clicks were handled after their acks: wait for that work, then count.
+        await bot.settle(thread)
         rows = _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs")
         assert rows == [(1,)]
 
@@ -570,6 +573,7 @@ async def test_click_after_expiry_says_expired_and_denies(
         await eventually(
             lambda: any("not approved (expired" in p["text"] for p in bot.posts(thread))
         )
+        await bot.settle(thread)
         assert _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
 
 
