@@ -20,7 +20,14 @@ from agents.backends.cli import CommandLineBackend
 from agents.models.types import ToolCall
 from agents.process import run_process
 from agents.registry import AgentEntry
-from agents.sandbox import Refusing, Sandbox, SandboxUnavailable, Unsandboxed, select_sandbox
+from agents.sandbox import (
+    Bubblewrap,
+    Refusing,
+    Sandbox,
+    SandboxUnavailable,
+    Unsandboxed,
+    select_sandbox,
+)
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
 from bot.app import build_sandbox
@@ -346,3 +353,21 @@ async def test_agent_processes_die_with_the_bot_on_kill_9(isolated_env: Path) ->
     await proc.wait()
     # The whole sandboxed tree (the agent and its own child) is gone, not just the leader.
     await eventually(lambda: not pids_running("sleep", token), within=15)
+
+
+async def test_a_venv_inside_the_hidden_working_dir_stays_usable(tmp_path: Path) -> None:
+    # The usual layout: the bot runs from its checkout, whose .venv holds the interpreter.
+    botdir = tmp_path / "checkout"
+    venv = botdir / ".venv"
+    venv.mkdir(parents=True)
+    (venv / "tool.sh").write_text("echo tool ran\n")
+    (botdir / ".env").write_text(f"ANTHROPIC_API_KEY={FAKE_ANTHROPIC}\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    bwrap = real_sandbox()
+    assert isinstance(bwrap, Bubblewrap)
+    sandbox = Bubblewrap(bwrap.bwrap, hidden=(botdir, Path("/")), readonly=(venv,))
+    out = await _run_shell(sandbox, ws, f"sh {venv}/tool.sh; cat {botdir}/.env; echo x > /tmp/t")
+    assert "tool ran" in out and FAKE_ANTHROPIC not in out
+    assert "No such file" in out  # .env is not there at all
+    assert "Read-only" not in out  # /tmp stays writable
