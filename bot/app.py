@@ -24,6 +24,7 @@ from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter
+from bot.home import check_home
 from bot.settings import Settings
 from host.clarify import COMMAND_APPROVAL, Clarifier
 from host.conversations import ConversationService
@@ -82,18 +83,9 @@ def build_provider(settings: Settings) -> ModelProvider:
 
 
 def validate_environment(settings: Settings) -> None:
-    """Fail early, with the variable named, when the data directory is unusable."""
-    home = settings.home
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        probe = home / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise RuntimeError(
-            f"RAVEN_HOME={home} is not a writable directory ({exc.strerror}); "
-            "point RAVEN_HOME at a directory you can write to."
-        ) from None
+    """Fail early, with the variable named, when the data directory or its database is
+    unusable (`HomeError`, a RuntimeError)."""
+    check_home(settings.home)
 
 
 def workspace_for(home: Path) -> Callable[[ConversationRef], Path]:

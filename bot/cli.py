@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import functools
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -16,8 +17,15 @@ from pydantic import SecretStr
 from bot.app import AdapterFactory, build_runtime, serve
 from bot.channel import ChannelAdapter
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
+from bot.home import HomeError
 from bot.logging_setup import configure_logging
-from bot.settings import Settings, SettingsError, load_settings
+from bot.settings import (
+    Settings,
+    SettingsError,
+    load_settings,
+    unknown_variables,
+    url_credentials,
+)
 
 
 def _version() -> str:
@@ -78,7 +86,13 @@ def _secrets(settings: Settings) -> list[str]:
         settings.slack_signing_secret,
         settings.discord_token,
     ]
-    return [v.get_secret_value() for v in values if v is not None]
+    secrets = [v.get_secret_value() for v in values if v is not None]
+    # Credentials inside a URL (`https://user:token@proxy/`) are secrets too.
+    return (
+        secrets
+        + url_credentials(settings.anthropic_base_url)
+        + url_credentials(settings.slack_api_url)
+    )
 
 
 def slack_adapter(settings: Settings) -> ChannelAdapter:
@@ -158,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     configure_logging(settings.log_level, _secrets(settings))
+    if command != "doctor":  # doctor lists them among its checks
+        for warning in unknown_variables(os.environ):
+            logging.getLogger(__name__).warning("%s", warning)
     if command == "graph":
         from bot.records_cli import validate_graph
 
@@ -174,6 +191,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_serve(settings, command))
     except KeyboardInterrupt:
         return 130
+    except HomeError as exc:
+        # A configuration problem, like an invalid setting.
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 2
     except RuntimeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 1

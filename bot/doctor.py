@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
+from agents.registry import RegistryError, load_registry
 from agents.sandbox import INSTALL_HINT
 from bot.app import build_sandbox
-from bot.settings import Settings
+from bot.home import HomeError, check_database
+from bot.settings import Settings, unknown_variables
 from memory.store import Store
 
 Level = Literal["ok", "warn", "fail"]
@@ -43,6 +46,8 @@ LIBRARIES = {
 
 async def _check_data_dir(settings: Settings) -> Check:
     home = settings.home
+    if home.exists() and not home.is_dir():
+        return Check("data dir", "fail", f"{home}: not a directory (a file); set RAVEN_HOME")
     try:
         home.mkdir(parents=True, exist_ok=True)
         probe = home / ".doctor-write-test"
@@ -55,6 +60,11 @@ async def _check_data_dir(settings: Settings) -> Check:
 
 async def _check_database(settings: Settings) -> Check:
     store = Store(settings.home / "raven.db")
+    try:
+        # Synchronous probe first: a failed async open can leave a thread that hangs the exit.
+        check_database(store.path, settings.home)
+    except HomeError as exc:
+        return Check("database", "fail", str(exc))
     try:
         await store.open()
         version = await store.schema_version()
@@ -79,6 +89,25 @@ async def _check_scheduler_store(settings: Settings) -> Check:
     return Check(
         "scheduler store", "ok", f"{path} opens (reserved for Oncall wake-ups, not built yet)"
     )
+
+
+async def _check_agents(settings: Settings) -> Check:
+    path = settings.home / "agents.toml"
+    try:
+        registry = load_registry(path)
+    except RegistryError as exc:
+        return Check("agents", "fail", str(exc).replace("\n", "; "))
+    entries = list(registry.entries())
+    enabled = sum(1 for e in entries if e.enabled)
+    source = str(path) if path.exists() else "defaults (no agents.toml)"
+    return Check("agents", "ok", f"{enabled}/{len(entries)} agents enabled, from {source}")
+
+
+async def _check_settings(settings: Settings) -> Check:
+    unknown = unknown_variables(os.environ)
+    if unknown:
+        return Check("settings", "warn", " ".join(unknown))
+    return Check("settings", "ok", "no unknown RAVEN_* variables")
 
 
 async def _check_libraries(settings: Settings) -> Check:
@@ -186,6 +215,8 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
     _check_data_dir,
     _check_database,
     _check_scheduler_store,
+    _check_agents,
+    _check_settings,
     _check_libraries,
     _check_embedder,
     _check_model,

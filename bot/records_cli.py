@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from agents.registry import RegistryError, load_registry
+from bot.home import HomeError, check_home
 from bot.settings import Settings
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
@@ -24,6 +26,15 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
         out.write(f"cannot read {path}: {exc.strerror}\n")
+        return 2
+    except UnicodeDecodeError as exc:
+        out.write(
+            f"cannot read {path}: not UTF-8 text (byte {exc.start}); save the graph as UTF-8 JSON\n"
+        )
+        return 2
+    if agents_file is not None and not agents_file.is_file():
+        # Named explicitly, so a typo must not silently mean "the defaults".
+        out.write(f"cannot read {agents_file}: no such file (given with --agents)\n")
         return 2
     try:
         registry = load_registry(agents_file or settings.home / "agents.toml")
@@ -47,7 +58,12 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
 
 async def _with_store(settings: Settings) -> tuple[Store, RunStore]:
     store = Store(settings.home / "raven.db")
-    await store.open()
+    try:
+        await store.open()
+    except (OSError, sqlite3.Error) as exc:
+        # Close what did open: a connection thread left running keeps the process alive.
+        await store.close()
+        raise HomeError(f"RAVEN_HOME={settings.home}: cannot open {store.path}: {exc}") from None
     return store, RunStore(store)
 
 
@@ -87,8 +103,13 @@ async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
 
 
 def runs_command(settings: Settings, action: str, run_id: str | None) -> int:
-    """Entry for `raven-bot runs list|show RUN`."""
-    if action == "show":
-        assert run_id is not None
-        return asyncio.run(_show(settings, run_id, sys.stdout))
-    return asyncio.run(_list(settings, sys.stdout))
+    """Entry for `raven-bot runs list|show RUN`; 2 with one line when RAVEN_HOME is unusable."""
+    try:
+        check_home(settings.home)
+        if action == "show":
+            assert run_id is not None
+            return asyncio.run(_show(settings, run_id, sys.stdout))
+        return asyncio.run(_list(settings, sys.stdout))
+    except HomeError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 2

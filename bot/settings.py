@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
+from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CsvList = Annotated[list[str], NoDecode]
+# URL settings that may carry credentials (`https://user:token@proxy/`).
+_URL_FIELDS = frozenset({"anthropic_base_url", "slack_api_url"})
 
 
 class SettingsError(ValueError):
@@ -289,6 +295,8 @@ class Settings(BaseSettings):
             value = getattr(self, name)
             if isinstance(value, SecretStr):
                 shown = mask_secret(value.get_secret_value())
+            elif name in _URL_FIELDS and isinstance(value, str):
+                shown = mask_url(value)
             elif value is None:
                 shown = "(unset)"
             elif isinstance(value, list):
@@ -297,6 +305,71 @@ class Settings(BaseSettings):
                 shown = str(value)
             out[str(env)] = shown
         return out
+
+
+def mask_url(url: str) -> str:
+    """The URL with credentials (`user:password@`) and any query string masked."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc and not parts.query:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"****@{host}" if "@" in parts.netloc else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "****" if parts.query else "", ""))
+
+
+def url_credentials(url: str | None) -> list[str]:
+    """The secret parts of a URL (userinfo, password, query) for log redaction."""
+    if not url:
+        return []
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    return [v for v in (userinfo, parts.password, parts.query) if v]
+
+
+def known_variables() -> list[str]:
+    """Every environment variable name some setting reads."""
+    names: list[str] = []
+    for field in Settings.model_fields.values():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            names += [str(choice) for choice in alias.choices]
+        elif alias is not None:
+            names.append(str(alias))
+    return names
+
+
+def unknown_variables(
+    environ: Mapping[str, str], env_file: Path | None = Path(".env")
+) -> list[str]:
+    """One warning per variable that looks meant for raven-bot but no setting reads.
+
+    `RAVEN_*` names in the environment or `.env` count, and in `.env` also near misses of
+    a real name (`SLACK_BOT_TOKN`); each warning names the closest real setting.
+    """
+    known = known_variables()
+    known_upper = {k.upper() for k in known}
+    found: dict[str, str] = {}
+    for name in environ:
+        if name.upper().startswith("RAVEN_") and name.upper() not in known_upper:
+            found.setdefault(name, "the environment")
+    if env_file is not None and env_file.is_file():
+        try:
+            keys = list(dotenv_values(env_file, encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            keys = []
+        for name in keys:
+            upper = name.upper()
+            if upper in known_upper:
+                continue
+            near = difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+            if upper.startswith("RAVEN_") or near:
+                found[name] = str(env_file)
+    warnings = []
+    for name, where in found.items():
+        near = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}?" if near else "`.env.example` lists every setting."
+        warnings.append(f"{name} (in {where}) is not a setting and is ignored; {hint}")
+    return warnings
 
 
 def mask_secret(secret: str) -> str:

@@ -165,6 +165,19 @@ def test_pty_stop_and_status_leave_the_bot_working(chat: PtyChat) -> None:
     assert chat.end() == 0
 
 
+async def test_piped_oversized_and_non_utf8_lines_do_not_end_the_session(
+    isolated_env: Path,
+) -> None:
+    lines = b"x" * 40_001 + b"\n" + b"caf\xe9 \xff\n" + b"status\n"
+    code, out, err = await _run("chat", stdin=lines, env=_env(isolated_env))
+    assert code == 0, err
+    assert "That message is 40,001 characters; the limit is 40,000" in out
+    assert "not valid UTF-8; they were replaced" in out
+    assert "offline mode" in out
+    assert "**Status**" in out
+    assert "Traceback" not in err
+
+
 async def test_piped_plan_with_confirm_asks_then_reports(isolated_env: Path) -> None:
     plan = b"r1: research: find X\nc1: code: build Y after r1\nconfirm\n1\n"
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
@@ -210,9 +223,14 @@ def test_reader_going_away_exits_quietly_and_is_not_replayed(
             env=_env(isolated_env),
         )
         assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(b"help\n")
+        proc.stdin.flush()
         # Like `| head -1`: read the first line, then stop reading.
-        assert b"conversation console-main" in proc.stdout.readline()
+        ready, _, _ = select.select([proc.stdout], [], [], WITHIN)
+        assert ready, "no output"
+        assert proc.stdout.readline().startswith(b"raven> ")
         proc.stdout.close()
+        # A reply to this can only be written after the reader went away.
         proc.stdin.write(b"hello\n")
         proc.stdin.close()
         code = proc.wait(timeout=WITHIN)
@@ -220,10 +238,11 @@ def test_reader_going_away_exits_quietly_and_is_not_replayed(
     assert code == 0, logged
     assert "Traceback" not in logged and "BrokenPipe" not in logged
     with sqlite3.connect(isolated_env / "raven.db") as conn:
-        assert conn.execute("SELECT COUNT(*) FROM messages WHERE direction = 'in'").fetchone() == (
-            1,
-        )
-    # The next session does not replay the reply nobody could read.
+        unsent = conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE direction = 'out' AND delivery != 'sent'"
+        ).fetchone()
+    assert unsent == (0,)
+    # The next session does not replay the replies nobody could read.
     result = subprocess.run(
         [RAVEN, "chat"],
         check=False,
@@ -234,4 +253,5 @@ def test_reader_going_away_exits_quietly_and_is_not_replayed(
     )
     assert result.returncode == 0
     assert b"offline mode" not in result.stdout
+    assert b"`help` shows this message" not in result.stdout
     assert b"**Status**" in result.stdout
