@@ -385,6 +385,11 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
+    except UnicodeDecodeError as exc:
+        # Only `.env` is decoded here (the environment is already text).
+        raise SettingsError(
+            f"Invalid configuration: .env is not UTF-8 text (byte {exc.start}); save it as UTF-8."
+        ) from None
 
 
 def describe_errors(exc: ValidationError) -> str:

@@ -67,3 +67,10 @@ def test_masked_hides_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     assert masked["ANTHROPIC_API_KEY"].startswith("sk-a")
     assert masked["DISCORD_TOKEN"] == "(unset)"
     assert masked["RAVEN_HOME"]
+
+
+def test_dotenv_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "cwd" / ".env").write_bytes(b"RAVEN_MODEL=caf\xe9\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert ".env is not UTF-8 text" in str(err.value)
