@@ -411,7 +411,13 @@ async def test_ok_false_is_an_error_recorded_not_silent(
             )
         )
         assert any("channel_not_found" in r.getMessage() for r in caplog.records)
+        await bot.settle(ts)
         assert bot.posts(ts) == []
+        # A permanent refusal is not retried: `status` lists it, with nothing being retried.
+        await bot.mention("status", thread_ts=ts)
+        (status,) = await bot.replies_in(ts)
+        assert "1 message(s) here could not be delivered;" in status["text"]
+        assert len(bot.fake.calls_to("chat.postMessage")) == 2
 
 
 async def test_long_reply_split_without_breaking_code(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,6 +55,7 @@ from bot.slack.normalize import (
     to_inbound,
 )
 from host.messages import Attachment, InboundMessage, OutboundMessage
+from host.ports import ChannelError
 from host.prompt_model import Prompt
 from memory.conversation_log import ConversationRef
 
@@ -67,6 +68,25 @@ METADATA_EVENT = "raven_message"
 _TOKEN_ERRORS = frozenset(
     {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired"}
 )
+# Slack errors that trying again cannot fix (the outbox does not retry these).
+_PERMANENT_ERRORS = _TOKEN_ERRORS | {
+    "channel_not_found",
+    "not_in_channel",
+    "is_archived",
+    "msg_too_long",
+    "no_text",
+    "invalid_blocks",
+    "invalid_blocks_format",
+    "invalid_arguments",
+    "missing_scope",
+    "no_permission",
+    "restricted_action",
+    "cant_update_message",
+    "message_not_found",
+    "edit_window_closed",
+    "user_not_in_channel",
+    "user_not_found",
+}
 # Failures that mean "Slack is unreachable or unwell right now", logged without a traceback.
 _UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, SlackApiError)
 
@@ -401,6 +421,8 @@ class SlackAdapter:
                 await coro
             except _UNREACHABLE as exc:
                 log.warning("slack: %s failed: %s", name, _unreachable_reason(exc))
+            except ChannelError as exc:
+                log.warning("slack: %s failed: %s", name, exc)
             except Exception:
                 log.exception("slack: background task %s failed", name)
 
@@ -677,7 +699,13 @@ class SlackAdapter:
     ) -> AsyncSlackResponse:
         """Every Web API call that sends text goes through here: pings are neutralised in
         `text`, blocks and views alike, whatever produced them."""
-        return await method(**neutralize_slack_args(args))
+        try:
+            return await method(**neutralize_slack_args(args))
+        except SlackApiError as exc:
+            error = str(exc.response.get("error") or "")
+            if error in _PERMANENT_ERRORS:
+                raise ChannelError(f"Slack refused the call: {error}", retryable=False) from exc
+            raise
 
     @staticmethod
     def _thread_ts(conv: ConversationRef) -> str | None:
