@@ -39,18 +39,28 @@ class Store:
     async def open(self) -> None:
         """Open both connections, enable WAL and foreign keys, and apply migrations."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = await self._connect()
-        await self._writer.execute("PRAGMA journal_mode=WAL")
-        await self.migrate()
-        self._reader = await self._connect()
+        try:
+            self._writer = await self._connect()
+            await self._writer.execute("PRAGMA journal_mode=WAL")
+            await self.migrate()
+            self._reader = await self._connect()
+        except BaseException:
+            # Each open connection owns a non-daemon thread: leaving one behind on a failed
+            # open would keep the process from exiting.
+            await self.close()
+            raise
 
     async def _connect(self) -> aiosqlite.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves.
         conn = await aiosqlite.connect(self.path, isolation_level=None)
-        conn.row_factory = aiosqlite.Row
-        await conn.execute("PRAGMA foreign_keys=ON")
-        await conn.execute("PRAGMA busy_timeout=5000")
-        await conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            conn.row_factory = aiosqlite.Row
+            await conn.execute("PRAGMA foreign_keys=ON")
+            await conn.execute("PRAGMA busy_timeout=5000")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            await conn.close()
+            raise
         return conn
 
     async def close(self) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
 from memory.migrations import MIGRATIONS
 from memory.store import Store
+from tests.helpers import eventually
 
 
 async def test_open_applies_migrations_once(tmp_path: Path) -> None:
@@ -176,3 +178,16 @@ async def test_failed_commit_is_rolled_back(store: Store) -> None:
             )
     await store.execute("INSERT INTO dedup (key, expires_at) VALUES ('next', 1)")
     assert await store.fetchone("SELECT 1 FROM turns WHERE id = 't'") is None
+
+
+async def test_a_failed_open_leaves_no_connection_thread_behind(tmp_path: Path) -> None:
+    # Regression: a PRAGMA or migration failing after connect left the connection (and its
+    # non-daemon thread) open, so the CLI hung at exit on a damaged raven.db.
+    path = tmp_path / "raven.db"
+    path.write_bytes(b"this is not a database" * 100)
+    before = threading.active_count()
+    store = Store(path)
+    with pytest.raises(sqlite3.DatabaseError):
+        await store.open()
+    # The thread ends just after close() returns: wait for it (bounded), no fixed sleep.
+    await eventually(lambda: threading.active_count() == before, within=5)
