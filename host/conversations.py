@@ -21,7 +21,7 @@ from host.messages import InboundMessage
 from host.outbox import DeliveryError, Outbox
 from host.prompts import PromptBroker
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog, ConversationRef, LoggedMessage
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +226,24 @@ class ConversationService:
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
         system = msg.author_id == SYSTEM_AUTHOR
+        try:
+            return await self._turn_body(msg, message_id, turn_id, history, system=system)
+        except asyncio.CancelledError:
+            # Wherever the cancel landed (even in the commit that recorded the turn as
+            # running), the turn ends recorded as cancelled, never left running.
+            await asyncio.shield(self._log.cancel_turn(turn_id))
+            raise
+
+    async def _turn_body(
+        self,
+        msg: InboundMessage,
+        message_id: int,
+        turn_id: str,
+        history: list[LoggedMessage],
+        *,
+        system: bool,
+    ) -> TurnOutcome:
+        conv = msg.conversation
         await self._log.start_turn(
             conv,
             turn_id=turn_id,
@@ -248,9 +266,6 @@ class ConversationService:
             reply = await self._host.run_turn(
                 ctx, text=msg.text, history=history, thread_context=msg.context
             )
-        except asyncio.CancelledError:
-            await asyncio.shield(self._log.finish_turn(turn_id, status="cancelled"))
-            raise
         except Exception as exc:
             error = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
             log.exception("turn %s failed", turn_id)

@@ -216,6 +216,14 @@ class ConversationLog:
             ),
         )
 
+    async def cancel_turn(self, turn_id: str) -> None:
+        """Record a turn as cancelled unless it already ended (a no-op if never started)."""
+        await self._store.execute(
+            "UPDATE turns SET status = 'cancelled', finished_at = ? WHERE id = ?"
+            " AND status = 'running'",
+            (self._clock(), turn_id),
+        )
+
     async def interrupt_running(self) -> list[TurnRecord]:
         """Mark turns left `running` by a crash as `interrupted`; return them (startup)."""
         async with self._store.transaction() as db:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -255,3 +256,23 @@ def test_reader_going_away_exits_quietly_and_is_not_replayed(
     assert b"offline mode" not in result.stdout
     assert b"`help` shows this message" not in result.stdout
     assert b"**Status**" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+def test_pty_readme_offline_example_asks_then_runs_shell_and_reports(chat: PtyChat) -> None:
+    # The README's "In a thread" example, typed as a new user would, one line at a time.
+    chat.expect("you> ")
+    chat.type('s1: shell: echo "hello from the sandbox" && uname -a')
+    chat.expect("plan> ")
+    chat.type("confirm")
+    asked = chat.expect("Reply with a number or an option")
+    assert "Run this graph?" in asked
+    chat.type("1")
+    # The shell command is approved on its own, showing the exact command.
+    command = chat.expect("Reply with a number or an option")
+    assert 'echo "hello from the sandbox" && uname -a' in command
+    chat.type("1")
+    report = chat.expect("Records:")
+    output = chat.expect("hello from the sandbox")
+    assert "completed" in report and "Output of `s1`" in output
+    assert chat.end() == 0

@@ -304,3 +304,22 @@ async def test_a_failed_status_post_does_not_lose_the_run_report(isolated_env: P
         )
     finally:
         await shutdown(runtime)
+
+
+async def test_stop_at_any_point_of_a_turn_leaves_no_turn_running(
+    store: Store, conversation_log: ConversationLog
+) -> None:
+    # Regression: a cancel landing in the commit that records a turn as running left it
+    # `running` for good. Stop each turn after k loop steps, for k until turns complete.
+    channel = RecordingChannel()
+    service, lanes, _ = _service(conversation_log, channel, GatedProvider())
+    for k in range(60):
+        turn = await service.receive(_msg(f"msg {k}", f"e{k}"))
+        assert turn
+        for _ in range(k):
+            await asyncio.sleep(0)
+        await service.accept(_msg("stop", f"s{k}"))
+        await service.quiesce(CONV)
+        rows = await store.fetchall("SELECT id FROM turns WHERE status = 'running'")
+        assert rows == [], f"stop after {k} steps left a turn running"
+    await lanes.drain(1)

@@ -1078,3 +1078,24 @@ async def test_rejected_token_stops_the_adapter_with_a_clear_error(tmp_path: Pat
         with pytest.raises(RuntimeError, match="rejected SLACK_BOT_TOKEN \\(invalid_auth\\)"):
             await asyncio.wait_for(adapter.serve(), 10)
         assert len(fake.calls_to("auth.test")) == 1
+
+
+async def test_stop_right_after_a_mention_leaves_the_bot_working(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The scenario: `stop` straight after a message (cancelling the turn wherever it
+    # is, a write included), then more mentions, in that thread and elsewhere, all answered.
+    async with slack_bot(monkeypatch) as bot:
+        for _ in range(3):
+            ts, _ = await bot.mention("hello")
+            await bot.mention("stop", thread_ts=ts)
+            await eventually(lambda ts=ts: any("Stopped" in p["text"] for p in bot.posts(ts)))
+            await bot.mention("are you still there?", thread_ts=ts)
+            await eventually(
+                lambda ts=ts: any("offline mode" in p["text"] for p in bot.posts(ts)[-1:])
+            )
+        fresh, _ = await bot.mention("a new thread")
+        (reply,) = await bot.replies_in(fresh)
+        assert "offline mode" in reply["text"]
+        home = bot.runtime.settings.home
+        assert _db_rows(home, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == [(0,)]
