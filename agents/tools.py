@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -27,9 +28,9 @@ class Tool(Generic[Ctx]):
     input_model: type[BaseModel]
     handler: Callable[[Ctx, Any], Awaitable[str]]
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
-        """The schema the model sees."""
+        """The schema the model sees (built once: every model call sends it)."""
         schema = self.input_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
@@ -44,11 +45,12 @@ class ToolRegistry(Generic[Ctx]):
         if duplicates:
             raise ValueError(f"duplicate tool names: {sorted(duplicates)}")
         self._tools = {t.name: t for t in tools}
+        self._specs = tuple(t.spec for t in self._tools.values())
 
     @property
     def specs(self) -> list[ToolSpec]:
         """Specs of every tool, in registration order."""
-        return [t.spec for t in self._tools.values()]
+        return list(self._specs)
 
     def names(self) -> list[str]:
         """Registered tool names."""
