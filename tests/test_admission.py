@@ -679,3 +679,23 @@ def test_confine_path(workspace: Path) -> None:
     for bad in ("../x", "/etc/passwd", "", "a\x00b"):
         with pytest.raises(ValueError):
             confine_path(workspace, bad)
+
+
+def test_descendants_and_node_lookup_come_from_the_admitted_ancestry(
+    ctx: AdmissionContext,
+) -> None:
+    raw = graph(
+        node("a"),
+        node("b", deps=["a"]),
+        node("c", deps=["b"]),
+        node("d", deps=["a", "c"]),
+        node("e"),
+    )
+    admitted = admit(raw, ctx)
+    assert admitted.descendants("a") == {"b", "c", "d"}
+    assert admitted.descendants("c") == {"d"}
+    assert admitted.descendants("d") == frozenset()
+    assert admitted.descendants("e") == frozenset()
+    assert admitted.node("d").deps == ["a", "c"]
+    with pytest.raises(KeyError):
+        admitted.node("zzz")

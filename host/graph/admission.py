@@ -8,6 +8,7 @@ field, states the repair when one is known, and points to the orchestration guid
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -300,10 +301,23 @@ class AdmittedGraph:
 
     def node(self, node_id: str) -> NodeSpec:
         """The node spec with this id (KeyError when it is not part of this graph)."""
-        for spec in self.submission.nodes:
-            if spec.id == node_id:
-                return spec
-        raise KeyError(node_id)
+        return self._by_id[node_id]
+
+    def descendants(self, node_id: str) -> frozenset[str]:
+        """Every node of this graph that depends on `node_id`, directly or not."""
+        return self._descendants.get(node_id, frozenset())
+
+    @functools.cached_property
+    def _by_id(self) -> Mapping[str, NodeSpec]:
+        return MappingProxyType({spec.id: spec for spec in self.submission.nodes})
+
+    @functools.cached_property
+    def _descendants(self) -> Mapping[str, frozenset[str]]:
+        below: dict[str, set[str]] = {}
+        for node_id, above in self.ancestors.items():
+            for ancestor in above:
+                below.setdefault(ancestor, set()).add(node_id)
+        return MappingProxyType({k: frozenset(v) for k, v in below.items()})
 
 
 # --------------------------------------------------------------------------- format

@@ -541,16 +541,9 @@ class GraphRun:
             ]
         )
 
-    def _descendants(self, node_id: str) -> set[str]:
-        found: set[str] = set()
-        frontier = [node_id]
-        while frontier:
-            current = frontier.pop()
-            for other in self.nodes.values():
-                if current in other.deps and other.node_id not in found:
-                    found.add(other.node_id)
-                    frontier.append(other.node_id)
-        return found
+    def _descendants(self, node_id: str) -> frozenset[str]:
+        # Admission computed every node's ancestry once (networkx); no graph walk here.
+        return self.graph.descendants(node_id) & self.nodes.keys()
 
     async def _skip_dependents(self, node_id: str) -> None:
         skipped = [d for d in self._descendants(node_id) if self.nodes[d].state == "pending"]
