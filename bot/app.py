@@ -27,6 +27,7 @@ from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter
 from bot.home import check_home
 from bot.settings import Settings
+from host.apscheduler_adapter import ApschedulerScheduler
 from host.clarify import COMMAND_APPROVAL, Clarifier
 from host.conversations import ConversationService
 from host.graph.judge import CompletionJudge
@@ -39,8 +40,10 @@ from host.outbox import DeliveryError, Outbox
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import handle_ask_user, handle_graph_approval
 from host.prompt_model import Prompt
-from host.prompts import PromptBroker
+from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.run_events import ConversationRunEvents
+from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
+from host.scheduling import FiredJob, Scheduler
 from host.tools import HostToolDeps, build_host_tools, host_context
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, ConversationRef
@@ -66,6 +69,7 @@ class Runtime:
     host: HostAgent
     service: ConversationService
     adapters: tuple[ChannelAdapter, ...]
+    scheduler: Scheduler
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -203,6 +207,17 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             idempotency_key=f"prompt:{prompt.id}:outcome",
         )
 
+    async def on_prompt_expiry(job: FiredJob) -> None:
+        await broker.on_expiry_job(job)
+
+    async def on_system_turn(job: FiredJob) -> None:
+        await system_turn_handler(service)(job)
+
+    scheduler = ApschedulerScheduler(
+        home / "scheduler.db",
+        MappingProxyType({PROMPT_EXPIRY_JOB: on_prompt_expiry, SYSTEM_TURN: on_system_turn}),
+        misfire_grace_seconds=settings.scheduler_misfire_grace_seconds,
+    )
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType(surfaces),
@@ -216,6 +231,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         admins=settings.admins,
         approvers=settings.approvers,
         default_expiry_seconds=settings.prompt_expiry_seconds,
+        scheduler=scheduler,
     )
     clarifier = Clarifier(provider, broker, conversation_log)
     tool_deps = HostToolDeps(
@@ -284,6 +300,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         host=host,
         service=service,
         adapters=adapters,
+        scheduler=scheduler,
     )
 
 
@@ -300,12 +317,14 @@ async def serve(runtime: Runtime) -> int:
     exit_code = 0
     serving: set[asyncio.Task[None]] = set()
     stopper = asyncio.create_task(stop.wait(), name="stop-signal")
-    expiry = asyncio.create_task(runtime.broker.run_expiry_loop(stop_expiry := asyncio.Event()))
     try:
         await runtime.broker.recover()
         for adapter in runtime.adapters:
             await runtime.service.recover(adapter.platform)
             await report_interrupted_runs(runtime, adapter.platform)
+        # After recovery, so a job firing now cannot race the replay of unhandled messages.
+        await runtime.scheduler.start()
+        await runtime.broker.schedule_expiries()
         # Everything built so far lives as long as the process: keep it out of the cyclic
         # collector, whose full passes over it stalled the event loop for 130–290 ms.
         gc.collect()
@@ -327,8 +346,6 @@ async def serve(runtime: Runtime) -> int:
                     stop.set()
     finally:
         stopper.cancel()
-        stop_expiry.set()
-        await asyncio.wait({expiry})
         await asyncio.shield(shutdown(runtime, serving))
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -361,7 +378,10 @@ async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
 
 
 async def shutdown(runtime: Runtime, serving: set[asyncio.Task[None]] = frozenset()) -> None:  # type: ignore[assignment]
-    """Drain lanes within the grace period, then close adapters, the provider and the store."""
+    """Stop the scheduler, drain lanes within the grace period, then close adapters, the
+    provider and the store."""
+    # First: a job firing during the drain would start work that shutdown then cuts off.
+    await runtime.scheduler.stop()
     await runtime.lanes.drain(runtime.settings.shutdown_grace)
     await runtime.runs.shutdown()
     await runtime.service.close()

@@ -54,5 +54,6 @@ def configure_logging(level: str, secrets: Iterable[str]) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     # Chatty libraries stay at WARNING unless we debug.
-    for noisy in ("httpx", "httpcore", "anthropic", "aiosqlite", "asyncio"):
+    # APScheduler logs every job added and run at INFO; ours logs each fire with its lateness.
+    for noisy in ("httpx", "httpcore", "anthropic", "aiosqlite", "asyncio", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

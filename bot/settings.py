@@ -246,6 +246,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_PROMPT_EXPIRY_SECONDS",
         description="Approvals and clarifications expire (fail closed) after this long.",
     )
+    scheduler_misfire_grace_seconds: int = Field(
+        default=3600,
+        gt=0,
+        validation_alias="RAVEN_SCHEDULER_MISFIRE_GRACE_SECONDS",
+        description="Scheduled jobs overdue (e.g. after downtime) by more than this are dropped.",
+    )
 
     @field_validator("allowed_users", "allowed_channels", "admins", "approvers", mode="before")
     @classmethod

@@ -17,12 +17,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import aiosqlite
 
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
+from host.scheduling import FiredJob, Scheduler
 from memory.conversation_log import ConversationRef, ensure_conversation
 from memory.store import Row, Store
 
@@ -38,6 +40,13 @@ _KINDS: tuple[PromptKind, ...] = ("approval", "choice", "free_text")
 _STATES: tuple[PromptState, ...] = ("pending", "answered", "expired", "cancelled")
 # Outcome texts quote answers; free-text answers can be long, so quotes are shortened.
 _QUOTE_CHARS = 200
+# The scheduler job kind that expires one prompt at its deadline.
+PROMPT_EXPIRY_JOB = "prompt_expiry"
+
+
+def expiry_job_id(prompt_id: str) -> str:
+    """The scheduler job id of a prompt's expiry (stable, so re-scheduling replaces it)."""
+    return f"prompt-expiry:{prompt_id}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class PromptBroker:
         default_expiry_seconds: float = 1800,
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         if default_expiry_seconds <= 0:
             raise ValueError("default_expiry_seconds must be positive")
@@ -83,6 +93,8 @@ class PromptBroker:
         self._default_expiry = float(default_expiry_seconds)
         self._clock = clock
         self._new_id = new_id or (lambda: uuid.uuid4().hex)
+        # Expires each prompt at its deadline; without one, only sweeps and waiters expire.
+        self._scheduler = scheduler
         # In-process wake-ups for wait(); the database stays the source of truth.
         self._decided: dict[str, asyncio.Event] = {}
         # Per-prompt locks so a handler never runs twice in this process (answer vs recover).
@@ -170,7 +182,8 @@ class PromptBroker:
             await _audit(
                 db, prompt.id, "created", by=requester, at=now, detail=f"{kind}: {question}"
             )
-
+        # Before showing: an answer during the show cancels the job, so it must exist by then.
+        await self._schedule_expiry(prompt)
         return await self._show(prompt)
 
     async def _show(self, prompt: Prompt) -> Prompt:
@@ -377,15 +390,42 @@ class PromptBroker:
                     )
         return await self._finish_all(won)
 
-    async def run_expiry_loop(self, stop: asyncio.Event, interval: float = 5.0) -> None:
-        """Call expire_due() every `interval` seconds until `stop` is set; errors are logged."""
-        while not stop.is_set():
-            try:
-                await self.expire_due()
-            except Exception:
-                log.exception("prompt expiry sweep failed; retrying in %.1fs", interval)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+    async def on_expiry_job(self, job: FiredJob) -> None:
+        """Scheduler handler for `prompt_expiry` jobs: expire that prompt if it is due."""
+        prompt = await self.get(str(job.payload["prompt_id"]))
+        if prompt is None or prompt.state != "pending":
+            return
+        now = self._clock()
+        if now < prompt.expires_at:
+            # Fired early by this broker's clock (skew or rounding): wake again at the deadline.
+            await self._schedule_expiry(prompt)
+            return
+        log.info("prompt %s expired by its job, %.3fs late", prompt.id, job.lateness_seconds)
+        await self._expire_ids([prompt.id], now)
+
+    async def schedule_expiries(self) -> int:
+        """Schedule the expiry job of every pending prompt (after the scheduler starts).
+
+        Covers prompts created before expiry jobs existed and jobs lost or missed beyond the
+        scheduler's grace; re-scheduling replaces a job, so this is idempotent.
+        """
+        pending = await self.pending()
+        for prompt in pending:
+            await self._schedule_expiry(prompt)
+        return len(pending)
+
+    async def _schedule_expiry(self, prompt: Prompt) -> None:
+        if self._scheduler is None:
+            return
+        when = datetime.fromtimestamp(prompt.expires_at, UTC)
+        try:
+            await self._scheduler.schedule_at(
+                expiry_job_id(prompt.id), when, PROMPT_EXPIRY_JOB, {"prompt_id": prompt.id}
+            )
+        except Exception:
+            # Still fails closed: answers and waiters check the deadline, and the next
+            # start's sweep expires it.
+            log.warning("scheduling the expiry of prompt %s failed", prompt.id, exc_info=True)
 
     async def cancel_conversation(
         self, conversation: ConversationRef, *, actor: str = "system"
@@ -429,8 +469,18 @@ class PromptBroker:
         event = self._decided.pop(prompt.id, None)
         if event is not None:
             event.set()
+        await self._cancel_expiry(prompt.id)
         await self._close_on_surface(prompt)
         await self._run_handler(prompt.id)
+
+    async def _cancel_expiry(self, prompt_id: str) -> None:
+        if self._scheduler is None:
+            return
+        try:
+            await self._scheduler.cancel(expiry_job_id(prompt_id))
+        except Exception:
+            # Harmless: the job finds the prompt decided and does nothing.
+            log.warning("cancelling the expiry job of prompt %s failed", prompt_id, exc_info=True)
 
     async def _close_on_surface(self, prompt: Prompt) -> None:
         surface = self._surfaces.get(prompt.conversation.platform)

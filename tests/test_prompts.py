@@ -290,37 +290,6 @@ async def test_expire_due_fails_closed_and_runs_handler_once(store: Store) -> No
     assert await actions(rig, short.id) == ["created", "shown", "expired", "handled"]
 
 
-async def test_run_expiry_loop_survives_errors_and_stops(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rig = make_rig(store)
-    prompt = await approval(rig, expires_in=1)
-    rig.clock.advance(5)
-    real_expire_due = rig.broker.expire_due
-    calls = 0
-    swept = asyncio.Event()
-
-    async def flaky() -> list[Prompt]:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise RuntimeError("database hiccup")
-        done = await real_expire_due()
-        swept.set()
-        return done
-
-    monkeypatch.setattr(rig.broker, "expire_due", flaky)
-    stop = asyncio.Event()
-    loop_task = asyncio.create_task(rig.broker.run_expiry_loop(stop, interval=0.01))
-    async with asyncio.timeout(5):
-        await swept.wait()
-    stop.set()
-    async with asyncio.timeout(5):
-        await loop_task
-    assert (await rig.broker.get(prompt.id)).state == "expired"  # type: ignore[union-attr]
-    assert [p.state for p in rig.handler.calls] == ["expired"]
-
-
 async def test_typed_reply_by_number_and_text(store: Store) -> None:
     rig = make_rig(store)
     region = await choice(rig)
