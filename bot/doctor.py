@@ -86,9 +86,7 @@ async def _check_scheduler_store(settings: Settings) -> Check:
         engine.dispose()
     except Exception as exc:
         return Check("scheduler store", "fail", f"{path}: {exc}")
-    return Check(
-        "scheduler store", "ok", f"{path} opens (reserved for Oncall wake-ups, not built yet)"
-    )
+    return Check("scheduler store", "ok", f"{path} opens (prompt expiry and system-turn jobs)")
 
 
 async def _check_agents(settings: Settings) -> Check:
