@@ -1,13 +1,18 @@
 """Benchmark: the graph scheduler (RunManager + GraphRun) on random layered DAGs.
 
 Runs the real RunManager (SQLite commits, record files with fsync, the real CompletionJudge
-with a scripted provider) against simulated agents that only `asyncio.sleep`, and compares
-it with two plain-asyncio baselines without persistence on the same DAG and durations:
+with a scripted provider, the real `ConversationRunEvents` announcing progress into an
+in-memory conversation port) against simulated agents that only `asyncio.sleep`, and
+compares it with two plain-asyncio baselines without persistence on the same DAG and
+durations:
 
 - superstep: level by level (networkx.topological_generations), each level finishing before
   the next starts;
 - dataflow: a node starts as soon as its dependencies finish (the ideal the real scheduler
   aims for, minus its bookkeeping).
+
+Durations are uniform or skewed (lognormal, same mean), both seeded; concurrency limits are
+the `--concurrency` values plus an unbounded run (C = node count) on `--unbounded` sizes.
 
 Prints figures only; it asserts nothing about time. Run from the repo root:
 
@@ -23,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import random
@@ -31,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import networkx as nx
 
@@ -43,14 +50,26 @@ from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
 from host.graph.records import RunFiles, atomic_write
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
+from host.run_events import ConversationRunEvents
 from memory.conversation_log import ConversationRef
 from memory.store import Store
 
-SIZES: tuple[int, ...] = (100, 500, 1000, 2000)
+SIZES: tuple[int, ...] = (100, 500, 1000)
 CONCURRENCY: tuple[int, ...] = (4, 32)
-# Above this size the default run is lighter (see `--full`), to stay near three minutes.
+DISTS: tuple[str, ...] = ("uniform", "skewed")
+UNBOUNDED: tuple[int, ...] = (2000,)
+UNBOUNDED_DISTS: tuple[str, ...] = ("skewed",)
+# Above this size the default run is lighter (see `--full`), to stay under four minutes.
 LIGHT_ABOVE = 500
 AGENT = "research"
+# Skewed durations: lognormal with this sigma, median chosen so the mean equals the uniform one.
+SKEW_SIGMA = 1.0
+UNBOUNDED_LABEL = "unb"
+
+# Targets from issue #8 (printed next to the figures, never asserted).
+TARGET_FLOW = 1.05  # raven makespan / dataflow makespan, at most
+TARGET_STEP = 1.3  # superstep makespan / raven makespan on skewed durations, at least
+TARGET_CPU_MS = 1.0  # process CPU per node with zero-duration agents, at most
 
 
 # --------------------------------------------------------------------------- workload
@@ -65,21 +84,37 @@ class Workload:
     graph: nx.DiGraph
     order: tuple[str, ...]
     durations: Mapping[str, float]
-    duration_range_ms: tuple[float, float]
+    dist: str  # "uniform", "skewed" or "zero"
+    label: str  # how the durations were drawn, for the tables
 
     @property
     def work(self) -> float:
         """Sum of all node durations."""
         return sum(self.durations.values())
 
+    @cached_property
+    def _critical(self) -> tuple[float, int]:
+        """(duration, nodes) of the longest path by node durations (ties: more nodes)."""
+        finish: dict[str, tuple[float, int]] = {}
+        for node in nx.topological_sort(self.graph):
+            before = max((finish[p] for p in self.graph.predecessors(node)), default=(0.0, 0))
+            finish[node] = (before[0] + self.durations[node], before[1] + 1)
+        return max(finish.values(), default=(0.0, 0))
+
     @property
     def critical_path(self) -> float:
         """Longest path through the DAG weighted by node durations."""
-        finish: dict[str, float] = {}
-        for node in nx.topological_sort(self.graph):
-            before = max((finish[p] for p in self.graph.predecessors(node)), default=0.0)
-            finish[node] = before + self.durations[node]
-        return max(finish.values(), default=0.0)
+        return self._critical[0]
+
+    @property
+    def critical_nodes(self) -> int:
+        """Nodes on that path (its dependency steps)."""
+        return self._critical[1]
+
+    @cached_property
+    def generations(self) -> int:
+        """Topological generations (superstep levels)."""
+        return sum(1 for _ in nx.topological_generations(self.graph))
 
     def bound(self, concurrency: int) -> float:
         """Lower bound on any schedule's makespan: max(critical path, work / C)."""
@@ -93,18 +128,23 @@ class Workload:
             self.graph,
             self.order,
             dict.fromkeys(self.durations, 0.0),
-            (0.0, 0.0),
+            "zero",
+            "0",
         )
 
 
 def duration_range_ms(size: int) -> tuple[float, float]:
-    """Simulated agent durations: 5–50 ms, scaled down to 1–10 ms for big graphs."""
+    """Uniform agent durations: 5–50 ms, scaled down to 1–10 ms for big graphs."""
     return (5.0, 50.0) if size <= 500 else (1.0, 10.0)
 
 
-def make_workload(size: int, seed: int) -> Workload:
+def make_workload(size: int, seed: int, dist: str = "uniform") -> Workload:
     """A layered random DAG: 10–40 layers; each node after the first layer depends on 1–3
-    random earlier nodes, one of them in the layer just before (so layer = generation)."""
+    random earlier nodes, one of them in the layer just before (so layer = generation).
+
+    The DAG does not depend on `dist`; uniform durations come from the DAG's random stream
+    (as they always did), skewed ones from a second seeded stream: lognormal with sigma
+    SKEW_SIGMA and the same mean as the uniform range (a long tail of slow nodes)."""
     rng = random.Random(seed * 100_003 + size)
     layers = min(rng.randint(10, 40), size)
     # Every layer gets at least one node; the rest are spread at random.
@@ -131,8 +171,18 @@ def make_workload(size: int, seed: int) -> Workload:
         earlier.extend(layer)
         previous = layer
     lo, hi = duration_range_ms(size)
-    durations = {node: rng.uniform(lo, hi) / 1000.0 for node in order}
-    return Workload(size, layers, graph, tuple(order), durations, (lo, hi))
+    if dist == "uniform":
+        durations = {node: rng.uniform(lo, hi) / 1000.0 for node in order}
+        label = f"U {lo:g}-{hi:g}"
+    elif dist == "skewed":
+        skew = random.Random(seed * 100_003 + size + 50_000_017)
+        median = (lo + hi) / 2 / math.exp(SKEW_SIGMA**2 / 2)
+        mu = math.log(median)
+        durations = {node: skew.lognormvariate(mu, SKEW_SIGMA) / 1000.0 for node in order}
+        label = f"LN {median:.3g}~{SKEW_SIGMA:g}"
+    else:
+        raise ValueError(f"unknown duration distribution {dist!r} (uniform or skewed)")
+    return Workload(size, layers, graph, tuple(order), durations, dist, label)
 
 
 def submission_for(work: Workload) -> GraphSubmission:
@@ -145,6 +195,7 @@ def submission_for(work: Workload) -> GraphSubmission:
         nodes.append(NodeSpec(id=node, agent=AGENT, template=template, deps=deps))
     # model_construct skips the `nodes` length cap (MAX_NODES) so graphs above it can be
     # measured; admission itself still runs in full on the constructed submission.
+    # background=True: the run announces its progress (status message, final report).
     return GraphSubmission.model_construct(
         task_summary=f"bench graph of {work.size} nodes",
         background=True,
@@ -207,8 +258,57 @@ class AcceptingJudgeProvider:
         return ModelReply(content=[call], stop_reason="tool_use", usage=Usage())
 
 
+class FakeChannel:
+    """An in-memory conversation port: counts what the run announces, sends nothing.
+
+    It stands where the conversation service (outbox → Slack) is in the bot, so the real
+    `ConversationRunEvents` builds every status text, reads the run row and stores the
+    status message id exactly as in production; only the chat API call is free."""
+
+    def __init__(self) -> None:
+        self.notifies = 0
+        self.edits = 0
+        self.turns = 0
+        self.edit_chars = 0
+
+    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+        """A new message: its fake platform id."""
+        self.notifies += 1
+        return f"bench-msg-{self.notifies}"
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        """An edit of the status message."""
+        self.edits += 1
+        self.edit_chars += len(text)
+
+    async def system_turn(self, conv: ConversationRef, text: str, *, key: str) -> None:
+        """A proactive Host turn (exception or final report)."""
+        self.turns += 1
+
+
+class TimedRunEvents(ConversationRunEvents):
+    """The real run events, with the number of progress calls and their summed wall time."""
+
+    def __init__(self, store: RunStore) -> None:
+        super().__init__(store)
+        self.calls = 0
+        self.seconds = 0.0
+
+    async def progress(self, run: GraphRun) -> None:
+        """Time the real announcement."""
+        self.calls += 1
+        started = time.perf_counter()
+        try:
+            await super().progress(run)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
 class NullEvents:
-    """Run events that go nowhere."""
+    """Run events that go nowhere (`--events null`: announcements left out)."""
+
+    calls = 0
+    seconds = 0.0
 
     async def progress(self, run: GraphRun) -> None:
         """Ignored."""
@@ -225,13 +325,21 @@ class NullEvents:
 
 @dataclass(frozen=True)
 class RavenTiming:
-    """Timings of one real run."""
+    """Timings and counts of one real run."""
 
     admit: float
     makespan: float
+    cpu: float  # process CPU seconds (all threads) from start of run to `done`
+    progress_calls: int
+    progress_seconds: float  # summed wall time inside progress() (calls overlap)
+    notifies: int
+    edits: int
+    turns: int
 
 
-async def run_raven(work: Workload, concurrency: int, scratch: Path) -> RavenTiming:
+async def run_raven(
+    work: Workload, concurrency: int, scratch: Path, *, announce: bool = True
+) -> RavenTiming:
     """Submit the DAG to a fresh RunManager (own SQLite DB and run folder) and run it."""
     root = Path(tempfile.mkdtemp(prefix=f"raven_{work.size}_c{concurrency}_", dir=scratch))
     workspace = root / "workspace"
@@ -244,32 +352,50 @@ async def run_raven(work: Workload, concurrency: int, scratch: Path) -> RavenTim
         def backend_for(entry: AgentEntry) -> AgentBackend:
             return backend
 
+        run_store = RunStore(store)
+        channel = FakeChannel()
+        events: TimedRunEvents | NullEvents = (
+            TimedRunEvents(run_store) if announce else NullEvents()
+        )
         manager = RunManager(
-            store=RunStore(store),
+            store=run_store,
             files=RunFiles(root / "runs"),
             registry=default_registry(),
             judge=CompletionJudge(AcceptingJudgeProvider()),
             backend=backend_for,
             workspace=lambda conv: workspace,
-            events=NullEvents(),
+            events=events,
             host_reachable=True,
             settings=RunSettings(concurrency=concurrency, dispatch_budget_per_hour=10**9),
         )
+        if isinstance(events, TimedRunEvents):
+            events.bind(channel, manager)
         conv = ConversationRef("bench", "ws", "chan", f"{work.size}-{concurrency}")
         submission = submission_for(work)
         started = time.perf_counter()
         submitted = await manager.submit(conv, submission, submitted_by="bench")
         admitted = time.perf_counter()
+        cpu = time.process_time()
         run = submitted.run
         if run is None:
             raise RuntimeError(f"submission was not started: {submitted.status}")
         await run.done.wait()
         finished = time.perf_counter()
+        cpu = time.process_time() - cpu
         await manager.idle()
         states = {n.state for n in run.nodes.values()}
         if run.record.state != "completed" or states != {"completed"}:
             raise RuntimeError(f"run ended {run.record.state} with node states {states}")
-        return RavenTiming(admit=admitted - started, makespan=finished - admitted)
+        return RavenTiming(
+            admit=admitted - started,
+            makespan=finished - admitted,
+            cpu=cpu,
+            progress_calls=events.calls,
+            progress_seconds=events.seconds,
+            notifies=channel.notifies,
+            edits=channel.edits,
+            turns=channel.turns,
+        )
     finally:
         await store.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -318,36 +444,65 @@ async def run_dataflow(work: Workload, concurrency: int) -> float:
 
 @dataclass(frozen=True)
 class Row:
-    """One table row: a DAG size at one concurrency limit."""
+    """One table row: a DAG size with one duration distribution at one concurrency limit."""
 
     work: Workload
     concurrency: int
+    unbounded: bool
     raven: RavenTiming
     superstep: float
     dataflow: float
 
+    @property
+    def c_label(self) -> str:
+        """`unb` for C = node count, else C."""
+        return UNBOUNDED_LABEL if self.unbounded else f"{self.concurrency}"
+
+    @property
+    def name(self) -> str:
+        """Short run name for the targets table."""
+        return f"{self.work.size} n, C={self.c_label}, {self.work.dist}"
+
     def cells(self) -> list[str]:
-        """Formatted cells in column order."""
+        """Makespan table cells in column order."""
         w, c = self.work, self.concurrency
         bound = w.bound(c)
-        lo, hi = w.duration_range_ms
-        overhead_ms = (self.raven.makespan - bound) / w.size * 1000
         return [
             f"{w.size}",
-            f"{w.layers}/{sum(1 for _ in nx.topological_generations(w.graph))}",
-            f"{lo:g}-{hi:g}",
-            f"{c}",
+            f"{w.layers}/{w.generations}",
+            w.label,
+            self.c_label,
             f"{w.critical_path:.2f}",
             f"{bound:.2f}",
             f"{self.raven.admit:.2f}",
             f"{self.raven.makespan:.2f}",
             f"{self.raven.makespan / bound:.2f}",
-            f"{overhead_ms:.2f}",
             f"{self.dataflow:.2f}",
             f"{self.dataflow / bound:.2f}",
+            f"{self.raven.makespan / self.dataflow:.2f}",
             f"{self.superstep:.2f}",
             f"{self.superstep / bound:.2f}",
             f"{self.superstep / self.raven.makespan:.2f}",
+        ]
+
+    def cost_cells(self) -> list[str]:
+        """Cost table cells in column order."""
+        w, r = self.work, self.raven
+        steps = max(1, w.critical_nodes)
+        return [
+            f"{w.size}",
+            w.label,
+            self.c_label,
+            f"{w.critical_nodes}",
+            f"{(r.makespan - w.bound(self.concurrency)) / w.size * 1000:.2f}",
+            f"{(r.makespan - w.critical_path) / steps * 1000:.1f}",
+            f"{(self.dataflow - w.critical_path) / steps * 1000:.2f}",
+            f"{r.cpu / w.size * 1000:.2f}",
+            f"{r.progress_calls}",
+            f"{r.progress_seconds:.2f}",
+            f"{r.notifies}",
+            f"{r.edits}",
+            f"{r.turns}",
         ]
 
 
@@ -361,41 +516,153 @@ HEADERS = [
     "admit s",
     "raven s",
     "r/LB",
-    "ovh ms/n",
     "flow s",
     "f/LB",
+    "r/flow",
     "step s",
     "s/LB",
     "step/raven",
 ]
 
 LEGEND = """\
-Columns (times are wall-clock seconds unless marked):
-  nodes       DAG size; agent `research`, ids n0001…, fixed seed
+Makespan (times are wall-clock seconds unless marked):
+  nodes       DAG size; agent `research`, ids n0001…, fixed seed (the same DAG per size)
   lay/gen     layers the generator drew / topological generations (superstep levels)
-  dur ms      simulated agent duration range (uniform, per node; scaled down above 500 nodes)
-  C           concurrency limit (RunSettings.concurrency; the same semaphore size for baselines)
+  dur ms      simulated agent durations: `U lo-hi` uniform per node; `LN m~s` lognormal
+              with median m ms and sigma s (same mean as the uniform range, long tail);
+              scaled down above 500 nodes
+  C           concurrency limit (RunSettings.concurrency; the same semaphore size for the
+              baselines); `unb` = unbounded (C = node count: only dependencies limit)
   CP s        critical path: longest path by node durations (networkx topological order)
   LB s        lower bound max(CP, sum(durations) / C)
   admit s     raven: RunManager.submit (admission + SQLite insert + graph.json), not in makespan
-  raven s     raven makespan: real RunManager/GraphRun from start of run to `done`
+  raven s     raven makespan: real RunManager/GraphRun from start of run to `done`, progress
+              announcements (real ConversationRunEvents → in-memory channel) included
   r/LB        raven makespan / LB (1.00 = optimal)
-  ovh ms/n    (raven makespan - LB) / nodes: scheduler overhead per node (upper estimate)
   flow s      plain-asyncio dataflow baseline (start on last dep finished; no persistence)
   f/LB        dataflow makespan / LB
+  r/flow      raven makespan / dataflow makespan (target <= 1.05)
   step s      plain-asyncio superstep baseline (level by level; no persistence)
   s/LB        superstep makespan / LB
-  step/raven  superstep makespan / raven makespan (>1: raven beats level-by-level)"""
+  step/raven  superstep makespan / raven makespan (>1: raven beats level-by-level;
+              target >= 1.3 on skewed durations)"""
 
-ZERO_HEADERS = ["nodes", "C", "admit s", "wall s", "ms/node", "flow ms/node", "step ms/node"]
+COST_HEADERS = [
+    "nodes",
+    "dur ms",
+    "C",
+    "CP n",
+    "ovh ms/n",
+    "ovh ms/step",
+    "flow ms/step",
+    "cpu ms/n",
+    "progress",
+    "prog s",
+    "notify",
+    "edits",
+    "turns",
+]
+
+COST_LEGEND = """\
+Cost of the same runs:
+  CP n          nodes on the critical path (its dependency steps)
+  ovh ms/n      (raven makespan - LB) / nodes: scheduler overhead per node (upper estimate)
+  ovh ms/step   (raven makespan - CP) / CP n: overhead per dependency step (what each hop
+                along the critical path costs; at small C it includes waiting for a slot)
+  flow ms/step  the same for the dataflow baseline (event-loop cost and timer slack only)
+  cpu ms/n      process CPU time (time.process_time: event loop, SQLite and fsync threads)
+                from start of run to `done`, per node
+  progress      ConversationRunEvents.progress calls (one per node start and settle)
+  prog s        summed wall time inside those calls (they overlap when nodes run in parallel)
+  notify/edits  conversation port calls: status message posted / edited (edits per run)
+  turns         proactive Host turns (the final run report; after `done`, not in makespan)"""
+
+ZERO_HEADERS = [
+    "nodes",
+    "C",
+    "CP n",
+    "admit s",
+    "wall s",
+    "ms/node",
+    "cpu ms/n",
+    "ms/step",
+    "edits",
+    "flow ms/node",
+    "step ms/node",
+]
 
 ZERO_LEGEND = """\
 Zero-duration agents (the same DAGs, every sleep 0): pure per-node overhead.
+  CP n          nodes on the longest path (= topological generations here)
   wall s        raven makespan with zero-duration agents
   ms/node       wall / nodes: per-node cost of the real path (state commits to SQLite,
                 prompt/output/transcript/memory files with fsync, manifest rewrites,
-                judge call, ready-set scans)
-  flow/step     the same for the plain-asyncio baselines (event-loop cost only)"""
+                judge call, ready-set scans, progress announcements)
+  cpu ms/n      process CPU time per node over the run (target <= 1 ms)
+  ms/step       wall / CP n: overhead per dependency step
+  edits         status message edits of the run
+  flow/step     wall / nodes for the plain-asyncio baselines (event-loop cost only)"""
+
+
+def zero_cells(work: Workload, c: int, raven: RavenTiming, flow: float, step: float) -> list[str]:
+    """Zero-duration table cells in column order."""
+    size = work.size
+    return [
+        f"{size}",
+        f"{c}",
+        f"{work.critical_nodes}",
+        f"{raven.admit:.2f}",
+        f"{raven.makespan:.2f}",
+        f"{raven.makespan / size * 1000:.2f}",
+        f"{raven.cpu / size * 1000:.2f}",
+        f"{raven.makespan / max(1, work.critical_nodes) * 1000:.1f}",
+        f"{raven.edits}",
+        f"{flow / size * 1000:.3f}",
+        f"{step / size * 1000:.3f}",
+    ]
+
+
+def verdict(ok: bool) -> str:
+    """Met or missed (printed only)."""
+    return "met" if ok else "MISSED"
+
+
+def target_rows(
+    rows: Sequence[Row], zero: Sequence[tuple[Workload, RavenTiming]]
+) -> list[list[str]]:
+    """Targets of issue #8 next to the figures: C=4 runs, unbounded runs, CPU per node."""
+    out: list[list[str]] = []
+    for row in rows:
+        if not (row.unbounded or row.concurrency == 4):
+            continue
+        flow = row.raven.makespan / row.dataflow
+        step = row.superstep / row.raven.makespan
+        skewed = row.work.dist == "skewed"
+        out.append(
+            [
+                row.name,
+                f"raven/flow {flow:.2f}",
+                f"<= {TARGET_FLOW:g}",
+                verdict(flow <= TARGET_FLOW),
+                f"step/raven {step:.2f}",
+                f">= {TARGET_STEP:g}" if skewed else "(skewed only)",
+                verdict(step >= TARGET_STEP) if skewed else "-",
+            ]
+        )
+    for work, raven in zero:
+        cpu = raven.cpu / work.size * 1000
+        out.append(
+            [
+                f"{work.size} n, zero durations",
+                f"cpu {cpu:.2f} ms/node",
+                f"<= {TARGET_CPU_MS:g}",
+                verdict(cpu <= TARGET_CPU_MS),
+                "",
+                "",
+                "",
+            ]
+        )
+    return out
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -427,103 +694,195 @@ def fsync_probe(scratch: Path, count: int = 50) -> float:
 # --------------------------------------------------------------------------- main
 
 
-async def bench(sizes: Sequence[int], concurrency: Sequence[int], seed: int, *, full: bool) -> None:
-    """Run every size and concurrency limit, then print both tables."""
+@dataclass(frozen=True)
+class Plan:
+    """What to run."""
+
+    sizes: tuple[int, ...]
+    concurrency: tuple[int, ...]
+    dists: tuple[str, ...]
+    unbounded: tuple[int, ...]
+    unbounded_dists: tuple[str, ...]
+    seed: int
+    full: bool
+    announce: bool
+
+    def runs(self) -> list[tuple[int, str, int | None]]:
+        """(size, dist, C or None for unbounded) in run order."""
+        out: list[tuple[int, str, int | None]] = []
+        for size in self.sizes:
+            light = not self.full and size > LIGHT_ABOVE
+            for dist in self.dists:
+                for c in [max(self.concurrency)] if light else self.concurrency:
+                    out.append((size, dist, c))
+        for size in self.unbounded:
+            for dist in self.unbounded_dists:
+                out.append((size, dist, None))
+        return out
+
+    def zero_sizes(self) -> list[int]:
+        """Sizes that get a zero-duration run."""
+        return [s for s in self.sizes if self.full or s <= LIGHT_ABOVE]
+
+
+async def bench(plan: Plan) -> None:
+    """Run the plan, then print the tables."""
     scratch = Path(tempfile.mkdtemp(prefix="raven_bench_"))
     total = time.perf_counter()
     try:
         print(
             f"graph scheduler bench: python {platform.python_version()}, "
-            f"{os.cpu_count()} CPU(s), load {_load()}, seed {seed}, scratch {scratch}"
+            f"{os.cpu_count()} CPU(s), load {_load()}, seed {plan.seed}, scratch {scratch}"
         )
         print(f"atomic_write probe: {fsync_probe(scratch):.2f} ms per 1 KB record file (fsync)")
+        print(
+            "progress announcements: "
+            + (
+                "real ConversationRunEvents into an in-memory channel"
+                if plan.announce
+                else "none (--events null)"
+            )
+        )
+        sizes = [*plan.sizes, *plan.unbounded]
         if any(size > MAX_NODES for size in sizes):
             print(
                 f"note: admission caps a submission at {MAX_NODES} nodes; bigger graphs are "
                 "built with model_construct (admission still runs every other check)"
             )
-        if not full and any(size > LIGHT_ABOVE for size in sizes):
+        if not plan.full and any(size > LIGHT_ABOVE for size in plan.sizes):
             print(
-                f"note: above {LIGHT_ABOVE} nodes only C={max(concurrency)} runs and the "
-                "zero-duration run is skipped (the per-node overhead is quadratic in the "
-                "run size; --full runs everything)"
+                f"note: above {LIGHT_ABOVE} nodes only C={max(plan.concurrency)} runs (and "
+                "the unbounded runs) and the zero-duration run is skipped (the "
+                "per-node overhead grows with the run size; --full runs everything)"
             )
         print("progress:", flush=True)
         # Warm-up (imports, regex and pydantic caches, SQLite): not reported.
-        await run_raven(make_workload(20, seed), max(concurrency), scratch)
+        await run_raven(make_workload(20, plan.seed), max(plan.concurrency), scratch)
         rows: list[Row] = []
+        for size, dist, limit in plan.runs():
+            work = make_workload(size, plan.seed, dist)
+            c = size if limit is None else limit
+            raven = await run_raven(work, c, scratch, announce=plan.announce)
+            superstep = await run_superstep(work, c)
+            dataflow = await run_dataflow(work, c)
+            row = Row(work, c, limit is None, raven, superstep, dataflow)
+            rows.append(row)
+            print(
+                f"  {row.name}: raven {raven.makespan:.2f} s, flow {dataflow:.2f} s, "
+                f"step {superstep:.2f} s",
+                flush=True,
+            )
         zero_rows: list[list[str]] = []
-        for size in sizes:
-            work = make_workload(size, seed)
-            light = not full and size > LIGHT_ABOVE
-            for c in [max(concurrency)] if light else concurrency:
-                raven = await run_raven(work, c, scratch)
-                superstep = await run_superstep(work, c)
-                dataflow = await run_dataflow(work, c)
-                rows.append(Row(work, c, raven, superstep, dataflow))
-                print(f"  {size} nodes, C={c}: raven {raven.makespan:.2f} s", flush=True)
-            if light:
-                continue
-            zero = work.zeroed()
-            c = max(concurrency)
-            raven = await run_raven(zero, c, scratch)
+        zero_runs: list[tuple[Workload, RavenTiming]] = []
+        for size in plan.zero_sizes():
+            zero = make_workload(size, plan.seed).zeroed()
+            c = max(plan.concurrency)
+            raven = await run_raven(zero, c, scratch, announce=plan.announce)
             flow = await run_dataflow(zero, c)
             step = await run_superstep(zero, c)
-            zero_rows.append(
-                [
-                    f"{size}",
-                    f"{c}",
-                    f"{raven.admit:.2f}",
-                    f"{raven.makespan:.2f}",
-                    f"{raven.makespan / size * 1000:.2f}",
-                    f"{flow / size * 1000:.3f}",
-                    f"{step / size * 1000:.3f}",
-                ]
-            )
-            print(f"  {size} nodes, zero durations: raven {raven.makespan:.2f} s", flush=True)
+            zero_rows.append(zero_cells(zero, c, raven, flow, step))
+            zero_runs.append((zero, raven))
+            print(f"  {size} n, zero durations: raven {raven.makespan:.2f} s", flush=True)
         print()
-        print(LEGEND)
-        print()
-        print(table(HEADERS, (r.cells() for r in rows)))
+        if rows:
+            print(LEGEND)
+            print()
+            print(table(HEADERS, (r.cells() for r in rows)))
+            print()
+            print(COST_LEGEND)
+            print()
+            print(table(COST_HEADERS, (r.cost_cells() for r in rows)))
         if zero_rows:
             print()
             print(ZERO_LEGEND)
             print()
             print(table(ZERO_HEADERS, zero_rows))
+        targets = target_rows(rows, zero_runs)
+        if targets:
+            print()
+            print("Targets of issue #8 (printed next to the figures, not asserted):")
+            print()
+            headers = ["run", "figure", "target", "", "figure", "target", ""]
+            print(table(headers, targets))
         print()
         print(f"total bench time {time.perf_counter() - total:.1f} s, load {_load()}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(s) for s in str(text).split(",") if s.strip())
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in str(text).split(",") if s.strip())
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Plan:
     """Command-line options (the defaults are what `make bench` runs)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
         "--sizes",
         default=",".join(map(str, SIZES)),
-        help="comma-separated DAG sizes (default: %(default)s)",
+        help="comma-separated DAG sizes at the --concurrency limits (default: %(default)s)",
     )
     parser.add_argument(
         "--concurrency",
         default=",".join(map(str, CONCURRENCY)),
         help="comma-separated concurrency limits (default: %(default)s)",
     )
+    parser.add_argument(
+        "--dists",
+        default=",".join(DISTS),
+        help="duration distributions for --sizes: uniform, skewed (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--unbounded",
+        default=",".join(map(str, UNBOUNDED)),
+        help="comma-separated sizes run with C = node count; empty to skip (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--unbounded-dists",
+        default=",".join(UNBOUNDED_DISTS),
+        help="duration distributions for --unbounded (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="DAG/duration seed (default: 7)")
+    parser.add_argument(
+        "--events",
+        choices=("conversation", "null"),
+        default="conversation",
+        help="progress announcements: the real ConversationRunEvents into an in-memory "
+        "channel, or none (default: %(default)s)",
+    )
     parser.add_argument(
         "--full",
         action="store_true",
         help=f"above {LIGHT_ABOVE} nodes, also run every C and the zero-duration run (slow)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    dists = _words(args.dists)
+    unbounded_dists = _words(args.unbounded_dists)
+    for dist in (*dists, *unbounded_dists):
+        if dist not in DISTS:
+            parser.error(f"unknown distribution {dist!r} (choose from {', '.join(DISTS)})")
+    concurrency = _ints(args.concurrency)
+    if not concurrency:
+        parser.error("--concurrency needs at least one limit")
+    return Plan(
+        sizes=_ints(args.sizes),
+        concurrency=concurrency,
+        dists=dists or DISTS[:1],
+        unbounded=_ints(args.unbounded),
+        unbounded_dists=unbounded_dists or UNBOUNDED_DISTS,
+        seed=int(args.seed),
+        full=bool(args.full),
+        announce=args.events == "conversation",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point."""
-    args = parse_args(argv)
-    sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
-    concurrency = [int(c) for c in str(args.concurrency).split(",") if c.strip()]
-    asyncio.run(bench(sizes, concurrency, int(args.seed), full=bool(args.full)))
+    asyncio.run(bench(parse_args(argv)))
 
 
 if __name__ == "__main__":
