@@ -1,15 +1,42 @@
-"""Per-key ordered background work: what one conversation receives is handled in order."""
+"""Per-key coordination: one lock per key (`KeyedLocks`) and ordered background work per key
+(`KeyedSerial`, so what one conversation receives is handled in order)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class KeyedLocks:
+    """One `asyncio.Lock` per key, made on first use and dropped once nobody holds or waits
+    for it, so the table never grows with keys that are done."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold the key's lock for the duration of the block."""
+        lock, users = self._entries.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            # Only when nobody holds or awaits it: a waiter must never get a second lock.
+            if users[0] == 0:
+                self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class KeyedSerial:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 
+from host.keyed import KeyedLocks
 from host.messages import OutboundMessage
 from host.ports import Channel, ChannelError
 from memory.conversation_log import ConversationLog, ConversationRef
@@ -36,7 +38,7 @@ class Outbox:
         self._channels = channels
         self._retry_delays = tuple(retry_delays)
         # One in-flight send per idempotency key, so concurrent callers cannot double-post.
-        self._inflight: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._inflight = KeyedLocks()
         # Background retries of failed posts, one per idempotency key.
         self._retries: dict[str, asyncio.Task[None]] = {}
 
@@ -114,8 +116,8 @@ class Outbox:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _key_lock(self, idempotency_key: str) -> _KeyLock:
-        return _KeyLock(self._inflight, idempotency_key)
+    def _key_lock(self, idempotency_key: str) -> AbstractAsyncContextManager[None]:
+        return self._inflight.hold(idempotency_key)
 
     def _schedule_retry(self, conv: ConversationRef, message: OutboundMessage) -> None:
         slot = f"{conv.id}\n{message.idempotency_key}"
@@ -185,30 +187,3 @@ class Outbox:
 
 def _retryable(exc: BaseException) -> bool:
     return not isinstance(exc, ChannelError) or exc.retryable
-
-
-class _KeyLock:
-    """The shared per-key lock, dropped from the table when its last user leaves."""
-
-    def __init__(self, table: dict[str, tuple[asyncio.Lock, list[int]]], key: str) -> None:
-        self._table = table
-        self._key = key
-
-    async def __aenter__(self) -> None:
-        lock, users = self._table.setdefault(self._key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(users)
-            raise
-
-    async def __aexit__(self, *exc: object) -> None:
-        lock, users = self._table[self._key]
-        lock.release()
-        self._leave(users)
-
-    def _leave(self, users: list[int]) -> None:
-        users[0] -= 1
-        if users[0] == 0:
-            self._table.pop(self._key, None)

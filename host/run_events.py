@@ -3,13 +3,13 @@ completion reports as proactive turns of the Host."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Protocol
 
 from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
+from host.keyed import KeyedLocks
 from host.outbox import DeliveryError
 from memory.conversation_log import ConversationRef
 
@@ -40,7 +40,7 @@ class ConversationRunEvents:
         self._store = store
         self._report: ReportSource | None = None
         self._port: ConversationPort | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = KeyedLocks()
         self._last_text: dict[str, str] = {}
 
     def bind(self, port: ConversationPort, reports: ReportSource) -> None:
@@ -54,8 +54,7 @@ class ConversationRunEvents:
             return
         text = progress_text(run.record, list(run.nodes.values()))
         conv = run.record.conversation
-        lock = self._locks.setdefault(run.id, asyncio.Lock())
-        async with lock:
+        async with self._locks.hold(run.id):
             current = await self._store.run(run.id)
             message_id = current.status_message if current is not None else None
             key = f"run:{run.id}:status"
@@ -86,7 +85,6 @@ class ConversationRunEvents:
         if not run.record.background or self._port is None or self._report is None:
             return
         await self.progress(run)
-        self._locks.pop(run.id, None)
         self._last_text.pop(run.id, None)
         report = await self._report.report(run.id)
         await self._port.system_turn(run.record.conversation, report, key=f"run:{run.id}:report")

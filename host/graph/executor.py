@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +30,7 @@ from host.graph.render import (
     untrusted_preface,
 )
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.keyed import KeyedLocks
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,11 @@ class ConversationCapacity:
     """Shared per conversation: one semaphore for graphs and delegations, instance locks."""
 
     semaphore: asyncio.Semaphore
-    instance_locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    instance_locks: KeyedLocks = field(default_factory=KeyedLocks)
 
-    def instance_lock(self, handle: str) -> asyncio.Lock:
-        """The lock that makes nodes sharing a handle run one after another."""
-        return self.instance_locks.setdefault(handle, asyncio.Lock())
+    def instance_lock(self, handle: str) -> AbstractAsyncContextManager[None]:
+        """Held while a node of this handle runs, so nodes sharing it run one after another."""
+        return self.instance_locks.hold(handle)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from host.graph.records import RunFiles
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.keyed import KeyedLocks
 from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class RunManager:
         self._ask = ask
         self._approve = approve
         self._capacity: dict[str, ConversationCapacity] = {}
-        self._admission_locks: dict[str, asyncio.Lock] = {}
+        self._admission_locks = KeyedLocks()
         self._runs: dict[str, GraphRun] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -130,8 +131,7 @@ class RunManager:
         Admission and node-id reservation happen under one per-conversation lock, so two
         concurrent submissions can never claim the same id.
         """
-        lock = self._admission_locks.setdefault(conv.id, asyncio.Lock())
-        async with lock:
+        async with self._admission_locks.hold(conv.id):
             ctx = await self.admission_context(
                 conv, in_subagent=in_subagent, approval_collected=approval_collected
             )
