@@ -15,13 +15,14 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import aiosqlite
 
+from host.keyed import KeyedLocks
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.scheduling import FiredJob, Scheduler
@@ -61,12 +62,6 @@ class AnswerOutcome:
     notified: bool = False
 
 
-@dataclass
-class _LockEntry:
-    lock: asyncio.Lock
-    users: int = 0
-
-
 class PromptBroker:
     """Creates, shows, answers, expires and cancels prompts; runs decision handlers once."""
 
@@ -98,7 +93,7 @@ class PromptBroker:
         # In-process wake-ups for wait(); the database stays the source of truth.
         self._decided: dict[str, asyncio.Event] = {}
         # Per-prompt locks so a handler never runs twice in this process (answer vs recover).
-        self._locks: dict[str, _LockEntry] = {}
+        self._locks = KeyedLocks()
 
     # ----------------------------------------------------------------------------- create
 
@@ -492,7 +487,7 @@ class PromptBroker:
             log.exception("closing prompt %s on %s failed", prompt.id, prompt.conversation.platform)
 
     async def _run_handler(self, prompt_id: str) -> None:
-        async with self._prompt_lock(prompt_id):
+        async with self._locks.hold(prompt_id):
             # Re-read under the lock: whoever came first may have handled it already.
             row = await self._store.fetchone("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
             if row is None or row["state"] == "pending" or row["handled"]:
@@ -522,21 +517,6 @@ class PromptBroker:
                     await _audit(
                         db, prompt_id, "handled", by="system", at=self._clock(), detail=detail
                     )
-
-    @contextlib.asynccontextmanager
-    async def _prompt_lock(self, prompt_id: str) -> AsyncIterator[None]:
-        entry = self._locks.get(prompt_id)
-        if entry is None:
-            entry = self._locks[prompt_id] = _LockEntry(asyncio.Lock())
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            # Drop the lock only when nobody holds or awaits it, so no second lock appears.
-            if entry.users == 0:
-                self._locks.pop(prompt_id, None)
 
     async def recover(self) -> None:
         """At startup: finish decided-but-unhandled prompts, then expire overdue ones."""
