@@ -70,6 +70,7 @@ class Runtime:
     service: ConversationService
     adapters: tuple[ChannelAdapter, ...]
     scheduler: Scheduler
+    run_events: ConversationRunEvents
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -301,6 +302,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         service=service,
         adapters=adapters,
         scheduler=scheduler,
+        run_events=events,
     )
 
 
@@ -384,6 +386,7 @@ async def shutdown(runtime: Runtime, serving: set[asyncio.Task[None]] = frozense
     await runtime.scheduler.stop()
     await runtime.lanes.drain(runtime.settings.shutdown_grace)
     await runtime.runs.shutdown()
+    await runtime.run_events.close()
     await runtime.service.close()
     for adapter in runtime.adapters:
         try:

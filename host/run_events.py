@@ -3,7 +3,11 @@ completion reports as proactive turns of the Host."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from host.graph.executor import GraphRun
@@ -14,6 +18,9 @@ from host.outbox import DeliveryError
 from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
+
+# A run's status message is edited at most once per this many seconds (plus the final edit).
+EDIT_INTERVAL_SECONDS = 1.0
 
 
 class ConversationPort(Protocol):
@@ -36,12 +43,24 @@ class ConversationRunEvents:
     """`RunEvents` for chat conversations (background runs announce; foreground runs return
     their reports to the waiting tool call instead)."""
 
-    def __init__(self, store: RunStore) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        *,
+        edit_interval: float = EDIT_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._report: ReportSource | None = None
         self._port: ConversationPort | None = None
+        self._interval = edit_interval
+        self._clock = clock
         self._locks = KeyedLocks()
         self._last_text: dict[str, str] = {}
+        self._last_edit: dict[str, float] = {}
+        self._message_ids: dict[str, str] = {}
+        # One trailing edit per run while edits are throttled; it shows the newest state.
+        self._flushers: dict[str, asyncio.Task[None]] = {}
 
     def bind(self, port: ConversationPort, reports: ReportSource) -> None:
         """Attach the conversation service and the run manager (assembly root, before use)."""
@@ -49,15 +68,44 @@ class ConversationRunEvents:
         self._report = reports
 
     async def progress(self, run: GraphRun) -> None:
-        """Create or edit the run's single status message."""
+        """Create the run's single status message, or edit it at most once per interval."""
         if not run.record.background or self._port is None:
             return
-        text = progress_text(run.record, list(run.nodes.values()))
+        if run.id in self._flushers:
+            return  # a trailing edit is already due and will show this change too
+        wait = self._last_edit.get(run.id, -math.inf) + self._interval - self._clock()
+        if run.id not in self._message_ids or wait <= 0:
+            await self._publish(run)
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._flush_later(run, wait), name=f"run-status:{run.id}"
+        )
+        self._flushers[run.id] = task
+        task.add_done_callback(lambda _: self._flushers.pop(run.id, None))
+
+    async def close(self) -> None:
+        """Drop owed status edits (the next start reports interrupted runs anyway)."""
+        tasks = list(self._flushers.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _flush_later(self, run: GraphRun, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self._publish(run)
+
+    async def _publish(self, run: GraphRun) -> None:
+        assert self._port is not None
         conv = run.record.conversation
+        key = f"run:{run.id}:status"
         async with self._locks.hold(run.id):
-            current = await self._store.run(run.id)
-            message_id = current.status_message if current is not None else None
-            key = f"run:{run.id}:status"
+            # Built now, not when the change happened: a throttled edit shows the newest state.
+            text = progress_text(run.record, list(run.nodes.values()))
+            message_id = self._message_ids.get(run.id)
+            if message_id is None:
+                current = await self._store.run(run.id)
+                message_id = current.status_message if current is not None else None
             if message_id is None:
                 try:
                     posted = await self._port.notify(conv, text, idempotency_key=key)
@@ -67,9 +115,13 @@ class ConversationRunEvents:
                     return
                 if posted is not None:
                     await self._store.set_status_message(run.id, posted)
-            elif self._last_text.get(run.id) != text:
-                await self._port.edit(conv, message_id, text, key=key)
+                    self._message_ids[run.id] = posted
+            else:
+                self._message_ids[run.id] = message_id
+                if self._last_text.get(run.id) != text:
+                    await self._port.edit(conv, message_id, text, key=key)
             self._last_text[run.id] = text
+            self._last_edit[run.id] = self._clock()
 
     async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
         """Background: the Host gets the exception report as a proactive turn."""
@@ -84,8 +136,13 @@ class ConversationRunEvents:
         """Background: final status edit, then the run report as a proactive turn."""
         if not run.record.background or self._port is None or self._report is None:
             return
-        await self.progress(run)
-        self._last_text.pop(run.id, None)
+        flusher = self._flushers.pop(run.id, None)
+        if flusher is not None:
+            flusher.cancel()
+            await asyncio.wait({flusher})
+        await self._publish(run)  # the final state, never throttled away
+        for table in (self._last_text, self._last_edit, self._message_ids):
+            table.pop(run.id, None)
         report = await self._report.report(run.id)
         await self._port.system_turn(run.record.conversation, report, key=f"run:{run.id}:report")
         await self._store.mark_reported(run.id)
