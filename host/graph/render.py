@@ -43,17 +43,14 @@ def untrusted_preface(marker: str) -> str:
     )
 
 
-def _closing_tag_re(marker: str) -> re.Pattern[str]:
-    # Tolerant of case, spacing and quoting, since a model would read those variants alike.
-    return re.compile(
-        rf"<(\s*/\s*untrusted-data\s+id\s*=\s*[\"']?{re.escape(marker)}[\"']?\s*>)",
-        re.IGNORECASE,
-    )
+# Any closing fence tag inside fenced content is neutralized, whatever its marker: one
+# pattern compiled once, tolerant of case, spacing and quoting (a model reads those alike).
+_CLOSING_TAG = re.compile(r"<(\s*/\s*untrusted-data\b[^>]*>)", re.IGNORECASE)
 
 
 def fence(content: str, *, source: str, marker: str) -> str:
     """Wrap `content` in an untrusted-data block; a forged closing tag inside is neutralized."""
-    safe = _closing_tag_re(marker).sub(r"&lt;\1", content)
+    safe = _CLOSING_TAG.sub(r"&lt;\1", content)
     attr = source.replace('"', "'").replace("\n", " ").replace("\r", " ")
     return (
         f'<untrusted-data id="{marker}" source="{attr}">\n{safe}\n</untrusted-data id="{marker}">'
