@@ -61,7 +61,6 @@ from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
 
-SLACK_LIMIT = 3500
 MAX_REPLY_PAGES = 10
 METADATA_EVENT = "raven_message"
 # auth.test errors no retry can fix: the token itself is wrong.
@@ -714,7 +713,7 @@ class SlackAdapter:
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
         """Post into the thread in ≤3,500-char mrkdwn parts; a redelivery skips parts Slack
         already has (found by the idempotency key in message metadata)."""
-        chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
+        chunks = render_for_slack(message.text) or ["(empty)"]
         if message.ephemeral_to:
             await self._call(
                 self._client.chat_postEphemeral,
@@ -766,7 +765,7 @@ class SlackAdapter:
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place (`chat.update`)."""
-        chunks = render_for_slack(message.text, SLACK_LIMIT) or ["(empty)"]
+        chunks = render_for_slack(message.text) or ["(empty)"]
         await self._call(
             self._client.chat_update, channel=conv.channel, ts=message_id, text=chunks[0]
         )
