@@ -120,6 +120,8 @@ class ApschedulerScheduler:
             _, late = await asyncio.wait(set(self._inflight), timeout=self._stop_grace)
             if late:
                 log.warning("%d scheduled job(s) still running at shutdown; cancelled", len(late))
+                for task in late:
+                    task.cancel()
         # AsyncIOScheduler.shutdown only queues the work on the loop (call_soon_threadsafe);
         # yield until it has run so the job store is closed when this returns.
         self._scheduler.shutdown(wait=False)

@@ -44,14 +44,19 @@ async def test_keyed_lock_waiter_cancelled_does_not_leak_or_split_the_lock() -> 
             held.set()
             await release.wait()
 
+    waiting = asyncio.Event()
+
     async def waiter() -> None:
+        # set() does not yield: this task goes on into hold() and blocks on the lock before
+        # the test runs again.
+        waiting.set()
         async with locks.hold("k"):
             pytest.fail("a cancelled waiter must never get the lock")
 
     first = asyncio.create_task(holder())
     await held.wait()
     second = asyncio.create_task(waiter())
-    await asyncio.sleep(0)
+    await waiting.wait()
     second.cancel()
     with pytest.raises(asyncio.CancelledError):
         await second

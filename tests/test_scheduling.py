@@ -346,3 +346,27 @@ async def test_serve_starts_the_scheduler_and_shutdown_stops_it(isolated_env: Pa
     assert await serve(runtime) == 0
     assert await asyncio.to_thread((isolated_env / "scheduler.db").exists)
     assert not scheduler.running
+
+
+async def test_stop_cancels_a_handler_that_outlives_the_grace(db_path: Path) -> None:
+    # One hung handler must not keep shutdown waiting: past the grace it is cancelled (by the
+    # adapter itself, not only as a side effect of APScheduler's executor shutdown).
+    entered = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def hang(job: FiredJob) -> None:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    scheduler = ApschedulerScheduler(
+        db_path, MappingProxyType({"hang": hang}), stop_grace_seconds=0.05
+    )
+    await scheduler.start()
+    await scheduler.schedule_at("h1", _soon(), "hang", {})
+    async with asyncio.timeout(WITHIN):
+        await entered.wait()
+        await scheduler.stop()
+    assert cancelled.is_set()
