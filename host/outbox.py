@@ -21,7 +21,14 @@ RETRY_DELAYS: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class DeliveryError(RuntimeError):
-    """A message could not be delivered; it stays recorded as failed (and is retried)."""
+    """A message could not be delivered; it stays recorded as failed.
+
+    `retryable` is False when the platform's answer will not change (no retry is scheduled).
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class Outbox:
@@ -65,7 +72,7 @@ class Outbox:
             try:
                 return await self._deliver(conv, message)
             except DeliveryError as exc:
-                if exc.__cause__ is None or _retryable(exc.__cause__):
+                if exc.retryable:
                     self._schedule_retry(conv, message)
                 raise
 
@@ -92,7 +99,7 @@ class Outbox:
                         sent += 1
             except DeliveryError as exc:
                 log.warning("redelivery of %s failed: %s", record.idempotency_key, exc)
-                if exc.__cause__ is None or _retryable(exc.__cause__):
+                if exc.retryable:
                     self._schedule_retry(conv, message)
         return sent
 
@@ -142,10 +149,9 @@ class Outbox:
                 try:
                     await self._deliver(conv, message)
                 except DeliveryError as exc:
-                    cause = exc.__cause__
-                    if cause is not None and not _retryable(cause):
+                    if not exc.retryable:
                         log.error(
-                            "giving up on %s in %s: %s", message.idempotency_key, conv.id, cause
+                            "giving up on %s in %s: %s", message.idempotency_key, conv.id, exc
                         )
                         return
                     log.warning(
@@ -153,7 +159,7 @@ class Outbox:
                         attempt,
                         attempts,
                         message.idempotency_key,
-                        cause,
+                        exc,
                     )
                     continue
                 log.info("message %s delivered on retry %d", message.idempotency_key, attempt)
@@ -180,10 +186,9 @@ class Outbox:
         except Exception as exc:
             await self._log.mark_delivery(message.idempotency_key, "failed")
             log.error("posting %s to %s failed: %s", message.idempotency_key, conv.id, exc)
-            raise DeliveryError(f"could not post to {conv.platform}: {exc}") from exc
+            retryable = not isinstance(exc, ChannelError) or exc.retryable
+            raise DeliveryError(
+                f"could not post to {conv.platform}: {exc}", retryable=retryable
+            ) from exc
         await self._log.mark_delivery(message.idempotency_key, "sent", message_id)
         return message_id
-
-
-def _retryable(exc: BaseException) -> bool:
-    return not isinstance(exc, ChannelError) or exc.retryable
