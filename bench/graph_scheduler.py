@@ -44,6 +44,7 @@ import networkx as nx
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
+from core.ids import ConversationRef
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
@@ -51,7 +52,6 @@ from host.graph.records import RunFiles, atomic_write
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.run_events import ConversationRunEvents
-from memory.conversation_log import ConversationRef
 from memory.store import Store
 
 SIZES: tuple[int, ...] = (100, 500, 1000)

@@ -27,6 +27,7 @@ from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter
 from bot.home import check_home
 from bot.settings import Settings
+from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.clarify import COMMAND_APPROVAL, Clarifier
 from host.conversations import ConversationService
@@ -46,7 +47,7 @@ from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob, Scheduler
 from host.tools import HostToolDeps, build_host_tools, host_context
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 from memory.store import Store
 
 log = logging.getLogger(__name__)

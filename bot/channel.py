@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from core.ids import ConversationRef
 from host.conversations import TurnOutcome
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import Channel
-from memory.conversation_log import ConversationRef
 
 __all__ = [
     "Attachment",

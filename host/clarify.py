@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
+from core.ids import ConversationRef
 from host.graph.render import fence, new_marker
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from agents.models.types import ModelError
+from core.ids import ConversationRef
 from host.host_agent import HostAgent
 from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
@@ -21,7 +22,7 @@ from host.messages import InboundMessage
 from host.outbox import DeliveryError, Outbox
 from host.prompts import PromptBroker
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef, LoggedMessage
+from memory.conversation_log import ConversationLog, LoggedMessage
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory.conversation_log import ConversationRef
+from core.ids import ConversationRef
 
 MAX_INBOUND_CHARS = 40_000
 

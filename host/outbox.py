@@ -8,10 +8,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
+from core.ids import ConversationRef
 from host.keyed import KeyedLocks
 from host.messages import OutboundMessage
 from host.ports import Channel, ChannelError
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 
 log = logging.getLogger(__name__)
 

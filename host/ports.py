@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from core.ids import ConversationRef
 from host.messages import OutboundMessage
 from host.prompt_model import Prompt
-from memory.conversation_log import ConversationRef
 
 
 class ChannelError(RuntimeError):

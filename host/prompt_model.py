@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from memory.conversation_log import ConversationRef
+from core.ids import ConversationRef
 
 PromptKind = Literal["approval", "choice", "free_text"]
 PromptState = Literal["pending", "answered", "expired", "cancelled"]

@@ -22,11 +22,12 @@ from typing import Any, Literal
 
 import aiosqlite
 
+from core.ids import ConversationRef
 from host.keyed import KeyedLocks
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.scheduling import FiredJob, Scheduler
-from memory.conversation_log import ConversationRef, ensure_conversation
+from memory.conversation_log import ensure_conversation
 from memory.store import Row, Store
 
 log = logging.getLogger(__name__)

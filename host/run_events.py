@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from core.ids import ConversationRef
 from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
 from host.keyed import KeyedLocks
 from host.outbox import DeliveryError
-from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
 

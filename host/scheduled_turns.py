@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from core.ids import ConversationRef
 from host.conversations import ConversationService
 from host.scheduling import FiredJob, JobHandler, JSONValue, Scheduler
-from memory.conversation_log import ConversationRef
 
 SYSTEM_TURN = "system_turn"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from memory.conversation_log import ConversationRef
+from core.ids import ConversationRef
 
 
 @dataclass(frozen=True)

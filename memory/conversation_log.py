@@ -7,34 +7,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.ids import ConversationRef
 from memory.store import Store
 
 DEDUP_PURGE_SECONDS = 60.0
 TurnStatus = Literal["running", "completed", "failed", "interrupted", "cancelled"]
 Delivery = Literal["none", "pending", "sent", "failed"]
-
-
-@dataclass(frozen=True)
-class ConversationRef:
-    """Where a conversation lives: platform, workspace, channel, thread root."""
-
-    platform: str
-    workspace: str
-    channel: str
-    thread: str
-
-    @property
-    def id(self) -> str:
-        """The stable conversation id used as key everywhere."""
-        return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
-
-    @classmethod
-    def parse(cls, conversation_id: str) -> ConversationRef:
-        """Inverse of `id` (platform ids never contain ':')."""
-        parts = conversation_id.split(":", 3)
-        if len(parts) != 4:
-            raise ValueError(f"not a conversation id: {conversation_id!r}")
-        return cls(*parts)
 
 
 @dataclass(frozen=True)

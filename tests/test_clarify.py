@@ -9,9 +9,10 @@ from typing import Any
 
 from agents.models.offline import OfflineProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec
+from core.ids import ConversationRef
 from host.clarify import Clarifier, needs_approval
 from host.prompts import PromptBroker
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider

@@ -11,13 +11,14 @@ from agents.models.offline import OfflineProvider
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
+from core.ids import ConversationRef
 from host.conversations import ConversationService, control_word
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.messages import InboundMessage
 from host.outbox import Outbox
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel

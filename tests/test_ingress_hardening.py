@@ -11,6 +11,7 @@ from types import MappingProxyType
 from agents.tools import ToolRegistry
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
+from core.ids import ConversationRef
 from host.conversations import ConversationService
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
@@ -18,7 +19,7 @@ from host.messages import OutboundMessage
 from host.outbox import Outbox
 from host.ports import ChannelError
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.recording_channel import RecordingChannel

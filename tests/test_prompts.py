@@ -11,9 +11,9 @@ from types import MappingProxyType
 
 import pytest
 
+from core.ids import ConversationRef
 from host.prompt_model import APPROVE, DENY, Prompt
 from host.prompts import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker
-from memory.conversation_log import ConversationRef
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from core.ids import ConversationRef
 from host.run_events import ConversationRunEvents
-from memory.conversation_log import ConversationRef
 from tests.helpers import eventually
 
 CONV = ConversationRef("test", "W", "C", "T")

@@ -93,7 +93,7 @@ _BOT_SIDE = textwrap.dedent(
     from agents.workspace_tools import ShellPolicy, ToolContext
     from bot.app import backend_factory, build_sandbox, workspace_for
     from bot.settings import load_settings
-    from memory.conversation_log import ConversationRef
+    from core.ids import ConversationRef
 
     async def main() -> None:
         cli_script, shell_script = sys.argv[1], sys.argv[2]

@@ -13,6 +13,7 @@ import pytest
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
+from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.conversations import ConversationService
 from host.host_agent import HostAgent
@@ -23,7 +24,7 @@ from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
 from host.scheduled_turns import SYSTEM_TURN, schedule_system_turn, system_turn_handler
 from host.scheduling import FiredJob, JobHandler
 from host.turn import TurnContext
-from memory.conversation_log import ConversationLog, ConversationRef
+from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider

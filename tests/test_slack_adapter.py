@@ -617,7 +617,7 @@ async def test_free_text_answer_through_modal(monkeypatch: pytest.MonkeyPatch) -
         conv = (await bot.runtime.conversation_log.history(f"slack:T1:{CHANNEL}:{root}", limit=1))[
             0
         ].conversation_id
-        from memory.conversation_log import ConversationRef
+        from core.ids import ConversationRef
 
         prompt = await bot.runtime.broker.create(
             conversation=ConversationRef.parse(conv),

@@ -27,10 +27,10 @@ from typing import Any, BinaryIO, TextIO
 
 from agents.plan_syntax import is_plan_line, parse_plan
 from bot.channel import InboundMessage, Inbox, OutboundMessage
+from core.ids import ConversationRef
 from host.conversations import TurnOutcome, control_word
 from host.messages import MAX_INBOUND_CHARS
 from host.prompt_model import Prompt
-from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
 

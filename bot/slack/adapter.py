@@ -54,10 +54,10 @@ from bot.slack.normalize import (
     strip_bot_mention,
     to_inbound,
 )
+from core.ids import ConversationRef
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import ChannelError
 from host.prompt_model import Prompt
-from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
 

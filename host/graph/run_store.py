@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.models.types import Message
+from core.ids import ConversationRef
 from host.graph.model import NodeState, PriorNode
-from memory.conversation_log import ConversationRef, ensure_conversation
+from memory.conversation_log import ensure_conversation
 from memory.store import Store
 
 RunState = Literal[

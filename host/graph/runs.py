@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
+from core.ids import ConversationRef
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
 from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, RunEvents
 from host.graph.judge import CompletionJudge
@@ -25,7 +26,6 @@ from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.keyed import KeyedLocks
-from memory.conversation_log import ConversationRef
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from typing import Any
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, AgentRegistry, default_registry
+from core.ids import ConversationRef
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import NodeRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
-from memory.conversation_log import ConversationRef
 from memory.store import Store
 
 CONV = ConversationRef("console", "local", "main", "thread-1")

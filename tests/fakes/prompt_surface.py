@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable
 
+from core.ids import ConversationRef
 from host.prompt_model import Prompt
-from memory.conversation_log import ConversationRef
 
 
 class RecordingPromptSurface:

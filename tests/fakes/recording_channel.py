@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+from core.ids import ConversationRef
 from host.messages import OutboundMessage
-from memory.conversation_log import ConversationRef
 
 
 class RecordingChannel:

@@ -1,0 +1,1 @@
+"""Core value types shared by every layer (the lowest layer: imports nothing of ours)."""
