@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -49,33 +48,17 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-class SleepRecorder:
-    """An injectable sleep that records the delays it was asked for and barely waits."""
-
-    def __init__(self) -> None:
-        self.calls: list[float] = []
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-        await asyncio.sleep(0)
-
-
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeAnthropic]:
     async with FakeAnthropic(api_key=API_KEY, model=MODEL) as server:
         yield server
 
 
-@pytest.fixture
-def sleeps() -> SleepRecorder:
-    return SleepRecorder()
-
-
 MakeProvider = Callable[..., AnthropicProvider]
 
 
 @pytest.fixture
-async def make_provider(fake: FakeAnthropic, sleeps: SleepRecorder) -> AsyncIterator[MakeProvider]:
+async def make_provider(fake: FakeAnthropic) -> AsyncIterator[MakeProvider]:
     made: list[AnthropicProvider] = []
 
     def make(**overrides: Any) -> AnthropicProvider:
@@ -85,8 +68,6 @@ async def make_provider(fake: FakeAnthropic, sleeps: SleepRecorder) -> AsyncIter
             "base_url": fake.base_url,
             "timeout": 5.0,
             "max_retries": 2,
-            "sleep": sleeps,
-            "rng": random.Random(7),
         }
         options.update(overrides)
         provider = AnthropicProvider(**options)
@@ -103,6 +84,14 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def retry_counts(fake: FakeAnthropic) -> list[str]:
+    """The retry number the SDK put on each request the fake received (0 for a first try)."""
+    return [
+        {k.lower(): v for k, v in r["headers"].items()}["x-stainless-retry-count"]
+        for r in fake.requests
+    ]
 
 
 def sent_key(request: dict[str, Any]) -> str | None:
@@ -288,41 +277,45 @@ async def test_long_system_prompt_is_cached(
 
 
 # -- retries -----------------------------------------------------------------------------------
+# The SDK does the retrying. Its own backoff starts at about 0.5s, so errors the fake sends
+# carry `retry-after-ms: 1`, as the real API's retryable errors carry a retry-after header.
+SOON = {"retry-after-ms": "1"}
 
 
 async def test_429_honours_retry_after_then_succeeds(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
+    fake: FakeAnthropic, make_provider: MakeProvider
 ) -> None:
-    fake.queue_error(429, "Number of request tokens has exceeded your rate limit.", retry_after=2)
+    fake.queue_error(429, "Number of request tokens has exceeded your rate limit.", retry_after=1)
     fake.queue_text("made it")
 
+    started = time.monotonic()
     reply = await make_provider().complete(system="s", messages=[Message.user_text("q")])
+    elapsed = time.monotonic() - started
 
     assert reply.text == "made it"
-    assert sleeps.calls == [2.0]
-    assert len(fake.requests) == 2
+    assert retry_counts(fake) == ["0", "1"]
+    assert elapsed >= 0.95  # the server's 1s, not the SDK's first backoff (at most 0.5s)
 
 
-async def test_retry_after_ms_preferred_and_long_waits_capped(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
+async def test_retry_after_ms_is_preferred(
+    fake: FakeAnthropic, make_provider: MakeProvider
 ) -> None:
-    fake.queue_error(429, "slow down", retry_after=3, headers={"retry-after-ms": "250"})
-    fake.queue_error(529, "Overloaded", retry_after=3600)
+    fake.queue_error(429, "slow down", retry_after=3, headers=SOON)
+    fake.queue_error(529, "Overloaded", headers=SOON)
     fake.queue_text("ok")
 
-    reply = await make_provider(backoff_max=20.0).complete(
-        system="s", messages=[Message.user_text("q")]
-    )
+    started = time.monotonic()
+    reply = await make_provider().complete(system="s", messages=[Message.user_text("q")])
+    elapsed = time.monotonic() - started
 
     assert reply.text == "ok"
-    assert sleeps.calls == [0.25, 20.0]
+    assert retry_counts(fake) == ["0", "1", "2"]
+    assert elapsed < 2.5  # not the 3s the retry-after header asked for
 
 
-async def test_500_exhausts_retries(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
-) -> None:
+async def test_500_exhausts_retries(fake: FakeAnthropic, make_provider: MakeProvider) -> None:
     for _ in range(3):
-        fake.queue_error(500, "Internal server error")
+        fake.queue_error(500, "Internal server error", headers=SOON)
 
     with pytest.raises(ModelError) as caught:
         await make_provider(max_retries=2).complete(system="s", messages=[Message.user_text("q")])
@@ -332,27 +325,28 @@ async def test_500_exhausts_retries(
     assert "Internal server error" in message
     assert "after 3 attempts" in message
     assert "try again" in message
-    assert len(fake.requests) == 3
-    # Full jitter: each wait is somewhere under its exponential ceiling (0.5s, then 1s).
-    assert len(sleeps.calls) == 2
-    assert 0.0 <= sleeps.calls[0] <= 0.5
-    assert 0.0 <= sleeps.calls[1] <= 1.0
+    assert retry_counts(fake) == ["0", "1", "2"]
     assert isinstance(caught.value.__cause__, anthropic.InternalServerError)
 
 
-async def test_server_can_forbid_a_retry(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
+async def test_attempts_counted_when_a_retry_meets_a_final_error(
+    fake: FakeAnthropic, make_provider: MakeProvider
 ) -> None:
-    fake.queue_error(503, "unavailable", headers={"x-should-retry": "false"})
+    fake.queue_error(529, "Overloaded", headers=SOON)
+    fake.queue_error(400, "bad request")
+    with pytest.raises(ModelError, match=r"HTTP 400.*after 2 attempts"):
+        await make_provider(max_retries=4).complete(system="s", messages=[Message.user_text("q")])
+    assert len(fake.requests) == 2
+
+
+async def test_server_can_forbid_a_retry(fake: FakeAnthropic, make_provider: MakeProvider) -> None:
+    fake.queue_error(503, "unavailable", headers={"x-should-retry": "false", **SOON})
     with pytest.raises(ModelError, match="after 1 attempt"):
         await make_provider().complete(system="s", messages=[Message.user_text("q")])
     assert len(fake.requests) == 1
-    assert sleeps.calls == []
 
 
-async def test_401_fails_at_once(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
-) -> None:
+async def test_401_fails_at_once(fake: FakeAnthropic, make_provider: MakeProvider) -> None:
     wrong_key = "sk-ant-wrong-key-9876543210"
     with pytest.raises(ModelError) as caught:
         await make_provider(api_key=wrong_key).complete(
@@ -366,18 +360,16 @@ async def test_401_fails_at_once(
     assert "after 1 attempt" in message
     assert wrong_key not in message
     assert len(fake.requests) == 1
-    assert sleeps.calls == []
 
 
 @pytest.mark.parametrize("status", [400, 403, 404])
 async def test_client_errors_are_not_retried(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder, status: int
+    fake: FakeAnthropic, make_provider: MakeProvider, status: int
 ) -> None:
-    fake.queue_error(status, "nope")
+    fake.queue_error(status, "nope", headers=SOON)
     with pytest.raises(ModelError, match=f"HTTP {status}"):
         await make_provider().complete(system="s", messages=[Message.user_text("q")])
     assert len(fake.requests) == 1
-    assert sleeps.calls == []
 
 
 async def test_404_names_the_model(fake: FakeAnthropic, make_provider: MakeProvider) -> None:
@@ -387,7 +379,7 @@ async def test_404_names_the_model(fake: FakeAnthropic, make_provider: MakeProvi
 
 
 async def test_per_call_timeout_is_retried_then_fails(
-    fake: FakeAnthropic, make_provider: MakeProvider, sleeps: SleepRecorder
+    fake: FakeAnthropic, make_provider: MakeProvider
 ) -> None:
     for _ in range(2):
         fake.queue_delay(2.0)
@@ -405,16 +397,15 @@ async def test_per_call_timeout_is_retried_then_fails(
     assert "timed out" in message
     assert "0.3s" in message
     assert "after 2 attempts" in message
-    assert len(fake.requests) == 2
-    assert len(sleeps.calls) == 1
-    assert elapsed < 1.8  # two 0.3s timeouts, not two 2s delays
+    assert retry_counts(fake) == ["0", "1"]
+    # Two 0.3s timeouts and one SDK backoff (at most 0.5s), not a 2s delay.
+    assert elapsed < 1.9
 
 
-async def test_connection_refused_names_the_base_url(sleeps: SleepRecorder) -> None:
+async def test_connection_refused_names_the_base_url() -> None:
     base_url = f"http://127.0.0.1:{closed_port()}"
-    provider = AnthropicProvider(
-        api_key=API_KEY, model=MODEL, base_url=base_url, max_retries=2, sleep=sleeps
-    )
+    # One retry: with no server there is no retry-after, so the SDK waits its ~0.5s backoff.
+    provider = AnthropicProvider(api_key=API_KEY, model=MODEL, base_url=base_url, max_retries=1)
     try:
         with pytest.raises(ModelError) as caught:
             await provider.complete(system="s", messages=[Message.user_text("q")])
@@ -424,8 +415,8 @@ async def test_connection_refused_names_the_base_url(sleeps: SleepRecorder) -> N
     message = str(caught.value)
     assert base_url in message
     assert "ANTHROPIC_BASE_URL" in message
-    assert "after 3 attempts" in message
-    assert len(sleeps.calls) == 2
+    assert "after 2 attempts" in message
+    assert isinstance(caught.value.__cause__, anthropic.APIConnectionError)
 
 
 async def test_api_key_never_in_error_messages(
@@ -446,14 +437,13 @@ async def test_api_key_never_in_error_messages(
     assert "[redacted]" in messages[0]
 
 
-async def test_credentials_in_base_url_are_not_shown(sleeps: SleepRecorder) -> None:
+async def test_credentials_in_base_url_are_not_shown() -> None:
     port = closed_port()
     provider = AnthropicProvider(
         api_key=API_KEY,
         model=MODEL,
         base_url=f"http://user:hunter2-secret@127.0.0.1:{port}",
         max_retries=0,
-        sleep=sleeps,
     )
     try:
         with pytest.raises(ModelError) as caught:

@@ -1,14 +1,10 @@
-"""The Anthropic Messages API provider, with our own retry loop and plain-spoken errors."""
+"""The Anthropic Messages API provider: the SDK retries, we give plain-spoken errors."""
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
-import logging
-import random
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 import anthropic
@@ -16,7 +12,6 @@ from anthropic.types import (
     AssistantMessageParam,
     ContentBlockParam,
     MessageParam,
-    ModelInfo,
     TextBlockParam,
     ToolParam,
     ToolResultBlockParam,
@@ -39,8 +34,6 @@ from agents.models.types import (
     Usage,
 )
 
-log = logging.getLogger(__name__)
-
 # Roughly 1024 tokens, the smallest prefix the API will cache; shorter prompts gain nothing.
 CACHE_MIN_CHARS: Final = 4000
 
@@ -54,8 +47,8 @@ _STOP_REASONS: Final[dict[str, StopReason]] = {
     "refusal": "refusal",
 }
 
-# Same policy as the SDK's own retries: timeouts, lock conflicts, rate limits, server errors.
-_RETRY_STATUSES: Final = frozenset({408, 409, 429})
+# The SDK numbers each attempt it sends in this request header (0 for the first).
+_RETRY_COUNT_HEADER: Final = "x-stainless-retry-count"
 
 _STATUS_HINTS: Final[dict[int, str]] = {
     400: "The API rejected the request as invalid; the message above says which part.",
@@ -67,12 +60,9 @@ _STATUS_HINTS: Final[dict[int, str]] = {
     529: "Anthropic is overloaded right now; try again in a few minutes.",
 }
 
-Sleep = Callable[[float], Awaitable[None]]
-T = TypeVar("T")
-
 
 class AnthropicProvider:
-    """A `ModelProvider` on `anthropic.AsyncAnthropic`, retrying transient failures itself."""
+    """A `ModelProvider` on `anthropic.AsyncAnthropic`; the SDK retries transient failures."""
 
     def __init__(
         self,
@@ -82,24 +72,16 @@ class AnthropicProvider:
         base_url: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 4,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
-        sleep: Sleep = asyncio.sleep,
-        rng: random.Random | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("Anthropic API key is empty; set ANTHROPIC_API_KEY.")
         self._api_key = api_key
         self._model = model
         self._timeout = timeout
-        self._max_retries = max(0, max_retries)
-        self._backoff_base = backoff_base
-        self._backoff_max = backoff_max
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        # SDK retries off: ours add jitter, a cap, injectable sleep and one clear final error.
+        # The SDK retries 408/409/429/5xx, timeouts and connection errors with capped
+        # exponential backoff, and obeys the API's retry-after(-ms) and x-should-retry headers.
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max(0, max_retries)
         )
 
     @property
@@ -129,13 +111,12 @@ class AnthropicProvider:
         tools: Sequence[ToolSpec] = (),
         max_tokens: int = 4096,
     ) -> ModelReply:
-        """Run one Messages API call, retrying transient failures; `ModelError` if it fails."""
+        """Run one Messages API call, which the SDK retries if need be; `ModelError` if it fails."""
         sdk_messages = to_sdk_messages(messages)
         sdk_tools = [to_sdk_tool(t) for t in tools]
         sdk_system = to_sdk_system(system)
-
-        async def call() -> SDKMessage:
-            return await self._client.messages.create(
+        with self._failures_as_model_error():
+            response = await self._client.messages.create(
                 model=self._model,
                 max_tokens=max_tokens,
                 system=sdk_system,
@@ -143,74 +124,42 @@ class AnthropicProvider:
                 tools=sdk_tools or anthropic.omit,
                 timeout=self._timeout,
             )
-
-        return to_reply(await self._with_retries(call))
+        return to_reply(response)
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model name; `ModelError` if not."""
-
-        async def call() -> ModelInfo:
+        with self._failures_as_model_error():
             # Retrieving the model (aliases resolve) proves all three with no tokens spent.
-            return await self._client.models.retrieve(self._model, timeout=self._timeout)
-
-        info = await self._with_retries(call)
+            info = await self._client.models.retrieve(self._model, timeout=self._timeout)
         return (
             f"{self.name} reachable at {self.base_url}: key accepted, "
             f"model {info.display_name} ({info.id}) available"
         )
 
-    async def _with_retries(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one API call, retrying transient failures; turn the final failure into ModelError."""
-        attempts = self._max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return await call()
-            except anthropic.APIStatusError as exc:
-                if attempt == attempts or not _should_retry(exc.status_code, exc.response.headers):
-                    raise ModelError(self._redact(self._status_message(exc, attempt))) from exc
-                delay = self._retry_delay(attempt, exc.response.headers)
-                what = f"HTTP {exc.status_code}"
-            except anthropic.APITimeoutError as exc:
-                if attempt == attempts:
-                    raise ModelError(self._redact(self._timeout_message(attempt))) from exc
-                delay = self._retry_delay(attempt, None)
-                what = "timeout"
-            except anthropic.APIConnectionError as exc:
-                if attempt == attempts:
-                    raise ModelError(self._redact(self._connection_message(exc, attempt))) from exc
-                delay = self._retry_delay(attempt, None)
-                what = "connection error"
-            except anthropic.APIResponseValidationError as exc:
-                raise ModelError(
-                    self._redact(
-                        f"The Anthropic API at {self.base_url} sent a reply that is not a valid "
-                        f"API response (HTTP {exc.status_code}). "
-                        "Check ANTHROPIC_BASE_URL points at the Anthropic API."
-                    )
-                ) from exc
-            except anthropic.AnthropicError as exc:
-                raise ModelError(
-                    self._redact(f"Anthropic SDK error: {type(exc).__name__}: {exc}")
-                ) from exc
-            log.warning(
-                "anthropic call failed (%s), attempt %d/%d; retrying in %.2fs",
-                what,
-                attempt,
-                attempts,
-                delay,
+    @contextmanager
+    def _failures_as_model_error(self) -> Iterator[None]:
+        """Turn the SDK's final failure, after its retries, into one plain-spoken ModelError."""
+        try:
+            yield
+        except anthropic.AnthropicError as exc:
+            raise ModelError(self._redact(self._failure_message(exc))) from exc
+
+    def _failure_message(self, exc: anthropic.AnthropicError) -> str:
+        if isinstance(exc, anthropic.APIStatusError):
+            return self._status_message(exc)
+        if isinstance(exc, anthropic.APITimeoutError):  # before its base, APIConnectionError
+            return self._timeout_message(exc)
+        if isinstance(exc, anthropic.APIConnectionError):
+            return self._connection_message(exc)
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            return (
+                f"The Anthropic API at {self.base_url} sent a reply that is not a valid "
+                f"API response (HTTP {exc.status_code}). "
+                "Check ANTHROPIC_BASE_URL points at the Anthropic API."
             )
-            await self._sleep(delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return f"Anthropic SDK error: {type(exc).__name__}: {exc}"
 
-    def _retry_delay(self, attempt: int, headers: Mapping[str, str] | None) -> float:
-        """The server's retry-after if it sent one, else exponential backoff with full jitter."""
-        hinted = retry_after_seconds(headers)
-        if hinted is not None:
-            return min(max(hinted, 0.0), self._backoff_max)
-        ceiling = min(self._backoff_max, self._backoff_base * 2 ** (attempt - 1))
-        return self._rng.uniform(0.0, ceiling)
-
-    def _status_message(self, exc: anthropic.APIStatusError, attempts: int) -> str:
+    def _status_message(self, exc: anthropic.APIStatusError) -> str:
         status = exc.status_code
         detail = exc.api_message or _body_text(exc.body) or exc.response.reason_phrase
         kind = f" {exc.type}" if exc.type else ""
@@ -225,22 +174,22 @@ class AnthropicProvider:
             hint = f"Check the model name ({self._model!r}, RAVEN_MODEL) and ANTHROPIC_BASE_URL."
         return (
             f"Anthropic API call failed with HTTP {status}{kind}: {detail} "
-            f"({_attempts(attempts)}{request_id}). {hint}"
+            f"({_attempts(exc)}{request_id}). {hint}"
         )
 
-    def _timeout_message(self, attempts: int) -> str:
+    def _timeout_message(self, exc: anthropic.APITimeoutError) -> str:
         return (
             f"Anthropic API call timed out: no reply from {self.base_url} within "
-            f"{self._timeout:g}s ({_attempts(attempts)}). Try again later; if replies are "
+            f"{self._timeout:g}s ({_attempts(exc)}). Try again later; if replies are "
             "simply slow, raise RAVEN_MODEL_TIMEOUT."
         )
 
-    def _connection_message(self, exc: anthropic.APIConnectionError, attempts: int) -> str:
+    def _connection_message(self, exc: anthropic.APIConnectionError) -> str:
         cause = exc.__cause__
         reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         return (
             f"Could not connect to the Anthropic API at {self.base_url} ({reason}; "
-            f"{_attempts(attempts)}). Check ANTHROPIC_BASE_URL and the network or proxy settings."
+            f"{_attempts(exc)}). Check ANTHROPIC_BASE_URL and the network or proxy settings."
         )
 
     def _redact(self, text: str) -> str:
@@ -325,38 +274,6 @@ def to_reply(response: SDKMessage) -> ModelReply:
     )
 
 
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait from `retry-after-ms` or `retry-after` (seconds or HTTP date), if sent."""
-    if headers is None:
-        return None
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return float(millis) / 1000.0
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return when.timestamp() - time.time()
-
-
-def _should_retry(status: int, headers: Mapping[str, str]) -> bool:
-    # The API can say outright whether a retry will help; it knows better than the status.
-    verdict = headers.get("x-should-retry")
-    if verdict in ("true", "false"):
-        return verdict == "true"
-    return status in _RETRY_STATUSES or status >= 500
-
-
 def _body_text(body: object) -> str:
     if body is None:
         return ""
@@ -364,7 +281,12 @@ def _body_text(body: object) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
-def _attempts(n: int) -> str:
+def _attempts(exc: anthropic.APIError) -> str:
+    # The failed request is the SDK's last attempt, and it carries its retry number.
+    retries = exc.request.headers.get(_RETRY_COUNT_HEADER, "")
+    if not retries.isdigit():
+        return "number of attempts unknown"
+    n = int(retries) + 1
     return f"after {n} attempt{'' if n == 1 else 's'}"
 
 
