@@ -45,6 +45,7 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from core.ids import ConversationRef
+from host.events import EventBus
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
@@ -289,8 +290,8 @@ class FakeChannel:
 class TimedRunEvents(ConversationRunEvents):
     """The real run events, with the number of progress calls and their summed wall time."""
 
-    def __init__(self, store: RunStore) -> None:
-        super().__init__(store)
+    def __init__(self, store: RunStore, channel: FakeChannel, reports: RunManager) -> None:
+        super().__init__(store, channel, reports)
         self.calls = 0
         self.seconds = 0.0
 
@@ -354,9 +355,7 @@ async def run_raven(
 
         run_store = RunStore(store)
         channel = FakeChannel()
-        events: TimedRunEvents | NullEvents = (
-            TimedRunEvents(run_store) if announce else NullEvents()
-        )
+        bus = EventBus()
         manager = RunManager(
             store=run_store,
             files=RunFiles(root / "runs"),
@@ -364,12 +363,15 @@ async def run_raven(
             judge=CompletionJudge(AcceptingJudgeProvider()),
             backend=backend_for,
             workspace=lambda conv: workspace,
-            events=events,
+            bus=bus,
             host_reachable=True,
             settings=RunSettings(concurrency=concurrency, dispatch_budget_per_hour=10**9),
         )
-        if isinstance(events, TimedRunEvents):
-            events.bind(channel, manager)
+        events: TimedRunEvents | NullEvents = NullEvents()
+        if announce:
+            events = TimedRunEvents(run_store, channel, manager)
+            events.subscribe(bus)
+        bus.freeze()
         conv = ConversationRef("bench", "ws", "chan", f"{work.size}-{concurrency}")
         submission = submission_for(work)
         started = time.perf_counter()

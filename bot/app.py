@@ -29,22 +29,23 @@ from bot.home import check_home
 from bot.settings import Settings
 from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
-from host.clarify import COMMAND_APPROVAL, Clarifier
+from host.clarify import Clarifier
 from host.conversations import ConversationService
+from host.events import EventBus, subscribe_job
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
-from host.graph.run_store import RunRecord, RunStore
+from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.outbox import DeliveryError, Outbox
 from host.ports import Channel, PromptSurface
-from host.prompt_handlers import handle_ask_user, handle_graph_approval
+from host.prompt_handlers import subscribe_decision_handlers
 from host.prompt_model import Prompt
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
-from host.scheduling import FiredJob, Scheduler
+from host.scheduling import Scheduler
 from host.tools import HostToolDeps, build_host_tools, host_context
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
@@ -153,24 +154,28 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     platforms = [a.platform for a in adapters]
     if len(set(platforms)) != len(platforms):
         raise RuntimeError(f"two adapters for one platform: {platforms}")
-    # Bind. Closures below refer to parts assigned later in this function; nothing runs
-    # until `serve`, by which time every name is bound and the generation is frozen.
+    # Build, each part from parts already built; who hears what is wired on the bus.
     store = Store(home / "raven.db")
     conversation_log = ConversationLog(store)
+    bus = EventBus()
     channels: MappingProxyType[str, Channel] = MappingProxyType({a.platform: a for a in adapters})
     outbox = Outbox(conversation_log, channels)
     run_store = RunStore(store)
-    events = ConversationRunEvents(run_store)
-
-    async def ask_worker_question(run: RunRecord, node_id: str, question: str) -> str:
-        result = await clarifier.ask(run.conversation, run.submitted_by, question, node_id=node_id)
-        return result.answer
-
-    async def approve_worker_command(run: RunRecord, node_id: str, command: str) -> bool:
-        return await clarifier.approve_command(
-            run.conversation, run.submitted_by, command, node_id=node_id
-        )
-
+    scheduler = ApschedulerScheduler(
+        home / "scheduler.db", bus, misfire_grace_seconds=settings.scheduler_misfire_grace_seconds
+    )
+    broker = PromptBroker(
+        store,
+        surfaces=MappingProxyType(
+            {a.platform: a for a in adapters if isinstance(a, PromptSurface)}
+        ),
+        bus=bus,
+        admins=settings.admins,
+        approvers=settings.approvers,
+        default_expiry_seconds=settings.prompt_expiry_seconds,
+        scheduler=scheduler,
+    )
+    clarifier = Clarifier(provider, broker, conversation_log)
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
@@ -178,7 +183,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         judge=CompletionJudge(provider, timeout=settings.judge_timeout),
         backend=backend_factory(provider, settings, sandbox),
         workspace=workspace_for(home),
-        events=events,
+        bus=bus,
         host_reachable=not provider.offline,
         settings=RunSettings(
             concurrency=settings.graph_concurrency,
@@ -186,56 +191,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             decision_seconds=settings.decision_seconds,
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
-        ask=ask_worker_question,
-        approve=approve_worker_command,
+        prompts=clarifier,
     )
-    surfaces: dict[str, PromptSurface] = {
-        a.platform: a for a in adapters if isinstance(a, PromptSurface)
-    }
-
-    async def on_graph_approval(prompt: Prompt) -> None:
-        await handle_graph_approval(prompt, runs, service)
-
-    async def on_ask_user(prompt: Prompt) -> None:
-        await handle_ask_user(prompt, service)
-
-    async def on_command_approval(prompt: Prompt) -> None:
-        if clarifier.command_decision_awaited(prompt) or prompt.state != "answered":
-            return  # the waiting node reads the decision itself
-        await service.notify(
-            prompt.conversation,
-            f"Nothing ran: node `{prompt.payload.get('node_id')}` is no longer waiting for this "
-            "command (it was stopped or interrupted by a restart).",
-            idempotency_key=f"prompt:{prompt.id}:outcome",
-        )
-
-    async def on_prompt_expiry(job: FiredJob) -> None:
-        await broker.on_expiry_job(job)
-
-    async def on_system_turn(job: FiredJob) -> None:
-        await system_turn_handler(service)(job)
-
-    scheduler = ApschedulerScheduler(
-        home / "scheduler.db",
-        MappingProxyType({PROMPT_EXPIRY_JOB: on_prompt_expiry, SYSTEM_TURN: on_system_turn}),
-        misfire_grace_seconds=settings.scheduler_misfire_grace_seconds,
-    )
-    broker = PromptBroker(
-        store,
-        surfaces=MappingProxyType(surfaces),
-        handlers=MappingProxyType(
-            {
-                "graph_approval": on_graph_approval,
-                "ask_user": on_ask_user,
-                COMMAND_APPROVAL: on_command_approval,
-            }
-        ),
-        admins=settings.admins,
-        approvers=settings.approvers,
-        default_expiry_seconds=settings.prompt_expiry_seconds,
-        scheduler=scheduler,
-    )
-    clarifier = Clarifier(provider, broker, conversation_log)
     tool_deps = HostToolDeps(
         runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
     )
@@ -277,7 +234,13 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             {a.platform: a.enrich for a in adapters if callable(getattr(a, "enrich", None))}  # type: ignore[attr-defined]
         ),
     )
-    events.bind(service, runs)
+    # Subscribe, then freeze: who hears what is fixed for this generation.
+    run_events = ConversationRunEvents(run_store, service, runs)
+    run_events.subscribe(bus)
+    subscribe_decision_handlers(bus, runs, service, clarifier)
+    subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
+    subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
+    bus.freeze()
     for adapter in adapters:
         bind = getattr(adapter, "bind", None)
         if callable(bind):
@@ -303,7 +266,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         service=service,
         adapters=adapters,
         scheduler=scheduler,
-        run_events=events,
+        run_events=run_events,
     )
 
 

@@ -20,7 +20,8 @@ from apscheduler.jobstores.base import ConflictingIdError, JobLookupError
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-from host.scheduling import FiredJob, JobHandlers, JobPayload, JSONValue
+from host.events import EventBus, WakeUp
+from host.scheduling import FiredJob, JobPayload, JSONValue
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class ApschedulerScheduler:
     def __init__(
         self,
         db_path: Path,
-        handlers: JobHandlers,
+        bus: EventBus,
         *,
         misfire_grace_seconds: int = 3600,
         name: str | None = None,
@@ -68,7 +69,7 @@ class ApschedulerScheduler:
         if misfire_grace_seconds <= 0:
             raise ValueError("misfire_grace_seconds must be positive")
         self._db_path = db_path
-        self._handlers = handlers
+        self._bus = bus
         # The job store's identity by default: jobs persisted in one scheduler.db name it, and
         # two runtimes in one process (tests) on different homes each get their own jobs.
         self._name = name if name is not None else str(db_path.resolve())
@@ -148,7 +149,7 @@ class ApschedulerScheduler:
             raise RuntimeError("the scheduler is not running")
         if when.tzinfo is None:
             raise ValueError("`when` must be timezone-aware")
-        if kind not in self._handlers:
+        if not self._bus.has_subscriber(WakeUp, kind):
             raise ValueError(f"no handler for job kind {kind!r}")
         payload_json = json.dumps(dict(payload))  # fails here for values a restart would lose
         run_at = when.astimezone(UTC)
@@ -191,8 +192,7 @@ class ApschedulerScheduler:
         return [job.id for job in jobs]
 
     async def _dispatch(self, job: FiredJob) -> None:
-        handler = self._handlers.get(job.kind)
-        if handler is None:
+        if not self._bus.has_subscriber(WakeUp, job.kind):
             log.error("no handler for scheduled job kind %r (job %s)", job.kind, job.job_id)
             return
         task = asyncio.current_task()
@@ -200,9 +200,8 @@ class ApschedulerScheduler:
             self._inflight.add(task)
         try:
             log.info("job %s (%s) fired %.3fs late", job.job_id, job.kind, job.lateness_seconds)
-            await handler(job)
-        except Exception:
-            log.exception("scheduled job %s (%s) failed", job.job_id, job.kind)
+            if not await self._bus.publish(WakeUp(job)):
+                log.error("scheduled job %s (%s) failed", job.job_id, job.kind)
         finally:
             if task is not None:
                 self._inflight.discard(task)

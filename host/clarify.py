@@ -126,6 +126,12 @@ class Clarifier:
             "none",
         )
 
+    async def answer_for_worker(
+        self, conv: ConversationRef, requester: str, question: str, *, node_id: str
+    ) -> str:
+        """`ask`, answer text only (the graph runtime's `WorkerPrompts`)."""
+        return (await self.ask(conv, requester, question, node_id=node_id)).answer
+
     async def approve_command(
         self, conv: ConversationRef, requester: str, command: str, *, node_id: str
     ) -> bool:

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
+from host.clarify import COMMAND_APPROVAL, Clarifier
 from host.conversations import ConversationService
+from host.events import EventBus, subscribe_decision
 from host.graph.admission import AdmissionError
 from host.graph.runs import RunManager
 from host.prompt_model import Prompt
+
+
+def subscribe_decision_handlers(
+    bus: EventBus, runs: RunManager, service: ConversationService, clarifier: Clarifier
+) -> None:
+    """Wire what each prompt purpose's decision does (clarifications are read by `wait`)."""
+    subscribe_decision(
+        bus, "graph_approval", functools.partial(handle_graph_approval, runs=runs, service=service)
+    )
+    subscribe_decision(bus, "ask_user", functools.partial(handle_ask_user, service=service))
+    subscribe_decision(
+        bus,
+        COMMAND_APPROVAL,
+        functools.partial(handle_command_approval, clarifier=clarifier, service=service),
+    )
 
 
 async def handle_graph_approval(
@@ -61,3 +79,17 @@ async def handle_ask_user(prompt: Prompt, service: ConversationService) -> None:
     else:
         text = f"Your question \u201c{prompt.question}\u201d was {prompt.state} without an answer."
     await service.system_turn(prompt.conversation, text, key=f"prompt:{prompt.id}:answer")
+
+
+async def handle_command_approval(
+    prompt: Prompt, clarifier: Clarifier, service: ConversationService
+) -> None:
+    """The waiting node reads its decision itself; an approval nobody waits for is said so."""
+    if clarifier.command_decision_awaited(prompt) or prompt.state != "answered":
+        return
+    await service.notify(
+        prompt.conversation,
+        f"Nothing ran: node `{prompt.payload.get('node_id')}` is no longer waiting for this "
+        "command (it was stopped or interrupted by a restart).",
+        idempotency_key=f"prompt:{prompt.id}:outcome",
+    )

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import aiosqlite
 
 from core.ids import ConversationRef
+from host.events import EventBus, PromptDecided
 from host.keyed import KeyedLocks
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
@@ -71,7 +72,7 @@ class PromptBroker:
         store: Store,
         *,
         surfaces: Mapping[str, PromptSurface],
-        handlers: Mapping[str, DecisionHandler],
+        bus: EventBus,
         admins: Sequence[str] = (),
         approvers: Sequence[str] = (),
         default_expiry_seconds: float = 1800,
@@ -83,7 +84,7 @@ class PromptBroker:
             raise ValueError("default_expiry_seconds must be positive")
         self._store = store
         self._surfaces = dict(surfaces)
-        self._handlers = dict(handlers)
+        self._bus = bus
         self._admins = frozenset(admins)
         self._approvers = tuple(approvers)
         self._default_expiry = float(default_expiry_seconds)
@@ -494,22 +495,13 @@ class PromptBroker:
             if row is None or row["state"] == "pending" or row["handled"]:
                 return
             prompt = _prompt(row)
-            handler = self._handlers.get(prompt.purpose)
             detail = "ok"
-            if handler is None:
-                log.warning(
-                    "no decision handler for purpose %r (prompt %s)", prompt.purpose, prompt.id
-                )
+            if not self._bus.has_subscriber(PromptDecided, prompt.purpose):
+                # Nothing to do beyond waking `wait()`ers (clarifications read it themselves).
                 detail = f"no handler for purpose {prompt.purpose!r}"
-            else:
-                try:
-                    await handler(prompt)
-                except Exception:
-                    # Left unhandled on purpose: recover() retries it after a restart.
-                    log.exception(
-                        "decision handler %r failed for prompt %s", prompt.purpose, prompt.id
-                    )
-                    return
+            elif not await self._bus.publish(PromptDecided(prompt)):
+                # Left unhandled on purpose: recover() retries it after a restart.
+                return
             async with self._store.transaction() as db:
                 cur = await db.execute(
                     "UPDATE prompts SET handled = 1 WHERE id = ? AND handled = 0", (prompt_id,)

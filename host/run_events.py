@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from core.ids import ConversationRef
+from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
@@ -40,19 +41,21 @@ class ConversationPort(Protocol):
 
 
 class ConversationRunEvents:
-    """`RunEvents` for chat conversations (background runs announce; foreground runs return
-    their reports to the waiting tool call instead)."""
+    """Announces run events in chat conversations (background runs announce; foreground
+    runs return their reports to the waiting tool call instead)."""
 
     def __init__(
         self,
         store: RunStore,
+        port: ConversationPort,
+        reports: ReportSource,
         *,
         edit_interval: float = EDIT_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
-        self._report: ReportSource | None = None
-        self._port: ConversationPort | None = None
+        self._report = reports
+        self._port = port
         self._interval = edit_interval
         self._clock = clock
         self._locks = KeyedLocks()
@@ -62,14 +65,24 @@ class ConversationRunEvents:
         # One trailing edit per run while edits are throttled; it shows the newest state.
         self._flushers: dict[str, asyncio.Task[None]] = {}
 
-    def bind(self, port: ConversationPort, reports: ReportSource) -> None:
-        """Attach the conversation service and the run manager (assembly root, before use)."""
-        self._port = port
-        self._report = reports
+    def subscribe(self, bus: EventBus) -> None:
+        """Hear the graph runtime's events (assembly root, before the bus is frozen)."""
+        bus.subscribe(RunProgress, self._on_progress)
+        bus.subscribe(RunException, self._on_exception)
+        bus.subscribe(RunFinished, self._on_finished)
+
+    async def _on_progress(self, event: RunProgress) -> None:
+        await self.progress(event.run)
+
+    async def _on_exception(self, event: RunException) -> None:
+        await self.exception(event.run, event.node_id, event.report)
+
+    async def _on_finished(self, event: RunFinished) -> None:
+        await self.finished(event.run)
 
     async def progress(self, run: GraphRun) -> None:
         """Create the run's single status message, or edit it at most once per interval."""
-        if not run.record.background or self._port is None:
+        if not run.record.background:
             return
         if run.id in self._flushers:
             return  # a trailing edit is already due and will show this change too
@@ -96,7 +109,6 @@ class ConversationRunEvents:
         await self._publish(run)
 
     async def _publish(self, run: GraphRun) -> None:
-        assert self._port is not None
         conv = run.record.conversation
         key = f"run:{run.id}:status"
         async with self._locks.hold(run.id):
@@ -125,7 +137,7 @@ class ConversationRunEvents:
 
     async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
         """Background: the Host gets the exception report as a proactive turn."""
-        if not run.record.background or self._port is None:
+        if not run.record.background:
             return
         attempt = run.nodes[node_id].attempts
         await self._port.system_turn(
@@ -134,7 +146,7 @@ class ConversationRunEvents:
 
     async def finished(self, run: GraphRun) -> None:
         """Background: final status edit, then the run report as a proactive turn."""
-        if not run.record.background or self._port is None or self._report is None:
+        if not run.record.background:
             return
         flusher = self._flushers.pop(run.id, None)
         if flusher is not None:

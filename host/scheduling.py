@@ -1,4 +1,4 @@
-"""The scheduler port: durable one-shot wake-ups, dispatched by job kind to typed handlers.
+"""The scheduler port: durable one-shot wake-ups, published on the event bus as `WakeUp`.
 
 The host only sees this protocol; the APScheduler adapter lives in `host.apscheduler_adapter`
 and tests use an in-memory fake. Payloads are JSON values so a job survives a restart.
@@ -32,8 +32,6 @@ class FiredJob:
 
 
 JobHandler = Callable[[FiredJob], Awaitable[None]]
-# The assembly root fills this once (kind -> handler) and hands it to the adapter.
-JobHandlers = Mapping[str, JobHandler]
 
 
 class Scheduler(Protocol):

@@ -16,7 +16,7 @@ from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider
-from tests.helpers import eventually
+from tests.helpers import decision_bus, eventually
 
 CONV = ConversationRef("test", "W", "C", "T")
 
@@ -49,7 +49,7 @@ async def _setup(
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType({"test": surface}),
-        handlers=MappingProxyType({"clarification": _noop}),
+        bus=decision_bus({"clarification": _noop}),
     )
     log = ConversationLog(store)
     message = "I want the report as CSV."

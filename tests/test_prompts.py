@@ -16,6 +16,7 @@ from host.prompt_model import APPROVE, DENY, Prompt
 from host.prompts import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
+from tests.helpers import decision_bus
 
 CONV = ConversationRef("test", "W1", "C1", "T1")
 OTHER_CONV = ConversationRef("test", "W1", "C1", "T2")
@@ -74,7 +75,7 @@ def make_rig(
     broker = PromptBroker(
         store,
         surfaces=surfaces if surfaces is not None else {"test": surface},
-        handlers=handlers,
+        bus=decision_bus(handlers),
         admins=("root",),
         approvers=("boss",),
         default_expiry_seconds=60,
@@ -582,9 +583,7 @@ async def test_migration_creates_prompt_tables(tmp_path: Path) -> None:
 
 async def test_recover_shows_a_prompt_stored_but_never_shown(store: Store) -> None:
     surface = RecordingPromptSurface(fail_show=True)
-    broker = PromptBroker(
-        store, surfaces=MappingProxyType({"test": surface}), handlers=MappingProxyType({})
-    )
+    broker = PromptBroker(store, surfaces=MappingProxyType({"test": surface}), bus=decision_bus({}))
     conv = ConversationRef("test", "W", "C", "T")
     prompt = await broker.create(
         conversation=conv, kind="approval", question="Ship it?", requester="U1"
@@ -592,7 +591,7 @@ async def test_recover_shows_a_prompt_stored_but_never_shown(store: Store) -> No
     assert surface.shown == [] and prompt.message_id is None
     again = RecordingPromptSurface()
     restarted = PromptBroker(
-        store, surfaces=MappingProxyType({"test": again}), handlers=MappingProxyType({})
+        store, surfaces=MappingProxyType({"test": again}), bus=decision_bus({})
     )
     await restarted.recover()
     assert [p.id for p in again.shown] == [prompt.id]

@@ -63,8 +63,7 @@ def _run(n: int) -> Any:
 
 def _events(interval: float) -> tuple[ConversationRunEvents, FakeStore, FakePort]:
     store, port = FakeStore(), FakePort()
-    events = ConversationRunEvents(store, edit_interval=interval)  # type: ignore[arg-type]
-    events.bind(port, FakeReports())
+    events = ConversationRunEvents(store, port, FakeReports(), edit_interval=interval)  # type: ignore[arg-type]
     return events, store, port
 
 

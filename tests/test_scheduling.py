@@ -29,7 +29,7 @@ from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
-from tests.helpers import eventually
+from tests.helpers import decision_bus, eventually, wake_up_bus
 
 CONV = ConversationRef("test", "W1", "C1", "T1")
 WITHIN = 10.0  # a hang guard for waits, never a timing assertion
@@ -57,7 +57,7 @@ class Recorder:
 
 
 def _adapter(path: Path, handlers: dict[str, JobHandler]) -> ApschedulerScheduler:
-    return ApschedulerScheduler(path, MappingProxyType(handlers), misfire_grace_seconds=3600)
+    return ApschedulerScheduler(path, wake_up_bus(handlers), misfire_grace_seconds=3600)
 
 
 @pytest.fixture
@@ -252,7 +252,7 @@ async def expiry_rig(store: Store, db_path: Path) -> AsyncIterator[ExpiryRig]:
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType({"test": surface}),
-        handlers=MappingProxyType({"deploy": on_decision}),
+        bus=decision_bus({"deploy": on_decision}),
         scheduler=scheduler,
     )
     await scheduler.start()
@@ -327,7 +327,7 @@ async def test_prompts_without_a_job_get_one_at_startup(
     store: Store, expiry_rig: ExpiryRig
 ) -> None:
     # Created by a broker with no scheduler (before this change, or its job was lost).
-    legacy = PromptBroker(store, surfaces=MappingProxyType({}), handlers=MappingProxyType({}))
+    legacy = PromptBroker(store, surfaces=MappingProxyType({}), bus=decision_bus({}))
     old = await _approval(legacy, expires_in=3600)
     assert await expiry_rig.scheduler.pending_job_ids() == []
     assert await expiry_rig.broker.schedule_expiries() == 1
@@ -362,9 +362,7 @@ async def test_stop_cancels_a_handler_that_outlives_the_grace(db_path: Path) -> 
         finally:
             cancelled.set()
 
-    scheduler = ApschedulerScheduler(
-        db_path, MappingProxyType({"hang": hang}), stop_grace_seconds=0.05
-    )
+    scheduler = ApschedulerScheduler(db_path, wake_up_bus({"hang": hang}), stop_grace_seconds=0.05)
     await scheduler.start()
     await scheduler.schedule_at("h1", _soon(), "hang", {})
     async with asyncio.timeout(WITHIN):

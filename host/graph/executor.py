@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -17,6 +18,8 @@ from typing import Protocol
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
+from core.ids import ConversationRef
+from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
 from host.graph.model import NodeSpec, NodeState
@@ -35,19 +38,19 @@ from host.keyed import KeyedLocks
 log = logging.getLogger(__name__)
 
 
-class RunEvents(Protocol):
-    """Where a run announces progress, exceptions and its end (after committing them)."""
+class WorkerPrompts(Protocol):
+    """How a running node reaches a person: clarifying questions and command approvals."""
 
-    async def progress(self, run: GraphRun) -> None:
-        """Node states changed."""
+    async def answer_for_worker(
+        self, conv: ConversationRef, requester: str, question: str, *, node_id: str
+    ) -> str:
+        """An answer to a worker's question (from the conversation or the requester)."""
         ...
 
-    async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
-        """A node was suspended and needs a Host decision."""
-        ...
-
-    async def finished(self, run: GraphRun) -> None:
-        """Every node settled; the run has a final state."""
+    async def approve_command(
+        self, conv: ConversationRef, requester: str, command: str, *, node_id: str
+    ) -> bool:
+        """Whether a person approved running `command` (False unless approved)."""
         ...
 
 
@@ -72,15 +75,13 @@ class RunDeps:
     judge: CompletionJudge
     agent: Callable[[str], AgentEntry | None]
     backend: Callable[[AgentEntry], AgentBackend]
-    events: RunEvents
+    bus: EventBus
     workspace: Path
     host_reachable: bool
     decision_seconds: float
     clock: Callable[[], float] = time.time
-    # Worker clarifications: (run, node id, question) -> answer; None means nobody to ask.
-    ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None
-    # Command approvals: (run, node id, command) -> approved?; None means nobody can approve.
-    approve: Callable[[RunRecord, str, str], Awaitable[bool]] | None = None
+    # None: nobody to ask, and no command can be approved.
+    prompts: WorkerPrompts | None = None
 
 
 class GraphRun:
@@ -238,8 +239,8 @@ class GraphRun:
             # the (possibly slow) announcements below.
             self._wake.set()
             if report is not None:
-                await self._announce(self._deps.events.exception(self, node_id, report))
-            await self._announce(self._deps.events.progress(self))
+                await self._deps.bus.publish(RunException(self, node_id, report))
+            await self._deps.bus.publish(RunProgress(self))
         except asyncio.CancelledError:
             # Only a started node is cancelled; one still queued for a slot stays pending and
             # is skipped by `_cancel_all` (paper §3.2: stopping skips pending nodes).
@@ -268,7 +269,7 @@ class GraphRun:
         attempt = record.attempts + 1
         started = self._deps.clock()
         await self._set(node_id, "running", attempts=attempt, started_at=started)
-        await self._announce(self._deps.events.progress(self))
+        await self._deps.bus.publish(RunProgress(self))
         try:
             prompt = self._render(spec, entry)
         except RenderError as exc:
@@ -395,24 +396,26 @@ class GraphRun:
         return report
 
     def _asker(self, node_id: str) -> Callable[[str], Awaitable[str]] | None:
-        ask = self._deps.ask
-        if ask is None:
+        prompts = self._deps.prompts
+        if prompts is None:
             return None
-
-        async def asker(question: str) -> str:
-            return await ask(self.record, node_id, question)
-
-        return asker
+        return functools.partial(
+            prompts.answer_for_worker,
+            self.record.conversation,
+            self.record.submitted_by,
+            node_id=node_id,
+        )
 
     def _approver(self, node_id: str) -> Callable[[str], Awaitable[bool]] | None:
-        approve = self._deps.approve
-        if approve is None:
+        prompts = self._deps.prompts
+        if prompts is None:
             return None
-
-        async def approver(command: str) -> bool:
-            return await approve(self.record, node_id, command)
-
-        return approver
+        return functools.partial(
+            prompts.approve_command,
+            self.record.conversation,
+            self.record.submitted_by,
+            node_id=node_id,
+        )
 
     async def _call_backend(self, entry: AgentEntry, task: AgentTask) -> AgentOutcome:
         started = time.monotonic()
@@ -575,7 +578,7 @@ class GraphRun:
                     finished_at=now,
                 )
                 await self._skip_dependents(node.node_id)
-                await self._announce(self._deps.events.progress(self))
+                await self._deps.bus.publish(RunProgress(self))
 
     async def _fail(self, node_id: str, error: str) -> None:
         await self._set(node_id, "failed", error=error, finished_at=self._deps.clock())
@@ -617,17 +620,7 @@ class GraphRun:
         await asyncio.to_thread(self._write_manifest)
         self.done.set()
         self.changed.set()
-        await self._announce(self._deps.events.finished(self))
-
-    async def _announce(self, call: Awaitable[None]) -> None:
-        # Records are committed before any announcement; a failing announcement (a chat API
-        # error) must not turn a settled node into a failed one or crash the run.
-        try:
-            await call
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("announcing progress of run %s failed", self.id)
+        await self._deps.bus.publish(RunFinished(self))
 
     def _write_manifest(self) -> None:
         manifest = {

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,8 +17,9 @@ from typing import Any, Literal
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.ids import ConversationRef
+from host.events import EventBus
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
-from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, RunEvents
+from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, WorkerPrompts
 from host.graph.judge import CompletionJudge
 from host.graph.model import AdmissionContext, GraphSubmission
 from host.graph.records import RunFiles
@@ -63,13 +64,12 @@ class RunManager:
         judge: CompletionJudge,
         backend: Callable[[AgentEntry], AgentBackend],
         workspace: Callable[[ConversationRef], Path],
-        events: RunEvents,
+        bus: EventBus,
         host_reachable: bool,
         settings: RunSettings = RunSettings(),
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
-        ask: Callable[[RunRecord, str, str], Awaitable[str]] | None = None,
-        approve: Callable[[RunRecord, str, str], Awaitable[bool]] | None = None,
+        prompts: WorkerPrompts | None = None,
     ) -> None:
         self._store = store
         self._files = files
@@ -77,13 +77,12 @@ class RunManager:
         self._judge = judge
         self._backend = backend
         self._workspace = workspace
-        self._events = events
+        self._bus = bus
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
         self._new_id = new_id
-        self._ask = ask
-        self._approve = approve
+        self._prompts = prompts
         self._capacity: dict[str, ConversationCapacity] = {}
         self._admission_locks = KeyedLocks()
         self._runs: dict[str, GraphRun] = {}
@@ -193,13 +192,12 @@ class RunManager:
             judge=self._judge,
             agent=self._registry.get,
             backend=self._backend,
-            events=self._events,
+            bus=self._bus,
             workspace=self._workspace(conv),
             host_reachable=self._host_reachable,
             decision_seconds=self._settings.decision_seconds,
             clock=self._clock,
-            ask=self._ask,
-            approve=self._approve,
+            prompts=self._prompts,
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

@@ -19,6 +19,7 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, AgentRegistry, default_registry
 from core.ids import ConversationRef
+from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import RunFiles
@@ -311,7 +312,23 @@ class TrackingRunStore(RunStore):
 
 
 class RecordingEvents:
-    """`RunEvents` that records every announcement and checks SQLite already holds it."""
+    """Hears the run events on the bus, records them, and checks SQLite already holds them."""
+
+    def subscribe(self, bus: EventBus) -> None:
+        """Subscribe to the graph runtime's events."""
+
+        async def progress(event: RunProgress) -> None:
+            await self.progress(event.run)
+
+        async def exception(event: RunException) -> None:
+            await self.exception(event.run, event.node_id, event.report)
+
+        async def finished(event: RunFinished) -> None:
+            await self.finished(event.run)
+
+        bus.subscribe(RunProgress, progress)
+        bus.subscribe(RunException, exception)
+        bus.subscribe(RunFinished, finished)
 
     def __init__(self, run_store: TrackingRunStore) -> None:
         self._store = run_store
@@ -551,6 +568,9 @@ async def open_kit_parts(
     judge = CompletionJudge(provider, timeout=judge_timeout)
     backend = ScriptedBackend()
     events = RecordingEvents(run_store)
+    bus = EventBus()
+    events.subscribe(bus)
+    bus.freeze()
     registry = registry or graph_registry()
     manager = RunManager(
         store=run_store,
@@ -559,7 +579,7 @@ async def open_kit_parts(
         judge=judge,
         backend=backend,
         workspace=lambda conv: workspace,
-        events=events,
+        bus=bus,
         host_reachable=host_reachable,
         settings=settings or RunSettings(),
         clock=clock,
