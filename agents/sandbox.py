@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, Protocol, TypeVar
+from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
 SandboxKind = Literal["bwrap", "unsandboxed", "refusing"]
 Which = Callable[[str], str | None]
@@ -78,6 +78,39 @@ class Sandbox(Protocol):
         ...
 
 
+class _Mount(NamedTuple):
+    """One mount for bwrap: where it lands, its rank among equally deep mounts, its options."""
+
+    path: Path
+    rank: int
+    args: list[str]
+
+
+# Ranks order mounts of equal depth: binds, then symlinks, fresh dirs, covers, the workspace.
+_RANK_BIND: Final = 0
+_RANK_SYMLINK: Final = 1
+_RANK_FRESH: Final = 2
+_RANK_COVER: Final = 3
+_RANK_WORKSPACE: Final = 4
+
+_ISOLATION_ARGS: Final = (
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    # The whole sandbox dies with the bot (SIGKILL included): bwrap sets PDEATHSIG on
+    # itself and its init, and the PID namespace takes every descendant with it.
+    "--die-with-parent",
+    "--new-session",  # no controlling terminal to inject keystrokes into
+    "--cap-drop",
+    "ALL",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+)
+
+
 @dataclass(frozen=True)
 class Bubblewrap:
     """bubblewrap: own PID namespace, explicit read-only root, workspace the only writable path."""
@@ -107,61 +140,45 @@ class Bubblewrap:
     def arguments(self, workspace: Path, env: Mapping[str, str]) -> list[str]:
         """The bwrap options (without the command) for one run in `workspace`."""
         ws = workspace.resolve()
-        # (path, rank, args): mounts are applied parents first, so a deeper mount always
-        # lands on top (the workspace inside a hidden data dir stays visible and writable).
-        mounts: list[tuple[Path, int, list[str]]] = []
-        for name in SYSTEM_PATHS:
-            path = Path(name)
-            if path.is_symlink():
-                mounts.append((path, 1, ["--symlink", os.readlink(path), name]))
-            elif path.is_dir():
-                mounts.append((path, 0, ["--ro-bind", name, name]))
-        for extra in _unique(p.resolve() for p in self.readonly):
-            if extra.is_dir():
-                mounts.append((extra, 0, ["--ro-bind", str(extra), str(extra)]))
-        mounts.append((Path("/tmp"), 2, ["--tmpfs", "/tmp"]))
-        fresh = [Path("/tmp")]
-        home = env.get("HOME", "")
-        if home.startswith("/") and Path(home) != Path("/"):
-            mounts.append((Path(home), 2, ["--tmpfs", home]))
-            fresh.append(Path(home))
-        for secret in HIDDEN_FILES:
-            if Path(secret).is_file():
-                mounts.append((Path(secret), 3, ["--ro-bind", "/dev/null", secret]))
-        covered = [
-            path
-            for path in _unique(p.resolve() for p in self.hidden)
-            # /tmp and $HOME are fresh (and must stay writable) already.
-            if path != Path("/") and path not in fresh and path.is_dir()
+        fresh = _fresh_mounts(env)
+        covered = self._covered_dirs([mount.path for mount in fresh])
+        mounts = [
+            *_system_mounts(),
+            *self._readonly_mounts(),
+            *fresh,
+            *_hidden_file_mounts(),
+            *(_Mount(path, _RANK_COVER, ["--tmpfs", str(path)]) for path in covered),
+            _Mount(ws, _RANK_WORKSPACE, ["--bind", str(ws), str(ws)]),
         ]
-        for path in covered:
-            mounts.append((path, 3, ["--tmpfs", str(path)]))
-        mounts.append((ws, 4, ["--bind", str(ws), str(ws)]))
-        mounts.sort(key=lambda m: (len(m[0].parts), m[1]))
-        args = [
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            # The whole sandbox dies with the bot (SIGKILL included): bwrap sets PDEATHSIG on
-            # itself and its init, and the PID namespace takes every descendant with it.
-            "--die-with-parent",
-            "--new-session",  # no controlling terminal to inject keystrokes into
-            "--cap-drop",
-            "ALL",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-        ]
-        for _, _, mount in mounts:
-            args += mount
+        # Parents first, so a deeper mount always lands on top (the workspace inside a
+        # hidden data dir stays visible and writable); the rank orders equal depths.
+        mounts.sort(key=lambda mount: (len(mount.path.parts), mount.rank))
+        args = list(_ISOLATION_ARGS)
+        for mount in mounts:
+            args += mount.args
         for path in covered:
             # Read-only once everything is mounted: a write there fails instead of vanishing.
             args += ["--remount-ro", str(path)]
         if "TMPDIR" in env:  # the host's TMPDIR is not mounted; /tmp is the fresh one
             args += ["--setenv", "TMPDIR", "/tmp"]
         return [*args, "--chdir", str(ws)]
+
+    def _readonly_mounts(self) -> list[_Mount]:
+        """Read-only binds of the extra paths that exist as directories."""
+        return [
+            _Mount(extra, _RANK_BIND, ["--ro-bind", str(extra), str(extra)])
+            for extra in _unique(p.resolve() for p in self.readonly)
+            if extra.is_dir()
+        ]
+
+    def _covered_dirs(self, fresh: Sequence[Path]) -> list[Path]:
+        """The hidden directories to cover with an empty tmpfs."""
+        return [
+            path
+            for path in _unique(p.resolve() for p in self.hidden)
+            # /tmp and $HOME are fresh (and must stay writable) already.
+            if path != Path("/") and path not in fresh and path.is_dir()
+        ]
 
 
 @dataclass(frozen=True)
@@ -270,6 +287,36 @@ def select_sandbox(
     )
     problem = check(sandbox)
     return sandbox if problem is None else Refusing(problem)
+
+
+def _system_mounts() -> list[_Mount]:
+    """The read-only system view: each system path bound, or recreated if it is a symlink."""
+    mounts: list[_Mount] = []
+    for name in SYSTEM_PATHS:
+        path = Path(name)
+        if path.is_symlink():
+            mounts.append(_Mount(path, _RANK_SYMLINK, ["--symlink", os.readlink(path), name]))
+        elif path.is_dir():
+            mounts.append(_Mount(path, _RANK_BIND, ["--ro-bind", name, name]))
+    return mounts
+
+
+def _fresh_mounts(env: Mapping[str, str]) -> list[_Mount]:
+    """Empty, writable /tmp and $HOME (when HOME is an absolute path other than /)."""
+    mounts = [_Mount(Path("/tmp"), _RANK_FRESH, ["--tmpfs", "/tmp"])]
+    home = env.get("HOME", "")
+    if home.startswith("/") and Path(home) != Path("/"):
+        mounts.append(_Mount(Path(home), _RANK_FRESH, ["--tmpfs", home]))
+    return mounts
+
+
+def _hidden_file_mounts() -> list[_Mount]:
+    """Credential files under the system paths, each replaced by an empty file."""
+    return [
+        _Mount(Path(secret), _RANK_COVER, ["--ro-bind", "/dev/null", secret])
+        for secret in HIDDEN_FILES
+        if Path(secret).is_file()
+    ]
 
 
 def _unique(items: Iterable[_T]) -> list[_T]:
