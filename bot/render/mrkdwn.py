@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from bot.render.split import ZWSP, neutralize_broadcasts, split_message
 
@@ -102,6 +102,10 @@ class _Delim:
     opens: list[str] = field(default_factory=list)  # markers opened here, innermost first
     closes: list[str] = field(default_factory=list)  # markers closed here, innermost first
 
+    def render(self) -> str:
+        """The markers closed here, the characters no match used, the markers opened here."""
+        return "".join(self.closes) + self.char * self.left + "".join(reversed(self.opens))
+
 
 def _is_space(ch: str) -> bool:
     return ch == "" or ch.isspace()
@@ -123,66 +127,81 @@ def _rule_of_three(opener: _Delim, closer: _Delim) -> bool:
 
 def _emphasis(s: str) -> str:
     """Turn * and _ emphasis into sentinels with CommonMark's delimiter-run algorithm."""
+    parts = _split_delimiter_runs(s)
+    _match_delimiters([p for p in parts if isinstance(p, _Delim)])
+    return "".join(p if isinstance(p, str) else p.render() for p in parts)
+
+
+def _split_delimiter_runs(s: str) -> list[str | _Delim]:
+    """`s` as text between runs of "*" or "_", each run a `_Delim` that knows its flanking."""
     parts: list[str | _Delim] = []
     pos = 0
     for m in _DELIM_RUN.finditer(s):
         before = s[m.start() - 1] if m.start() else ""
         after = s[m.end()] if m.end() < len(s) else ""
-        left = not _is_space(after) and (
-            not _is_punct(after) or _is_space(before) or _is_punct(before)
-        )
-        right = not _is_space(before) and (
-            not _is_punct(before) or _is_space(after) or _is_punct(after)
-        )
-        run = m.group()
         parts.append(s[pos : m.start()])
-        # The "_" rules apply to "*" too: Slack can't render intraword emphasis, so
-        # "2*3*4" and "foo**bar**" stay literal instead of turning into stray markers.
-        parts.append(
-            _Delim(
-                char=run[0],
-                length=len(run),
-                left=len(run),
-                can_open=left and (not right or _is_punct(before)),
-                can_close=right and (not left or _is_punct(after)),
-            )
-        )
+        parts.append(_delimiter_run(m.group(), before, after))
         pos = m.end()
     parts.append(s[pos:])
-    delims = [p for p in parts if isinstance(p, _Delim)]
+    return parts
+
+
+def _delimiter_run(run: str, before: str, after: str) -> _Delim:
+    """A run of one delimiter character, between the characters `before` and `after` it."""
+    left = not _is_space(after) and (not _is_punct(after) or _is_space(before) or _is_punct(before))
+    right = not _is_space(before) and (
+        not _is_punct(before) or _is_space(after) or _is_punct(after)
+    )
+    # The "_" rules apply to "*" too: Slack can't render intraword emphasis, so
+    # "2*3*4" and "foo**bar**" stay literal instead of turning into stray markers.
+    return _Delim(
+        char=run[0],
+        length=len(run),
+        left=len(run),
+        can_open=left and (not right or _is_punct(before)),
+        can_close=right and (not left or _is_punct(after)),
+    )
+
+
+def _match_delimiters(delims: list[_Delim]) -> None:
+    """Pair closers with earlier openers, recording on each the markers it opens or closes."""
     # Per-character stacks of usable openers keep this linear on adversarial input.
     stacks: dict[str, list[int]] = {"*": [], "_": []}
     for ci, closer in enumerate(delims):
-        stack = stacks[closer.char]
-        k = len(stack) - 1
-        while closer.can_close and closer.left > 0 and k >= 0:
-            oi = stack[k]
-            opener = delims[oi]
-            if _rule_of_three(opener, closer):
-                k -= 1
-                continue
-            use = 2 if opener.left >= 2 and closer.left >= 2 else 1
-            marker = _BOLD if use == 2 else _ITAL
-            opener.left -= use
-            closer.left -= use
-            opener.opens.append(marker)
-            closer.closes.append(marker)
-            # Openers inside the matched span are gone: emphasis can't interleave.
-            for other in stacks.values():
-                while other and other[-1] > oi:
-                    other.pop()
-            if opener.left == 0:
-                stack.pop()
-                k -= 1
+        if closer.can_close:
+            _close_openers(delims, closer, stacks)
         if closer.can_open and closer.left > 0:
-            stack.append(ci)
-    out: list[str] = []
-    for p in parts:
-        if isinstance(p, str):
-            out.append(p)
-        else:
-            out.append("".join(p.closes) + p.char * p.left + "".join(reversed(p.opens)))
-    return "".join(out)
+            stacks[closer.char].append(ci)
+
+
+def _close_openers(delims: list[_Delim], closer: _Delim, stacks: dict[str, list[int]]) -> None:
+    """Match `closer` against the open delimiters of its character, innermost first."""
+    stack = stacks[closer.char]
+    k = len(stack) - 1
+    while closer.left > 0 and k >= 0:
+        oi = stack[k]
+        opener = delims[oi]
+        if _rule_of_three(opener, closer):
+            k -= 1
+            continue
+        _pair(opener, closer)
+        # Openers inside the matched span are gone: emphasis can't interleave.
+        for other in stacks.values():
+            while other and other[-1] > oi:
+                other.pop()
+        if opener.left == 0:
+            stack.pop()
+            k -= 1
+
+
+def _pair(opener: _Delim, closer: _Delim) -> None:
+    """Use two characters of each for bold when both have them, else one for italics."""
+    use = 2 if opener.left >= 2 and closer.left >= 2 else 1
+    marker = _BOLD if use == 2 else _ITAL
+    opener.left -= use
+    closer.left -= use
+    opener.opens.append(marker)
+    closer.closes.append(marker)
 
 
 def _trim_url(url: str) -> str:
@@ -228,65 +247,108 @@ def _find_closing_backticks(text: str, start: int, n: int) -> int:
     return -1
 
 
+class _Token(NamedTuple):
+    """What an inline reader consumed: its rendering, where it ended, and whether the
+    rendering is protected from the emphasis and escaping passes (kept in a slot)."""
+
+    text: str
+    end: int
+    protected: bool = True
+
+
+def _escaper(mode: _Mode) -> Callable[[str], str]:
+    """Escapes & < > except in "plain" mode, which escapes nothing."""
+    return (lambda s: s) if mode == "plain" else escape_mrkdwn
+
+
+def _read_backslash(text: str, i: int, mode: _Mode) -> _Token | None:
+    """A backslash escape of ASCII punctuation, or a trailing backslash (a hard break)."""
+    if i + 1 == len(text):
+        return _Token("", i + 1, protected=False)  # a Markdown hard break; Slack keeps newlines
+    if text[i + 1] not in _ASCII_PUNCT:
+        return None
+    literal = _escaper(mode)(text[i + 1])
+    if mode != "plain" and literal in "*_~`":
+        # Slack has no escape for its markers; zero-width spaces on both sides keep
+        # the character from opening or closing a style, whichever way Slack reads them.
+        literal = ZWSP + literal + ZWSP
+    return _Token(literal, i + 2)
+
+
+def _read_code_span(text: str, i: int, mode: _Mode) -> _Token:
+    """A code span; a backtick run with no closing run of the same length stays literal."""
+    run = _BACKTICKS.match(text, i)
+    assert run is not None
+    end = _find_closing_backticks(text, run.end(), len(run.group()))
+    if end == -1:
+        return _Token(run.group(), run.end(), protected=False)
+    code = text[run.end() : end]
+    if len(code) > 2 and code[0] == " " and code[-1] == " " and code.strip():
+        code = code[1:-1]
+    return _Token(code if mode == "plain" else f"`{escape_mrkdwn(code)}`", end + len(run.group()))
+
+
+def _read_link(text: str, i: int, mode: _Mode) -> _Token | None:
+    """A Markdown link or image."""
+    m = _LINK.match(text, i)
+    return None if m is None else _Token(_render_link(m, mode), m.end())
+
+
+def _read_angle(text: str, i: int, mode: _Mode) -> _Token | None:
+    """An autolink, or a Slack user/channel reference."""
+    m = _ANGLE.match(text, i)
+    return None if m is None else _Token(_render_angle(m, mode), m.end())
+
+
+def _read_bare_url(text: str, i: int, mode: _Mode) -> _Token | None:
+    """A bare http(s):// or www. URL starting a word, without trailing punctuation."""
+    if i > 0 and text[i - 1].isalnum():
+        return None
+    m = _BARE_URL.match(text, i)
+    url = _trim_url(m.group()) if m is not None else ""
+    if not _BARE_URL.fullmatch(url):
+        return None
+    # Protected so "_" in a URL never becomes italics; "&" still needs escaping.
+    return _Token(_escaper(mode)(url), i + len(url))
+
+
+_InlineReader = Callable[[str, int, _Mode], _Token | None]
+# By the character a construct starts with; anything else is text for the emphasis pass.
+_INLINE_READERS: dict[str, _InlineReader] = {
+    "\\": _read_backslash,
+    "`": _read_code_span,
+    "[": _read_link,
+    "!": _read_link,
+    "<": _read_angle,
+    **dict.fromkeys("hHwW", _read_bare_url),
+}
+
+
 def _inline(text: str, mode: _Mode) -> str:
     """Convert one line of inline Markdown; "plain" drops all markup and escapes nothing."""
-    esc = (lambda s: s) if mode == "plain" else escape_mrkdwn
     slots: list[str] = []
-
-    def keep(rendered: str) -> str:
-        slots.append(rendered)
-        return f"{_SLOT_OPEN}{len(slots) - 1}{_SLOT_CLOSE}"
-
     buf: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\" and i + 1 < n and text[i + 1] in _ASCII_PUNCT:
-            literal = esc(text[i + 1])
-            if mode != "plain" and literal in "*_~`":
-                # Slack has no escape for its markers; zero-width spaces on both sides keep
-                # the character from opening or closing a style, whichever way Slack reads them.
-                literal = ZWSP + literal + ZWSP
-            buf.append(keep(literal))
-            i += 2
-            continue
-        if c == "\\" and i + 1 == n:
-            i += 1  # a Markdown hard break; Slack keeps the newline anyway
-            continue
-        if c == "`":
-            run = _BACKTICKS.match(text, i)
-            assert run is not None
-            end = _find_closing_backticks(text, run.end(), len(run.group()))
-            if end == -1:
-                buf.append(run.group())
-                i = run.end()
-                continue
-            code = text[run.end() : end]
-            if len(code) > 2 and code[0] == " " and code[-1] == " " and code.strip():
-                code = code[1:-1]
-            buf.append(keep(code if mode == "plain" else f"`{escape_mrkdwn(code)}`"))
-            i = end + len(run.group())
-            continue
-        if c in "[!" and (m := _LINK.match(text, i)) is not None:
-            buf.append(keep(_render_link(m, mode)))
-            i = m.end()
-            continue
-        if c == "<" and (m := _ANGLE.match(text, i)) is not None:
-            buf.append(keep(_render_angle(m, mode)))
-            i = m.end()
-            continue
-        if c in "hHwW" and (i == 0 or not text[i - 1].isalnum()):
-            m = _BARE_URL.match(text, i)
-            url = _trim_url(m.group()) if m is not None else ""
-            if _BARE_URL.fullmatch(url):
-                # Protected so "_" in a URL never becomes italics; "&" still needs escaping.
-                buf.append(keep(esc(url)))
-                i += len(url)
-                continue
-        buf.append(c)
-        i += 1
-    s = _emphasis(_STRIKE_RE.sub(f"{_STRIKE}\\1{_STRIKE}", "".join(buf)))
-    s = esc(s)  # sentinels and slots contain no & < >, so escaping here can't touch them
+    i = 0
+    while i < len(text):
+        reader = _INLINE_READERS.get(text[i])
+        token = reader(text, i, mode) if reader is not None else None
+        if token is None:
+            buf.append(text[i])
+            i += 1
+        elif token.protected:
+            slots.append(token.text)
+            buf.append(f"{_SLOT_OPEN}{len(slots) - 1}{_SLOT_CLOSE}")
+            i = token.end
+        else:
+            buf.append(token.text)
+            i = token.end
+    return _style("".join(buf), slots, mode)
+
+
+def _style(text: str, slots: list[str], mode: _Mode) -> str:
+    """Strikethrough and emphasis as `mode`'s markers, text escaped, protected slots put back."""
+    s = _emphasis(_STRIKE_RE.sub(f"{_STRIKE}\\1{_STRIKE}", text))
+    s = _escaper(mode)(s)  # sentinels and slots contain no & < >, so escaping can't touch them
     bold, ital, strike = _MARKERS[mode]
     s = s.replace(_BOLD, bold).replace(_ITAL, ital).replace(_STRIKE, strike)
     return _SLOT.sub(lambda m: slots[int(m[1])], s)
@@ -415,83 +477,151 @@ def _heading(text: str) -> str:
     return f"*{content}*" if content else ""
 
 
+@dataclass
+class _Blocks:
+    """The state of one block-level conversion: the input lines and the output so far."""
+
+    lines: list[str]
+    out: list[str] = field(default_factory=list)
+    stack: list[int] = field(default_factory=list)  # indentation of the open list items
+
+
+# Each block reader converts the construct starting at line i and returns the next line's
+# index, or returns None (touching nothing) when line i does not start that construct.
+_BlockReader = Callable[[_Blocks, int], int | None]
+
+
+def _read_blank(b: _Blocks, i: int) -> int | None:
+    """Blank lines collapse into one."""
+    if b.lines[i].strip():
+        return None
+    if b.out and b.out[-1] != "":
+        b.out.append("")
+    return i + 1
+
+
+def _read_fenced_code(b: _Blocks, i: int) -> int | None:
+    """A fenced code block, to the closing fence or the end of the text."""
+    fence = _open_fence(b.lines[i])
+    if fence is None:
+        return None
+    indent = len(fence["indent"])
+    j = i + 1
+    body: list[str] = []
+    while j < len(b.lines) and not _closes(b.lines[j], fence["fence"]):
+        body.append(_dedent(b.lines[j], indent))
+        j += 1
+    # Slack ignores info strings (and would show one as code), so the fence is bare;
+    # Slack renders entities inside code too, so the body is escaped like text.
+    b.out.extend(["```", *(escape_mrkdwn(line) for line in body), "```"])
+    return j + 1
+
+
+def _read_rule(b: _Blocks, i: int) -> int | None:
+    """A thematic break (---, ***, ___)."""
+    if not _HR.match(b.lines[i]):
+        return None
+    b.stack.clear()
+    b.out.append(HR_LINE)
+    return i + 1
+
+
+def _read_atx_heading(b: _Blocks, i: int) -> int | None:
+    """A "#" heading, bold; an empty one is dropped."""
+    m = _HEADING.match(b.lines[i])
+    if m is None:
+        return None
+    b.stack.clear()
+    if heading := _heading(m[2] or ""):
+        b.out.append(heading)
+    return i + 1
+
+
+def _read_quote(b: _Blocks, i: int) -> int | None:
+    """A block quote: its lines converted as a document of their own, then quoted."""
+    if not _QUOTE.match(b.lines[i]):
+        return None
+    b.stack.clear()
+    inner: list[str] = []
+    while i < len(b.lines) and (q := _QUOTE.match(b.lines[i])) is not None:
+        inner.append(q[1])
+        i += 1
+    b.out.extend(f"> {q}" if q else ">" for q in _convert_lines(inner))
+    return i
+
+
+def _read_table(b: _Blocks, i: int) -> int | None:
+    """A GFM pipe table."""
+    table = _table_at(b.lines, i)
+    if table is None:
+        return None
+    b.stack.clear()
+    rows, aligns, end = table
+    b.out.extend(_render_table(rows, aligns))
+    return end
+
+
+def _read_list_item(b: _Blocks, i: int) -> int | None:
+    """A bulleted, numbered or task list item, indented by its nesting level."""
+    m = _UL.match(b.lines[i]) or _OL.match(b.lines[i])
+    if m is None:
+        return None
+    level = _list_level(b.stack, len(m["indent"].expandtabs(4)))
+    marker, body = _item_marker(m)
+    b.out.append(("  " * level + marker + " " + _inline(body, "mrkdwn")).rstrip())
+    return i + 1
+
+
+def _item_marker(m: re.Match[str]) -> tuple[str, str]:
+    """The marker a list item shows ("3.", "•", "• ☑", "• ☐") and the rest of its text."""
+    body = m["body"].strip()
+    if "num" in m.groupdict():
+        return m["num"] + ".", body
+    task = _TASK.match(body)
+    if task is None:
+        return "•", body
+    return ("• ☑" if task[1] in "xX" else "• ☐"), body[task.end() :]
+
+
+def _read_text(b: _Blocks, i: int) -> int:
+    """Anything else: a list item's continuation, a setext heading, or a line of text."""
+    line = b.lines[i]
+    indent = len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+    text = line.strip()
+    if indent and b.stack:
+        # A continuation line inside a list item: indent it under the item's text.
+        depth = sum(1 for w in b.stack if w < indent)
+        b.out.append("  " * depth + _inline(text, "mrkdwn"))
+        return i + 1
+    b.stack.clear()
+    if i + 1 < len(b.lines) and _SETEXT.match(b.lines[i + 1]):
+        if heading := _heading(text):
+            b.out.append(heading)
+        return i + 2
+    b.out.append(_inline(text, "mrkdwn"))
+    return i + 1
+
+
+# Tried in order at each line; the last reads any line, so one always applies.
+_BLOCK_READERS: tuple[_BlockReader, ...] = (
+    _read_blank,
+    _read_fenced_code,
+    _read_rule,
+    _read_atx_heading,
+    _read_quote,
+    _read_table,
+    _read_list_item,
+    _read_text,
+)
+
+
 def _convert_lines(lines: list[str]) -> list[str]:
-    out: list[str] = []
-    stack: list[int] = []  # indentation of the open list items, outermost first
+    """Convert Markdown lines to mrkdwn lines, one block construct at a time."""
+    blocks = _Blocks(lines)
     i = 0
     while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            if out and out[-1] != "":
-                out.append("")
-            i += 1
-            continue
-        fence = _open_fence(line)
-        if fence is not None:
-            indent = len(fence["indent"])
-            j = i + 1
-            body: list[str] = []
-            while j < len(lines) and not _closes(lines[j], fence["fence"]):
-                body.append(_dedent(lines[j], indent))
-                j += 1
-            # Slack ignores info strings (and would show one as code), so the fence is bare;
-            # Slack renders entities inside code too, so the body is escaped like text.
-            out.extend(["```", *(escape_mrkdwn(b) for b in body), "```"])
-            i = j + 1
-            continue
-        if _HR.match(line):
-            stack.clear()
-            out.append(HR_LINE)
-            i += 1
-            continue
-        if (m := _HEADING.match(line)) is not None:
-            stack.clear()
-            if heading := _heading(m[2] or ""):
-                out.append(heading)
-            i += 1
-            continue
-        if _QUOTE.match(line):
-            stack.clear()
-            inner: list[str] = []
-            while i < len(lines) and (q := _QUOTE.match(lines[i])) is not None:
-                inner.append(q[1])
-                i += 1
-            out.extend(f"> {q}" if q else ">" for q in _convert_lines(inner))
-            continue
-        if (table := _table_at(lines, i)) is not None:
-            stack.clear()
-            rows, aligns, i = table
-            out.extend(_render_table(rows, aligns))
-            continue
-        if (m := _UL.match(line) or _OL.match(line)) is not None:
-            level = _list_level(stack, len(m["indent"].expandtabs(4)))
-            body_md = m["body"].strip()
-            if "num" in m.groupdict():
-                marker = m["num"] + "."
-            else:
-                marker = "•"
-                if (task := _TASK.match(body_md)) is not None:
-                    marker += " ☑" if task[1] in "xX" else " ☐"
-                    body_md = body_md[task.end() :]
-            out.append(("  " * level + marker + " " + _inline(body_md, "mrkdwn")).rstrip())
-            i += 1
-            continue
-        indent = len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
-        text = line.strip()
-        if indent == 0 or not stack:
-            stack.clear()
-            if i + 1 < len(lines) and _SETEXT.match(lines[i + 1]):
-                if heading := _heading(text):
-                    out.append(heading)
-                i += 2
-                continue
-            out.append(_inline(text, "mrkdwn"))
-        else:
-            # A continuation line inside a list item: indent it under the item's text.
-            depth = sum(1 for w in stack if w < indent)
-            out.append("  " * depth + _inline(text, "mrkdwn"))
-        i += 1
-    return out
+        i = next(end for read in _BLOCK_READERS if (end := read(blocks, i)) is not None)
+    return blocks.out
 
 
 def markdown_to_mrkdwn(md: str) -> str:
