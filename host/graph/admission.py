@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +26,7 @@ from host.graph.model import (
     INSTANCE_PATTERN,
     NODE_ID_PATTERN,
     AdmissionContext,
+    AgentCapabilities,
     FileInput,
     GraphSubmission,
     NodeInput,
@@ -401,59 +402,122 @@ def _subject(loc: Sequence[int | str], field: str | None) -> str:
     return f"`{field}`" if field else "value"
 
 
+@dataclass(frozen=True)
+class _ErrorAt:
+    """One pydantic error, with the parts of it `_describe` words its messages from."""
+
+    kind: str
+    value: object
+    ctx: Mapping[str, object]
+    loc: Sequence[int | str]
+    model: type[BaseModel]
+    field: str | None
+    name: str | None  # the innermost field name in `loc`
+
+
+_Described = tuple[str, str | None]
+
+
 def _describe(
     err: ErrorDetails, loc: Sequence[int | str], model: type[BaseModel], field: str | None
-) -> tuple[str, str | None]:
+) -> _Described:
     """Problem and repair text for one pydantic error at `loc` (relative to `model`)."""
-    kind = err["type"]
-    value = err.get("input")
-    ctx = err.get("ctx") or {}
-    name = next((p for p in reversed(loc) if isinstance(p, str) and p != "[key]"), None)
-    if kind == "extra_forbidden":
-        allowed = list(model.model_fields)
-        close = difflib.get_close_matches(str(name), allowed, n=1, cutoff=0.6)
-        fix = f"rename it to `{close[0]}`" if close else "remove it"
-        return f"unknown field `{name}`", f"{fix}; allowed fields here: {', '.join(allowed)}"
-    if kind == "missing":
-        return f"missing required field `{name}`", f"add `{name}`"
-    if kind == "string_pattern_mismatch":
-        pattern = str(ctx.get("pattern", ""))
-        explain = _PATTERN_HINTS.get(pattern)
-        problem = f"{_subject(loc, field)} `{value}` must match {pattern}"
-        if explain:
-            problem += f" ({explain})"
-        repair = None
-        if pattern == NODE_ID_PATTERN and isinstance(value, str):
-            repair = f"use something like `{_suggest_id(value)}`"
-        return problem, repair
-    if kind == "string_too_short" and ctx.get("min_length") == 1:
-        return f"`{field}` must not be empty", None
-    if kind == "string_too_long":
-        size = len(value) if isinstance(value, str) else "?"
-        repair = None
-        if name in ("template", "text"):
-            repair = (
-                "write long material to a file in the workspace and pass it with "
-                "`{{ref:path}}` or `{{ref_path:path}}`"
-            )
-        return f"`{field}` is too long ({size} characters; at most {ctx.get('max_length')})", repair
-    if kind == "too_short" and tuple(loc) == ("nodes",):
-        return "`nodes` is empty: a graph needs at least one node", "add the nodes to run"
-    if kind == "too_long":
-        return (
-            f"`{field}` has {ctx.get('actual_length')} items; at most {ctx.get('max_length')}",
-            "split the work into several smaller graphs" if name == "nodes" else None,
+    at = _ErrorAt(
+        kind=err["type"],
+        value=err.get("input"),
+        ctx=err.get("ctx") or {},
+        loc=loc,
+        model=model,
+        field=field,
+        name=next((p for p in reversed(loc) if isinstance(p, str) and p != "[key]"), None),
+    )
+    describe = _DESCRIBERS.get(at.kind)
+    described = describe(at) if describe is not None else None
+    if described is None:
+        described = (f"`{field}`: " if field else "") + err["msg"], None
+    return described
+
+
+def _unknown_field(at: _ErrorAt) -> _Described:
+    allowed = list(at.model.model_fields)
+    close = difflib.get_close_matches(str(at.name), allowed, n=1, cutoff=0.6)
+    fix = f"rename it to `{close[0]}`" if close else "remove it"
+    return f"unknown field `{at.name}`", f"{fix}; allowed fields here: {', '.join(allowed)}"
+
+
+def _missing_field(at: _ErrorAt) -> _Described:
+    return f"missing required field `{at.name}`", f"add `{at.name}`"
+
+
+def _pattern_mismatch(at: _ErrorAt) -> _Described:
+    pattern = str(at.ctx.get("pattern", ""))
+    explain = _PATTERN_HINTS.get(pattern)
+    problem = f"{_subject(at.loc, at.field)} `{at.value}` must match {pattern}"
+    if explain:
+        problem += f" ({explain})"
+    repair = None
+    if pattern == NODE_ID_PATTERN and isinstance(at.value, str):
+        repair = f"use something like `{_suggest_id(at.value)}`"
+    return problem, repair
+
+
+def _empty_string(at: _ErrorAt) -> _Described | None:
+    if at.ctx.get("min_length") != 1:
+        return None
+    return f"`{at.field}` must not be empty", None
+
+
+def _long_string(at: _ErrorAt) -> _Described:
+    size = len(at.value) if isinstance(at.value, str) else "?"
+    repair = None
+    if at.name in ("template", "text"):
+        repair = (
+            "write long material to a file in the workspace and pass it with "
+            "`{{ref:path}}` or `{{ref_path:path}}`"
         )
-    if kind in _EXPECTED:
-        if not loc and model is GraphSubmission:
-            return (
-                f"the arguments must be a JSON object with `task_summary` and `nodes`, "
-                f"got {_json_kind(value)}",
-                None,
-            )
-        what = f"`{field}`" if field else "each node"
-        return f"{what} must be {_EXPECTED[kind]}, got {_json_kind(value)}", None
-    return (f"`{field}`: " if field else "") + err["msg"], None
+    return (
+        f"`{at.field}` is too long ({size} characters; at most {at.ctx.get('max_length')})",
+        repair,
+    )
+
+
+def _empty_nodes(at: _ErrorAt) -> _Described | None:
+    if tuple(at.loc) != ("nodes",):
+        return None
+    return "`nodes` is empty: a graph needs at least one node", "add the nodes to run"
+
+
+def _long_list(at: _ErrorAt) -> _Described:
+    return (
+        f"`{at.field}` has {at.ctx.get('actual_length')} items; at most {at.ctx.get('max_length')}",
+        "split the work into several smaller graphs" if at.name == "nodes" else None,
+    )
+
+
+def _wrong_type(at: _ErrorAt) -> _Described:
+    if not at.loc and at.model is GraphSubmission:
+        return (
+            f"the arguments must be a JSON object with `task_summary` and `nodes`, "
+            f"got {_json_kind(at.value)}",
+            None,
+        )
+    what = f"`{at.field}`" if at.field else "each node"
+    return f"{what} must be {_EXPECTED[at.kind]}, got {_json_kind(at.value)}", None
+
+
+# By pydantic error type; a describer returning None (or no describer) gets pydantic's message.
+_DESCRIBERS: Final[Mapping[str, Callable[[_ErrorAt], _Described | None]]] = MappingProxyType(
+    {
+        **dict.fromkeys(_EXPECTED, _wrong_type),
+        "extra_forbidden": _unknown_field,
+        "missing": _missing_field,
+        "string_pattern_mismatch": _pattern_mismatch,
+        "string_too_short": _empty_string,
+        "string_too_long": _long_string,
+        "too_short": _empty_nodes,
+        "too_long": _long_list,
+    }
+)
 
 
 def _lookup(data: object, *path: int | str) -> object:
@@ -802,60 +866,80 @@ def _check_capability(
     placeholders: Mapping[str, list[Placeholder]],
     ctx: AdmissionContext,
 ) -> None:
+    """Per node, in order: text-input paths, instance ownership, then file access."""
     owners: dict[str, tuple[str, str]] = {}  # instance -> (agent, where it was claimed)
     for prior in ctx.prior_nodes.values():
         if prior.instance is not None:
             owners.setdefault(prior.instance, (prior.agent, f"earlier node `{prior.id}`"))
     for spec in submission.nodes:
-        for ph in placeholders[spec.id]:
-            binding = spec.inputs.get(ph.target)
-            if ph.kind == "input_path" and isinstance(binding, TextInput):
-                raise AdmissionError(
-                    "capability",
-                    f"`{ph.raw}` asks for the path of text input `{ph.target}`, "
-                    "but a text input has no path",
-                    node=spec.id,
-                    field="template",
-                    repair=f"use `{{{{inputs.{ph.target}}}}}` to insert the text",
-                )
         agent = ctx.agents.get(spec.agent)
+        _check_text_input_paths(spec, placeholders[spec.id])
         if spec.instance is not None:
-            if agent is not None and not agent.stateful:
-                stateful = sorted(n for n, a in ctx.agents.items() if a.stateful and a.enabled)
-                raise AdmissionError(
-                    "capability",
-                    f"instance `{spec.instance}` needs a stateful agent, but `{spec.agent}` "
-                    "is stateless",
-                    node=spec.id,
-                    field="instance",
-                    repair="remove `instance`, or use a stateful agent ("
-                    + (", ".join(f"`{n}`" for n in stateful) or "none available")
-                    + ")",
-                )
-            owner = owners.setdefault(spec.instance, (spec.agent, f"node `{spec.id}`"))
-            if owner[0] != spec.agent:
-                raise AdmissionError(
-                    "capability",
-                    f"instance `{spec.instance}` belongs to agent `{owner[0]}` ({owner[1]}), "
-                    f"but this node uses agent `{spec.agent}`",
-                    node=spec.id,
-                    field="instance",
-                    repair=f"use a different instance handle for `{spec.agent}`, or run this "
-                    f"node on `{owner[0]}`",
-                )
+            _check_instance(spec, spec.instance, agent, owners, ctx)
         if agent is not None and not agent.file_capable:
-            for ph in placeholders[spec.id]:
-                if ph.is_path:
-                    content = _content_form(ph)
-                    raise AdmissionError(
-                        "capability",
-                        f"agent `{spec.agent}` has no local-file access, so it cannot use the "
-                        f"path placeholder `{ph.raw}`",
-                        node=spec.id,
-                        field="template",
-                        repair=f"use the content form `{content}` instead, or choose a "
-                        "file-capable agent",
-                    )
+            _check_no_path_placeholders(spec, placeholders[spec.id])
+
+
+def _check_text_input_paths(spec: NodeSpec, placeholders: Sequence[Placeholder]) -> None:
+    """A text input has no path, so `{{inputs.k.path}}` cannot name one."""
+    for ph in placeholders:
+        binding = spec.inputs.get(ph.target)
+        if ph.kind == "input_path" and isinstance(binding, TextInput):
+            raise AdmissionError(
+                "capability",
+                f"`{ph.raw}` asks for the path of text input `{ph.target}`, "
+                "but a text input has no path",
+                node=spec.id,
+                field="template",
+                repair=f"use `{{{{inputs.{ph.target}}}}}` to insert the text",
+            )
+
+
+def _check_instance(
+    spec: NodeSpec,
+    instance: str,
+    agent: AgentCapabilities | None,
+    owners: dict[str, tuple[str, str]],
+    ctx: AdmissionContext,
+) -> None:
+    """An instance needs a stateful agent and belongs to the first agent that claims it."""
+    if agent is not None and not agent.stateful:
+        stateful = sorted(n for n, a in ctx.agents.items() if a.stateful and a.enabled)
+        raise AdmissionError(
+            "capability",
+            f"instance `{instance}` needs a stateful agent, but `{spec.agent}` is stateless",
+            node=spec.id,
+            field="instance",
+            repair="remove `instance`, or use a stateful agent ("
+            + (", ".join(f"`{n}`" for n in stateful) or "none available")
+            + ")",
+        )
+    owner = owners.setdefault(instance, (spec.agent, f"node `{spec.id}`"))
+    if owner[0] != spec.agent:
+        raise AdmissionError(
+            "capability",
+            f"instance `{instance}` belongs to agent `{owner[0]}` ({owner[1]}), "
+            f"but this node uses agent `{spec.agent}`",
+            node=spec.id,
+            field="instance",
+            repair=f"use a different instance handle for `{spec.agent}`, or run this "
+            f"node on `{owner[0]}`",
+        )
+
+
+def _check_no_path_placeholders(spec: NodeSpec, placeholders: Sequence[Placeholder]) -> None:
+    """An agent without local-file access can only be given content, not paths."""
+    for ph in placeholders:
+        if ph.is_path:
+            raise AdmissionError(
+                "capability",
+                f"agent `{spec.agent}` has no local-file access, so it cannot use the "
+                f"path placeholder `{ph.raw}`",
+                node=spec.id,
+                field="template",
+                repair=f"use the content form `{_content_form(ph)}` instead, or choose a "
+                "file-capable agent",
+            )
 
 
 def _content_form(ph: Placeholder) -> str:
