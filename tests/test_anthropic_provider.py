@@ -300,17 +300,30 @@ async def test_429_honours_retry_after_then_succeeds(
 async def test_retry_after_ms_is_preferred(
     fake: FakeAnthropic, make_provider: MakeProvider
 ) -> None:
-    fake.queue_error(429, "slow down", retry_after=3, headers=SOON)
+    # Were the hour honoured, the call would end in the give-up error below instead.
+    fake.queue_error(429, "slow down", retry_after=3600, headers=SOON)
     fake.queue_error(529, "Overloaded", headers=SOON)
     fake.queue_text("ok")
 
-    started = time.monotonic()
-    reply = await make_provider().complete(system="s", messages=[Message.user_text("q")])
-    elapsed = time.monotonic() - started
+    provider = make_provider(timeout=2.0, max_wait_seconds=1.0)
+    reply = await provider.complete(system="s", messages=[Message.user_text("q")])
 
     assert reply.text == "ok"
     assert retry_counts(fake) == ["0", "1", "2"]
-    assert elapsed < 2.5  # not the 3s the retry-after header asked for
+
+
+async def test_a_retry_after_beyond_the_wait_budget_gives_up_with_a_clear_error(
+    fake: FakeAnthropic, make_provider: MakeProvider
+) -> None:
+    fake.queue_error(429, "slow down", retry_after=3600)
+    provider = make_provider(timeout=0.5, max_retries=1, max_wait_seconds=0.1)
+
+    with pytest.raises(ModelError) as caught:
+        await provider.complete(system="s", messages=[Message.user_text("q")])
+
+    assert "gave up after 1.1s" in str(caught.value)
+    assert "Try again later" in str(caught.value)
+    assert retry_counts(fake) == ["0"]
 
 
 async def test_500_exhausts_retries(fake: FakeAnthropic, make_provider: MakeProvider) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
@@ -72,12 +73,16 @@ class AnthropicProvider:
         base_url: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 4,
+        max_wait_seconds: float = 60.0,
     ) -> None:
         if not api_key:
             raise ValueError("Anthropic API key is empty; set ANTHROPIC_API_KEY.")
         self._api_key = api_key
         self._model = model
         self._timeout = timeout
+        # The SDK waits as long as a retry-after header says (hours, if asked): a turn gives
+        # up once its attempts and waits together exceed this budget.
+        self._deadline = timeout * (max(0, max_retries) + 1) + max_wait_seconds
         # The SDK retries 408/409/429/5xx, timeouts and connection errors with capped
         # exponential backoff, and obeys the API's retry-after(-ms) and x-should-retry headers.
         self._client = anthropic.AsyncAnthropic(
@@ -116,14 +121,21 @@ class AnthropicProvider:
         sdk_tools = [to_sdk_tool(t) for t in tools]
         sdk_system = to_sdk_system(system)
         with self._failures_as_model_error():
-            response = await self._client.messages.create(
-                model=self._model,
-                max_tokens=max_tokens,
-                system=sdk_system,
-                messages=sdk_messages,
-                tools=sdk_tools or anthropic.omit,
-                timeout=self._timeout,
-            )
+            try:
+                async with asyncio.timeout(self._deadline):
+                    response = await self._client.messages.create(
+                        model=self._model,
+                        max_tokens=max_tokens,
+                        system=sdk_system,
+                        messages=sdk_messages,
+                        tools=sdk_tools or anthropic.omit,
+                        timeout=self._timeout,
+                    )
+            except TimeoutError:
+                raise ModelError(
+                    f"Anthropic API call gave up after {self._deadline:g}s: the API kept asking "
+                    "to wait (rate limited or overloaded) or did not answer. Try again later."
+                ) from None
         return to_reply(response)
 
     async def check(self) -> str:

@@ -32,3 +32,12 @@ class ModelProvider(Protocol):
     ) -> ModelReply:
         """Run one model call; raise `ModelError` when it cannot be completed."""
         ...
+
+
+@runtime_checkable
+class ClosableProvider(Protocol):
+    """A provider holding connections that must be released at shutdown."""
+
+    async def aclose(self) -> None:
+        """Close the client's connections (idempotent)."""
+        ...
