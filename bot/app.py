@@ -1,33 +1,37 @@
-"""Assembly root: build the runtime once from Settings (collect, validate, bind, start, freeze)."""
+"""Assembly root: build the runtime once from Settings, top to bottom, then run its lifecycle.
+
+`build_runtime` collects and validates, builds every part from parts already built, wires
+subscribers on the event bus and freezes it, then opens the store. Every part that must be
+stopped is registered on one `AsyncExitStack` as it starts, so shutdown is the reverse of
+startup.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
-import hashlib
 import logging
-import re
 import signal
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from agents.backends import build_backend
 from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
-from agents.models.provider import ModelProvider
+from agents.models.provider import ClosableProvider, ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy
-from bot.channel import ChannelAdapter
-from bot.home import check_home
+from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
+from bot.channels import AdapterFactory
+from bot.home import check_home, workspace_for
 from bot.settings import Settings
-from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.clarify import Clarifier
 from host.conversations import ConversationService
@@ -41,19 +45,20 @@ from host.lanes import LaneManager
 from host.outbox import DeliveryError, Outbox
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import subscribe_decision_handlers
-from host.prompt_model import Prompt
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
-from host.scheduling import Scheduler
-from host.tools import HostToolDeps, build_host_tools, host_context
+from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
 
 log = logging.getLogger(__name__)
 
-AdapterFactory = Callable[[], ChannelAdapter]
+__all__ = ["AdapterFactory", "Runtime", "build_runtime", "serve", "shutdown"]
+
+# How long adapters' serve loops get to end after their adapter was closed.
+SERVE_END_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Runtime:
     settings: Settings
     store: Store
     conversation_log: ConversationLog
+    bus: EventBus
     lanes: LaneManager
     provider: ModelProvider
     registry: AgentRegistry
@@ -71,8 +77,11 @@ class Runtime:
     host: HostAgent
     service: ConversationService
     adapters: tuple[ChannelAdapter, ...]
-    scheduler: Scheduler
+    scheduler: ApschedulerScheduler
     run_events: ConversationRunEvents
+    # Stop callbacks of everything started, in start order (closed in reverse).
+    lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
+    serving: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -88,25 +97,6 @@ def build_provider(settings: Settings) -> ModelProvider:
         timeout=settings.model_timeout,
         max_retries=settings.model_max_retries,
     )
-
-
-def validate_environment(settings: Settings) -> None:
-    """Fail early, with the variable named, when the data directory or its database is
-    unusable (`HomeError`, a RuntimeError)."""
-    check_home(settings.home)
-
-
-def workspace_for(home: Path) -> Callable[[ConversationRef], Path]:
-    """Per-conversation agent workspaces under RAVEN_HOME/workspaces/."""
-
-    def workspace(conv: ConversationRef) -> Path:
-        readable = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{conv.platform}-{conv.channel}")[:60]
-        digest = hashlib.sha256(conv.id.encode()).hexdigest()[:10]
-        path = home / "workspaces" / f"{readable}-{digest}"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    return workspace
 
 
 def build_sandbox(settings: Settings) -> Sandbox:
@@ -136,25 +126,38 @@ def backend_factory(
     return backend
 
 
-async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
-    """Collect → validate → bind → start → freeze."""
-    # Collect and validate.
-    validate_environment(settings)
-    home = settings.home
+def load_agents(settings: Settings) -> AgentRegistry:
+    """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem)."""
     try:
-        registry = load_registry(home / "agents.toml")
+        return load_registry(settings.home / "agents.toml")
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter, ...]:
+    """Every adapter, one per platform, each checked against the features it declares."""
+    adapters = tuple(factory() for factory in factories)
+    platforms = [a.platform for a in adapters]
+    if len(set(platforms)) != len(platforms):
+        raise RuntimeError(f"two adapters for one platform: {platforms}")
+    for adapter in adapters:
+        check_adapter(adapter)
+    return adapters
+
+
+async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
+    """Collect → validate → build → subscribe → open the store (crash leftovers marked)."""
+    check_home(settings.home)
+    home = settings.home
+    registry = load_agents(settings)
     provider = build_provider(settings)
     # Probed once (it runs bwrap): off the event loop.
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
-    adapters = tuple(factory() for factory in adapter_factories)
-    platforms = [a.platform for a in adapters]
-    if len(set(platforms)) != len(platforms):
-        raise RuntimeError(f"two adapters for one platform: {platforms}")
-    # Build, each part from parts already built; who hears what is wired on the bus.
+    adapters = build_adapters(adapter_factories)
+
+    # Build, each part from parts already built.
     store = Store(home / "raven.db")
     conversation_log = ConversationLog(store)
     bus = EventBus()
@@ -199,64 +202,46 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     host = HostAgent(
         provider,
         ToolRegistry[TurnContext](build_host_tools(tool_deps)),
+        context_sources=(OrchestrationContext(tool_deps),),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
-        context=functools.partial(host_context, tool_deps),
     )
-
-    async def cancel_prompts(conversation_id: str) -> None:
-        await broker.cancel_conversation(ConversationRef.parse(conversation_id))
-
     lanes = LaneManager(
         user_pool=settings.user_pool,
         system_pool=settings.system_pool,
         idle_seconds=settings.lane_idle_seconds,
         queue_cap=settings.lane_queue_cap,
-        stop_hooks=(runs.stop_conversation, cancel_prompts),
+        stop_hooks=(runs.stop_conversation, broker.cancel_conversation_id),
     )
-
-    async def status_extra(conv: ConversationRef) -> str:
-        pending = await broker.pending(conv)
-        prompts = "\n".join(f"- prompt `{p.id}` waiting: {p.question[:80]}" for p in pending)
-        return "\n".join(filter(None, [await runs.status(conv), prompts]))
-
     service = ConversationService(
         conversation_log=conversation_log,
         lanes=lanes,
         host=host,
         outbox=outbox,
+        bus=bus,
         dedup_ttl_seconds=settings.dedup_ttl_seconds,
         history_messages=settings.history_messages,
         broker=broker,
-        status_extra=status_extra,
+        status_sources=(runs.status, broker.status),
         background_idle=runs.idle,
         enrichers=MappingProxyType(
-            {a.platform: a.enrich for a in adapters if callable(getattr(a, "enrich", None))}  # type: ignore[attr-defined]
+            {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
         ),
     )
-    # Subscribe, then freeze: who hears what is fixed for this generation.
     run_events = ConversationRunEvents(run_store, service, runs)
+
+    # Subscribe, then freeze: who hears what is fixed for this generation.
     run_events.subscribe(bus)
     subscribe_decision_handlers(bus, runs, service, clarifier)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
     bus.freeze()
-    for adapter in adapters:
-        bind = getattr(adapter, "bind", None)
-        if callable(bind):
-            bind(service, broker)
-    # Start: the store first, so a crash's leftovers are marked before anything new runs.
-    await store.open()
-    interrupted = await conversation_log.interrupt_running()
-    if interrupted:
-        log.warning("%d turn(s) were interrupted by the last shutdown", len(interrupted))
-    interrupted_runs = await run_store.interrupt_unfinished()
-    if interrupted_runs:
-        log.warning("%d graph run(s) were interrupted by the last shutdown", len(interrupted_runs))
-    return Runtime(
+
+    runtime = Runtime(
         settings=settings,
         store=store,
         conversation_log=conversation_log,
+        bus=bus,
         lanes=lanes,
         provider=provider,
         registry=registry,
@@ -267,6 +252,54 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         adapters=adapters,
         scheduler=scheduler,
         run_events=run_events,
+    )
+    try:
+        await open_core(runtime)
+    except BaseException:
+        await runtime.lifecycle.aclose()
+        raise
+    return runtime
+
+
+async def open_core(runtime: Runtime) -> None:
+    """Open the store first, so a crash's leftovers are marked before anything new runs;
+    register every part's stop so that the last started stops first."""
+    stack = runtime.lifecycle
+    await runtime.store.open()
+    stack.push_async_callback(runtime.store.close)
+    stack.push_async_callback(close_provider, runtime.provider)
+    # Egress lives almost to the end: messages said while draining must still go out.
+    stack.push_async_callback(close_adapters, runtime)
+    stack.push_async_callback(runtime.service.close)
+    stack.push_async_callback(runtime.run_events.close)
+    stack.push_async_callback(runtime.runs.shutdown)
+    stack.push_async_callback(runtime.lanes.drain, runtime.settings.shutdown_grace)
+    interrupted = await runtime.conversation_log.interrupt_running()
+    if interrupted:
+        log.warning("%d turn(s) were interrupted by the last shutdown", len(interrupted))
+    interrupted_runs = await runtime.runs.store.interrupt_unfinished()
+    if interrupted_runs:
+        log.warning("%d graph run(s) were interrupted by the last shutdown", len(interrupted_runs))
+
+
+async def start_serving(runtime: Runtime) -> None:
+    """Recover, start the scheduler, then let every adapter receive."""
+    await runtime.broker.recover()
+    for adapter in runtime.adapters:
+        await runtime.service.recover(adapter.platform)
+        await report_interrupted_runs(runtime, adapter.platform)
+    # After recovery, so a job firing now cannot race the replay of unhandled messages.
+    await runtime.scheduler.start()
+    # First to stop: a job firing during the drain would start work shutdown then cuts off.
+    runtime.lifecycle.push_async_callback(runtime.scheduler.stop)
+    await runtime.broker.schedule_expiries()
+    # Everything built so far lives as long as the process: keep it out of the cyclic
+    # collector, whose full passes over it stalled the event loop for 130–290 ms.
+    gc.collect()
+    gc.freeze()
+    ingress = Ingress(runtime.service, runtime.broker)
+    runtime.serving.update(
+        asyncio.create_task(a.serve(ingress), name=f"serve-{a.platform}") for a in runtime.adapters
     )
 
 
@@ -280,47 +313,32 @@ async def serve(runtime: Runtime) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    exit_code = 0
-    serving: set[asyncio.Task[None]] = set()
     stopper = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
-        await runtime.broker.recover()
-        for adapter in runtime.adapters:
-            await runtime.service.recover(adapter.platform)
-            await report_interrupted_runs(runtime, adapter.platform)
-        # After recovery, so a job firing now cannot race the replay of unhandled messages.
-        await runtime.scheduler.start()
-        await runtime.broker.schedule_expiries()
-        # Everything built so far lives as long as the process: keep it out of the cyclic
-        # collector, whose full passes over it stalled the event loop for 130–290 ms.
-        gc.collect()
-        gc.freeze()
-        serving = {
-            asyncio.create_task(a.serve(), name=f"serve-{a.platform}") for a in runtime.adapters
-        }
-        pending = set(serving)
-        while pending:
-            done, _ = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if stopper in done:
-                log.info("shutdown requested")
-                break
-            for task in done:
-                pending.discard(task)
-                if not task.cancelled() and task.exception() is not None:
-                    log.error("adapter %s crashed", task.get_name(), exc_info=task.exception())
-                    exit_code = 1
-                    stop.set()
+        await start_serving(runtime)
+        return await _until_stopped(runtime, stopper)
     finally:
         stopper.cancel()
-        await asyncio.shield(shutdown(runtime, serving))
+        await asyncio.shield(shutdown(runtime))
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
-    return exit_code
 
 
-async def ignore_decision(prompt: Prompt) -> None:
-    """Decision handler for prompts whose waiter reads the outcome itself."""
+async def _until_stopped(runtime: Runtime, stopper: asyncio.Task[bool]) -> int:
+    """Wait for a stop signal or for every adapter to end; 1 when one crashed."""
+    pending = set(runtime.serving)
+    while pending:
+        done, _ = await asyncio.wait(pending | {stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if stopper in done:
+            log.info("shutdown requested")
+            break
+        for task in done:
+            pending.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("adapter %s crashed", task.get_name(), exc_info=task.exception())
+                return 1
+    return 0
 
 
 async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
@@ -343,26 +361,26 @@ async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
         await runtime.runs.store.mark_reported(run.id)
 
 
-async def shutdown(runtime: Runtime, serving: set[asyncio.Task[None]] = frozenset()) -> None:  # type: ignore[assignment]
-    """Stop the scheduler, drain lanes within the grace period, then close adapters, the
-    provider and the store."""
-    # First: a job firing during the drain would start work that shutdown then cuts off.
-    await runtime.scheduler.stop()
-    await runtime.lanes.drain(runtime.settings.shutdown_grace)
-    await runtime.runs.shutdown()
-    await runtime.run_events.close()
-    await runtime.service.close()
+async def shutdown(runtime: Runtime) -> None:
+    """Stop everything started, last started first (idempotent)."""
+    await runtime.lifecycle.aclose()
+
+
+async def close_adapters(runtime: Runtime) -> None:
+    """Close every adapter (which ends its serve loop), then wait briefly for the loops."""
     for adapter in runtime.adapters:
         try:
             await adapter.close()
         except Exception:
             log.exception("closing the %s adapter failed", adapter.platform)
-    if serving:
-        _, still = await asyncio.wait(serving, timeout=5.0)
+    if runtime.serving:
+        _, still = await asyncio.wait(runtime.serving, timeout=SERVE_END_SECONDS)
         for task in still:
             task.cancel()
-        await asyncio.gather(*serving, return_exceptions=True)
-    aclose = getattr(runtime.provider, "aclose", None)
-    if callable(aclose):
-        await aclose()
-    await runtime.store.close()
+        await asyncio.gather(*runtime.serving, return_exceptions=True)
+
+
+async def close_provider(provider: ModelProvider) -> None:
+    """Release the model client's connections, if it holds any."""
+    if isinstance(provider, ClosableProvider):
+        await provider.aclose()

@@ -1,23 +1,51 @@
-"""The channel protocol: what every platform adapter (console, Slack, Discord) provides."""
+"""The channel contract: what every platform adapter (console, Slack, Discord) provides.
+
+Required: egress (`Channel`: post, edit), `serve(ingress)` and `close()`, and a declared
+`features` set. Optional capabilities are protocols checked once at startup
+(`check_adapter`), never probed with `getattr`: `PromptSurface` (buttons, modals, private
+notes) and `SupportsEnrichment` (names, thread re-reads, attachments fetched before a turn).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from core.ids import ConversationRef
 from host.conversations import TurnOutcome
 from host.messages import Attachment, InboundMessage, OutboundMessage
-from host.ports import Channel
+from host.ports import Channel, PromptSurface
+from host.prompt_model import Prompt
 
 __all__ = [
     "Attachment",
     "Channel",
     "ChannelAdapter",
+    "ChannelFeatures",
     "InboundMessage",
     "Inbox",
+    "Ingress",
     "OutboundMessage",
+    "PromptAnswers",
+    "SupportsEnrichment",
+    "check_adapter",
 ]
+
+
+@dataclass(frozen=True)
+class ChannelFeatures:
+    """What a platform can show: checked against the protocols the adapter implements."""
+
+    threads: bool = False  # replies go into a thread of their own
+    buttons: bool = False  # prompts have clickable choices
+    modals: bool = False  # free-text prompts open a form
+    private_notes: bool = False  # one user alone sees a message (ephemeral)
+    editing: bool = False  # a posted message is edited in place (run status)
+
+    def names(self) -> list[str]:
+        """The features present, for `doctor` and logs."""
+        return [name for name, on in vars(self).items() if on]
 
 
 class Inbox(Protocol):
@@ -41,13 +69,67 @@ class Inbox(Protocol):
         ...
 
 
+class PromptAnswers(Protocol):
+    """The prompt broker, as adapters use it (button clicks, modal submissions)."""
+
+    async def answer(
+        self,
+        prompt_id: str,
+        nonce: str,
+        responder_id: str,
+        answer: str,
+        *,
+        message_id: str | None = None,
+    ) -> Any:
+        """Answer a prompt (from message `message_id`); returns an outcome with `status`,
+        `message`, `notified` and `prompt`."""
+        ...
+
+    async def get(self, prompt_id: str) -> Prompt | None:
+        """One prompt by id."""
+        ...
+
+
+@dataclass(frozen=True)
+class Ingress:
+    """What a serving adapter hands inbound traffic to."""
+
+    inbox: Inbox
+    prompts: PromptAnswers
+
+
 class ChannelAdapter(Channel, Protocol):
     """A running platform connection: egress (`Channel`) plus a serve loop for ingress."""
 
-    async def serve(self) -> None:
-        """Receive messages until closed (or, for the console, until end of input)."""
+    @property
+    def features(self) -> ChannelFeatures:
+        """What this platform can show."""
+        ...
+
+    async def serve(self, ingress: Ingress) -> None:
+        """Receive messages into `ingress` until closed (the console: until end of input)."""
         ...
 
     async def close(self) -> None:
         """Disconnect and release resources (idempotent)."""
         ...
+
+
+@runtime_checkable
+class SupportsEnrichment(Protocol):
+    """Adds platform context to a message just before its turn (not at ingress)."""
+
+    async def enrich(self, msg: InboundMessage) -> InboundMessage:
+        """The message with display names, thread history and downloaded attachments."""
+        ...
+
+
+def check_adapter(adapter: ChannelAdapter) -> None:
+    """Fail at startup when an adapter declares a feature it does not implement."""
+    features = adapter.features
+    shows_prompts = features.buttons or features.modals or features.private_notes
+    if shows_prompts and not isinstance(adapter, PromptSurface):
+        raise RuntimeError(
+            f"the {adapter.platform} adapter declares {', '.join(features.names())} but does "
+            "not implement PromptSurface (show_prompt, close_prompt, notify_private)"
+        )

@@ -12,20 +12,12 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from pydantic import SecretStr
-
-from bot.app import AdapterFactory, build_runtime, serve
-from bot.channel import ChannelAdapter
+from bot.app import build_runtime, serve
+from bot.channels import AdapterFactory, configured_channels, ignored_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
 from bot.logging_setup import configure_logging
-from bot.settings import (
-    Settings,
-    SettingsError,
-    load_settings,
-    unknown_variables,
-    url_credentials,
-)
+from bot.settings import Settings, SettingsError, load_settings, unknown_variables
 
 
 def _version() -> str:
@@ -78,60 +70,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _secrets(settings: Settings) -> list[str]:
-    values = [
-        settings.anthropic_api_key,
-        settings.slack_bot_token,
-        settings.slack_app_token,
-        settings.slack_signing_secret,
-        settings.discord_token,
-    ]
-    secrets = [v.get_secret_value() for v in values if v is not None]
-    # Credentials inside a URL (`https://user:token@proxy/`) are secrets too.
-    return (
-        secrets
-        + url_credentials(settings.anthropic_base_url)
-        + url_credentials(settings.slack_api_url)
-    )
-
-
-def slack_adapter(settings: Settings) -> ChannelAdapter:
-    """The Slack adapter from settings (transport chosen by which tokens are set)."""
-    from bot.access import AccessPolicy
-    from bot.app import workspace_for
-    from bot.slack.adapter import SlackAdapter, SlackConfig
-
-    assert settings.slack_bot_token is not None
-    config = SlackConfig(
-        bot_token=settings.slack_bot_token.get_secret_value(),
-        app_token=_secret(settings.slack_app_token),
-        signing_secret=_secret(settings.slack_signing_secret),
-        api_url=settings.slack_api_url,
-        http_host=settings.slack_http_host,
-        http_port=settings.slack_http_port,
-        http_path=settings.slack_http_path,
-        thread_replies=settings.slack_thread_replies,
-        allow_bots=settings.slack_allow_bots,
-        attachment_max_bytes=settings.attachment_max_bytes,
-        thread_context_messages=settings.thread_context_messages,
-    )
-    try:
-        _ = config.transport
-    except ValueError as exc:
-        raise RuntimeError(str(exc)) from None
-    policy = AccessPolicy.from_lists(
-        allowed_users=settings.allowed_users,
-        allowed_channels=settings.allowed_channels,
-        admins=settings.admins,
-        dm_enabled=settings.dm_enabled,
-    )
-    return SlackAdapter(config, policy=policy, workspace=workspace_for(settings.home))
-
-
-def _secret(value: SecretStr | None) -> str | None:
-    return value.get_secret_value() if value is not None else None
-
-
 def _console(settings: Settings) -> AdapterFactory:
     # The active console conversation survives restarts until the user types `new`.
     return functools.partial(ConsoleAdapter, state_file=settings.home / CONSOLE_STATE_FILE)
@@ -140,18 +78,12 @@ def _console(settings: Settings) -> AdapterFactory:
 def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
     if command == "chat":
         return [_console(settings)]
-    factories: list[AdapterFactory] = []
-    if settings.slack_bot_token is not None:
-        factories.append(functools.partial(slack_adapter, settings))
-    if settings.discord_token is not None:
-        # Not silently ignored: the operator set it expecting Discord.
-        logging.getLogger(__name__).warning(
-            "DISCORD_TOKEN is set, but this version has no Discord adapter yet; ignoring it"
-        )
+    for warning in ignored_channels(settings):
+        # Not silently ignored: the operator set it expecting that platform.
+        logging.getLogger(__name__).warning("%s", warning)
+    factories = [spec.factory(settings) for spec in configured_channels(settings)]
     # With no chat platform configured, the console.
-    if not factories:
-        factories.append(_console(settings))
-    return factories
+    return factories or [_console(settings)]
 
 
 async def _serve(settings: Settings, command: str) -> int:
@@ -171,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc, file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, _secrets(settings))
+    configure_logging(settings.log_level, settings.secret_values())
     if command != "doctor":  # doctor lists them among its checks
         for warning in unknown_variables(os.environ):
             logging.getLogger(__name__).warning("%s", warning)

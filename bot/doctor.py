@@ -13,6 +13,7 @@ from typing import Literal, TextIO
 from agents.registry import RegistryError, load_registry
 from agents.sandbox import INSTALL_HINT
 from bot.app import build_sandbox
+from bot.channels import CHANNELS, configured_channels, ignored_channels
 from bot.home import HomeError, check_database
 from bot.settings import Settings, unknown_variables
 from memory.store import Store
@@ -163,38 +164,24 @@ async def _check_model(settings: Settings) -> Check:
     return Check("model", "ok", detail)
 
 
-async def _check_slack(settings: Settings) -> Check:
-    if settings.slack_bot_token is None:
-        return Check("slack", "ok", "not configured (set SLACK_BOT_TOKEN to serve Slack)")
-    from bot.slack.doctor import check_slack
-
-    if settings.slack_app_token is None and settings.slack_signing_secret is None:
-        return Check(
-            "slack", "fail", "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN or SLACK_SIGNING_SECRET"
-        )
-    ok, detail = await check_slack(
-        settings.slack_bot_token.get_secret_value(), settings.slack_api_url
-    )
-    transport = "Socket Mode" if settings.slack_app_token is not None else "HTTP Events API"
-    return Check("slack", "ok" if ok else "fail", f"{transport}: {detail}")
+async def _check_platforms(settings: Settings) -> list[Check]:
+    """One check per registered chat platform (its token, identity, permissions)."""
+    checks = []
+    for spec in CHANNELS:
+        ok, detail = await spec.check(settings)
+        checks.append(Check(spec.name, "ok" if ok else "fail", detail))
+    return checks
 
 
 async def _check_channels(settings: Settings) -> Check:
-    configured = []
-    if settings.slack_bot_token is not None:
-        configured.append("slack")
-    if settings.discord_token is not None:
-        configured.append("discord")
+    configured = [spec.name for spec in configured_channels(settings)]
+    ignored = ignored_channels(settings)
+    if ignored:
+        shown = ", ".join(configured) or "none"
+        return Check("channels", "warn", f"configured: {shown}; " + "; ".join(ignored))
     if not configured:
         return Check(
             "channels", "ok", "no Slack/Discord tokens: `raven-bot run` starts the console"
-        )
-    if "discord" in configured:
-        return Check(
-            "channels",
-            "warn",
-            f"configured: {', '.join(configured)}; DISCORD_TOKEN is ignored (no Discord adapter "
-            "in this version yet)",
         )
     return Check("channels", "ok", f"configured: {', '.join(configured)}")
 
@@ -209,7 +196,7 @@ async def _check_sandbox(settings: Settings) -> Check:
     return Check("sandbox", "warn", f"{sandbox.description}. {INSTALL_HINT}")
 
 
-CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
+CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_data_dir,
     _check_database,
     _check_scheduler_store,
@@ -218,7 +205,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check]], ...] = (
     _check_libraries,
     _check_embedder,
     _check_model,
-    _check_slack,
+    _check_platforms,
     _check_channels,
     _check_sandbox,
 )
@@ -229,7 +216,8 @@ async def run_checks(settings: Settings) -> list[Check]:
     results = []
     for check in CHECKS:
         try:
-            results.append(await check(settings))
+            outcome = await check(settings)
+            results += outcome if isinstance(outcome, list) else [outcome]
         except Exception as exc:
             results.append(Check(check.__name__.removeprefix("_check_"), "fail", repr(exc)))
     return results

@@ -6,9 +6,14 @@ process alive at exit; probing synchronously first turns every such case into on
 
 from __future__ import annotations
 
+import hashlib
+import re
 import sqlite3
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+
+from core.ids import ConversationRef
 
 
 class HomeError(RuntimeError):
@@ -50,3 +55,16 @@ def check_database(path: Path, home: Path) -> None:
             f"RAVEN_HOME={home}: cannot open the database {path.name} ({exc}); "
             "move it aside or point RAVEN_HOME elsewhere."
         ) from None
+
+
+def workspace_for(home: Path) -> Callable[[ConversationRef], Path]:
+    """Per-conversation agent workspaces under RAVEN_HOME/workspaces/ (created on use)."""
+
+    def workspace(conv: ConversationRef) -> Path:
+        readable = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{conv.platform}-{conv.channel}")[:60]
+        digest = hashlib.sha256(conv.id.encode()).hexdigest()[:10]
+        path = home / "workspaces" / f"{readable}-{digest}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    return workspace

@@ -292,6 +292,27 @@ class Settings(BaseSettings):
         """True when no model key is configured."""
         return self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value()
 
+    def is_set(self, variable: str) -> bool:
+        """True when the setting read from environment variable `variable` has a value."""
+        for name, field in type(self).model_fields.items():
+            alias = field.validation_alias
+            names = alias.choices if isinstance(alias, AliasChoices) else [alias]
+            if variable in names:
+                value = getattr(self, name)
+                return value is not None and value != ""
+        raise KeyError(f"no setting reads {variable}")
+
+    def secret_values(self) -> list[str]:
+        """Every secret this configuration holds (tokens, URL credentials), for redaction."""
+        secrets: list[str] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr) and value.get_secret_value():
+                secrets.append(value.get_secret_value())
+            elif name in _URL_FIELDS and isinstance(value, str):
+                secrets += url_credentials(value)
+        return secrets
+
     def masked(self) -> dict[str, str]:
         """Effective configuration by environment variable name, secrets masked."""
         out: dict[str, str] = {}

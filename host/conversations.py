@@ -8,13 +8,14 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
 from agents.models.types import ModelError
 from core.ids import ConversationRef
+from host.events import EventBus, TurnCompleted
 from host.host_agent import HostAgent
 from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
@@ -27,6 +28,7 @@ from memory.conversation_log import ConversationLog, LoggedMessage
 log = logging.getLogger(__name__)
 
 ControlWord = Literal["stop", "status", "help"]
+# How the bot's own turns are shown in the log and to the model.
 SYSTEM_AUTHOR = "raven-system"
 SYSTEM_NAME = "raven (system)"
 # A flooding author hears "busy" once per this many seconds per conversation.
@@ -75,7 +77,8 @@ class ConversationService:
         history_messages: int = 40,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
         broker: PromptBroker | None = None,
-        status_extra: Callable[[ConversationRef], Awaitable[str]] | None = None,
+        bus: EventBus | None = None,
+        status_sources: Sequence[Callable[[ConversationRef], Awaitable[str]]] = (),
         background_idle: Callable[[str], Awaitable[None]] | None = None,
         enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
             MappingProxyType({})
@@ -91,7 +94,9 @@ class ConversationService:
         self._history = history_messages
         self._new_id = new_id
         self._broker = broker
-        self._status_extra = status_extra
+        # Hears TurnCompleted (memory writes, notifications); a private bus when none is given.
+        self._bus = bus or EventBus()
+        self._status_sources = tuple(status_sources)
         self._background_idle = background_idle
         self._enrichers = enrichers
         self._busy_notice_seconds = busy_notice_seconds
@@ -155,7 +160,7 @@ class ConversationService:
     async def _dispatch(
         self, msg: InboundMessage, message_id: int
     ) -> asyncio.Future[TurnOutcome] | None:
-        system = msg.author_id == SYSTEM_AUTHOR
+        system = msg.origin == "system"
         word = None if system else control_word(msg.text)
         if word is not None:
             await self._control(word, msg, message_id)
@@ -177,7 +182,7 @@ class ConversationService:
             return self._lanes.submit(
                 msg.conversation.id,
                 lambda: self._run_turn(msg, message_id, turn_id),
-                kind="system" if system else "user",
+                kind=msg.origin,
                 label=f"turn {turn_id} for {msg.author_name}",
             )
         except LanesClosed:
@@ -216,7 +221,7 @@ class ConversationService:
     async def _run_turn(self, msg: InboundMessage, message_id: int, turn_id: str) -> TurnOutcome:
         conv = msg.conversation
         enrich = self._enrichers.get(msg.platform)
-        if enrich is not None and msg.author_id != SYSTEM_AUTHOR:
+        if enrich is not None and msg.origin == "user":
             # Platform context (names, thread re-read, attachments) is fetched here, not at
             # ingress, so acknowledging an event never waits on it — and a message resumed
             # after a restart gets it too.
@@ -226,9 +231,8 @@ class ConversationService:
                 log.exception("enriching message %s failed; using it as received", message_id)
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
-        system = msg.author_id == SYSTEM_AUTHOR
         try:
-            return await self._turn_body(msg, message_id, turn_id, history, system=system)
+            return await self._turn_body(msg, message_id, turn_id, history)
         except asyncio.CancelledError:
             # Wherever the cancel landed (even in the commit that recorded the turn as
             # running), the turn ends recorded as cancelled, never left running.
@@ -241,27 +245,24 @@ class ConversationService:
         message_id: int,
         turn_id: str,
         history: list[LoggedMessage],
-        *,
-        system: bool,
     ) -> TurnOutcome:
         conv = msg.conversation
         await self._log.start_turn(
             conv,
             turn_id=turn_id,
-            kind="system" if system else "user",
+            kind=msg.origin,
             author_id=msg.author_id,
             author_name=msg.author_name,
             inbound_message_id=message_id,
         )
-        ctx = TurnContext(
-            conv, turn_id, msg.author_id, msg.author_name, "system" if system else "user"
-        )
-        if system and self._host.provider.offline:
+        ctx = TurnContext(conv, turn_id, msg.author_id, msg.author_name, msg.origin)
+        if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.
             await self._log.finish_turn(turn_id, status="completed")
             await self._outbox.send(
                 conv, msg.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
             )
+            await self._completed(ctx, msg.text, msg.text)
             return TurnOutcome(turn_id, "completed", msg.text)
         try:
             reply = await self._host.run_turn(
@@ -288,7 +289,14 @@ class ConversationService:
         await self._outbox.send(
             conv, reply.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
         )
+        await self._completed(ctx, msg.text, reply.text)
         return TurnOutcome(turn_id, "completed", reply.text)
+
+    async def _completed(self, ctx: TurnContext, request: str, reply: str) -> None:
+        # After the reply went out: subscribers (memory) never delay it.
+        await self._bus.publish(
+            TurnCompleted(ctx.conversation, ctx.turn_id, ctx.author_id, ctx.origin, request, reply)
+        )
 
     async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:
         conv = msg.conversation
@@ -308,8 +316,8 @@ class ConversationService:
             status = self._lanes.status(conv.id)
             running = status.running or "nothing"
             text = f"**Status**: running {running}; {status.queued} request(s) queued."
-            if self._status_extra is not None:
-                text = f"{text}\n{await self._status_extra(conv)}"
+            extra = [await source(conv) for source in self._status_sources]
+            text = "\n".join(filter(None, [text, *extra]))
             text = "\n".join(filter(None, [text, await self._delivery_status(conv)]))
         else:
             await self._log.mark_handled(message_id)
@@ -394,6 +402,7 @@ class ConversationService:
             author_name=SYSTEM_NAME,
             text=text[:40_000],
             event_id=f"system:{key}"[:256],
+            origin="system",
         )
         message_id = await self._log.claim_inbound(
             conv,

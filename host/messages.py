@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.ids import ConversationRef
+from host.turn import TurnOrigin
 
 MAX_INBOUND_CHARS = 40_000
+# Who system turns were recorded as before messages carried an origin (read-only, legacy).
+_LEGACY_SYSTEM_AUTHOR = "raven-system"
 
 
 class Attachment(BaseModel):
@@ -48,6 +52,18 @@ class InboundMessage(BaseModel):
     reread_thread: bool = Field(
         default=False, description="an explicit mention in a thread: re-read it before the turn"
     )
+    origin: TurnOrigin = Field(
+        default="user", description="set to `system` only by the core, for its own turns"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_origin(cls, data: Any) -> Any:
+        # Recorded by an older version, where the author id alone marked a system turn.
+        legacy = isinstance(data, dict) and "origin" not in data
+        if legacy and data.get("author_id") == _LEGACY_SYSTEM_AUTHOR:
+            return {**data, "origin": "system"}
+        return data
 
     @property
     def conversation(self) -> ConversationRef:

@@ -561,6 +561,15 @@ class PromptBroker:
         row = await self._store.fetchone("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
         return _prompt(row) if row is not None else None
 
+    async def cancel_conversation_id(self, conversation_id: str) -> None:
+        """`cancel_conversation` by id (the lanes' stop hook)."""
+        await self.cancel_conversation(ConversationRef.parse(conversation_id))
+
+    async def status(self, conversation: ConversationRef) -> str:
+        """The conversation's pending prompts, one line each, for `status`."""
+        pending = await self.pending(conversation)
+        return "\n".join(f"- prompt `{p.id}` waiting: {p.question[:80]}" for p in pending)
+
     async def pending(self, conversation: ConversationRef | None = None) -> list[Prompt]:
         """Pending prompts, oldest first; of one conversation when given."""
         return await self._pending_rows(conversation, newest_first=False)

@@ -300,9 +300,15 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
     ]
 
 
-async def host_context(deps: HostToolDeps, ctx: TurnContext) -> str:
-    """Per-turn additions to the Host's system prompt: roster, guide summary or pinned guide."""
-    parts = ["## Agents you can use", deps.registry.roster_text(), "", GUIDE_SUMMARY]
-    if await deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
-        parts += ["", "## Orchestration guide (pinned)", load_guide()]
-    return "\n".join(parts)
+@dataclass(frozen=True)
+class OrchestrationContext:
+    """Context source: the agent roster and the guide summary, or the guide once pinned."""
+
+    deps: HostToolDeps
+
+    async def context(self, ctx: TurnContext) -> str:
+        """The roster and guide block for this turn's conversation."""
+        parts = ["## Agents you can use", self.deps.registry.roster_text(), "", GUIDE_SUMMARY]
+        if await self.deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
+            parts += ["", "## Orchestration guide (pinned)", load_guide()]
+        return "\n".join(parts)

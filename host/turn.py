@@ -1,4 +1,4 @@
-"""What a Host turn knows about itself: where it is, who asked, and its id."""
+"""What a Host turn knows about itself: where it is, who asked, why it runs, and its id."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ from typing import Literal
 
 from core.ids import ConversationRef
 
+# Why a turn runs: a person wrote (`user`), or the bot itself started it (`system`: a run
+# report, an answered question, a scheduled wake-up). Set by the core, never by a platform.
+TurnOrigin = Literal["user", "system"]
+
 
 @dataclass(frozen=True)
 class TurnContext:
-    """Passed to every host tool: the conversation, the author and the turn."""
+    """Passed to every host tool, context source and harness: conversation, author, turn."""
 
     conversation: ConversationRef
     turn_id: str
     author_id: str
     author_name: str
-    kind: Literal["user", "system"] = "user"
+    origin: TurnOrigin = "user"

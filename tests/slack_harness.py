@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 
 from bot.app import Runtime, build_runtime, serve
-from bot.cli import slack_adapter
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
+from bot.slack.factory import slack_adapter
 from core.ids import ConversationRef
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 from tests.helpers import eventually

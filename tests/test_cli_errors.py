@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.cli import _secrets
 from bot.settings import load_settings, mask_url, unknown_variables
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
@@ -147,8 +146,8 @@ def test_url_masking_and_log_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://proxyuser:hunter2secret@proxy.example/")
     settings = load_settings()
     assert settings.masked()["ANTHROPIC_BASE_URL"] == "https://****@proxy.example/"
-    assert "hunter2secret" in _secrets(settings)
-    assert "proxyuser:hunter2secret" in _secrets(settings)
+    assert "hunter2secret" in settings.secret_values()
+    assert "proxyuser:hunter2secret" in settings.secret_values()
 
 
 def test_unknown_variables_name_the_closest_setting(tmp_path: Path) -> None:

@@ -91,7 +91,8 @@ _BOT_SIDE = textwrap.dedent(
     from agents.registry import AgentEntry
     from agents.specialists import default_specialists
     from agents.workspace_tools import ShellPolicy, ToolContext
-    from bot.app import backend_factory, build_sandbox, workspace_for
+    from bot.app import backend_factory, build_sandbox
+    from bot.home import workspace_for
     from bot.settings import load_settings
     from core.ids import ConversationRef
 

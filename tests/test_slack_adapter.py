@@ -18,10 +18,11 @@ import pytest
 
 from bot.access import AccessPolicy
 from bot.app import build_runtime, serve
-from bot.cli import slack_adapter
+from bot.channel import Ingress
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.doctor import check_slack, required_scopes
+from bot.slack.factory import slack_adapter
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
 from tests.helpers import eventually
@@ -1032,8 +1033,7 @@ async def test_socket_mode_losing_slack_while_running_logs_one_line_per_retry(
         socket_ping_interval=0.05,
     )
     adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
-    adapter.bind(_NoInbox())
-    task = asyncio.create_task(adapter.serve())
+    task = asyncio.create_task(adapter.serve(_NO_INGRESS))
     try:
         async with asyncio.timeout(10):
             await adapter.ready.wait()
@@ -1069,14 +1069,26 @@ class _NoInbox:
         return None
 
 
+class _NoPrompts:
+    """A broker nobody answers (the adapter only has to connect)."""
+
+    async def answer(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no prompt expected")
+
+    async def get(self, prompt_id: str) -> None:
+        return None
+
+
+_NO_INGRESS = Ingress(_NoInbox(), _NoPrompts())
+
+
 async def test_rejected_token_stops_the_adapter_with_a_clear_error(tmp_path: Path) -> None:
     async with FakeSlack() as fake:
         fake.add_method("auth.test", lambda _: {"ok": False, "error": "invalid_auth"})
         config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SECRET, api_url=fake.api_url)
         adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
-        adapter.bind(_NoInbox())
         with pytest.raises(RuntimeError, match="rejected SLACK_BOT_TOKEN \\(invalid_auth\\)"):
-            await asyncio.wait_for(adapter.serve(), 10)
+            await asyncio.wait_for(adapter.serve(_NO_INGRESS), 10)
         assert len(fake.calls_to("auth.test")) == 1
 
 

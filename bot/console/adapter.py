@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from agents.plan_syntax import is_plan_line, parse_plan
-from bot.channel import InboundMessage, Inbox, OutboundMessage
+from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, OutboundMessage
 from core.ids import ConversationRef
 from host.conversations import TurnOutcome, control_word
 from host.messages import MAX_INBOUND_CHARS
@@ -105,14 +105,13 @@ class ConsoleAdapter:
 
     def __init__(
         self,
-        inbox: Inbox | None = None,
         *,
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         user: str | None = None,
         state_file: Path | None = None,
     ) -> None:
-        self._inbox = inbox
+        self._inbox: Inbox | None = None
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._user = user or _local_user()
@@ -131,10 +130,10 @@ class ConsoleAdapter:
         """Conversation keys start with `console`."""
         return "console"
 
-    def bind(self, inbox: Inbox, prompts: object | None = None) -> None:
-        """Attach the conversation service (assembly root, before `serve`); console prompts
-        are answered by typing, so the broker is not needed here."""
-        self._inbox = inbox
+    @property
+    def features(self) -> ChannelFeatures:
+        """A terminal has none of the rich features: prompts are numbered, edits reprinted."""
+        return ChannelFeatures()
 
     @property
     def conversation(self) -> ConversationRef:
@@ -177,14 +176,14 @@ class ConsoleAdapter:
         """Consoles have one user: print it marked as private."""
         self._write(f"raven (only {user_id})> {text}\n")
 
-    async def serve(self) -> None:
+    async def serve(self, ingress: Ingress) -> None:
         """Read lines until end of input or close, then wait for the turns they started.
 
         Lines are accepted as they arrive (so `stop` reaches a running turn); turns in one
-        console conversation still run in order, so replies print in order.
+        console conversation still run in order, so replies print in order. Console prompts
+        are answered by typing, so `ingress.prompts` is not needed here.
         """
-        if self._inbox is None:
-            raise RuntimeError("ConsoleAdapter.serve() called before bind()")
+        self._inbox = ingress.inbox
         interactive = self._stdin.isatty()
         self._used.append(self.conversation)
         self._write(f"raven> conversation {label(self._thread)} (type `new` for a fresh one)\n")
@@ -201,34 +200,45 @@ class ConsoleAdapter:
             if is_plan_line(text):
                 # A plan is several lines (one per node): read them as one message.
                 text, replaced, pushed = await self._plan_block(line, interactive)
-            if not text or self._closed.is_set():
-                continue
-            if _NEW.match(text):
-                await self._start_new()
-                continue
-            if len(text) > MAX_INBOUND_CHARS:
-                self._write(
-                    f"raven> ⚠️ That message is {len(text):,} characters; the limit is "
-                    f"{MAX_INBOUND_CHARS:,}. Nothing was sent: split it into shorter messages.\n"
-                )
-                continue
-            if replaced:
-                self._write(
-                    "raven> ⚠️ That line had bytes that are not valid UTF-8; they were replaced "
-                    "with � before sending.\n"
-                )
-            accepted = await self._inbox.accept(self._message(text))
-            if control_word(text) == "help":
-                self._write(
-                    f"raven> In the console, `new` starts a fresh conversation (this one is "
-                    f"{label(self._thread)}; a restart continues it).\n"
-                )
+            accepted = await self._submit(text, replaced)
             if accepted is not None:
                 pending.append(accepted)
                 if not interactive:
                     # A script's lines are sequential: the next one (e.g. a typed answer
                     # to the prompt this turn shows) must see this turn's effects.
                     await asyncio.wait({accepted})
+        await self._finish(pending)
+
+    async def _submit(self, text: str, replaced: bool) -> asyncio.Future[TurnOutcome] | None:
+        """Send one typed message (or handle `new`, or refuse it with the reason)."""
+        assert self._inbox is not None
+        if not text or self._closed.is_set():
+            return None
+        if _NEW.match(text):
+            await self._start_new()
+            return None
+        if len(text) > MAX_INBOUND_CHARS:
+            self._write(
+                f"raven> ⚠️ That message is {len(text):,} characters; the limit is "
+                f"{MAX_INBOUND_CHARS:,}. Nothing was sent: split it into shorter messages.\n"
+            )
+            return None
+        if replaced:
+            self._write(
+                "raven> ⚠️ That line had bytes that are not valid UTF-8; they were replaced "
+                "with � before sending.\n"
+            )
+        accepted = await self._inbox.accept(self._message(text))
+        if control_word(text) == "help":
+            self._write(
+                f"raven> In the console, `new` starts a fresh conversation (this one is "
+                f"{label(self._thread)}; a restart continues it).\n"
+            )
+        return accepted
+
+    async def _finish(self, pending: list[asyncio.Future[TurnOutcome]]) -> None:
+        """Wait for the turns this console started; at end of input, for their runs too."""
+        assert self._inbox is not None
         for turn in pending:
             try:
                 await turn

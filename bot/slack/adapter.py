@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
-from bot.channel import Inbox
+from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
 from bot.render.mrkdwn import markdown_to_mrkdwn, neutralize_slack_args, render_for_slack
 from bot.slack.blocks import (
     MODAL_ACTION,
@@ -88,35 +88,6 @@ _PERMANENT_ERRORS = _TOKEN_ERRORS | {
 }
 # Failures that mean "Slack is unreachable or unwell right now", logged without a traceback.
 _UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError, SlackApiError)
-
-
-class PromptAnswers(Protocol):
-    """The prompt broker, as the adapter uses it."""
-
-    async def answer(
-        self,
-        prompt_id: str,
-        nonce: str,
-        responder_id: str,
-        answer: str,
-        *,
-        message_id: str | None = None,
-    ) -> Any:
-        """Answer a prompt (from message `message_id`); returns an outcome with `status`,
-        `message`, `notified` and `prompt`."""
-        ...
-
-    async def get(self, prompt_id: str) -> Prompt | None:
-        """One prompt by id."""
-        ...
-
-
-class SlackInbox(Inbox, Protocol):
-    """The conversation service, as the Slack adapter uses it."""
-
-    async def knows(self, conv: ConversationRef) -> bool:
-        """True when the bot already takes part in this conversation."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -238,7 +209,7 @@ class SlackAdapter:
         self._transport = config.transport
         self._policy = policy
         self._workspace = workspace
-        self._inbox: SlackInbox | None = None
+        self._inbox: Inbox | None = None
         self._prompts: PromptAnswers | None = None
         self._sdk_log = _SdkLog(log, config.socket_ping_interval)
         self._client = AsyncWebClient(
@@ -267,10 +238,16 @@ class SlackAdapter:
         """The Web API client (tests point it at a loopback fake)."""
         return self._client
 
-    def bind(self, inbox: SlackInbox, prompts: PromptAnswers | None = None) -> None:
-        """Attach the conversation service and the prompt broker (assembly root)."""
-        self._inbox = inbox
-        self._prompts = prompts
+    @property
+    def features(self) -> ChannelFeatures:
+        """Threads, buttons, modals, ephemeral notes and in-place edits."""
+        return ChannelFeatures(
+            threads=self.config.thread_replies,
+            buttons=True,
+            modals=True,
+            private_notes=True,
+            editing=True,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -300,10 +277,9 @@ class SlackAdapter:
         app.view(MODAL_CALLBACK)(self._on_view)
         return app
 
-    async def serve(self) -> None:
-        """Connect the configured transport and serve until closed."""
-        if self._inbox is None:
-            raise RuntimeError("SlackAdapter.serve() called before bind()")
+    async def serve(self, ingress: Ingress) -> None:
+        """Connect the configured transport and serve `ingress` until closed."""
+        self._inbox, self._prompts = ingress.inbox, ingress.prompts
         app = self.build_app()
         try:
             if not await self._authenticate():

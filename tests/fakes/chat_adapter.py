@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.channel import ChannelFeatures, Ingress
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.recording_channel import RecordingChannel
 
@@ -15,12 +16,13 @@ class FakeChatAdapter(RecordingChannel, RecordingPromptSurface):
         RecordingChannel.__init__(self, platform)
         RecordingPromptSurface.__init__(self)
         self._closed = asyncio.Event()
-        self.inbox: object | None = None
 
-    def bind(self, inbox: object, prompts: object = None) -> None:
-        self.inbox = inbox
+    @property
+    def features(self) -> ChannelFeatures:
+        """Like a rich platform: buttons, private notes and edits."""
+        return ChannelFeatures(threads=True, buttons=True, private_notes=True, editing=True)
 
-    async def serve(self) -> None:
+    async def serve(self, ingress: Ingress) -> None:
         await self._closed.wait()
 
     async def close(self) -> None:

@@ -1,0 +1,67 @@
+"""The channel registry: every chat platform the bot can serve, one line each.
+
+`cli.py`, `app.py` and `doctor` use only this table; a platform's code lives in its own
+package (`bot/slack/`, later `bot/discord/`) and is imported only when configured.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.channel import ChannelAdapter
+from bot.settings import Settings
+
+AdapterFactory = Callable[[], ChannelAdapter]
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """One platform: its name, the variable that turns it on, and where its factory lives."""
+
+    name: str
+    variable: str  # set → served by `raven-bot run`
+    module: str  # imported only when used, so an unused platform costs nothing
+    build: str  # `(Settings) -> ChannelAdapter` in `module`
+    doctor: str  # `async (Settings) -> (ok, detail)` in `module`
+
+    def configured(self, settings: Settings) -> bool:
+        """True when its variable is set."""
+        return settings.is_set(self.variable)
+
+    def factory(self, settings: Settings) -> AdapterFactory:
+        """A factory building this platform's adapter from `settings`."""
+        build: Callable[[Settings], ChannelAdapter] = self._attr(self.build)
+        return functools.partial(build, settings)
+
+    def check(self, settings: Settings) -> Awaitable[tuple[bool, str]]:
+        """The platform's `doctor` check."""
+        check: Callable[[Settings], Awaitable[tuple[bool, str]]] = self._attr(self.doctor)
+        return check(settings)
+
+    def _attr(self, name: str) -> Any:
+        return getattr(importlib.import_module(self.module), name)
+
+
+CHANNELS: tuple[ChannelSpec, ...] = (
+    ChannelSpec("slack", "SLACK_BOT_TOKEN", "bot.slack.factory", "slack_adapter", "slack_doctor"),
+)
+# Variables of platforms not built yet: warned about, never silently ignored.
+NOT_YET: tuple[tuple[str, str], ...] = (("discord", "DISCORD_TOKEN"),)
+
+
+def configured_channels(settings: Settings) -> list[ChannelSpec]:
+    """The platforms whose variable is set."""
+    return [spec for spec in CHANNELS if spec.configured(settings)]
+
+
+def ignored_channels(settings: Settings) -> list[str]:
+    """Warnings for set variables of platforms this version cannot serve."""
+    return [
+        f"{variable} is set, but this version has no {name.capitalize()} adapter yet; ignoring it"
+        for name, variable in NOT_YET
+        if settings.is_set(variable)
+    ]

@@ -1,0 +1,63 @@
+"""The Slack entry of the channel registry: build the adapter and check it for `doctor`."""
+
+from __future__ import annotations
+
+from bot.access import AccessPolicy
+from bot.channel import ChannelAdapter
+from bot.home import workspace_for
+from bot.settings import Settings
+from bot.slack.adapter import SlackAdapter, SlackConfig
+from bot.slack.doctor import check_slack
+
+
+def slack_configured(settings: Settings) -> bool:
+    """Slack is served when its bot token is set."""
+    return settings.slack_bot_token is not None
+
+
+def slack_adapter(settings: Settings) -> ChannelAdapter:
+    """The Slack adapter from settings (transport chosen by which tokens are set)."""
+    assert settings.slack_bot_token is not None
+    config = SlackConfig(
+        bot_token=settings.slack_bot_token.get_secret_value(),
+        app_token=_secret(settings.slack_app_token),
+        signing_secret=_secret(settings.slack_signing_secret),
+        api_url=settings.slack_api_url,
+        http_host=settings.slack_http_host,
+        http_port=settings.slack_http_port,
+        http_path=settings.slack_http_path,
+        thread_replies=settings.slack_thread_replies,
+        allow_bots=settings.slack_allow_bots,
+        attachment_max_bytes=settings.attachment_max_bytes,
+        thread_context_messages=settings.thread_context_messages,
+    )
+    try:
+        _ = config.transport
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+    policy = AccessPolicy.from_lists(
+        allowed_users=settings.allowed_users,
+        allowed_channels=settings.allowed_channels,
+        admins=settings.admins,
+        dm_enabled=settings.dm_enabled,
+    )
+    return SlackAdapter(config, policy=policy, workspace=workspace_for(settings.home))
+
+
+async def slack_doctor(settings: Settings) -> tuple[bool, str]:
+    """(ok, detail) for `raven-bot doctor`: transport, token, identity and scopes."""
+    if settings.slack_bot_token is None:
+        return True, "not configured (set SLACK_BOT_TOKEN to serve Slack)"
+    if settings.slack_app_token is None and settings.slack_signing_secret is None:
+        return False, "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN or SLACK_SIGNING_SECRET"
+    ok, detail = await check_slack(
+        settings.slack_bot_token.get_secret_value(), settings.slack_api_url
+    )
+    transport = "Socket Mode" if settings.slack_app_token is not None else "HTTP Events API"
+    return ok, f"{transport}: {detail}"
+
+
+def _secret(value: object) -> str | None:
+    from pydantic import SecretStr
+
+    return value.get_secret_value() if isinstance(value, SecretStr) else None
