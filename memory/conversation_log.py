@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.ids import ConversationRef
-from memory.store import Store
+from memory.store import Store, WritePriority
 
 DEDUP_PURGE_SECONDS = 60.0
 TurnStatus = Literal["running", "completed", "failed", "interrupted", "cancelled"]
@@ -47,7 +48,12 @@ class TurnRecord:
 
 
 class ConversationLog:
-    """Durable record of what was said, by whom, and what the bot is about to send."""
+    """Durable record of what was said, by whom, and what the bot is about to send.
+
+    Every write is one store write unit (batched with other writers' units, committed
+    before the call returns); the inbound claim, which a platform's ack waits for, jumps
+    the queue.
+    """
 
     def __init__(self, store: Store, *, clock: Any = time.time) -> None:
         self._store = store
@@ -71,26 +77,30 @@ class ConversationLog:
         within its TTL, so a redelivery or a restart can never produce a second turn.
         """
         now = self._clock()
-        async with self._store.transaction() as db:
-            if now - self._last_purge > DEDUP_PURGE_SECONDS:
-                # Expired keys are purged now and then, not on every event (hot path).
-                await db.execute("DELETE FROM dedup WHERE expires_at < ?", (now,))
-                self._last_purge = now
-            marks = ",".join("?" * len(event_keys))
-            cur = await db.execute(
+        # Expired keys are purged now and then, not on every event (hot path). Decided here,
+        # on the event loop, so concurrent claims of one batch do not all purge.
+        purge = now - self._last_purge > DEDUP_PURGE_SECONDS
+        if purge:
+            self._last_purge = now
+        marks = ",".join("?" * len(event_keys))
+
+        def claim(db: sqlite3.Connection) -> int | None:
+            if purge:
+                db.execute("DELETE FROM dedup WHERE expires_at < ?", (now,))
+            cur = db.execute(
                 f"SELECT 1 FROM dedup WHERE key IN ({marks}) AND expires_at >= ? LIMIT 1",
                 (*event_keys, now),
             )
-            if await cur.fetchone() is not None:
+            if cur.fetchone() is not None:
                 return None
             # An expired key may still be there (no purge yet): replace it.
-            await db.executemany("DELETE FROM dedup WHERE key = ?", [(key,) for key in event_keys])
-            await db.executemany(
+            db.executemany("DELETE FROM dedup WHERE key = ?", [(key,) for key in event_keys])
+            db.executemany(
                 "INSERT INTO dedup (key, expires_at) VALUES (?, ?)",
                 [(key, now + ttl_seconds) for key in event_keys],
             )
-            await ensure_conversation(db, conv, now)
-            cur = await db.execute(
+            ensure_conversation_sync(db, conv, now)
+            cur = db.execute(
                 "INSERT OR IGNORE INTO messages (conversation_id, direction, author_id,"
                 " author_name, text, idempotency_key, payload, handled, created_at)"
                 " VALUES (?, 'in', ?, ?, ?, ?, ?, 0, ?)",
@@ -98,8 +108,10 @@ class ConversationLog:
             )
             # The log remembers every event for good: a redelivery after the dedup TTL is
             # still a duplicate.
-            message_id = cur.lastrowid if cur.rowcount == 1 else None
-        return message_id
+            return cur.lastrowid if cur.rowcount == 1 else None
+
+        # The ack waits for this commit: it goes into the next batch before any other unit.
+        return await self._store.write(claim, priority=WritePriority.INGRESS)
 
     async def mark_handled(self, message_id: int, turn_id: str | None = None) -> None:
         """Record that an inbound message was taken up (by a turn, or deliberately not)."""
@@ -114,14 +126,17 @@ class ConversationLog:
 
         Done before the lane is cancelled, so a crash in between cannot resurrect them.
         """
-        async with self._store.transaction() as db:
-            await db.execute("UPDATE messages SET handled = 1 WHERE id = ?", (stop_message_id,))
-            cur = await db.execute(
+
+        def stop(db: sqlite3.Connection) -> int:
+            db.execute("UPDATE messages SET handled = 1 WHERE id = ?", (stop_message_id,))
+            cur = db.execute(
                 "UPDATE messages SET handled = 1, stopped = 1 WHERE conversation_id = ?"
                 " AND direction = 'in' AND handled = 0 AND id < ?",
                 (conversation_id, stop_message_id),
             )
             return int(cur.rowcount)
+
+        return await self._store.write(stop)
 
     async def undelivered(self, conversation_id: str) -> list[LoggedMessage]:
         """Outgoing messages of a conversation whose posting failed (oldest first)."""
@@ -154,18 +169,21 @@ class ConversationLog:
     ) -> None:
         """Record a turn as running (and its inbound message as handled) in one transaction."""
         now = self._clock()
-        async with self._store.transaction() as db:
-            await ensure_conversation(db, conv, now)
-            await db.execute(
+
+        def start(db: sqlite3.Connection) -> None:
+            ensure_conversation_sync(db, conv, now)
+            db.execute(
                 "INSERT INTO turns (id, conversation_id, kind, author_id, author_name, status,"
                 " started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
                 (turn_id, conv.id, kind, author_id, author_name, now),
             )
             if inbound_message_id is not None:
-                await db.execute(
+                db.execute(
                     "UPDATE messages SET handled = 1, turn_id = ? WHERE id = ?",
                     (turn_id, inbound_message_id),
                 )
+
+        await self._store.write(start)
 
     async def finish_turn(
         self,
@@ -204,15 +222,18 @@ class ConversationLog:
 
     async def interrupt_running(self) -> list[TurnRecord]:
         """Mark turns left `running` by a crash as `interrupted`; return them (startup)."""
-        async with self._store.transaction() as db:
-            cur = await db.execute("SELECT * FROM turns WHERE status = 'running'")
-            rows = await cur.fetchall()
-            await db.execute(
+        now = self._clock()
+
+        def interrupt(db: sqlite3.Connection) -> list[TurnRecord]:
+            rows = db.execute("SELECT * FROM turns WHERE status = 'running'").fetchall()
+            db.execute(
                 "UPDATE turns SET status = 'interrupted', finished_at = ?,"
                 " error = 'interrupted by a restart' WHERE status = 'running'",
-                (self._clock(),),
+                (now,),
             )
-        return [_turn(row) for row in rows]
+            return [_turn(row) for row in rows]
+
+        return await self._store.write(interrupt)
 
     async def unreported_interruptions(self) -> list[tuple[TurnRecord, ConversationRef]]:
         """Interrupted turns whose users have not been told yet."""
@@ -247,20 +268,22 @@ class ConversationLog:
     ) -> LoggedMessage:
         """Persist an outgoing message as `pending` before it is sent (idempotent by key)."""
         now = self._clock()
-        async with self._store.transaction() as db:
-            await ensure_conversation(db, conv, now)
-            await db.execute(
+
+        def record(db: sqlite3.Connection) -> LoggedMessage:
+            ensure_conversation_sync(db, conv, now)
+            db.execute(
                 "INSERT OR IGNORE INTO messages (conversation_id, turn_id, direction, author_id,"
                 " author_name, text, idempotency_key, delivery, created_at)"
                 " VALUES (?, ?, 'out', ?, ?, ?, ?, 'pending', ?)",
                 (conv.id, turn_id, author_id, author_name, text, idempotency_key, now),
             )
-            cur = await db.execute(
+            row = db.execute(
                 "SELECT * FROM messages WHERE idempotency_key = ?", (idempotency_key,)
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return _message(row)
+            ).fetchone()
+            assert row is not None
+            return _message(row)
+
+        return await self._store.write(record)
 
     async def mark_delivery(
         self, idempotency_key: str, delivery: Delivery, platform_message_id: str | None = None
@@ -317,14 +340,25 @@ class ConversationLog:
         return [_message(r) for r in rows]
 
 
+_ENSURE_CONVERSATION = (
+    "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
+    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at"
+)
+
+
 async def ensure_conversation(db: Any, conv: ConversationRef, now: float) -> None:
     """Insert the conversation row if missing (inside the caller's write transaction)."""
-    await db.execute(
-        "INSERT INTO conversations (id, platform, workspace, channel, thread, created_at,"
-        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
-        (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now),
-    )
+    await db.execute(_ENSURE_CONVERSATION, _conversation_row(conv, now))
+
+
+def ensure_conversation_sync(db: sqlite3.Connection, conv: ConversationRef, now: float) -> None:
+    """`ensure_conversation` inside a write unit (on the writer's own thread)."""
+    db.execute(_ENSURE_CONVERSATION, _conversation_row(conv, now))
+
+
+def _conversation_row(conv: ConversationRef, now: float) -> tuple[Any, ...]:
+    return (conv.id, conv.platform, conv.workspace, conv.channel, conv.thread, now, now)
 
 
 def _message(row: Any) -> LoggedMessage:
