@@ -61,8 +61,10 @@ class _Unit:
     fn: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
     priority: WritePriority
-    # Set once taken into a batch: from then on it runs whatever its caller does.
-    batch: _Batch | None = None
+    # Its batch's `done`, set once taken into a batch: from then on it runs whatever its
+    # caller does. Not the batch itself: a unit <-> batch cycle per write would be garbage
+    # only the cyclic GC frees, and its pauses stop the whole event loop.
+    batch_done: asyncio.Future[None] | None = None
 
 
 @dataclass(eq=False)
@@ -235,13 +237,13 @@ class Store:
             # committed. A cancellation cancels `unit.future`, which settling then skips.
             return cast(T, await unit.future)
         except asyncio.CancelledError:
-            if unit.batch is None:
+            if unit.batch_done is None:
                 if unit in queue:  # not already failed by close or a stopped writer
                     queue.remove(unit)
                 raise
             # Already on the writer's thread: it commits or fails whatever we do here; tell
             # the caller only once the store is settled.
-            await _settled(unit.batch.done)
+            await _settled(unit.batch_done)
             if unit.future.done() and not unit.future.cancelled():
                 unit.future.exception()  # retrieved: the caller sees its cancellation instead
             raise
@@ -287,7 +289,7 @@ class Store:
             return None
         batch = _Batch(units, asyncio.get_running_loop().create_future())
         for unit in units:
-            unit.batch = batch
+            unit.batch_done = batch.done
         return batch
 
     async def _run_batch(self, db: aiosqlite.Connection, batch: _Batch) -> None:
