@@ -7,9 +7,11 @@ open-loop target rates from a separate load-generator process, with Slack-style 
 (`X-Slack-Retry-Num: 1` / `2`) and exact duplicates delivered concurrently. Each mention is
 a new top-level thread, so every event has its own lane and lanes run in parallel.
 
-Prints ack latency per rate (POST sent → HTTP 200), reply latency, and at the end how many
-turns and replies each event produced. It asserts nothing about time; it exits 1 only when
-some event produced more than one turn (a correctness failure). Run from the repo root:
+Prints ack latency per rate (POST sent → HTTP 200), reply latency, what the ack path costs
+in store writes (write units, batches, transactions), GC pauses, and at the end how many
+turns and replies each event produced, next to the target line. It asserts nothing about
+time; it exits 1 only when some event produced more than one turn (a correctness failure).
+Run from the repo root:
 
     .venv/bin/python bench/slack_ingress.py [--rates 10,25,50,100,200] [--seconds 3]
 """
@@ -26,6 +28,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import gc
 import logging
@@ -48,10 +51,10 @@ import aiosqlite
 from aiohttp import web
 
 from bot.app import build_runtime, serve
-from bot.cli import slack_adapter
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
-from memory.store import Store
+from bot.slack.factory import slack_adapter
+from memory.store import Store, WriteStats
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 
@@ -216,11 +219,12 @@ class LagMonitor:
 
 @dataclass
 class AckScope:
-    """The write transactions one ack waited for (entered by the task that runs `_ingest`)."""
+    """The store writes one ack waited for (made by the task that runs `_ingest`)."""
 
     task: asyncio.Task[Any] | None
-    waits: list[float] = field(default_factory=list)  # time to enter each
+    waits: list[float] = field(default_factory=list)  # time to enter each transaction()
     held: list[float] = field(default_factory=list)  # enter requested → committed
+    units: list[float] = field(default_factory=list)  # each write unit: queued → committed
 
 
 # Set while the adapter's `_ingest` (the part of the request the HTTP ack waits for) runs.
@@ -237,6 +241,7 @@ class TxnSamples:
 
     acks: list[AckScope] = field(default_factory=list)
     other_waits: list[float] = field(default_factory=list)
+    other_units: list[float] = field(default_factory=list)  # queued → committed
 
     @property
     def ack_waits(self) -> list[float]:
@@ -246,26 +251,47 @@ class TxnSamples:
     def ack_held(self) -> list[float]:
         return [h for a in self.acks for h in a.held]
 
+    @property
+    def ack_units(self) -> list[float]:
+        return [u for a in self.acks for u in a.units]
+
 
 class TxnProbe:
-    """Time to enter each `Store.transaction` (write-lock queue + BEGIN IMMEDIATE).
+    """The store writes of the ack path and of everything else.
 
-    Every ack waits for at least one write transaction (the inbound claim), queued behind
-    the turns' own; this shows how long that queue is. The transactions entered inside the
+    Every ack waits for at least one store write (the inbound claim: a write unit, or a
+    `Store.transaction` in older code) queued behind the turns' own; this shows how long
+    that queue is. Write units are timed from `Store.write` (queued → batch committed),
+    transactions from asking to entering (write-lock queue + BEGIN IMMEDIATE). What the
     adapter's `SlackAdapter._ingest` (what the HTTP ack awaits with
-    `process_before_response=True`) are kept apart from the rest (the turns', the outbox's).
-    It wraps the methods, so the bot's code is used unchanged.
+    `process_before_response=True`) writes is kept apart from the rest (turns, outbox). It
+    wraps the methods, so the bot's code is used unchanged.
     """
 
     def __init__(self) -> None:
         self.samples = TxnSamples()
         self._original = Store.transaction
+        self._original_write = Store.write
         self._original_ingest = SlackAdapter._ingest
 
     def install(self) -> None:
         original = self._original
+        original_write = self._original_write
         original_ingest = self._original_ingest
         probe = self
+
+        async def timed_write(store: Store, fn: Any, **kwargs: Any) -> Any:
+            scope = ACK_SCOPE.get()
+            on_ack = scope is not None and scope.task is asyncio.current_task()
+            before = time.perf_counter()
+            try:
+                return await original_write(store, fn, **kwargs)
+            finally:
+                took = time.perf_counter() - before
+                if on_ack and scope is not None:
+                    scope.units.append(took)
+                else:
+                    probe.samples.other_units.append(took)
 
         @contextlib.asynccontextmanager
         async def timed(store: Store) -> AsyncIterator[aiosqlite.Connection]:
@@ -297,10 +323,12 @@ class TxnProbe:
                 probe.samples.acks.append(scope)
 
         Store.transaction = timed  # type: ignore[method-assign,assignment]
-        SlackAdapter._ingest = ingest  # type: ignore[method-assign]
+        Store.write = timed_write  # type: ignore[method-assign,assignment]
+        SlackAdapter._ingest = ingest  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         Store.transaction = self._original  # type: ignore[method-assign]
+        Store.write = self._original_write  # type: ignore[method-assign]
         SlackAdapter._ingest = self._original_ingest  # type: ignore[method-assign]
 
     def take(self) -> TxnSamples:
@@ -373,6 +401,7 @@ class Phase:
     cpu: float = 0.0
     loop_lag: list[float] = field(default_factory=list)
     txn: TxnSamples = field(default_factory=TxnSamples)
+    writes: WriteStats = field(default_factory=WriteStats)  # the store's counters, this phase
     gc_pauses: list[tuple[int, float]] = field(default_factory=list)  # (generation, seconds)
     reply_latency: list[float] = field(default_factory=list)
 
@@ -484,26 +513,48 @@ Where the time goes, per target rate (bot process = the bot, both fakes, SQLite 
 TXN_HEADERS = [
     "rate/s",
     "acks",
+    "units/ack",
     "txn/ack",
-    "max/ack",
-    "wait50 ms",
-    "wait99 ms",
-    "waitmax ms",
-    "held99 ms",
-    "other/ev",
+    "unit50 ms",
+    "unit99 ms",
+    "unitmax ms",
+    "txn99 ms",
+    "other u/ev",
+    "other txn/ev",
     "other99 ms",
 ]
 
 TXN_LEGEND = """\
-Write transactions (Store.transaction, wrapped in the bench), per target rate. The ack path
-is `SlackAdapter._ingest` (what the HTTP response waits for, `process_before_response=True`):
-its transactions are the inbound claim (persist + dedup before acknowledging).
+Store writes of the ack path (Store.write and Store.transaction, wrapped in the bench), per
+target rate. The ack path is `SlackAdapter._ingest` (what the HTTP response waits for,
+`process_before_response=True`): its write is the inbound claim (dedup + persist).
   acks         `_ingest` calls in the phase (one per POST that reached the listener)
-  txn/ack      write transactions the ack waited for, per ack (mean); max/ack the most
-  wait50/99/max  time to enter those (write-lock queue behind other writers + BEGIN IMMEDIATE)
-  held99 ms    p99 of the ack's transaction from asking for it to COMMIT done (wait + work)
-  other/ev     every other write transaction (turns, outbox, lanes, …) per event of the phase
-  other99 ms   p99 time to enter one of those"""
+  units/ack    write units the ack waited for, per ack (mean); txn/ack transaction() blocks
+  unit50/99/max  one such unit: queued → its batch COMMITTED (queue + batch + commit)
+  txn99 ms     p99 of an ack's transaction() from asking for it to COMMIT done
+  other u/ev   every other write unit (turns, outbox, lanes, …) per event; txn/ev the same
+               for transaction() blocks; other99 ms p99 queued → committed of those units"""
+
+BATCH_HEADERS = [
+    "rate/s",
+    "units",
+    "ingress",
+    "batches",
+    "units/batch",
+    "largest",
+    "failed",
+    "txns",
+    "commits/ev",
+]
+
+BATCH_LEGEND = """\
+The store's writer (Store.stats during the phase): how write units were grouped.
+  units        write units run; ingress those queued with priority (the inbound claims)
+  batches      batches committed (one thread hop, one BEGIN IMMEDIATE … COMMIT each)
+  units/batch  mean units per batch; largest the biggest batch so far (since open)
+  failed       units whose caller got an exception
+  txns         transaction() blocks (each its own commit)
+  commits/ev   (batches + txns) per event of the phase"""
 
 GC_HEADERS = ["rate/s", "gc", "gen0/1/2", "total ms", "max ms", "gc2 max ms"]
 
@@ -549,20 +600,47 @@ def cost_row(phase: Phase) -> list[str]:
 
 def txn_row(phase: Phase) -> list[str]:
     txn = phase.txn
-    waits = txn.ack_waits
-    per_ack = [len(a.waits) for a in txn.acks]
+    units = txn.ack_units
+    acks = max(1, len(txn.acks))
+    events = max(1, len(phase.events))
     return [
         f"{phase.rate:g}",
         f"{len(txn.acks)}",
-        f"{sum(per_ack) / max(1, len(per_ack)):.2f}",
-        f"{max(per_ack, default=0)}",
-        ms(pct(waits, 0.50)),
-        ms(pct(waits, 0.99)),
-        ms(max(waits, default=math.nan)),
+        f"{len(units) / acks:.2f}",
+        f"{len(txn.ack_waits) / acks:.2f}",
+        ms(pct(units, 0.50)),
+        ms(pct(units, 0.99)),
+        ms(max(units, default=math.nan)),
         ms(pct(txn.ack_held, 0.99)),
-        f"{len(txn.other_waits) / max(1, len(phase.events)):.1f}",
-        ms(pct(txn.other_waits, 0.99)),
+        f"{len(txn.other_units) / events:.1f}",
+        f"{len(txn.other_waits) / events:.1f}",
+        ms(pct(txn.other_units, 0.99)),
     ]
+
+
+def batch_row(phase: Phase) -> list[str]:
+    w = phase.writes
+    return [
+        f"{phase.rate:g}",
+        f"{w.units}",
+        f"{w.ingress_units}",
+        f"{w.batches}",
+        f"{w.units / max(1, w.batches):.1f}",
+        f"{w.largest_batch}",
+        f"{w.failed_units}",
+        f"{w.transactions}",
+        f"{(w.batches + w.transactions) / max(1, len(phase.events)):.2f}",
+    ]
+
+
+def stats_delta(after: WriteStats, before: WriteStats) -> WriteStats:
+    """Counters of one phase (largest_batch is a running maximum: kept as is)."""
+    delta = {
+        f.name: getattr(after, f.name) - getattr(before, f.name)
+        for f in dataclasses.fields(WriteStats)
+    }
+    delta["largest_batch"] = after.largest_batch
+    return WriteStats(**delta)
 
 
 def gc_row(phase: Phase) -> list[str]:
@@ -701,6 +779,7 @@ class Rig:
     gc_probe: GcProbe
     pool: concurrent.futures.ProcessPoolExecutor | None
     within: float
+    store: Store
 
 
 async def run_phase(phase: Phase, rig: Rig) -> None:
@@ -708,6 +787,7 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     rig.monitor.take()
     rig.probe.take()
     rig.gc_probe.take()
+    writes_before = rig.store.stats
     cpu = time.process_time()
     started = time.perf_counter()
     if rig.pool is None:
@@ -726,6 +806,7 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     phase.cpu = (time.process_time() - cpu) / (time.perf_counter() - started)
     phase.loop_lag = rig.monitor.take()
     phase.txn = rig.probe.take()
+    phase.writes = stats_delta(rig.store.stats, writes_before)
     phase.gc_pauses = rig.gc_probe.take()
     phase.drain = math.nan if done is None else max(0.0, done - last_send)
     sent_at = {r.event: r.sent_mono for r in phase.results if r.kind == FIRST}
@@ -786,7 +867,17 @@ async def bench(opts: Options) -> int:
             async with asyncio.timeout(10):
                 await adapter.ready.wait()
             url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
-            rig = Rig(url, events, replies, monitor, probe, gc_probe, pool, opts.drain_within)
+            rig = Rig(
+                url,
+                events,
+                replies,
+                monitor,
+                probe,
+                gc_probe,
+                pool,
+                opts.drain_within,
+                runtime.store,
+            )
             print("progress:", flush=True)
             # Warm-up (auth.test, users.info cache, SQLite, connections): not reported.
             warm = make_phase(rng, fake, events, 10, 10, 0.0, 0.0, 0.0)
@@ -857,11 +948,15 @@ async def bench(opts: Options) -> int:
     print(TXN_LEGEND)
     print()
     print(table(TXN_HEADERS, (txn_row(p) for p in phases)))
-    if any(p.txn.acks and not p.txn.ack_waits for p in phases):
+    if any(p.txn.acks and not (p.txn.ack_waits or p.txn.ack_units) for p in phases):
         print(
-            "note: some acks entered no write transaction in their own task (the claim may "
-            "now be written by another task: see other/ev)"
+            "note: some acks made no store write in their own task (the claim may now be "
+            "written by another task: see other u/ev)"
         )
+    print()
+    print(BATCH_LEGEND)
+    print()
+    print(table(BATCH_HEADERS, (batch_row(p) for p in phases)))
     print()
     print(GC_LEGEND)
     print()
