@@ -8,9 +8,10 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import MappingProxyType
 
 from bot.app import build_runtime, serve
 from bot.channels import AdapterFactory, configured_channels, ignored_channels
@@ -91,6 +92,44 @@ async def _serve(settings: Settings, command: str) -> int:
     return await serve(runtime)
 
 
+def _graph(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.records_cli import validate_graph
+
+    return validate_graph(args.file, args.agents, settings, sys.stdout)
+
+
+def _runs(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.records_cli import runs_command
+
+    return runs_command(settings, args.runs_command, getattr(args, "run", None))
+
+
+def _doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.doctor import doctor
+
+    return doctor(settings, sys.stdout)
+
+
+# Commands that run once and exit, without serving a chat.
+_TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingProxyType(
+    {"graph": _graph, "runs": _runs, "doctor": _doctor}
+)
+
+
+def _run_bot(settings: Settings, command: str) -> int:
+    try:
+        return asyncio.run(_serve(settings, command))
+    except KeyboardInterrupt:
+        return 130
+    except HomeError as exc:
+        # A configuration problem, like an invalid setting.
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `raven-bot` console script."""
     args = _parser().parse_args(argv)
@@ -107,29 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command != "doctor":  # doctor lists them among its checks
         for warning in unknown_variables(os.environ):
             logging.getLogger(__name__).warning("%s", warning)
-    if command == "graph":
-        from bot.records_cli import validate_graph
-
-        return validate_graph(args.file, args.agents, settings, sys.stdout)
-    if command == "runs":
-        from bot.records_cli import runs_command
-
-        return runs_command(settings, args.runs_command, getattr(args, "run", None))
-    if command == "doctor":
-        from bot.doctor import doctor
-
-        return doctor(settings, sys.stdout)
-    try:
-        return asyncio.run(_serve(settings, command))
-    except KeyboardInterrupt:
-        return 130
-    except HomeError as exc:
-        # A configuration problem, like an invalid setting.
-        print(f"raven-bot: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:
-        print(f"raven-bot: {exc}", file=sys.stderr)
-        return 1
+    tool = _TOOLS.get(command)
+    return tool(args, settings) if tool is not None else _run_bot(settings, command)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from host.events import EventBus, TurnCompleted
 from host.host_agent import HostAgent
 from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
-from host.messages import InboundMessage
+from host.messages import InboundMessage, stored_inbound
 from host.outbox import DeliveryError, Outbox
 from host.prompts import PromptBroker
 from host.turn import TurnContext
@@ -358,7 +358,7 @@ class ConversationService:
             await self._log.mark_reported(turn.id)
         await self._outbox.redeliver_pending(platform)
         for message_id, payload in await self._log.unhandled_inbound(platform):
-            msg = InboundMessage.model_validate_json(payload)
+            msg = stored_inbound(payload)
             log.info("resuming message %s accepted before the restart", message_id)
             await self._ingress.spawn(
                 msg.conversation.id, functools.partial(self._dispatch, msg, message_id)

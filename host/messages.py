@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.ids import ConversationRef
 from host.turn import TurnOrigin
@@ -56,15 +57,6 @@ class InboundMessage(BaseModel):
         default="user", description="set to `system` only by the core, for its own turns"
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _legacy_origin(cls, data: Any) -> Any:
-        # Recorded by an older version, where the author id alone marked a system turn.
-        legacy = isinstance(data, dict) and "origin" not in data
-        if legacy and data.get("author_id") == _LEGACY_SYSTEM_AUTHOR:
-            return {**data, "origin": "system"}
-        return data
-
     @property
     def conversation(self) -> ConversationRef:
         """The conversation key (platform, workspace, channel, thread root)."""
@@ -76,6 +68,16 @@ class InboundMessage(BaseModel):
         keys = [f"{self.platform}:event:{self.event_id}"]
         keys += [f"{self.platform}:event:{extra}" for extra in self.extra_event_ids if extra]
         return keys
+
+
+def stored_inbound(payload: str) -> InboundMessage:
+    """An inbound message as recorded in the log (payloads of older versions included)."""
+    data: dict[str, Any] = json.loads(payload)
+    # Recorded before messages carried an origin, when the author id alone marked the bot's
+    # own turns. Only stored payloads get this reading: a platform never sets the origin.
+    if "origin" not in data and data.get("author_id") == _LEGACY_SYSTEM_AUTHOR:
+        data["origin"] = "system"
+    return InboundMessage.model_validate(data)
 
 
 class OutboundMessage(BaseModel):

@@ -116,18 +116,22 @@ def approval_question(submission: GraphSubmission) -> str:
     return "\n".join(lines)
 
 
-def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
-    """Every tool the Host can call, bound to this generation's runtime."""
-    runs, broker = deps.runs, deps.broker
+class HostTools:
+    """The Host's tool implementations, bound to one generation's runs and prompt broker."""
 
-    async def submit(ctx: TurnContext, raw: dict[str, Any]) -> str:
+    def __init__(self, deps: HostToolDeps) -> None:
+        self.deps = deps
+        self.runs = deps.runs
+        self.broker = deps.broker
+
+    async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str:
         try:
-            result = await runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
+            result = await self.runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
         except AdmissionError as exc:
-            return exc.for_user() if deps.results_reach_users else str(exc)
+            return exc.for_user() if self.deps.results_reach_users else str(exc)
         if result.status == "needs_approval":
             assert result.submission is not None
-            prompt = await broker.create(
+            prompt = await self.broker.create(
                 conversation=ctx.conversation,
                 kind="approval",
                 question=approval_question(result.submission),
@@ -149,12 +153,12 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
                 f"Run `{run.id}` started with {len(run.nodes)} node(s) in the background. "
                 "Progress, exceptions and the final report will arrive as messages."
             )
-        return await runs.wait_for_decision_point(run)
+        return await self.runs.wait_for_decision_point(run)
 
-    async def submit_graph(ctx: TurnContext, args: SubmitGraphInput) -> str:
-        return await submit(ctx, args.root)
+    async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str:
+        return await self.submit(ctx, args.root)
 
-    async def delegate(ctx: TurnContext, args: DelegateInput) -> str:
+    async def delegate(self, ctx: TurnContext, args: DelegateInput) -> str:
         node: dict[str, Any] = {
             "id": args.id or _node_id_for(args.agent),
             "agent": args.agent,
@@ -165,33 +169,33 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
         if args.instance:
             node["instance"] = args.instance
         graph = {"task_summary": f"delegate to {args.agent}", "background": False, "nodes": [node]}
-        return await submit(ctx, graph)
+        return await self.submit(ctx, graph)
 
-    async def load_orchestration_guide(ctx: TurnContext, _: NoInput) -> str:
-        await runs.store.set_flag(ctx.conversation.id, GUIDE_FLAG, "1")
+    async def load_orchestration_guide(self, ctx: TurnContext, _: NoInput) -> str:
+        await self.runs.store.set_flag(ctx.conversation.id, GUIDE_FLAG, "1")
         return load_guide() + "\n\n(The guide is now pinned for the rest of this conversation.)"
 
-    async def replan_with_approval(ctx: TurnContext, args: ResolveInput) -> str:
-        problem = runs.unresolvable(ctx.conversation, args.run_id, args.node_id)
+    async def replan_with_approval(self, ctx: TurnContext, args: ResolveInput) -> str:
+        problem = self.runs.unresolvable(ctx.conversation, args.run_id, args.node_id)
         if problem is not None:
             return problem
         assert args.graph is not None
         try:
-            result = await runs.submit(
+            result = await self.runs.submit(
                 ctx.conversation,
                 args.graph,
                 submitted_by=ctx.author_id,
                 replaces_run=args.run_id,
             )
         except AdmissionError as exc:
-            reason = exc.for_user() if deps.results_reach_users else str(exc)
+            reason = exc.for_user() if self.deps.results_reach_users else str(exc)
             return f"Replan rejected; run `{args.run_id}` is unchanged. {reason}"
         if result.status == "started":  # not reachable with confirm, kept for safety
-            await runs.supersede(ctx.conversation, args.run_id)
+            await self.runs.supersede(ctx.conversation, args.run_id)
             assert result.run is not None
             return f"Run `{args.run_id}` replaced by `{result.run.id}`."
         assert result.submission is not None
-        prompt = await broker.create(
+        prompt = await self.broker.create(
             conversation=ctx.conversation,
             kind="approval",
             question=approval_question(result.submission),
@@ -209,10 +213,10 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
             "stays as it is (the node's decision deadline still applies)."
         )
 
-    async def resolve_exception(ctx: TurnContext, args: ResolveInput) -> str:
+    async def resolve_exception(self, ctx: TurnContext, args: ResolveInput) -> str:
         if args.action == "replan" and args.graph is not None and args.graph.get("confirm"):
-            return await replan_with_approval(ctx, args)
-        text, run = await runs.resolve(
+            return await self.replan_with_approval(ctx, args)
+        text, run = await self.runs.resolve(
             ctx.conversation,
             run_id=args.run_id,
             node_id=args.node_id,
@@ -223,23 +227,23 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
         )
         if run is None or run.record.background:
             return text
-        return f"{text}\n\n{await runs.wait_for_decision_point(run)}"
+        return f"{text}\n\n{await self.runs.wait_for_decision_point(run)}"
 
-    async def run_status(ctx: TurnContext, args: RunRef) -> str:
+    async def run_status(self, ctx: TurnContext, args: RunRef) -> str:
         if args.run_id:
-            return await runs.report(args.run_id)
-        return await runs.status(ctx.conversation)
+            return await self.runs.report(args.run_id)
+        return await self.runs.status(ctx.conversation)
 
-    async def cancel_run(ctx: TurnContext, args: RunRef) -> str:
-        cancelled = await runs.cancel(ctx.conversation, args.run_id)
+    async def cancel_run(self, ctx: TurnContext, args: RunRef) -> str:
+        cancelled = await self.runs.cancel(ctx.conversation, args.run_id)
         if not cancelled:
             return "No matching run is executing in this conversation."
         return f"Cancelled: {', '.join(f'`{r}`' for r in cancelled)}."
 
-    async def ask_user(ctx: TurnContext, args: AskInput) -> str:
+    async def ask_user(self, ctx: TurnContext, args: AskInput) -> str:
         if args.kind == "choice" and len(args.options) < 2:
             return "A `choice` question needs at least two `options`."
-        prompt: Prompt = await broker.create(
+        prompt: Prompt = await self.broker.create(
             conversation=ctx.conversation,
             kind=args.kind,
             question=args.question,
@@ -252,50 +256,54 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
             "end this turn now instead of waiting."
         )
 
+
+def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
+    """Every tool the Host can call, bound to this generation's runtime."""
+    t = HostTools(deps)
     return [
         Tool(
             "delegate",
             "Run one agent on one task (a single-node graph) and return its "
             "result. Use for work one specialist can do alone.",
             DelegateInput,
-            delegate,
+            t.delegate,
         ),
         Tool(
             "submit_graph",
             "Submit a dependency graph of agent nodes. Load the orchestration "
             "guide first. Returns a run id (background) or the run report.",
             SubmitGraphInput,
-            submit_graph,
+            t.submit_graph,
         ),
         Tool(
             "load_orchestration_guide",
             "Load the full orchestration guide (node wiring, "
             "placeholders, limits). Pinned for the rest of the conversation.",
             NoInput,
-            load_orchestration_guide,
+            t.load_orchestration_guide,
         ),
         Tool(
             "resolve_exception",
             "Decide on a suspended node: continue with a message, "
             "abandon it, or replan with a new graph.",
             ResolveInput,
-            resolve_exception,
+            t.resolve_exception,
         ),
         Tool(
             "run_status",
             "Report of one run, or the recent runs of this conversation.",
             RunRef,
-            run_status,
+            t.run_status,
         ),
         Tool(
-            "cancel_run", "Cancel one run, or every run of this conversation.", RunRef, cancel_run
+            "cancel_run", "Cancel one run, or every run of this conversation.", RunRef, t.cancel_run
         ),
         Tool(
             "ask_user",
             "Ask the requester a question (approval, choice or free text) with "
             "buttons. Do not wait: the answer arrives as a new message.",
             AskInput,
-            ask_user,
+            t.ask_user,
         ),
     ]
 
