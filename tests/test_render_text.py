@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bot.render import ZWSP, neutralize_broadcasts, split_message
-from bot.render.mrkdwn import (
+from bot.slack.mrkdwn import (
     HR_LINE,
     TABLE_MAX_WIDTH,
     display_width,

@@ -1,6 +1,6 @@
 """Pure text rendering for chat egress: platform-neutral helpers shared by the adapters.
 
-Slack's Markdown-to-mrkdwn conversion and ping neutralization live in `bot.render.mrkdwn`.
+Slack's Markdown-to-mrkdwn conversion and ping neutralization live in `bot.slack.mrkdwn`.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
 from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
-from bot.render.mrkdwn import markdown_to_mrkdwn, neutralize_slack_args, render_for_slack
 from bot.slack.blocks import (
     MODAL_ACTION,
     MODAL_BLOCK,
@@ -43,6 +42,7 @@ from bot.slack.blocks import (
     parse_action_id,
     prompt_blocks,
 )
+from bot.slack.mrkdwn import markdown_to_mrkdwn, neutralize_slack_args, render_for_slack
 from bot.slack.normalize import (
     DM_THREAD,
     IGNORED_SUBTYPES,
