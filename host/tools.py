@@ -125,6 +125,7 @@ class HostTools:
         self.broker = deps.broker
 
     async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str:
+        """Admit and start a graph, or ask for approval when it needs one."""
         try:
             result = await self.runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
         except AdmissionError as exc:
@@ -156,9 +157,11 @@ class HostTools:
         return await self.runs.wait_for_decision_point(run)
 
     async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str:
+        """The `submit_graph` tool."""
         return await self.submit(ctx, args.root)
 
     async def delegate(self, ctx: TurnContext, args: DelegateInput) -> str:
+        """The `delegate` tool: a single-node graph run in the foreground."""
         node: dict[str, Any] = {
             "id": args.id or _node_id_for(args.agent),
             "agent": args.agent,
@@ -172,10 +175,12 @@ class HostTools:
         return await self.submit(ctx, graph)
 
     async def load_orchestration_guide(self, ctx: TurnContext, _: NoInput) -> str:
+        """The `load_orchestration_guide` tool (pins the guide)."""
         await self.runs.store.set_flag(ctx.conversation.id, GUIDE_FLAG, "1")
         return load_guide() + "\n\n(The guide is now pinned for the rest of this conversation.)"
 
     async def replan_with_approval(self, ctx: TurnContext, args: ResolveInput) -> str:
+        """Replace a waiting run's graph once a person approves the new one."""
         problem = self.runs.unresolvable(ctx.conversation, args.run_id, args.node_id)
         if problem is not None:
             return problem
@@ -214,6 +219,7 @@ class HostTools:
         )
 
     async def resolve_exception(self, ctx: TurnContext, args: ResolveInput) -> str:
+        """The `resolve_exception` tool: continue, abandon or replan a suspended node."""
         if args.action == "replan" and args.graph is not None and args.graph.get("confirm"):
             return await self.replan_with_approval(ctx, args)
         text, run = await self.runs.resolve(
@@ -230,17 +236,20 @@ class HostTools:
         return f"{text}\n\n{await self.runs.wait_for_decision_point(run)}"
 
     async def run_status(self, ctx: TurnContext, args: RunRef) -> str:
+        """The `run_status` tool."""
         if args.run_id:
             return await self.runs.report(args.run_id)
         return await self.runs.status(ctx.conversation)
 
     async def cancel_run(self, ctx: TurnContext, args: RunRef) -> str:
+        """The `cancel_run` tool."""
         cancelled = await self.runs.cancel(ctx.conversation, args.run_id)
         if not cancelled:
             return "No matching run is executing in this conversation."
         return f"Cancelled: {', '.join(f'`{r}`' for r in cancelled)}."
 
     async def ask_user(self, ctx: TurnContext, args: AskInput) -> str:
+        """The `ask_user` tool: a prompt to the requester, answered later."""
         if args.kind == "choice" and len(args.options) < 2:
             return "A `choice` question needs at least two `options`."
         prompt: Prompt = await self.broker.create(
