@@ -1,0 +1,192 @@
+"""Oncall's value types: campaigns, rounds, measurements, machines and jobs (SPEC §9, §7.6).
+
+Validated with pydantic at every boundary (chat syntax, tools, CLI, machines.toml), so a bad
+value is refused with a message that names the field and how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+CampaignState = Literal[
+    "planning", "running", "waiting", "deciding", "reporting", "closed", "failed", "cancelled"
+]
+FINAL_STATES: frozenset[str] = frozenset({"closed", "failed", "cancelled"})
+Direction = Literal["min", "max"]
+MachineKind = Literal["local", "ssh", "slurm"]
+# Why the agent was woken: its scheduled wake-up, or the monitor seeing something early.
+WakeReason = Literal["scheduled", "finished", "died", "stalled", "diverged", "vanished", "budget"]
+JobState = Literal["running", "exited", "vanished", "unknown"]
+DecisionAction = Literal["wait", "resubmit", "terminate", "report"]
+
+
+class MetricSpec(BaseModel):
+    """How to read one metric from a round's output: a regex with one group, or a JSON key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+    pattern: str | None = Field(
+        default=None, description="regex whose first group is the value, e.g. `loss[=: ]+(\\S+)`"
+    )
+    json_key: str | None = Field(default=None, description="key of a JSON-lines record")
+
+    @field_validator("pattern")
+    @classmethod
+    def _one_group(cls, value: str | None) -> str | None:
+        import re
+
+        if value is None:
+            return None
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        if compiled.groups < 1:
+            raise ValueError("the pattern needs one capture group around the value, e.g. (\\S+)")
+        return value
+
+    def default_pattern(self) -> str:
+        """The pattern in use: the given one, or `<name>` followed by a number."""
+        if self.pattern is not None:
+            return self.pattern
+        import re
+
+        name = re.escape(self.name)
+        return rf"\b{name}\b\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|-inf))"
+
+
+class Budget(BaseModel):
+    """Limits of one campaign: wall clock, compute minutes (slot-minutes), rounds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    wall_seconds: float = Field(gt=0, le=90 * 86400, description="whole campaign, seconds")
+    compute_minutes: float | None = Field(default=None, gt=0)
+    rounds: int = Field(default=5, ge=1, le=1000)
+
+
+class CampaignSpec(BaseModel):
+    """What a user asks for when starting a campaign."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    goal: str = Field(min_length=1, max_length=2000)
+    machine: str = Field(default="local", min_length=1, max_length=64)
+    command: str = Field(min_length=1, max_length=8000)
+    metric: MetricSpec
+    direction: Direction = "min"
+    baseline: float | None = None
+    budget: Budget
+    wake_every_seconds: float = Field(default=300.0, ge=1, le=86400)
+    poll_seconds: float = Field(default=5.0, gt=0, le=3600)
+    stall_seconds: float = Field(default=600.0, gt=0)
+    divergence_margin: float | None = Field(
+        default=None, ge=0, description="wake when worse than baseline by more than this"
+    )
+    permitted_actions: tuple[DecisionAction, ...] = ("wait", "resubmit", "terminate", "report")
+    partition: str | None = Field(default=None, max_length=64)
+    cpus: int | None = Field(default=None, ge=1, le=1024)
+    round_time_limit_seconds: float | None = Field(default=None, gt=0)
+
+    @field_validator("baseline")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("the baseline must be a finite number")
+        return value
+
+
+class Measurement(BaseModel):
+    """One recorded value (append-only), with the output line it came from."""
+
+    model_config = ConfigDict(frozen=True)
+    id: int
+    campaign_id: str
+    round: int
+    at: float
+    name: str
+    value: float
+    source_line: str
+
+
+class MachineSpec(BaseModel):
+    """One registered machine (RAVEN_HOME/machines.toml), with its capacity in slots."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    kind: MachineKind
+    slots: int = Field(default=1, ge=1, le=4096)
+    host: str | None = Field(default=None, description="ssh: the host to connect to")
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    workdir: str | None = Field(
+        default=None, description="ssh/slurm: where round directories are created"
+    )
+    partition: str | None = Field(default=None, description="slurm: default partition")
+    ssh_options: tuple[str, ...] = ()
+
+
+class JobRequest(BaseModel):
+    """One round to start on a machine."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    campaign_id: str
+    round: int = Field(ge=1)
+    command: str
+    workdir: Path  # the round's directory (created by the machine)
+    time_limit_seconds: float | None = None
+    cpus: int | None = None
+    partition: str | None = None
+
+
+class JobHandle(BaseModel):
+    """A started round: enough to find it again after a restart."""
+
+    model_config = ConfigDict(frozen=True)
+    machine: str
+    kind: MachineKind
+    job_id: str  # a pid (local, ssh) or a Slurm job id
+    host: str
+    started_at: float
+    log_path: str
+    exit_path: str  # where the exit code lands when the job ends
+
+
+class JobStatus(BaseModel):
+    """What a machine says about a job now."""
+
+    model_config = ConfigDict(frozen=True)
+    state: JobState
+    exit_code: int | None = None
+    detail: str = ""
+
+
+class MachineUnavailable(RuntimeError):
+    """A machine could not be reached or its scheduler refused: a recorded condition."""
+
+
+class Machine(Protocol):
+    """Runs rounds: submit, poll, read the log incrementally, terminate."""
+
+    @property
+    def spec(self) -> MachineSpec:
+        """Its registration."""
+        ...
+
+    async def submit(self, request: JobRequest) -> JobHandle:
+        """Start the round detached (it survives a bot restart); `MachineUnavailable` if not."""
+        ...
+
+    async def poll(self, handle: JobHandle) -> JobStatus:
+        """Running, exited (with its code), or vanished (gone without an exit code)."""
+        ...
+
+    async def read_log(self, handle: JobHandle, offset: int) -> bytes:
+        """Output written since byte `offset` (empty when nothing new)."""
+        ...
+
+    async def terminate(self, handle: JobHandle, *, grace_seconds: float = 10.0) -> None:
+        """SIGTERM (or scancel), then SIGKILL after the grace; a gone job is not an error."""
+        ...
