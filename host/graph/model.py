@@ -16,10 +16,14 @@ MAX_NODES = 200
 NodeId = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
 InputName = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
 
+# `queued`: submitted and waiting for its concurrency slot (or its instance); `running` only
+# once it holds the slot. A queued node has not started, so stopping or a restart skips it
+# like a pending one.
 NodeState = Literal[
-    "pending", "running", "completed", "exception", "failed", "skipped", "cancelled"
+    "pending", "queued", "running", "completed", "exception", "failed", "skipped", "cancelled"
 ]
 TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
+NOT_STARTED_STATES: frozenset[str] = frozenset({"pending", "queued"})
 
 
 class TextInput(BaseModel):

@@ -11,6 +11,7 @@ from host.graph.run_store import NodeRecord, RunRecord
 TERMINAL_OUTPUT_CAP = 3000
 STATUS_ICONS = {
     "pending": "⏳",
+    "queued": "🕒",
     "running": "▶️",
     "completed": "✅",
     "exception": "⚠️",
@@ -59,6 +60,12 @@ def progress_text(run: RunRecord, nodes: Sequence[NodeRecord]) -> str:
     return "\n".join(lines)
 
 
+def terminal_nodes(nodes: Sequence[NodeRecord]) -> list[NodeRecord]:
+    """Completed nodes no other node of the run depends on: their outputs go inline."""
+    depended = {dep for n in nodes for dep in n.deps}
+    return [n for n in nodes if n.state == "completed" and n.node_id not in depended]
+
+
 def run_report(
     run: RunRecord,
     nodes: Sequence[NodeRecord],
@@ -70,7 +77,16 @@ def run_report(
     counts = Counter(n.state for n in nodes)
     summary = ", ".join(
         f"{counts[s]} {s}"
-        for s in ("completed", "failed", "cancelled", "skipped", "exception", "running", "pending")
+        for s in (
+            "completed",
+            "failed",
+            "cancelled",
+            "skipped",
+            "exception",
+            "running",
+            "queued",
+            "pending",
+        )
         if counts[s]
     )
     lines = [
@@ -80,8 +96,7 @@ def run_report(
     if run.replaces_run:
         lines.append(f"(replans run `{run.replaces_run}`)")
     lines += [f"- {node_line(n)}" for n in nodes]
-    depended = {dep for n in nodes for dep in n.deps}
-    terminal = [n for n in nodes if n.state == "completed" and n.node_id not in depended]
+    terminal = terminal_nodes(nodes)
     marker = new_marker()
     errors = fenced_errors(nodes, marker)
     if terminal or errors:

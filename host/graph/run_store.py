@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +71,8 @@ class NodeRecord:
     judge_calls: int = 0
     judge_tokens: int = 0
     seconds: float = 0.0
+    started_at: float | None = None
+    finished_at: float | None = None
 
     def as_prior(self) -> PriorNode:
         """The view admission needs."""
@@ -182,6 +184,40 @@ class RunStore:
                 [(*encoded.values(), conversation_id, nid) for nid in ids],
             )
 
+    async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
+        """Write the changing columns of several nodes in one statement (one transaction).
+
+        Whole rows, not field deltas: a batch then needs a single statement whatever mix of
+        changes it holds (queued, running, settled, skipped), so the runtime commits every
+        change that piled up during the previous commit together (group commit)."""
+        if not records:
+            return
+        await self._store.executemany(
+            _NODE_ROW_UPDATE,
+            [
+                (
+                    r.state,
+                    r.attempts,
+                    r.continuation,
+                    str(r.output_path) if r.output_path is not None else None,
+                    r.error,
+                    json.dumps(r.verdict) if r.verdict is not None else None,
+                    r.deadline,
+                    r.model_calls,
+                    r.input_tokens,
+                    r.output_tokens,
+                    r.judge_calls,
+                    r.judge_tokens,
+                    r.seconds,
+                    r.started_at,
+                    r.finished_at,
+                    r.conversation_id,
+                    r.node_id,
+                )
+                for r in records
+            ],
+        )
+
     async def run(self, run_id: str) -> RunRecord | None:
         """One run by id."""
         row = await self._store.fetchone(
@@ -227,8 +263,9 @@ class RunStore:
         return {r["node_id"]: _node(r).as_prior() for r in rows}
 
     async def interrupt_unfinished(self) -> list[RunRecord]:
-        """After a crash: running nodes → cancelled (interrupted), pending → skipped,
-        suspended → failed; their runs → interrupted. Completed nodes stay reusable.
+        """After a crash: running nodes → cancelled (interrupted), pending and queued (waiting
+        for a slot, never started) → skipped, suspended → failed; their runs → interrupted.
+        Completed nodes stay reusable.
 
         Every run still recorded as `running` is interrupted, including one whose nodes all
         settled but whose end was never recorded (its report was never delivered either).
@@ -253,8 +290,8 @@ class RunStore:
                 )
                 await db.execute(
                     "UPDATE graph_nodes SET state = 'skipped', error = 'not started: the run was"
-                    " interrupted by a restart', finished_at = ? WHERE run_id = ? AND state ="
-                    " 'pending'",
+                    " interrupted by a restart', finished_at = ? WHERE run_id = ? AND state IN"
+                    " ('pending', 'queued')",
                     (now, run_id),
                 )
             if run_ids:
@@ -336,6 +373,14 @@ class RunStore:
         )
 
 
+_NODE_ROW_UPDATE = (
+    "UPDATE graph_nodes SET state = ?, attempts = ?, continuation = ?, output_path = ?,"
+    " error = ?, verdict = ?, deadline = ?, model_calls = ?, input_tokens = ?,"
+    " output_tokens = ?, judge_calls = ?, judge_tokens = ?, seconds = ?, started_at = ?,"
+    " finished_at = ? WHERE conversation_id = ? AND node_id = ?"
+)
+
+
 def _encode(column: str, value: Any) -> Any:
     if column in {"verdict"} and value is not None:
         return json.dumps(value)
@@ -389,4 +434,6 @@ def _node(row: Any) -> NodeRecord:
         judge_calls=row["judge_calls"],
         judge_tokens=row["judge_tokens"],
         seconds=row["seconds"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
     )
