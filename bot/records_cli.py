@@ -13,10 +13,10 @@ from bot.home import HomeError, check_home
 from bot.settings import Settings
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
-from host.graph.records import RunFiles
+from host.graph.records import NodeRecords, RunFiles
 from host.graph.report import node_line
 from host.graph.report_loader import load_report
-from host.graph.run_store import RunStore
+from host.graph.run_store import NodeRecord, RunStore
 from memory.store import Store
 
 
@@ -94,12 +94,31 @@ async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
             return 2
         files = RunFiles(settings.home / "runs")
         # The report is built from records only; no run executes here.
-        out.write(await load_report(runs, run_id) + "\n\nNodes:\n")
+        out.write(await load_report(runs, run_id) + "\n\n")
+        journal = await asyncio.to_thread(files.records, run_id)
+        out.write(
+            "Journal (prompt, output and transcript of every attempt): "
+            f"{files.journal_path(run_id)}\n\nNodes:\n"
+        )
         for node in await runs.nodes_of_run(run_id):
-            out.write(f"- {node_line(node)}\n  records: {files.node_dir(run_id, node.node_id)}\n")
+            out.write(f"- {node_line(node)}\n  records: {_records(files, node, journal)}\n")
     finally:
         await store.close()
     return 0
+
+
+def _records(files: RunFiles, node: NodeRecord, journal: dict[str, NodeRecords]) -> str:
+    """Where one node's records are: its attempts in the journal, its files by path."""
+    attempts = sorted(journal[node.node_id].attempts) if node.node_id in journal else []
+    parts = [
+        f"attempt{'s' if len(attempts) > 1 else ''} {', '.join(map(str, attempts))} in the journal"
+        if attempts
+        else "nothing journaled"
+    ]
+    if node.output_path is not None:
+        parts.append(f"output {node.output_path}")
+        parts.append(f"memory record {files.memory_beside(node.output_path)}")
+    return "; ".join(parts)
 
 
 def runs_command(settings: Settings, action: str, run_id: str | None) -> int:

@@ -13,6 +13,7 @@ import pytest
 
 from bot.app import Runtime, build_runtime, shutdown
 from bot.settings import load_settings
+from host.graph.records import journal_records
 from host.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
@@ -185,20 +186,18 @@ async def test_four_node_graph_with_one_continue(runtime_with_fake: Any) -> None
     }
     graph = json.loads((run_dir / "graph.json").read_text())
     assert [n["id"] for n in graph["nodes"]] == GRAPH_IDS
-    code_dir = run_dir / "nodes" / "code"
-    for name in (
-        "prompt.1.md",
-        "prompt.2.md",
-        "output.1.md",
-        "output.2.md",
-        "transcript.1.jsonl",
-        "transcript.2.jsonl",
-        "output.md",
-    ):
-        assert (code_dir / name).exists(), name
-    assert "Use the public dataset." in (code_dir / "prompt.2.md").read_text()
-    assert (code_dir / "output.md").read_text() == nodes["code"].output_path.read_text()  # type: ignore[union-attr]
-    design_prompt = (run_dir / "nodes" / "design" / "prompt.md").read_text()
+    # Both attempts of the continued node are in the run's journal; its output file holds
+    # the accepted one.
+    records = journal_records(run_dir / "journal.jsonl")
+    code = records["code"]
+    assert sorted(code.attempts) == [1, 2]
+    for attempt in code.attempts.values():
+        assert attempt.prompt and attempt.output is not None and attempt.transcript
+    assert "Use the public dataset." in (code.attempt(2).prompt or "")
+    assert nodes["code"].output_path == run_dir / "outputs" / "code.md"
+    assert (run_dir / "outputs" / "code.md").read_text() == code.attempt(2).output
+    assert (run_dir / "memory" / "code.md").exists()
+    design_prompt = records["design"].latest.prompt or ""
     assert "Reproduced with the public dataset" in design_prompt
     assert "<untrusted-data" in design_prompt
     # The research nodes ran before code; design saw the continued code output.

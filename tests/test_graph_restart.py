@@ -10,6 +10,7 @@ import signal
 import sqlite3
 from pathlib import Path
 
+from host.graph.records import journal_records
 from tests.helpers import eventually
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
@@ -117,9 +118,10 @@ async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
     assert code == 0, err
     states = _states(db)
     assert states["d"] == "completed"
-    run_dir = next((isolated_env / "runs").glob("*/nodes/d"))
-    assert "alpha" in (run_dir / "prompt.md").read_text()
-    assert "alpha" in (run_dir / "output.md").read_text()
+    output = next((isolated_env / "runs").glob("*/outputs/d.md"))
+    assert "alpha" in output.read_text()
+    journal = journal_records(output.parent.parent / "journal.jsonl")
+    assert "alpha" in (journal["d"].latest.prompt or "")
     # The interruption is reported once only.
     assert "A restart interrupted run" not in out
 

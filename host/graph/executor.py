@@ -1,19 +1,40 @@
 """Executes one admitted graph run: dependency-ready scheduling (paper Eq. 31), judging,
-suspension on exceptions, skipping after failures, cancellation."""
+suspension on exceptions, skipping after failures, cancellation.
+
+How a node moves (paper §3.2, Fig. 5a):
+
+- Ready set, incrementally: every node keeps a counter of in-graph predecessors not yet
+  completed; a completed node decrements its children's counters once its state is
+  committed (so a consumer never reads an unsettled output), and a child reaching zero is
+  submitted at once — no scan of the graph on any wake-up. Skipping after a failure walks the
+  pending descendants only.
+- Slots: a submitted node renders its prompt, then waits for its instance (nodes sharing a
+  handle run one after another) and for the conversation's slot — `queued` while it waits,
+  `running` once it holds the slot. The slot is held for the agent call only: journaling,
+  judging and committing happen outside it, so the next node starts meanwhile.
+- Commits: every state change goes through one group commit per run (changes made while a
+  commit runs go into the next one, as a single statement). A batch that settles attempts
+  first syncs the run journal, which holds their prompts, outputs and transcripts: SQLite
+  (the source of truth) never points at records that are not on disk, and nothing is
+  announced before it is committed.
+- Announcements: progress is published by one task per run after commits, coalesced (a
+  slow chat API delays the status message, never the run).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, Usage
@@ -22,8 +43,8 @@ from core.ids import ConversationRef
 from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
-from host.graph.model import NodeSpec, NodeState
-from host.graph.records import RunFiles
+from host.graph.model import NOT_STARTED_STATES, NodeSpec, NodeState
+from host.graph.records import GroupFlush, RunFiles, RunJournal
 from host.graph.render import (
     Artifact,
     RenderError,
@@ -32,10 +53,13 @@ from host.graph.render import (
     render_prompt,
     untrusted_preface,
 )
-from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
 from host.keyed import KeyedLocks
 
 log = logging.getLogger(__name__)
+
+# States that settle an attempt: their batch syncs the journal before it commits.
+_JOURNALED: frozenset[str] = frozenset({"completed", "exception", "failed"})
 
 
 class WorkerPrompts(Protocol):
@@ -60,10 +84,29 @@ class ConversationCapacity:
 
     semaphore: asyncio.Semaphore
     instance_locks: KeyedLocks = field(default_factory=KeyedLocks)
+    # Holders and waiters per handle, so a node can tell it is about to wait (`queued`).
+    _instance_users: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def instance_busy(self, handle: str) -> bool:
+        """True when another node holds (or waits for) this instance."""
+        return self._instance_users.get(handle, 0) > 0
 
     def instance_lock(self, handle: str) -> AbstractAsyncContextManager[None]:
         """Held while a node of this handle runs, so nodes sharing it run one after another."""
-        return self.instance_locks.hold(handle)
+        return self._hold_instance(handle)
+
+    @contextlib.asynccontextmanager
+    async def _hold_instance(self, handle: str) -> AsyncIterator[None]:
+        self._instance_users[handle] = self._instance_users.get(handle, 0) + 1
+        try:
+            async with self.instance_locks.hold(handle):
+                yield
+        finally:
+            left = self._instance_users[handle] - 1
+            if left:
+                self._instance_users[handle] = left
+            else:
+                del self._instance_users[handle]
 
 
 @dataclass(frozen=True)
@@ -84,6 +127,18 @@ class RunDeps:
     prompts: WorkerPrompts | None = None
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One attempt of one node, prepared before it waits for a slot."""
+
+    spec: NodeSpec
+    entry: AgentEntry
+    attempt: int
+    prompt: str  # the task the agent receives
+    request: str  # what this attempt asks for, as journaled and judged
+    continuation: str | None  # sent alone to a stateful session that holds the last attempt
+
+
 class GraphRun:
     """The scheduler of one run. States live here and in SQLite; SQLite is written first."""
 
@@ -101,25 +156,47 @@ class GraphRun:
         self.nodes = dict(nodes)
         self._deps = deps
         self._capacity = capacity
-        self._external = dict(external)
-        self._artifacts: dict[str, Artifact] = {}
-        self._submitted: set[str] = set()
-        self._unsettled: set[str] = set()
+        # Outputs successors may render: earlier runs' nodes now, this run's as they complete.
+        self._artifacts: dict[str, Artifact] = dict(external)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._previous_output: dict[str, str] = {}
         # Nodes whose last attempt was recorded in their instance's session (a continuation
         # can then send the Host's message alone).
         self._in_session: set[str] = set()
+        position = {node_id: i for i, node_id in enumerate(graph.order)}
+        self._children: dict[str, list[str]] = {node_id: [] for node_id in self.nodes}
+        self._waiting: dict[str, int] = {}
+        for node_id, node in self.nodes.items():
+            inside = [d for d in node.deps if d in self.nodes]
+            for dep in inside:
+                self._children[dep].append(node_id)
+            self._waiting[node_id] = sum(1 for d in inside if self.nodes[d].state != "completed")
+        for children in self._children.values():
+            children.sort(key=lambda n: position.get(n, 0))
+        # Suspended nodes and their decision deadlines.
+        self._suspended: dict[str, float | None] = {
+            n.node_id: n.deadline for n in self.nodes.values() if n.state == "exception"
+        }
+        # Decided but not yet committed: the newest record of each such node.
+        self._decided: dict[str, NodeRecord] = {}
+        self._completing: dict[str, Artifact] = {}
+        self._writes = GroupFlush[NodeRecord](self._write_batch, name=f"commits:{run.id}")
+        self._journal: RunJournal = deps.files.open_journal(run.id)
         self._wake = asyncio.Event()
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
         # Set once the run is being cancelled: nothing new starts and the canceller finishes it.
         self._stopping = False
         self._stop_label = "cancelled"
+        self._canceller: asyncio.Task[None] | None = None
         self._finishing = False
         # Set by `halt()` at shutdown: leave the records as they are (running) so the next
         # start marks them interrupted and reports it, exactly as after a crash.
         self._halting = False
+        self._announcer: asyncio.Task[None] | None = None
+        self._announce = asyncio.Event()
+        self._dirty = False
+        self._quiet = False
 
     @property
     def id(self) -> str:
@@ -132,24 +209,12 @@ class GraphRun:
         return self.record.conversation.id
 
     def state(self, node_id: str) -> NodeState:
-        """Current state of one node of this run."""
+        """Current (committed) state of one node of this run."""
         return self.nodes[node_id].state
 
-    def ready(self) -> list[str]:
-        """Eq. 31: pending, not submitted, every in-graph predecessor completed and settled."""
-        if self._stopping or self._halting:
-            return []
-        ready = []
-        for node_id in self.graph.order:
-            node = self.nodes[node_id]
-            if node.state != "pending" or node_id in self._submitted:
-                continue
-            in_graph = [d for d in node.deps if d in self.nodes]
-            if all(
-                self.nodes[d].state == "completed" and d not in self._unsettled for d in in_graph
-            ):
-                ready.append(node_id)
-        return ready
+    def suspended(self) -> list[str]:
+        """Nodes waiting for a Host decision, in the order they were suspended."""
+        return list(self._suspended)
 
     def output_text(self, node_id: str) -> str:
         """The recorded output of a completed node of this run."""
@@ -158,189 +223,268 @@ class GraphRun:
 
     async def run(self) -> None:
         """Schedule until every node settled (suspended nodes wait for a decision)."""
+        if self._stopping or self._halting or self.done.is_set():
+            await self._ended()  # stopped before it began: the canceller finishes it
+            return
+        self._announcer = asyncio.create_task(self._announcements(), name=f"run-progress:{self.id}")
         try:
-            while not self._halting:
-                await self._expire_decisions()
-                for node_id in self.ready():
-                    self._submitted.add(node_id)
-                    self._tasks[node_id] = asyncio.create_task(
-                        self._attempt(node_id), name=f"node:{self.id}:{node_id}"
-                    )
-                suspended = [n for n in self.nodes.values() if n.state == "exception"]
-                if not self._tasks and not suspended:
-                    break
-                self._wake.clear()
-                timeout = None
-                if suspended:
-                    nearest = min(n.deadline or 0.0 for n in suspended)
-                    timeout = max(0.0, nearest - self._deps.clock())
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wake.wait()
+            await self._schedule()
         except asyncio.CancelledError:
             if not self._halting:
-                await asyncio.shield(self._cancel_all("cancelled"))
+                await self.cancel(reason="cancelled")
             raise
         finally:
-            if not self.done.is_set() and not self._stopping and not self._halting:
+            await self._ended()
+
+    async def _schedule(self) -> None:
+        for node_id in self.graph.order:
+            self._submit_if_ready(node_id)
+        while not self._halting:
+            await self._expire_decisions()
+            if not self._tasks and not self._suspended:
+                if self._writes.idle:
+                    return
+                await self._writes.drain()  # a commit may still submit nodes
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._next_deadline()):
+                    await self._wake.wait()
+
+    async def _ended(self) -> None:
+        """Wait for the canceller, or finish; the announcer never outlives the run."""
+        try:
+            if self._canceller is not None:
+                await asyncio.shield(self._canceller)
+            elif not self.done.is_set() and not self._halting:
                 await asyncio.shield(self._finish())
+        finally:
+            announcer = self._announcer
+            if announcer is not None and not announcer.done():
+                announcer.cancel()
+                await asyncio.wait({announcer})
 
     async def halt(self) -> None:
         """Shutdown: stop executing without rewriting records (the restart reports them)."""
         self._halting = True
         self._wake.set()
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        await self._stop_tasks()
+        await self._writes.drain()
+        await self._journal.close()
+        await self._stop_announcements()
 
     async def cancel(self, *, reason: str = "cancelled", superseded: bool = False) -> None:
         """Stop the run: running and suspended nodes cancelled, pending ones skipped."""
-        await self._cancel_all(reason, superseded=superseded)
+        if self._canceller is None and not self.done.is_set():
+            self._canceller = asyncio.create_task(
+                self._cancel_all(reason, superseded=superseded), name=f"run-cancel:{self.id}"
+            )
+        if self._canceller is not None:
+            # Shielded: a cancelled caller must not leave the run half stopped.
+            await asyncio.shield(self._canceller)
         self._wake.set()
 
-    async def resolve_continue(self, node_id: str, message: str) -> None:
-        """Return a suspended node to pending with the Host's message attached."""
-        await self._set(node_id, "pending", continuation=message, deadline=None, error=None)
-        self._wake.set()
+    async def resolve_continue(self, node_id: str, message: str) -> bool:
+        """Return a suspended node to pending with the Host's message attached (False when
+        it no longer waits for a decision)."""
+        if self._stopping or self._current(node_id).state != "exception":
+            return False
+        await self._commit(node_id, "pending", continuation=message, deadline=None, error=None)
+        return True
 
-    async def resolve_abandon(self, node_id: str) -> None:
-        """Fail a suspended node and skip its dependents."""
-        await self._set(
+    async def resolve_abandon(self, node_id: str) -> bool:
+        """Fail a suspended node and skip its dependents (False when it no longer waits)."""
+        if self._stopping or self._current(node_id).state != "exception":
+            return False
+        await self._commit(
             node_id,
             "failed",
             error="abandoned by the Host",
             deadline=None,
             finished_at=self._deps.clock(),
         )
-        await self._skip_dependents(node_id)
+        return True
+
+    # -- scheduling --------------------------------------------------------------------
+
+    def _current(self, node_id: str) -> NodeRecord:
+        """The newest decided record of a node (committed or about to be)."""
+        return self._decided.get(node_id) or self.nodes[node_id]
+
+    def _submit_if_ready(self, node_id: str) -> None:
+        """Eq. 31: pending, not submitted, every in-graph predecessor completed and settled
+        (the counter drops only once a completion is committed)."""
+        if self._stopping or self._halting or node_id in self._tasks:
+            return
+        if self._waiting[node_id] or self.nodes[node_id].state != "pending":
+            return
+        if self._current(node_id).state != "pending":
+            return  # about to be skipped, or a decision not committed yet
+        task = asyncio.create_task(self._attempt(node_id), name=f"node:{self.id}:{node_id}")
+        self._tasks[node_id] = task
+        task.add_done_callback(functools.partial(self._node_done, node_id))
+
+    def _node_done(self, node_id: str, task: asyncio.Task[None]) -> None:
+        if self._tasks.get(node_id) is task:
+            del self._tasks[node_id]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("node %s of run %s crashed", node_id, self.id, exc_info=exc)
+        # A continuation decided while the last attempt was still announcing starts now.
+        self._submit_if_ready(node_id)
         self._wake.set()
 
-    # -- internals ---------------------------------------------------------------------
+    def _next_deadline(self) -> float | None:
+        deadlines = [d for d in self._suspended.values() if d is not None]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - self._deps.clock())
+
+    async def _expire_decisions(self) -> None:
+        if self._stopping or not self._suspended:
+            return
+        now = self._deps.clock()
+        expired = [
+            node_id
+            for node_id, deadline in self._suspended.items()
+            if deadline is not None
+            and deadline <= now
+            and self._current(node_id).state == "exception"
+        ]
+        for node_id in expired:
+            self._decide(
+                node_id,
+                "failed",
+                error=f"no decision by the deadline ({self.nodes[node_id].error})",
+                deadline=None,
+                finished_at=now,
+            )
+        if expired:
+            await self._writes.flushed()
+
+    # -- one node ----------------------------------------------------------------------
 
     async def _attempt(self, node_id: str) -> None:
-        spec = self.graph.node(node_id)
-        entry = self._deps.agent(spec.agent)
-        report: str | None = None
         try:
-            lock = (
-                self._capacity.instance_lock(spec.instance)
-                if spec.instance
-                else contextlib.nullcontext()
-            )
-            async with lock, self._capacity.semaphore:
-                record = self.nodes[node_id]
-                if entry is None or not entry.enabled:
-                    await self._fail(node_id, f"agent `{spec.agent}` is no longer available")
-                else:
-                    report = await self._execute(spec, record, entry)
-            # Settled, slot and instance released: successors may start right away, before
-            # the (possibly slow) announcements below.
-            self._wake.set()
-            if report is not None:
-                await self._deps.bus.publish(RunException(self, node_id, report))
-            await self._deps.bus.publish(RunProgress(self))
+            job = self._prepare(node_id)
+            if isinstance(job, str):
+                await self._fail(node_id, job)
+                return
+            outcome = await self._run_agent(job)
+            await self._settle(job, outcome)
         except asyncio.CancelledError:
-            # Only a started node is cancelled; one still queued for a slot stays pending and
-            # is skipped by `_cancel_all` (paper §3.2: stopping skips pending nodes).
-            if not self._halting and self.nodes[node_id].state == "running":
-                await asyncio.shield(
-                    self._set(
-                        node_id,
-                        "cancelled",
-                        error=self._stop_label,
-                        finished_at=self._deps.clock(),
-                    )
-                )
+            # The canceller (or the restart, after a halt) records what this node became.
             raise
         except Exception as exc:
             log.exception("node %s of run %s crashed", node_id, self.id)
             await self._fail(node_id, f"internal error: {type(exc).__name__}: {exc}")
-        finally:
-            self._submitted.discard(node_id)
-            self._unsettled.discard(node_id)
-            self._tasks.pop(node_id, None)
-            self._wake.set()
 
-    async def _execute(self, spec: NodeSpec, record: NodeRecord, entry: AgentEntry) -> str | None:
-        """One attempt; returns the exception report when the node was suspended."""
-        node_id = spec.id
-        attempt = record.attempts + 1
-        started = self._deps.clock()
-        await self._set(node_id, "running", attempts=attempt, started_at=started)
-        await self._deps.bus.publish(RunProgress(self))
+    def _prepare(self, node_id: str) -> _Job | str:
+        """The attempt's prompt (rendered before the node waits for a slot), or why the node
+        cannot run."""
+        spec = self.graph.node(node_id)
+        entry = self._deps.agent(spec.agent)
+        if entry is None or not entry.enabled:
+            return f"agent `{spec.agent}` is no longer available"
         try:
             prompt = self._render(spec, entry)
         except RenderError as exc:
-            await self._fail(node_id, f"the prompt could not be rendered: {exc}")
-            return None
-        history: list[Message] = []
-        if spec.instance:
-            loaded = await self._deps.store.load_instance(self.conversation_id, spec.instance)
-            history = loaded[1] if loaded is not None else []
+            return f"the prompt could not be rendered: {exc}"
+        record = self.nodes[node_id]
+        attempt = record.attempts + 1
+        prompt, request, continuation = self._continued(spec, entry, record, prompt)
+        # Journaled before dispatch; synced with the next batch.
+        self._journal.record("prompt", node_id, attempt, text=request)
+        return _Job(spec, entry, attempt, prompt, request, continuation)
+
+    def _continued(
+        self, spec: NodeSpec, entry: AgentEntry, record: NodeRecord, prompt: str
+    ) -> tuple[str, str, str | None]:
+        """(prompt, request, continuation) of an attempt, given the Host's message if any."""
         continuation = record.continuation
-        # What this attempt asks for, as recorded in prompt.md and read by the judge.
-        request = prompt
-        if continuation is not None:
-            if entry.stateful and spec.instance and node_id in self._in_session:
-                # The session holds the previous attempt: the message alone continues it.
-                request = (
-                    f"{prompt}\n\n---\nMessage from the Host (sent as a continuation of the "
-                    f"session):\n{continuation}"
-                )
-            else:
-                # A stateless agent (or a session that never recorded the previous attempt)
-                # gets its prompt, its previous result and the message.
-                previous = self._previous_output.get(node_id, "(no output was recorded)")
-                marker = new_marker()
-                previous = fence(
-                    previous, source=f"previous attempt of node {node_id}", marker=marker
-                )
-                prompt = (
-                    f"{prompt}\n\n---\n{untrusted_preface(marker)}\n"
-                    f"Your previous attempt returned:\n{previous}\n\n---\n"
-                    f"Message from the Host about that attempt:\n{continuation}"
-                )
-                request = prompt
-                continuation = None
-        files = self._deps.files
-        # File writes fsync: off the event loop, so other conversations never stall on them.
-        await asyncio.to_thread(files.write_prompt, self.id, node_id, attempt, request)
+        if continuation is None:
+            return prompt, prompt, None
+        if entry.stateful and spec.instance and spec.id in self._in_session:
+            # The session holds the previous attempt: the message alone continues it.
+            request = (
+                f"{prompt}\n\n---\nMessage from the Host (sent as a continuation of the "
+                f"session):\n{continuation}"
+            )
+            return prompt, request, continuation
+        # A stateless agent (or a session that never recorded the previous attempt) gets
+        # its prompt, its previous result and the message.
+        previous = self._previous_output.get(spec.id, "(no output was recorded)")
+        marker = new_marker()
+        previous = fence(previous, source=f"previous attempt of node {spec.id}", marker=marker)
+        prompt = (
+            f"{prompt}\n\n---\n{untrusted_preface(marker)}\n"
+            f"Your previous attempt returned:\n{previous}\n\n---\n"
+            f"Message from the Host about that attempt:\n{continuation}"
+        )
+        return prompt, prompt, None
+
+    async def _run_agent(self, job: _Job) -> AgentOutcome:
+        """Wait for the instance and the slot (`queued`), call the agent (`running`); the slot
+        is released as soon as the call returns."""
+        capacity, handle = self._capacity, job.spec.instance
+        if handle is None:
+            await self._queue_if(job.spec.id, capacity.semaphore.locked())
+            async with capacity.semaphore:
+                return await self._call_in_slot(job, [])
+        await self._queue_if(job.spec.id, capacity.instance_busy(handle))
+        async with capacity.instance_lock(handle):
+            loaded = await self._deps.store.load_instance(self.conversation_id, handle)
+            history = loaded[1] if loaded is not None else []
+            await self._queue_if(job.spec.id, capacity.semaphore.locked())
+            async with capacity.semaphore:
+                outcome = await self._call_in_slot(job, history)
+            # Saved before the instance is released: the next node of the handle loads it.
+            await self._keep_session(job, history, outcome)
+        return outcome
+
+    async def _queue_if(self, node_id: str, must_wait: bool) -> None:
+        if must_wait and self._current(node_id).state == "pending":
+            await self._commit(node_id, "queued")
+
+    async def _call_in_slot(self, job: _Job, history: list[Message]) -> AgentOutcome:
+        node_id = job.spec.id
+        await self._commit(node_id, "running", attempts=job.attempt, started_at=self._deps.clock())
         task = AgentTask(
             node_id=node_id,
-            agent=entry,
-            prompt=prompt,
+            agent=job.entry,
+            prompt=job.prompt,
             workspace=self._deps.workspace,
             history=list(history),
-            continuation=continuation,
+            continuation=job.continuation,
             on_progress=None,
             ask=self._asker(node_id),
             approve=self._approver(node_id),
         )
-        outcome = await self._call_backend(entry, task)
-        output_path = await asyncio.to_thread(
-            files.write_output, self.id, node_id, attempt, outcome.output
-        )
-        await asyncio.to_thread(
-            files.write_transcript, self.id, node_id, attempt, outcome.transcript
-        )
-        if spec.instance:
-            if len(outcome.history) > len(history):
-                self._in_session.add(node_id)
-            else:
-                self._in_session.discard(node_id)
-            if outcome.history:
-                await self._deps.store.save_instance(
-                    self.conversation_id, spec.instance, entry.name, outcome.history
-                )
-        self._unsettled.add(node_id)
-        verdict = await self._verdict(request, outcome)
+        return await self._call_backend(job.entry, task)
+
+    async def _keep_session(self, job: _Job, history: list[Message], outcome: AgentOutcome) -> None:
+        assert job.spec.instance is not None
+        if len(outcome.history) > len(history):
+            self._in_session.add(job.spec.id)
+        else:
+            self._in_session.discard(job.spec.id)
+        if outcome.history:
+            await self._deps.store.save_instance(
+                self.conversation_id, job.spec.instance, job.entry.name, outcome.history
+            )
+
+    async def _settle(self, job: _Job, outcome: AgentOutcome) -> None:
+        """Journal the attempt, judge it, then commit completed / exception / failed."""
+        node_id, attempt = job.spec.id, job.attempt
+        # Journaled before the judge reads them (synced with the next batch).
+        self._journal.record("output", node_id, attempt, text=outcome.output)
+        self._journal.record("transcript", node_id, attempt, items=outcome.transcript)
+        verdict = await self._verdict(job.request, outcome)
         if outcome.output or not outcome.error:
             self._previous_output[node_id] = outcome.output or "(empty output)"
         else:
             self._previous_output[node_id] = f"(no output; the call failed: {outcome.error})"
-        accounting = {
+        record = self.nodes[node_id]
+        accounting: dict[str, Any] = {
             "model_calls": record.model_calls + outcome.model_calls,
             "input_tokens": record.input_tokens + outcome.usage.input_tokens,
             "output_tokens": record.output_tokens + outcome.usage.output_tokens,
@@ -350,50 +494,57 @@ class GraphRun:
             "verdict": verdict.as_dict(),
             "continuation": None,
         }
-        report: str | None = None
         if verdict.accomplished:
-            await self._set(
+            await self._complete(job, outcome, verdict, accounting)
+            return
+        problem = outcome.error or (
+            outcome.output[:300]
+            if outcome.offline
+            else f"{verdict.category}: {verdict.missing}".strip(": ")
+        )
+        if attempt < record.max_attempts and self._deps.host_reachable and not outcome.offline:
+            await self._commit(
                 node_id,
-                "completed",
-                output_path=output_path,
-                error=None,
-                finished_at=self._deps.clock(),
+                "exception",
+                output_path=None,
+                error=problem,
+                deadline=self._deps.clock() + self._deps.decision_seconds,
                 **accounting,
             )
-            self._artifacts[node_id] = Artifact(node_id, outcome.output, output_path)
-            self._write_memory(spec, outcome, verdict, output_path)
-        else:
-            problem = outcome.error or (
-                outcome.output[:300]
-                if outcome.offline
-                else f"{verdict.category}: {verdict.missing}".strip(": ")
-            )
-            can_retry = (
-                attempt < record.max_attempts and self._deps.host_reachable and not outcome.offline
-            )
-            if can_retry:
-                deadline = self._deps.clock() + self._deps.decision_seconds
-                await self._set(
-                    node_id,
-                    "exception",
-                    output_path=None,
-                    error=problem,
-                    deadline=deadline,
-                    **accounting,
-                )
-                report = self.exception_report(node_id)
-            else:
-                await self._set(
-                    node_id,
-                    "failed",
-                    output_path=None,
-                    error=problem,
-                    finished_at=self._deps.clock(),
-                    **accounting,
-                )
-                await self._skip_dependents(node_id)
-        self._unsettled.discard(node_id)
-        return report
+            # A snapshot at each decision point (SQLite is the live record).
+            await self._write_manifest()
+            report = self.exception_report(node_id)
+            await self._deps.bus.publish(RunException(self, node_id, report))
+            return
+        await self._commit(
+            node_id,
+            "failed",
+            output_path=None,
+            error=problem,
+            finished_at=self._deps.clock(),
+            **accounting,
+        )
+
+    async def _complete(
+        self, job: _Job, outcome: AgentOutcome, verdict: Verdict, accounting: dict[str, Any]
+    ) -> None:
+        node_id, files = job.spec.id, self._deps.files
+        output_path = files.output_path(self.id, node_id)
+        # On disk before the commit that points at it (the batch syncs the journal first).
+        self._journal.view(output_path, outcome.output)
+        memory = self._memory_record(job.spec, outcome, verdict, output_path)
+        self._journal.record("memory", node_id, job.attempt, text=memory)
+        # The memory record follows asynchronously (paper Fig. 5a): it never delays successors.
+        self._journal.later(files.memory_path(self.id, node_id), memory)
+        await self._commit(
+            node_id,
+            "completed",
+            artifact=Artifact(node_id, outcome.output, output_path),
+            output_path=output_path,
+            error=None,
+            finished_at=self._deps.clock(),
+            **accounting,
+        )
 
     def _asker(self, node_id: str) -> Callable[[str], Awaitable[str]] | None:
         prompts = self._deps.prompts
@@ -453,33 +604,35 @@ class GraphRun:
         )
 
     def _render(self, spec: NodeSpec, entry: AgentEntry) -> str:
-        artifacts = {**self._external, **self._artifacts}
-        memory_paths = [
-            self._deps.files.memory_path(self._run_of(a), a)
-            for a in sorted(self.graph.ancestors.get(spec.id, frozenset()))
-        ]
         rendered = render_prompt(
             spec,
-            artifacts=artifacts,
+            artifacts=self._artifacts,
             workspace=self._deps.workspace,
             file_capable=entry.file_capable,
-            memory_paths=[p for p in memory_paths if p.exists()],
+            memory_paths=self._memory_paths(spec.id) if entry.file_capable else (),
         )
         return rendered.text
 
-    def _run_of(self, node_id: str) -> str:
-        external = self._external.get(node_id)
-        if external is not None:
-            # runs/<run>/nodes/<node>/output.md → <run>
-            return external.output_path.parent.parent.parent.name
-        return self.id
+    def _memory_paths(self, node_id: str) -> list[str]:
+        """Eq. 32: the memory records of every transitive predecessor — earlier runs' nodes
+        one path each, this run's as one line (its ancestors are all completed by now)."""
+        ancestors = self.graph.ancestors.get(node_id, frozenset())
+        inside = sorted(a for a in ancestors if a in self.nodes)
+        lines = [
+            str(self._deps.files.memory_beside(self._artifacts[a].output_path))
+            for a in sorted(ancestors.difference(inside))
+            if a in self._artifacts
+        ]
+        if inside:
+            lines.append(self._deps.files.memory_listing(self.id, inside))
+        return lines
 
-    def _write_memory(
+    def _memory_record(
         self, spec: NodeSpec, outcome: AgentOutcome, verdict: Verdict, output_path: Path
-    ) -> None:
+    ) -> str:
         marker = new_marker()
         excerpt = f"node {spec.id} output"
-        text = (
+        return (
             f"# Memory record of node `{spec.id}` ({spec.agent})\n\n"
             f"Task summary: {spec.summary or spec.template[:200]}\n\n"
             f"Verdict: accomplished.\n\n"
@@ -488,17 +641,13 @@ class GraphRun:
             f"Judge's evidence:\n{fence(verdict.evidence[:300], source='judge', marker=marker)}"
             f"\n\nExcerpt:\n{fence(outcome.output[:1500], source=excerpt, marker=marker)}\n"
         )
-        try:
-            self._deps.files.write_memory(self.id, spec.id, text)
-        except OSError:
-            log.exception("writing the memory record of %s failed", spec.id)
 
     def exception_report(self, node_id: str) -> str:
         """What the Host needs to decide: task, verdict, blocked dependents, ready calls."""
         node = self.nodes[node_id]
         spec = self.graph.node(node_id)
         verdict = node.verdict or {}
-        blocked = sorted(self._descendants(node_id))
+        blocked = sorted(self.graph.descendants(node_id) & self.nodes.keys())
         left = node.max_attempts - node.attempts
         marker = new_marker()
         deadline = time.strftime("%H:%M:%S UTC", time.gmtime(node.deadline or 0))
@@ -546,89 +695,195 @@ class GraphRun:
             ]
         )
 
-    def _descendants(self, node_id: str) -> frozenset[str]:
-        # Admission computed every node's ancestry once (networkx); no graph walk here.
-        return self.graph.descendants(node_id) & self.nodes.keys()
+    # -- commits -----------------------------------------------------------------------
 
-    async def _skip_dependents(self, node_id: str) -> None:
-        skipped = [d for d in self._descendants(node_id) if self.nodes[d].state == "pending"]
-        if skipped:
-            now = self._deps.clock()
-            error = f"skipped: depends on `{node_id}`, which did not complete"
-            await self._deps.store.update_nodes(
-                self.conversation_id, skipped, state="skipped", error=error, finished_at=now
-            )
-            for d in skipped:
-                self.nodes[d] = _replace(self.nodes[d], state="skipped", error=error)
-            self.changed.set()
-
-    async def _expire_decisions(self) -> None:
-        if self._stopping:
-            return
-        now = self._deps.clock()
-        for node_id in list(self.nodes):
-            # Read afresh each time: a decision may have arrived during the awaits below.
-            node = self.nodes[node_id]
-            if node.state == "exception" and node.deadline is not None and node.deadline <= now:
-                await self._set(
-                    node.node_id,
-                    "failed",
-                    error=f"no decision by the deadline ({node.error})",
-                    deadline=None,
-                    finished_at=now,
-                )
-                await self._skip_dependents(node.node_id)
-                await self._deps.bus.publish(RunProgress(self))
+    async def _commit(
+        self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
+    ) -> None:
+        """Decide a node's new state and wait until it is committed (and applied)."""
+        self._decide(node_id, state, artifact=artifact, **fields)
+        await self._writes.flushed()
 
     async def _fail(self, node_id: str, error: str) -> None:
-        await self._set(node_id, "failed", error=error, finished_at=self._deps.clock())
-        await self._skip_dependents(node_id)
+        await self._commit(node_id, "failed", error=error, finished_at=self._deps.clock())
 
-    async def _cancel_all(self, reason: str, *, superseded: bool = False) -> None:
-        if self.done.is_set():
+    def _decide(
+        self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
+    ) -> None:
+        self._queue(dataclasses.replace(self._current(node_id), state=state, **fields))
+        if artifact is not None:
+            self._completing[node_id] = artifact
+        if state == "failed" and not self._stopping:
+            self._skip_below(node_id)
+
+    def _queue(self, record: NodeRecord) -> None:
+        self._decided[record.node_id] = record
+        self._writes.add(record)
+
+    def _skip_below(self, root: str) -> None:
+        """A failed node skips its pending descendants (in the same commit); each pending
+        node is visited once, through the children lists."""
+        error = f"skipped: depends on `{root}`, which did not complete"
+        now = self._deps.clock()
+        stack = list(self._children[root])
+        while stack:
+            node_id = stack.pop()
+            current = self._current(node_id)
+            if current.state != "pending":
+                continue
+            self._queue(dataclasses.replace(current, state="skipped", error=error, finished_at=now))
+            stack.extend(self._children[node_id])
+
+    async def _write_batch(self, records: list[NodeRecord]) -> None:
+        """One group commit: the newest record of each node in one statement, then applied."""
+        latest = list({r.node_id: r for r in records}.values())
+        if any(r.state in _JOURNALED for r in latest):
+            latest = await self._synced(latest)
+        try:
+            await self._deps.store.commit_nodes(latest)
+        except BaseException:
+            # Not committed: these decisions are void (their waiters get the error).
+            for record in latest:
+                if self._decided.get(record.node_id) is record:
+                    del self._decided[record.node_id]
+                    self._completing.pop(record.node_id, None)
+            raise
+        self._apply(latest)
+
+    async def _synced(self, records: list[NodeRecord]) -> list[NodeRecord]:
+        """Settled attempts are announced with their records (a completed row points at its
+        output file and journal lines): those go to disk first. When that fails, completed
+        nodes fail instead of pointing at nothing."""
+        try:
+            await self._journal.sync()
+        except Exception as exc:
+            log.exception("run %s: the records could not be written", self.id)
+            error = f"internal error: the records could not be written: {exc}"
+            kept = [r for r in records if r.state != "completed"]
+            failed = [
+                dataclasses.replace(r, state="failed", output_path=None, error=error)
+                for r in records
+                if r.state == "completed"
+            ]
+            for record in failed:
+                self._completing.pop(record.node_id, None)
+                self._decided[record.node_id] = record
+                if not self._stopping:
+                    self._skip_below(record.node_id)
+            return kept + failed
+        return records
+
+    def _apply(self, records: list[NodeRecord]) -> None:
+        """Committed: the in-memory state follows, then successors are submitted."""
+        for record in records:
+            node_id = record.node_id
+            previous = self.nodes[node_id].state
+            self.nodes[node_id] = record
+            if self._decided.get(node_id) is record:
+                del self._decided[node_id]
+            if record.state == "exception":
+                self._suspended[node_id] = record.deadline
+            else:
+                self._suspended.pop(node_id, None)
+            if record.state == "completed" and previous != "completed":
+                artifact = self._completing.pop(node_id, None)
+                if artifact is not None:
+                    self._artifacts[node_id] = artifact
+                for child in self._children[node_id]:
+                    self._waiting[child] -= 1
+                    self._submit_if_ready(child)
+            elif record.state == "pending":
+                self._submit_if_ready(node_id)
+        self.changed.set()
+        self._wake.set()
+        self._dirty = True
+        self._announce.set()
+
+    # -- announcements -----------------------------------------------------------------
+
+    async def _announcements(self) -> None:
+        """Publish progress after commits; changes made during a publish share the next."""
+        while True:
+            await self._announce.wait()
+            self._announce.clear()
+            if self._halting:
+                return
+            if self._dirty:
+                self._dirty = False
+                await self._deps.bus.publish(RunProgress(self))
+            if self._quiet and not self._dirty:
+                return
+
+    async def _stop_announcements(self) -> None:
+        """Publish what is still owed (not after a halt), then end the announcer."""
+        task = self._announcer
+        if task is None:
             return
-        # Stays set: from here on nothing starts, and only this call finishes the run (the
-        # scheduler loop could otherwise finish it concurrently with the wrong final state).
-        self._stopping = True
-        label = "superseded by a replan" if superseded else reason
-        self._stop_label = label
+        self._quiet = True
+        self._announce.set()
+        if self._halting:
+            task.cancel()
+        await asyncio.wait({task})
+
+    # -- stopping and finishing --------------------------------------------------------
+
+    async def _stop_tasks(self) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+
+    async def _cancel_all(self, reason: str, *, superseded: bool = False) -> None:
+        # Stays set: from here on nothing starts, and only this call finishes the run (the
+        # scheduler loop could otherwise finish it concurrently with the wrong final state).
+        self._stopping = True
+        label = "superseded by a replan" if superseded else reason
+        self._stop_label = label
+        await self._stop_tasks()
+        await self._writes.drain()
         now = self._deps.clock()
-        for node_id in list(self.nodes):
-            node = self.nodes[node_id]
+        for node in list(self.nodes.values()):
+            state: NodeState
             if node.state in {"running", "exception"}:
-                state: NodeState = (
-                    "failed" if superseded and node.state == "exception" else "cancelled"
+                state = "failed" if superseded and node.state == "exception" else "cancelled"
+                self._queue(
+                    dataclasses.replace(
+                        node, state=state, error=label, finished_at=now, deadline=None
+                    )
                 )
-                await self._set(node.node_id, state, error=label, finished_at=now, deadline=None)
-            elif node.state == "pending":
-                await self._set(node.node_id, "skipped", error=label, finished_at=now)
+            elif node.state in NOT_STARTED_STATES:
+                self._queue(
+                    dataclasses.replace(node, state="skipped", error=label, finished_at=now)
+                )
+        await self._writes.flushed()
         await self._finish(state="superseded" if superseded else "cancelled")
 
-    async def _finish(self, state: str | None = None) -> None:
+    async def _finish(self, state: RunState | None = None) -> None:
         if self.done.is_set() or self._finishing:
             return
         self._finishing = True
+        await self._writes.drain()
         states = {n.state for n in self.nodes.values()}
-        final = state or ("completed" if states == {"completed"} else "failed")
-        await self._deps.store.set_run_state(self.id, final, finished=True)  # type: ignore[arg-type]
-        self.record = _replace_run(self.record, final)
-        await asyncio.to_thread(self._write_manifest)
+        final: RunState = state or ("completed" if states == {"completed"} else "failed")
+        await self._deps.store.set_run_state(self.id, final, finished=True)
+        self.record = dataclasses.replace(self.record, state=final)
+        await self._stop_announcements()
+        await self._write_manifest()
+        # Memory records still owed are written before the run counts as done.
+        await self._journal.close()
         self.done.set()
         self.changed.set()
         await self._deps.bus.publish(RunFinished(self))
 
-    def _write_manifest(self) -> None:
-        manifest = {
+    def _manifest(self) -> dict[str, Any]:
+        return {
             "run_id": self.id,
             "conversation": self.conversation_id,
             "state": self.record.state,
             "task_summary": self.record.task_summary,
             "replaces_run": self.record.replaces_run,
+            "journal": str(self._journal.path),
             "nodes": {
                 n.node_id: {
                     "agent": n.agent,
@@ -649,33 +904,11 @@ class GraphRun:
                 for n in self.nodes.values()
             },
         }
+
+    async def _write_manifest(self) -> None:
+        # Built here (the nodes change on this loop), written with fsync off it.
+        manifest = self._manifest()
         try:
-            self._deps.files.write_manifest(self.id, manifest)
+            await asyncio.to_thread(self._deps.files.write_manifest, self.id, manifest)
         except OSError:
             log.exception("writing the manifest of run %s failed", self.id)
-
-    async def _set(self, node_id: str, state: NodeState, **fields: object) -> None:
-        # Committed to SQLite first; only then does the in-memory state (and any announcement)
-        # change.
-        await self._deps.store.update_node(self.conversation_id, node_id, state=state, **fields)
-        self.nodes[node_id] = _replace(self.nodes[node_id], state=state, **fields)
-        self.changed.set()
-        # The manifest is a snapshot at decision points and at the end (SQLite is the live
-        # record): rewriting it on every change made large runs quadratic (bench/).
-        if state == "exception":
-            await asyncio.to_thread(self._write_manifest)
-
-
-def _replace(node: NodeRecord, **fields: object) -> NodeRecord:
-    known = {k: v for k, v in fields.items() if k in NodeRecord.__dataclass_fields__}
-    if "output_path" in known and isinstance(known["output_path"], str):
-        known["output_path"] = Path(known["output_path"])
-    from dataclasses import replace
-
-    return replace(node, **known)  # type: ignore[arg-type]
-
-
-def _replace_run(run: RunRecord, state: str) -> RunRecord:
-    from dataclasses import replace
-
-    return replace(run, state=state)  # type: ignore[arg-type]

@@ -1,11 +1,35 @@
-"""File-backed run records: runs/<run>/graph.json, manifest.json, nodes/<node>/… per attempt."""
+"""File-backed run records. Per run, in `runs/<run>/`:
+
+- `graph.json` (the admitted submission) and `manifest.json` (states, paths, accounting);
+- `journal.jsonl`: one append-only journal holding every node record — the prompt, output
+  and transcript of each attempt and the memory record of a completed node;
+- the two files other agents read by path: `outputs/<node>.md` (a completed node's output)
+  and `memory/<node>.md` (its memory record, paper Eq. 32).
+
+The journal replaces a set of small fsynced files per node (and a directory per node, the
+costliest part): lines are written and synced in batches (one fsync per batch, off the event
+loop), and a batch is synced before the SQLite commit that settles the attempts it holds, so
+whatever was announced survives a kill -9 (SQLite is the source of truth; the files are
+written before it points at them, and readers fall back to the journal when one is missing).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+JOURNAL = "journal.jsonl"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -19,6 +43,269 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _write_view(path: Path, text: str) -> None:
+    # No fsync: the journal holds the durable copy (readers fall back to it).
+    try:
+        handle = path.open("w", encoding="utf-8")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("w", encoding="utf-8")
+    with handle:
+        handle.write(text)
+
+
+class GroupFlush(Generic[T]):
+    """Group commit: items added while a flush runs go into the next flush, so a burst of
+    changes costs one flush, and an idle one starts at once (no batching delay).
+
+    One flush runs at a time, in a task owned by this object (`drain` awaits it); a waiter
+    is resolved once every item added before it asked is flushed, or gets the flush's error.
+    """
+
+    def __init__(self, flush: Callable[[list[T]], Awaitable[None]], *, name: str) -> None:
+        self._flush = flush
+        self._name = name
+        self._items: list[T] = []
+        self._added = 0
+        self._flushed = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no flush running."""
+        return self._task is None and not self._items
+
+    def add(self, item: T) -> None:
+        """Queue one item for the next flush (started now if none is running)."""
+        self._items.append(item)
+        self._added += 1
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
+    async def flushed(self) -> None:
+        """Wait until every item added so far has been flushed (raises the flush's error)."""
+        if self._flushed >= self._added:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._added, future))
+        await future
+
+    async def drain(self) -> None:
+        """Wait until nothing is queued and no flush runs (errors were given to waiters)."""
+        while self._task is not None:
+            await asyncio.wait({self._task})
+
+    async def _run(self) -> None:
+        try:
+            while self._items:
+                items, self._items = self._items, []
+                upto = self._added
+                error: Exception | None = None
+                try:
+                    await self._flush(items)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # handed to the waiters of this batch
+                    error = exc
+                self._flushed = upto
+                self._resolve(upto, error)
+        finally:
+            self._task = None
+            if self._items or self._waiters:
+                # Cancelled (the loop is closing): nobody will flush what is left.
+                self._items = []
+                self._flushed = self._added
+                for _, future in self._waiters:
+                    future.cancel()
+                self._waiters = []
+
+    def _resolve(self, upto: int, error: Exception | None) -> None:
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        reported = error is None
+        for target, future in self._waiters:
+            if target > upto:
+                keep.append((target, future))
+            elif not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+                    reported = True
+        self._waiters = keep
+        if not reported:
+            log.error("%s: a flush failed", self._name, exc_info=error)
+
+
+@dataclass(frozen=True)
+class _Line:
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _View:
+    path: Path
+    text: str
+
+
+class RunJournal:
+    """The run's append-only journal (JSON lines) plus the per-node files read by path.
+
+    `record` and `view` queue work and return at once; `sync` waits until everything queued
+    so far is written (views) and fsynced (lines) — one write and one fsync per batch, in a
+    worker thread. `later` files (memory records) are written in their own batches, so they
+    never delay a sync. `close` writes what is left.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: IO[bytes] | None = None
+        # Guards the file handle: a batch thread may still run while `close` is called.
+        self._io = threading.Lock()
+        self._closed = False
+        self._now = GroupFlush[_Line | _View](self._write_now, name=f"journal:{path.parent.name}")
+        self._later = GroupFlush[_View](self._write_later, name=f"records:{path.parent.name}")
+
+    def record(self, kind: str, node_id: str, attempt: int, **data: Any) -> None:
+        """Append one record (`prompt`, `output`, `transcript`, `memory`) of a node attempt.
+
+        Encoded in the batch thread: `data` must not change after this call."""
+        self._now.add(_Line({"kind": kind, "node": node_id, "attempt": attempt, **data}))
+
+    def view(self, path: Path, text: str) -> None:
+        """A file readers need by path: it exists once the next `sync` returns."""
+        self._now.add(_View(path, text))
+
+    def later(self, path: Path, text: str) -> None:
+        """A file written soon, off the path of `sync` (before `close` returns)."""
+        self._later.add(_View(path, text))
+
+    async def sync(self) -> None:
+        """Wait until every record and view queued so far is on disk (lines fsynced)."""
+        await self._now.flushed()
+
+    async def close(self) -> None:
+        """Write and sync what is queued, then close the file (idempotent)."""
+        await self._now.drain()
+        await self._later.drain()
+        if not self._closed:
+            self._closed = True
+            await asyncio.to_thread(self._close_handle)
+
+    def _close_handle(self) -> None:
+        with self._io:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
+
+    async def _write_now(self, items: list[_Line | _View]) -> None:
+        await asyncio.to_thread(self._write_batch, items)
+
+    async def _write_later(self, items: list[_View]) -> None:
+        await asyncio.to_thread(self._write_views, items)
+
+    def _write_batch(self, items: list[_Line | _View]) -> None:
+        lines = [i.record for i in items if isinstance(i, _Line)]
+        with self._io:
+            if lines:
+                handle = self._open()
+                handle.write(
+                    b"".join(
+                        json.dumps(r, ensure_ascii=False, default=str).encode() + b"\n"
+                        for r in lines
+                    )
+                )
+                handle.flush()
+            for item in items:
+                if isinstance(item, _View):
+                    _write_view(item.path, item.text)
+            if lines and self._handle is not None:
+                os.fdatasync(self._handle.fileno())
+
+    def _write_views(self, items: list[_View]) -> None:
+        for item in items:
+            try:
+                _write_view(item.path, item.text)
+            except OSError:
+                log.exception("writing %s failed (its journal record is kept)", item.path)
+
+    def _open(self) -> IO[bytes]:
+        if self._handle is None:
+            if self._closed:
+                raise RuntimeError(f"the journal {self.path} is closed")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            created = not self.path.exists()
+            self._handle = self.path.open("ab")
+            if created:
+                # The new directory entry must survive too, not only the file's content.
+                folder = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(folder)
+                finally:
+                    os.close(folder)
+        return self._handle
+
+
+@dataclass
+class AttemptRecords:
+    """What the journal holds about one attempt of a node."""
+
+    prompt: str | None = None
+    output: str | None = None
+    transcript: list[Any] | None = None
+    memory: str | None = None
+
+
+@dataclass
+class NodeRecords:
+    """A node's journal records, by attempt number."""
+
+    attempts: dict[int, AttemptRecords] = field(default_factory=dict)
+
+    def attempt(self, number: int) -> AttemptRecords:
+        """The records of one attempt (empty when nothing was journaled)."""
+        return self.attempts.get(number, AttemptRecords())
+
+    @property
+    def latest(self) -> AttemptRecords:
+        """The records of the highest attempt journaled."""
+        return self.attempts[max(self.attempts)] if self.attempts else AttemptRecords()
+
+
+def read_journal(path: Path) -> Iterator[dict[str, Any]]:
+    """Every record of a journal in order; a torn last line (a crash mid-write) is skipped."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return
+    with handle:
+        for raw in handle:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
+def journal_records(path: Path) -> dict[str, NodeRecords]:
+    """The journal's records grouped by node and attempt."""
+    nodes: dict[str, NodeRecords] = {}
+    for record in read_journal(path):
+        node_id, attempt, kind = record.get("node"), record.get("attempt"), record.get("kind")
+        if not isinstance(node_id, str) or not isinstance(attempt, int):
+            continue
+        entry = nodes.setdefault(node_id, NodeRecords()).attempts.setdefault(
+            attempt, AttemptRecords()
+        )
+        if kind == "transcript":
+            items = record.get("items")
+            entry.transcript = items if isinstance(items, list) else []
+        elif kind in ("prompt", "output", "memory"):
+            setattr(entry, kind, str(record.get("text", "")))
+    return nodes
+
+
 class RunFiles:
     """Where a run's records live on disk."""
 
@@ -29,17 +316,43 @@ class RunFiles:
         """`runs/<run>/`."""
         return self.root / run_id
 
-    def node_dir(self, run_id: str, node_id: str) -> Path:
-        """`runs/<run>/nodes/<node>/`."""
-        return self.run_dir(run_id) / "nodes" / node_id
-
     def output_path(self, run_id: str, node_id: str) -> Path:
-        """The node's current output file (what successors reference)."""
-        return self.node_dir(run_id, node_id) / "output.md"
+        """The completed node's output file (what successors and reports reference)."""
+        return self.run_dir(run_id) / "outputs" / f"{node_id}.md"
 
     def memory_path(self, run_id: str, node_id: str) -> Path:
         """The deterministic location of the node's memory record (paper Eq. 32)."""
-        return self.node_dir(run_id, node_id) / "memory.md"
+        return self.run_dir(run_id) / "memory" / f"{node_id}.md"
+
+    def memory_beside(self, output_path: Path) -> Path:
+        """The memory record of the node whose output file this is."""
+        if output_path.name == "output.md":
+            # Recorded before the journal: runs/<run>/nodes/<node>/{output,memory}.md.
+            return output_path.with_name("memory.md")
+        return output_path.parent.parent / "memory" / output_path.name
+
+    def journal_path(self, run_id: str) -> Path:
+        """`runs/<run>/journal.jsonl`: every node record of the run, in order."""
+        return self.run_dir(run_id) / JOURNAL
+
+    def memory_listing(self, run_id: str, node_ids: list[str]) -> str:
+        """The memory record paths of `node_ids` (sorted) of one run as one line.
+
+        One node: its path. Several: the path pattern and the ids, so a node with a hundred
+        ancestors gets one short line instead of a hundred full paths (prompts stayed
+        quadratic in the graph size otherwise)."""
+        if len(node_ids) == 1:
+            return str(self.memory_path(run_id, node_ids[0]))
+        pattern = self.memory_path(run_id, "<id>")
+        return f"{pattern} for each <id> in: {', '.join(node_ids)}"
+
+    def open_journal(self, run_id: str) -> RunJournal:
+        """The run's journal (appended to, also after a restart)."""
+        return RunJournal(self.journal_path(run_id))
+
+    def records(self, run_id: str) -> dict[str, NodeRecords]:
+        """Everything the run's journal holds, by node and attempt."""
+        return journal_records(self.journal_path(run_id))
 
     def write_graph(self, run_id: str, submission: dict[str, Any]) -> Path:
         """`graph.json`: the admitted submission, exactly as run."""
@@ -53,34 +366,16 @@ class RunFiles:
         atomic_write(path, json.dumps(manifest, indent=2, ensure_ascii=False, default=str))
         return path
 
-    def write_prompt(self, run_id: str, node_id: str, attempt: int, prompt: str) -> Path:
-        """Write the rendered prompt before dispatch (current + numbered copy)."""
-        return self._write_pair(run_id, node_id, attempt, "prompt", "md", prompt)
 
-    def write_output(self, run_id: str, node_id: str, attempt: int, output: str) -> Path:
-        """Write the output when the backend returns (current + numbered copy)."""
-        return self._write_pair(run_id, node_id, attempt, "output", "md", output)
-
-    def write_transcript(
-        self, run_id: str, node_id: str, attempt: int, transcript: list[dict[str, Any]]
-    ) -> Path:
-        """Write the transcript before the judge reads it (current + numbered copy)."""
-        lines = "".join(
-            json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in transcript
-        )
-        return self._write_pair(run_id, node_id, attempt, "transcript", "jsonl", lines)
-
-    def write_memory(self, run_id: str, node_id: str, text: str) -> Path:
-        """Write the node's memory record (after completion, off the critical path)."""
-        path = self.memory_path(run_id, node_id)
-        atomic_write(path, text)
-        return path
-
-    def _write_pair(
-        self, run_id: str, node_id: str, attempt: int, stem: str, ext: str, text: str
-    ) -> Path:
-        folder = self.node_dir(run_id, node_id)
-        atomic_write(folder / f"{stem}.{attempt}.{ext}", text)
-        current = folder / f"{stem}.{ext}"
-        atomic_write(current, text)
-        return current
+def read_output(path: Path) -> str:
+    """A completed node's output: its file, or the journal's copy when the file is gone
+    (output files are not fsynced; the journal is). Raises OSError when neither has it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        # runs/<run>/outputs/<node>.md → runs/<run>/journal.jsonl, node <node>
+        journal = path.parent.parent / JOURNAL
+        output = journal_records(journal).get(path.stem, NodeRecords()).latest.output
+        if output is None:
+            raise
+        return output

@@ -181,10 +181,12 @@ def render_prompt(
     artifacts: Mapping[str, Artifact],
     workspace: Path,
     file_capable: bool,
-    memory_paths: Sequence[Path] = (),
+    memory_paths: Sequence[Path | str] = (),
     marker: str | None = None,
 ) -> RenderedPrompt:
-    """Render `node`'s task prompt; raises RenderError when a needed artifact or file is gone."""
+    """Render `node`'s task prompt; raises RenderError when a needed artifact or file is gone.
+
+    `memory_paths`: one line each in the memory block (a path, or a listing of several)."""
     state = _Render(node, artifacts, workspace, marker or new_marker())
     try:
         placeholders = parse_placeholders(node.template)

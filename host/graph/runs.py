@@ -22,7 +22,7 @@ from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired
 from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, WorkerPrompts
 from host.graph.judge import CompletionJudge
 from host.graph.model import AdmissionContext, GraphSubmission
-from host.graph.records import RunFiles
+from host.graph.records import RunFiles, read_output
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
@@ -222,7 +222,7 @@ class RunManager:
             if node is None or node.output_path is None:
                 continue
             try:
-                text = node.output_path.read_text(encoding="utf-8")
+                text = await asyncio.to_thread(read_output, node.output_path)
             except OSError:
                 text = f"(output file {node.output_path} could not be read)"
             artifacts[node_id] = Artifact(node_id, text, node.output_path)
@@ -240,9 +240,9 @@ class RunManager:
         """Foreground: wait until the run ends or a node is suspended; return the report."""
         while True:
             run.changed.clear()
-            suspended = [n for n in run.nodes.values() if n.state == "exception"]
+            suspended = run.suspended()
             if suspended:
-                return run.exception_report(suspended[0].node_id)
+                return run.exception_report(suspended[0])
             if run.done.is_set():
                 return await self.report(run.id)
             await run.changed.wait()
@@ -267,15 +267,16 @@ class RunManager:
         if run is None or run.conversation_id != conv.id:
             return (f"Run `{run_id}` is not running in this conversation.", None)
         if node_id not in run.nodes or run.state(node_id) != "exception":
-            state = run.nodes[node_id].state if node_id in run.nodes else "unknown"
-            return (f"Node `{node_id}` is not waiting for a decision (state: {state}).", None)
+            return (_not_waiting(run, node_id), None)
         if action == "continue":
             if not message.strip():
                 return ("`continue` needs a `message` telling the agent what to change.", None)
-            await run.resolve_continue(node_id, message)
+            if not await run.resolve_continue(node_id, message):
+                return (_not_waiting(run, node_id), None)
             return (f"Node `{node_id}` continues (attempt {run.nodes[node_id].attempts + 1}).", run)
         if action == "abandon":
-            await run.resolve_abandon(node_id)
+            if not await run.resolve_abandon(node_id):
+                return (_not_waiting(run, node_id), None)
             return (f"Node `{node_id}` abandoned; its dependents are skipped.", run)
         if graph is None:
             return ("`replan` needs a `graph` (a new submission).", None)
@@ -301,8 +302,7 @@ class RunManager:
         if run is None or run.conversation_id != conv.id:
             return f"Run `{run_id}` is not running in this conversation."
         if node_id not in run.nodes or run.state(node_id) != "exception":
-            state = run.nodes[node_id].state if node_id in run.nodes else "unknown"
-            return f"Node `{node_id}` is not waiting for a decision (state: {state})."
+            return _not_waiting(run, node_id)
         return None
 
     async def supersede(self, conv: ConversationRef, run_id: str) -> None:
@@ -360,6 +360,11 @@ class RunManager:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+
+
+def _not_waiting(run: GraphRun, node_id: str) -> str:
+    state = run.nodes[node_id].state if node_id in run.nodes else "unknown"
+    return f"Node `{node_id}` is not waiting for a decision (state: {state})."
 
 
 def submission_json(submission: GraphSubmission) -> str:

@@ -22,7 +22,7 @@ from core.ids import ConversationRef
 from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
-from host.graph.records import RunFiles
+from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
 from memory.store import Store
@@ -310,6 +310,12 @@ class TrackingRunStore(RunStore):
             for node_id in ids:
                 self.committed[node_id].append(str(fields["state"]))
 
+    async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
+        """Commit a batch of rows, then note their states."""
+        await super().commit_nodes(records)
+        for record in records:
+            self.committed[record.node_id].append(record.state)
+
 
 class RecordingEvents:
     """Hears the run events on the bus, records them, and checks SQLite already holds them."""
@@ -535,10 +541,15 @@ class GraphKit:
         """Stored node states of a run."""
         return {n.node_id: n.state for n in await self.run_store.nodes_of_run(run.id)}
 
-    def node_dir(self, run: GraphRun | str, node_id: str) -> Path:
-        """`runs/<run>/nodes/<node>/`."""
+    def output_path(self, run: GraphRun | str, node_id: str) -> Path:
+        """`runs/<run>/outputs/<node>.md`."""
         run_id = run if isinstance(run, str) else run.id
-        return self.files.node_dir(run_id, node_id)
+        return self.files.output_path(run_id, node_id)
+
+    def records(self, run: GraphRun | str, node_id: str) -> NodeRecords:
+        """What the run's journal holds about `node_id`, by attempt."""
+        run_id = run if isinstance(run, str) else run.id
+        return self.files.records(run_id).get(node_id, NodeRecords())
 
     async def close(self) -> None:
         """Stop every run (records left as they are) and close the store."""
