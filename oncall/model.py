@@ -98,6 +98,16 @@ class CampaignSpec(BaseModel):
         return value
 
 
+class RoundSummary(BaseModel):
+    """One round as the decision policy and the report see it (how it ended, if it has)."""
+
+    model_config = ConfigDict(frozen=True)
+    round: int
+    wake_reason: WakeReason | None = None  # the wake that ended the round; None while it runs
+    exit_code: int | None = None
+    state: str = ""  # the store's round state (submitting | running | ended | failed)
+
+
 class Measurement(BaseModel):
     """One recorded value (append-only), with the output line it came from."""
 
