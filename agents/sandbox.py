@@ -3,8 +3,9 @@
 A `Sandbox` turns a command and a workspace into what actually runs. `Bubblewrap` builds the
 child's filesystem from explicit read-only binds of the system, a fresh /tmp and $HOME, and the
 workspace as the only writable path; the bot's data directory and working directory (`.env`)
-are covered, and the child gets its own PID namespace tied to the bot's lifetime. Without
-bubblewrap, `Refusing` refuses every command, unless the operator opted out with
+are covered, and the child gets its own PID namespace tied to the bot's lifetime. A *detached*
+launch (an oncall round) keeps every confinement but is not tied to the bot: it survives a bot
+restart. Without bubblewrap, `Refusing` refuses every command, unless the operator opted out with
 `RAVEN_UNSANDBOXED=1` (`Unsandboxed`, unsafe).
 """
 
@@ -73,8 +74,18 @@ class Sandbox(Protocol):
         """One line for doctor and the startup log."""
         ...
 
-    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
-        """The command to execute for `argv` in `workspace`; `SandboxUnavailable` if refused."""
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        detached: bool = False,
+    ) -> Launch:
+        """The command to execute for `argv` in `workspace`; `SandboxUnavailable` if refused.
+
+        `detached`: the command is not tied to the bot's lifetime (it survives a restart).
+        """
         ...
 
 
@@ -93,6 +104,7 @@ _RANK_FRESH: Final = 2
 _RANK_COVER: Final = 3
 _RANK_WORKSPACE: Final = 4
 
+_DIE_WITH_PARENT: Final = "--die-with-parent"
 _ISOLATION_ARGS: Final = (
     "--unshare-pid",
     "--unshare-ipc",
@@ -100,7 +112,8 @@ _ISOLATION_ARGS: Final = (
     "--unshare-cgroup-try",
     # The whole sandbox dies with the bot (SIGKILL included): bwrap sets PDEATHSIG on
     # itself and its init, and the PID namespace takes every descendant with it.
-    "--die-with-parent",
+    # Left out of a detached launch, and only that.
+    _DIE_WITH_PARENT,
     "--new-session",  # no controlling terminal to inject keystrokes into
     "--cap-drop",
     "ALL",
@@ -132,13 +145,26 @@ class Bubblewrap:
         hidden = ", ".join(str(p) for p in self.hidden) or "nothing"
         return f"bubblewrap ({self.bwrap}); hidden from agents: {hidden}"
 
-    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        detached: bool = False,
+    ) -> Launch:
         """bwrap arguments around argv; the environment is passed by exec, never on argv."""
         # Never as --setenv: argv is world-readable in /proc, an agent's own key is not.
-        return Launch((self.bwrap, *self.arguments(workspace, env), "--", *argv))
+        args = self.arguments(workspace, env, detached=detached)
+        return Launch((self.bwrap, *args, "--", *argv))
 
-    def arguments(self, workspace: Path, env: Mapping[str, str]) -> list[str]:
-        """The bwrap options (without the command) for one run in `workspace`."""
+    def arguments(
+        self, workspace: Path, env: Mapping[str, str], *, detached: bool = False
+    ) -> list[str]:
+        """The bwrap options (without the command) for one run in `workspace`.
+
+        `detached` drops only `--die-with-parent`: everything else confines the same way.
+        """
         ws = workspace.resolve()
         fresh = _fresh_mounts(env)
         covered = self._covered_dirs([mount.path for mount in fresh])
@@ -153,7 +179,7 @@ class Bubblewrap:
         # Parents first, so a deeper mount always lands on top (the workspace inside a
         # hidden data dir stays visible and writable); the rank orders equal depths.
         mounts.sort(key=lambda mount: (len(mount.path.parts), mount.rank))
-        args = list(_ISOLATION_ARGS)
+        args = [a for a in _ISOLATION_ARGS if not (detached and a == _DIE_WITH_PARENT)]
         for mount in mounts:
             args += mount.args
         for path in covered:
@@ -198,8 +224,17 @@ class Unsandboxed:
             "bot's secrets and files (unsafe)"
         )
 
-    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
-        """argv unchanged; the child is SIGKILLed if the bot dies."""
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        detached: bool = False,
+    ) -> Launch:
+        """argv unchanged; the child is SIGKILLed if the bot dies (unless detached)."""
+        if detached:
+            return Launch(tuple(argv))
         return Launch(tuple(argv), die_with_parent_hook(os.getpid()))
 
 
@@ -219,8 +254,15 @@ class Refusing:
         """Why there is no sandbox."""
         return f"unavailable ({self.reason}): CLI agents and run_shell refuse to run"
 
-    def launch(self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]) -> Launch:
-        """Always raises `SandboxUnavailable`."""
+    def launch(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        detached: bool = False,
+    ) -> Launch:
+        """Always raises `SandboxUnavailable` (detached or not)."""
         raise SandboxUnavailable(
             f"Refused: no sandbox is available to run agent commands ({self.reason}). "
             + INSTALL_HINT
