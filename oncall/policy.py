@@ -40,7 +40,8 @@ from oncall.model import (
 )
 from oncall.report_gate import draft_report, format_duration
 
-__all__ = [
+# RoundSummary lives in oncall.model (report_gate needs it too) and is re-exported here.
+__all__ = (
     "IMPROVEMENT_EPSILON",
     "Decision",
     "DecisionContext",
@@ -48,7 +49,7 @@ __all__ = [
     "clamp_to_budget",
     "decide",
     "improved",
-]
+)
 
 # A new best must beat the old one by this fraction of it to count as an improvement, so
 # that noise in the last digits does not keep a campaign resubmitting.
