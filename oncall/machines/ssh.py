@@ -1,0 +1,254 @@
+"""An SSH host: rounds run there as detached process groups, driven by the system `ssh` binary.
+
+Every call is one `ssh -o BatchMode=yes` invocation running a small POSIX sh script (no agent
+prompts, no password prompts: a host that needs one is unavailable, and says so). The remote
+round directory holds the same `round.log` and `exit_code` as a local round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Final
+
+from oncall.machines.common import (
+    EXIT_NAME,
+    LOG_NAME,
+    MAX_LOG_CHUNK,
+    exited,
+    round_env,
+    split_job_id,
+)
+from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
+
+Clock = Callable[[], float]
+DEFAULT_WORKDIR: Final = "raven-rounds"  # relative to the remote login directory
+_SSH_FAILED: Final = 255  # ssh's own exit code: it could not connect or authenticate
+# ssh needs the agent socket to use the operator's keys; nothing else of the bot's env.
+_SSH_ENV: Final = ("SSH_AUTH_SOCK",)
+_EXTRA_SECONDS: Final = 30.0  # beyond connect time and grace: a remote command that hangs
+
+# The leader, remotely: ignores SIGTERM itself (a trap, so the command gets the default) to
+# outlive the command and record its code; $1 log, $2 exit file, $3 the command.
+LEADER_SCRIPT: Final = """\
+trap : TERM HUP
+sh -c "$3" >>"$1" 2>&1 </dev/null
+code=$?
+printf '%s\\n' "$code" >"$2.tmp" && mv -f -- "$2.tmp" "$2"
+"""
+# $1 round dir, $2 leader script, $3 command. Prints "<pid> <starttime|-> <absolute dir>".
+SUBMIT_SCRIPT: Final = """\
+set -e
+command -v setsid >/dev/null 2>&1 || { echo "no setsid on this host (util-linux)" >&2; exit 3; }
+mkdir -p -- "$1"
+cd -- "$1"
+dir=$(pwd -P)
+rm -f -- exit_code exit_code.tmp
+setsid sh -c "$2" raven-round "$dir/round.log" "$dir/exit_code" "$3" </dev/null >/dev/null 2>&1 &
+pid=$!
+start=-
+if [ -r "/proc/$pid/stat" ]; then
+  read -r st <"/proc/$pid/stat"
+  set -- ${st##*) }
+  shift 19
+  start=$1
+fi
+printf '%s %s %s\\n' "$pid" "$start" "$dir"
+"""
+# Shared by poll and terminate: is $pid (started at $start, "-" if unknown) still that process?
+_SAME_PROCESS: Final = """\
+same() {
+  kill -s 0 "$pid" 2>/dev/null || return 1
+  [ "$start" = - ] && return 0
+  [ -r "/proc/$pid/stat" ] || return 0
+  read -r st <"/proc/$pid/stat"
+  set -- ${st##*) }
+  [ "$1" != Z ] && [ "${20}" = "$start" ]
+}
+"""
+# $1 pid, $2 start, $3 exit file. Prints "exited <code>", "running" or "vanished".
+POLL_SCRIPT: Final = (
+    _SAME_PROCESS
+    + """\
+pid=$1 start=$2 done=$3
+if [ -f "$done" ]; then printf 'exited %s\\n' "$(cat -- "$done")"; exit 0; fi
+if same; then echo running; exit 0; fi
+if [ -f "$done" ]; then printf 'exited %s\\n' "$(cat -- "$done")"; exit 0; fi
+echo vanished
+"""
+)
+# $1 path, $2 offset, $3 max bytes.
+READ_SCRIPT: Final = """\
+[ -f "$1" ] || exit 0
+tail -c +"$(($2 + 1))" -- "$1" | head -c "$3"
+"""
+# $1 pid, $2 start, $3 exit file, $4 grace in ticks of 0.2 s. setsid made pid the group id.
+TERMINATE_SCRIPT: Final = (
+    _SAME_PROCESS
+    + """\
+pid=$1 start=$2 done=$3 ticks=$4
+same || exit 0
+kill -s TERM -- "-$pid" 2>/dev/null || exit 0
+n=0
+while kill -s 0 -- "-$pid" 2>/dev/null && [ "$n" -lt "$ticks" ]; do
+  sleep 0.2 2>/dev/null || sleep 1
+  n=$((n + 1))
+done
+kill -s 0 -- "-$pid" 2>/dev/null || exit 0
+kill -s KILL -- "-$pid" 2>/dev/null
+# The leader died with the rest, before it could record the code: 128 + SIGKILL.
+[ -f "$done" ] || { printf '137\\n' >"$done.tmp" && mv -f -- "$done.tmp" "$done"; }
+"""
+)
+
+
+def ssh_command(
+    spec: MachineSpec,
+    script: str,
+    args: Sequence[str] = (),
+    *,
+    ssh: str = "ssh",
+    connect_timeout: float = 10,
+) -> list[str]:
+    """The argv that runs `script` (POSIX sh, with `args` as $1…) on the machine's host."""
+    if not spec.host:
+        raise MachineUnavailable(f"{spec.name}: no host configured (set `host` in machines.toml)")
+    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={math.ceil(connect_timeout)}"]
+    for option in spec.ssh_options:
+        argv += ["-o", option]
+    if spec.port is not None:
+        argv += ["-p", str(spec.port)]
+    if spec.user is not None:
+        argv += ["-l", spec.user]
+    # ssh joins the remote words with spaces for the login shell: quote each one, and run
+    # `sh` explicitly so the script means the same whatever that shell is.
+    remote = shlex.join(["sh", "-c", script, "raven", *args])
+    return [*argv, "--", spec.host, remote]
+
+
+class SshMachine:
+    """Runs rounds on an SSH host under its `workdir`."""
+
+    def __init__(
+        self,
+        spec: MachineSpec,
+        *,
+        ssh: str = "ssh",
+        connect_timeout: float = 10,
+        clock: Clock = time.time,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._ssh = ssh
+        self._connect_timeout = connect_timeout
+        self._clock = clock
+        self._environ = environ
+
+    @property
+    def spec(self) -> MachineSpec:
+        """Its registration."""
+        return self._spec
+
+    def _where(self) -> str:
+        user = f"{self._spec.user}@" if self._spec.user else ""
+        port = f":{self._spec.port}" if self._spec.port else ""
+        return f"{self._spec.name} ({user}{self._spec.host}{port})"
+
+    async def run(self, script: str, *args: str, extra_seconds: float = 0.0) -> bytes:
+        """Run `script` remotely; its stdout. `MachineUnavailable` on any failure."""
+        argv = ssh_command(
+            self._spec, script, args, ssh=self._ssh, connect_timeout=self._connect_timeout
+        )
+        env = round_env(os.environ if self._environ is None else self._environ, allow=_SSH_ENV)
+        limit = self._connect_timeout + _EXTRA_SECONDS + extra_seconds
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise MachineUnavailable(f"{self._where()}: cannot run {self._ssh}: {exc}") from exc
+        try:
+            async with asyncio.timeout(limit):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise MachineUnavailable(
+                f"{self._where()}: no answer over ssh within {limit:.0f} s"
+            ) from None
+        said = err.decode(errors="replace").strip()[-500:]
+        if proc.returncode == _SSH_FAILED:
+            raise MachineUnavailable(f"{self._where()}: ssh failed: {said or 'exit 255'}")
+        if proc.returncode != 0:
+            raise MachineUnavailable(
+                f"{self._where()}: the remote command failed (exit {proc.returncode}): "
+                f"{said or 'no message'}"
+            )
+        return out
+
+    async def submit(self, request: JobRequest) -> JobHandle:
+        """Start the round detached under the host's workdir; `MachineUnavailable` if not."""
+        base = PurePosixPath(self._spec.workdir or DEFAULT_WORKDIR)
+        directory = base / request.campaign_id / f"round-{request.round}"
+        raw = await self.run(SUBMIT_SCRIPT, str(directory), LEADER_SCRIPT, request.command)
+        out = raw.decode(errors="replace")
+        fields = out.strip().split(" ", 2)
+        if len(fields) != 3 or not fields[0].isdigit():
+            raise MachineUnavailable(f"{self._where()}: unexpected answer to submit: {out!r}")
+        pid, start, where = fields
+        return JobHandle(
+            machine=self._spec.name,
+            kind="ssh",
+            job_id=f"{pid}:{start}",
+            host=self._spec.host or "",
+            started_at=self._clock(),
+            log_path=f"{where}/{LOG_NAME}",
+            exit_path=f"{where}/{EXIT_NAME}",
+        )
+
+    async def poll(self, handle: JobHandle) -> JobStatus:
+        """Exited (the remote exit-code file), running, or vanished."""
+        pid, start = split_job_id(handle.job_id)
+        raw = await self.run(POLL_SCRIPT, str(pid), start, handle.exit_path)
+        answer = raw.decode(errors="replace").strip()
+        word, _, rest = answer.partition(" ")
+        if word == "exited":
+            return exited(rest, detail=f"on {handle.host}")
+        if word == "running":
+            return JobStatus(state="running", detail=f"pid {pid} on {handle.host}")
+        if word == "vanished":
+            return JobStatus(
+                state="vanished",
+                detail=f"process {pid} on {handle.host} is gone without an exit code",
+            )
+        return JobStatus(
+            state="unknown", detail=f"unexpected answer from {handle.host}: {answer!r}"
+        )
+
+    async def read_log(self, handle: JobHandle, offset: int) -> bytes:
+        """Output written since byte `offset` (at most 1 MiB per call)."""
+        return await self.run(READ_SCRIPT, handle.log_path, str(max(offset, 0)), str(MAX_LOG_CHUNK))
+
+    async def terminate(self, handle: JobHandle, *, grace_seconds: float = 10.0) -> None:
+        """SIGTERM to the round's process group, SIGKILL after the grace; gone is fine."""
+        pid, start = split_job_id(handle.job_id)
+        ticks = max(1, math.ceil(grace_seconds / 0.2))
+        await self.run(
+            TERMINATE_SCRIPT,
+            str(pid),
+            start,
+            handle.exit_path,
+            str(ticks),
+            extra_seconds=grace_seconds + 10,
+        )
