@@ -1,0 +1,270 @@
+"""A Slurm cluster: rounds are batch jobs (`sbatch`), watched with `squeue`/`scontrol show job`,
+cancelled with `scancel`; logs and exit codes are read from the round directory, which must be
+on a filesystem the compute nodes share with the bot.
+
+With accounting off (`sacct` knows nothing), Slurm forgets a job some minutes after it ends;
+the job's own `exit_code` file (written by the batch script) is what tells its end after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import socket
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from oncall.machines.common import (
+    EXIT_NAME,
+    LOG_NAME,
+    exited,
+    minutes,
+    read_chunk,
+    read_exit_file,
+    round_dir,
+    round_env,
+)
+from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
+
+Clock = Callable[[], float]
+SCRIPT_NAME: Final = "round.sbatch"
+# Slurm's client commands find their cluster through SLURM_CONF; nothing else of the bot's env
+# reaches them, and so (sbatch exports its environment into the job) nothing else the job.
+_SLURM_ENV: Final = ("SLURM_CONF",)
+_COMMAND_SECONDS: Final = 60.0
+_POLL_INTERVAL_SECONDS: Final = 0.2
+# Job states in which its processes may still run (squeue's %T, scontrol's JobState).
+ACTIVE_STATES: Final = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "STOPPED",
+        "SIGNALING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "RESV_DEL_HOLD",
+        "STAGE_OUT",
+        "SPECIAL_EXIT",
+    }
+)
+_UNKNOWN_JOB: Final = "Invalid job id"
+
+
+def batch_script(command: str, exit_path: Path) -> str:
+    """The batch script: the command, then its exit code written atomically to `exit_path`."""
+    done = shlex.quote(str(exit_path))
+    tmp = shlex.quote(f"{exit_path}.tmp")
+    # The trap (not an ignore, so the command keeps the default) lets the script outlive a
+    # scancel's SIGTERM long enough to record the command's code.
+    return (
+        "#!/bin/sh\n"
+        "trap : TERM\n"
+        f"sh -c {shlex.quote(command)}\n"
+        "code=$?\n"
+        f"printf '%s\\n' \"$code\" >{tmp} && mv -f -- {tmp} {done}\n"
+        'exit "$code"\n'
+    )
+
+
+def sbatch_argv(spec: MachineSpec, request: JobRequest, directory: Path) -> list[str]:
+    """The sbatch command for one round in `directory` (its script is written there)."""
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--job-name",
+        f"raven-{request.campaign_id}-{request.round}",
+        "--chdir",
+        str(directory),
+        "--output",
+        str(directory / LOG_NAME),
+        "--open-mode=append",
+    ]
+    partition = request.partition or spec.partition
+    if partition:
+        argv += ["--partition", partition]
+    if request.time_limit_seconds is not None:
+        argv += ["--time", str(minutes(request.time_limit_seconds))]
+    if request.cpus is not None:
+        argv += ["--cpus-per-task", str(request.cpus)]
+    return [*argv, str(directory / SCRIPT_NAME)]
+
+
+def exit_code_of(field: str) -> int | None:
+    """scontrol's `ExitCode=code:signal` as a shell-style code (128 + signal when killed)."""
+    code, _, sig = field.partition(":")
+    try:
+        return 128 + int(sig) if sig and int(sig) else int(code)
+    except ValueError:
+        return None
+
+
+def job_fields(text: str) -> dict[str, str]:
+    """`scontrol show job -o` output as a dict (values up to the next space)."""
+    fields: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+class SlurmMachine:
+    """Runs rounds as Slurm batch jobs on a cluster whose filesystem the bot shares."""
+
+    def __init__(
+        self,
+        spec: MachineSpec,
+        *,
+        clock: Clock = time.time,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._clock = clock
+        self._environ = environ
+
+    @property
+    def spec(self) -> MachineSpec:
+        """Its registration."""
+        return self._spec
+
+    async def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        """Run one Slurm client command: (exit code, stdout, stderr); unavailable if it hangs."""
+        env = round_env(os.environ if self._environ is None else self._environ, allow=_SLURM_ENV)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise MachineUnavailable(f"{self._spec.name}: cannot run {argv[0]}: {exc}") from exc
+        try:
+            async with asyncio.timeout(_COMMAND_SECONDS):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise MachineUnavailable(
+                f"{self._spec.name}: {argv[0]} got no answer from the Slurm controller "
+                f"within {_COMMAND_SECONDS:.0f} s"
+            ) from None
+        code = proc.returncode if proc.returncode is not None else -1
+        return code, out.decode(errors="replace"), err.decode(errors="replace").strip()[-800:]
+
+    async def submit(self, request: JobRequest) -> JobHandle:
+        """Submit the round with sbatch; `MachineUnavailable` with sbatch's words if refused."""
+        directory = Path(round_dir(self._spec, request))
+        exit_path = directory / EXIT_NAME
+        await asyncio.to_thread(_prepare, directory, batch_script(request.command, exit_path))
+        code, out, err = await self._run(sbatch_argv(self._spec, request, directory))
+        job_id = out.strip().split(";", 1)[0]
+        if code != 0 or not job_id.isdigit():
+            raise MachineUnavailable(
+                f"{self._spec.name}: sbatch refused the round (exit {code}): "
+                f"{err or out.strip() or 'no message'}"
+            )
+        return JobHandle(
+            machine=self._spec.name,
+            kind="slurm",
+            job_id=job_id,
+            host=self._spec.host or socket.gethostname(),
+            started_at=self._clock(),
+            log_path=str(directory / LOG_NAME),
+            exit_path=str(exit_path),
+        )
+
+    async def poll(self, handle: JobHandle) -> JobStatus:
+        """The exit-code file if written; else what Slurm says; forgotten and no file: vanished."""
+        text = await asyncio.to_thread(read_exit_file, Path(handle.exit_path))
+        if text is not None:
+            return exited(text, detail=f"Slurm job {handle.job_id}")
+        state = await self._queue_state(handle.job_id)
+        if state in ACTIVE_STATES:
+            return JobStatus(state="running", detail=f"Slurm job {handle.job_id}: {state}")
+        return await self._ended(handle)
+
+    async def _queue_state(self, job_id: str) -> str | None:
+        """squeue's state for the job; None once it is no longer queued or running."""
+        code, out, err = await self._run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        if code == 0:
+            return out.strip() or None
+        if _UNKNOWN_JOB in err:
+            return None
+        raise MachineUnavailable(f"{self._spec.name}: squeue failed (exit {code}): {err}")
+
+    async def _ended(self, handle: JobHandle) -> JobStatus:
+        """A job squeue no longer lists: scontrol's verdict, then the exit file, else vanished."""
+        code, out, err = await self._run(["scontrol", "show", "job", "-o", handle.job_id])
+        if code != 0 and _UNKNOWN_JOB not in err:
+            raise MachineUnavailable(f"{self._spec.name}: scontrol failed (exit {code}): {err}")
+        fields = job_fields(out) if code == 0 else {}
+        state = fields.get("JobState", "")
+        if state in ACTIVE_STATES:
+            return JobStatus(state="running", detail=f"Slurm job {handle.job_id}: {state}")
+        # The batch script may have just written its file; it knows the command's own code.
+        text = await asyncio.to_thread(read_exit_file, Path(handle.exit_path))
+        if text is not None:
+            return exited(text, detail=f"Slurm job {handle.job_id}")
+        if state:
+            reason = fields.get("Reason", "")
+            return JobStatus(
+                state="exited",
+                exit_code=exit_code_of(fields.get("ExitCode", "")),
+                detail=f"Slurm job {handle.job_id}: {state}" + (f" ({reason})" if reason else ""),
+            )
+        return JobStatus(
+            state="vanished",
+            detail=f"Slurm job {handle.job_id} is unknown to Slurm and left no exit code",
+        )
+
+    async def read_log(self, handle: JobHandle, offset: int) -> bytes:
+        """Output written since byte `offset` (at most 1 MiB per call), from the output file."""
+        return await asyncio.to_thread(read_chunk, Path(handle.log_path), offset)
+
+    async def terminate(self, handle: JobHandle, *, grace_seconds: float = 10.0) -> None:
+        """scancel (Slurm's SIGTERM), then `scancel --signal=KILL` after the grace if needed.
+
+        Slurm itself SIGKILLs a cancelled job's leftovers after the cluster's KillWait (30 s by
+        default) and may refuse further signals for it meanwhile; an ended job is fine.
+        """
+        if await self._queue_state(handle.job_id) not in ACTIVE_STATES:
+            return
+        await self._scancel([handle.job_id])
+        if await self._until_ended(handle.job_id, grace_seconds):
+            return
+        # --full: the batch script and its children too (by default only the job's steps).
+        await self._scancel(["--signal=KILL", "--full", handle.job_id])
+
+    async def _scancel(self, args: list[str]) -> None:
+        code, _, err = await self._run(["scancel", *args])
+        if code != 0 and _UNKNOWN_JOB not in err:
+            raise MachineUnavailable(f"{self._spec.name}: scancel failed (exit {code}): {err}")
+
+    async def _until_ended(self, job_id: str, within: float) -> bool:
+        """Whether the job left squeue's active states within `within` seconds."""
+        deadline = time.monotonic() + within
+        while await self._queue_state(job_id) in ACTIVE_STATES:
+            if time.monotonic() >= deadline:
+                return False
+            # Slurm has no "wait for this job" call without accounting: poll squeue.
+            await asyncio.sleep(_POLL_INTERVAL_SECONDS)
+        return True
+
+
+def _prepare(directory: Path, script: str) -> None:
+    """The round directory with its batch script; no exit code left from an earlier run."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / EXIT_NAME).unlink(missing_ok=True)
+    (directory / SCRIPT_NAME).write_text(script)
