@@ -12,11 +12,13 @@ How a node moves (paper §3.2, Fig. 5a):
   handle run one after another) and for the conversation's slot — `queued` while it waits,
   `running` once it holds the slot. The slot is held for the agent call only: journaling,
   judging and committing happen outside it, so the next node starts meanwhile.
-- Commits: every state change goes through one group commit per run (changes made while a
-  commit runs go into the next one, as a single statement). A batch that settles attempts
-  first syncs the run journal, which holds their prompts, outputs and transcripts: SQLite
-  (the source of truth) never points at records that are not on disk, and nothing is
-  announced before it is committed.
+- Records and commits: two group commits per run, each one batch at a time (what arrives
+  meanwhile goes into the next batch): the run journal (prompts, outputs, transcripts; one
+  write and one fsync per batch, off the loop) and the SQLite node rows (one statement per
+  batch). A settling node waits for its journal lines to be on disk before its state is
+  committed, so SQLite (the source of truth) never points at records that are not there, and
+  nothing is announced before it is committed; a node only starting (queued, running) never
+  waits behind an fsync.
 - Announcements: progress is published by one task per run after commits, coalesced (a
   slow chat API delays the status message, never the run).
 """
@@ -57,9 +59,6 @@ from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
 from host.keyed import KeyedLocks
 
 log = logging.getLogger(__name__)
-
-# States that settle an attempt: their batch syncs the journal before it commits.
-_JOURNALED: frozenset[str] = frozenset({"completed", "exception", "failed"})
 
 
 class WorkerPrompts(Protocol):
@@ -182,6 +181,8 @@ class GraphRun:
         self._completing: dict[str, Artifact] = {}
         self._writes = GroupFlush[NodeRecord](self._write_batch, name=f"commits:{run.id}")
         self._journal: RunJournal = deps.files.open_journal(run.id)
+        self._outputs_dir = deps.files.outputs_dir(run.id)
+        self._memory_dir = deps.files.memory_dir(run.id)
         self._wake = asyncio.Event()
         self.changed = asyncio.Event()
         self.done = asyncio.Event()
@@ -427,23 +428,26 @@ class GraphRun:
         is released as soon as the call returns."""
         capacity, handle = self._capacity, job.spec.instance
         if handle is None:
-            await self._queue_if(job.spec.id, capacity.semaphore.locked())
+            self._queue_if(job.spec.id, capacity.semaphore.locked())
             async with capacity.semaphore:
                 return await self._call_in_slot(job, [])
-        await self._queue_if(job.spec.id, capacity.instance_busy(handle))
+        self._queue_if(job.spec.id, capacity.instance_busy(handle))
         async with capacity.instance_lock(handle):
             loaded = await self._deps.store.load_instance(self.conversation_id, handle)
             history = loaded[1] if loaded is not None else []
-            await self._queue_if(job.spec.id, capacity.semaphore.locked())
+            self._queue_if(job.spec.id, capacity.semaphore.locked())
             async with capacity.semaphore:
                 outcome = await self._call_in_slot(job, history)
             # Saved before the instance is released: the next node of the handle loads it.
             await self._keep_session(job, history, outcome)
         return outcome
 
-    async def _queue_if(self, node_id: str, must_wait: bool) -> None:
+    def _queue_if(self, node_id: str, must_wait: bool) -> None:
+        # Not awaited: `queued` matters only to what is shown (a restart treats it as
+        # pending), and its commit rides along with the next batch instead of delaying the
+        # node's turn for the slot.
         if must_wait and self._current(node_id).state == "pending":
-            await self._commit(node_id, "queued")
+            self._decide(node_id, "queued")
 
     async def _call_in_slot(self, job: _Job, history: list[Message]) -> AgentOutcome:
         node_id = job.spec.id
@@ -502,6 +506,9 @@ class GraphRun:
             if outcome.offline
             else f"{verdict.category}: {verdict.missing}".strip(": ")
         )
+        # The attempt's records are on disk before its outcome is committed and announced.
+        with contextlib.suppress(OSError):
+            await self._journal_synced(node_id)
         if attempt < record.max_attempts and self._deps.host_reachable and not outcome.offline:
             await self._commit(
                 node_id,
@@ -528,14 +535,20 @@ class GraphRun:
     async def _complete(
         self, job: _Job, outcome: AgentOutcome, verdict: Verdict, accounting: dict[str, Any]
     ) -> None:
-        node_id, files = job.spec.id, self._deps.files
-        output_path = files.output_path(self.id, node_id)
+        node_id = job.spec.id
+        output_path = self._outputs_dir / f"{node_id}.md"
         # On disk before the commit that points at it (the batch syncs the journal first).
         self._journal.view(output_path, outcome.output)
         memory = self._memory_record(job.spec, outcome, verdict, output_path)
         self._journal.record("memory", node_id, job.attempt, text=memory)
         # The memory record follows asynchronously (paper Fig. 5a): it never delays successors.
-        self._journal.later(files.memory_path(self.id, node_id), memory)
+        self._journal.later(self._memory_dir / f"{node_id}.md", memory)
+        try:
+            await self._journal_synced(node_id)
+        except OSError as exc:
+            # SQLite must not point at an output that is not on disk.
+            await self._fail(node_id, f"internal error: the records could not be written: {exc}")
+            return
         await self._commit(
             node_id,
             "completed",
@@ -545,6 +558,15 @@ class GraphRun:
             finished_at=self._deps.clock(),
             **accounting,
         )
+
+    async def _journal_synced(self, node_id: str) -> None:
+        """Wait until this node's journal lines (and output file) are on disk: one write and
+        one fsync for every node settling meanwhile (raises OSError when they failed)."""
+        try:
+            await self._journal.sync()
+        except OSError:
+            log.exception("run %s: the records of node %s could not be written", self.id, node_id)
+            raise
 
     def _asker(self, node_id: str) -> Callable[[str], Awaitable[str]] | None:
         prompts = self._deps.prompts
@@ -624,7 +646,7 @@ class GraphRun:
             if a in self._artifacts
         ]
         if inside:
-            lines.append(self._deps.files.memory_listing(self.id, inside))
+            lines.append(RunFiles.memory_listing(self._memory_dir, inside))
         return lines
 
     def _memory_record(
@@ -737,8 +759,6 @@ class GraphRun:
     async def _write_batch(self, records: list[NodeRecord]) -> None:
         """One group commit: the newest record of each node in one statement, then applied."""
         latest = list({r.node_id: r for r in records}.values())
-        if any(r.state in _JOURNALED for r in latest):
-            latest = await self._synced(latest)
         try:
             await self._deps.store.commit_nodes(latest)
         except BaseException:
@@ -749,29 +769,6 @@ class GraphRun:
                     self._completing.pop(record.node_id, None)
             raise
         self._apply(latest)
-
-    async def _synced(self, records: list[NodeRecord]) -> list[NodeRecord]:
-        """Settled attempts are announced with their records (a completed row points at its
-        output file and journal lines): those go to disk first. When that fails, completed
-        nodes fail instead of pointing at nothing."""
-        try:
-            await self._journal.sync()
-        except Exception as exc:
-            log.exception("run %s: the records could not be written", self.id)
-            error = f"internal error: the records could not be written: {exc}"
-            kept = [r for r in records if r.state != "completed"]
-            failed = [
-                dataclasses.replace(r, state="failed", output_path=None, error=error)
-                for r in records
-                if r.state == "completed"
-            ]
-            for record in failed:
-                self._completing.pop(record.node_id, None)
-                self._decided[record.node_id] = record
-                if not self._stopping:
-                    self._skip_below(record.node_id)
-            return kept + failed
-        return records
 
     def _apply(self, records: list[NodeRecord]) -> None:
         """Committed: the in-memory state follows, then successors are submitted."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agents.models.provider import ModelProvider
@@ -72,7 +72,9 @@ class Verdict:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form for records."""
-        return asdict(self)
+        # Flat fields of plain values: a shallow copy is the whole conversion (asdict deep
+        # copies field by field, once per node).
+        return dict(vars(self))
 
 
 class CompletionJudge:

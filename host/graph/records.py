@@ -148,13 +148,18 @@ class _View:
     text: str
 
 
+class _Barrier:
+    """Asks the batch it lands in to fsync the journal (one per `sync` call)."""
+
+
 class RunJournal:
     """The run's append-only journal (JSON lines) plus the per-node files read by path.
 
-    `record` and `view` queue work and return at once; `sync` waits until everything queued
-    so far is written (views) and fsynced (lines) — one write and one fsync per batch, in a
-    worker thread. `later` files (memory records) are written in their own batches, so they
-    never delay a sync. `close` writes what is left.
+    `record` and `view` queue work and return at once (written soon, in a worker thread);
+    `sync` waits until everything queued so far is written and the journal fsynced — the
+    syncs of nodes settling together share one write and one fsync. `later` files (memory
+    records) are written in their own batches, so they never delay a sync. `close` writes
+    and syncs what is left.
     """
 
     def __init__(self, path: Path) -> None:
@@ -163,7 +168,9 @@ class RunJournal:
         # Guards the file handle: a batch thread may still run while `close` is called.
         self._io = threading.Lock()
         self._closed = False
-        self._now = GroupFlush[_Line | _View](self._write_now, name=f"journal:{path.parent.name}")
+        self._now = GroupFlush[_Line | _View | _Barrier](
+            self._write_now, name=f"journal:{path.parent.name}"
+        )
         self._later = GroupFlush[_View](self._write_later, name=f"records:{path.parent.name}")
 
     def record(self, kind: str, node_id: str, attempt: int, **data: Any) -> None:
@@ -182,10 +189,13 @@ class RunJournal:
 
     async def sync(self) -> None:
         """Wait until every record and view queued so far is on disk (lines fsynced)."""
+        self._now.add(_Barrier())
         await self._now.flushed()
 
     async def close(self) -> None:
         """Write and sync what is queued, then close the file (idempotent)."""
+        if not self._closed:
+            await self.sync()
         await self._now.drain()
         await self._later.drain()
         if not self._closed:
@@ -198,14 +208,21 @@ class RunJournal:
                 self._handle.close()
                 self._handle = None
 
-    async def _write_now(self, items: list[_Line | _View]) -> None:
+    async def _write_now(self, items: list[_Line | _View | _Barrier]) -> None:
         await asyncio.to_thread(self._write_batch, items)
+
+    def _write_batch(self, items: list[_Line | _View | _Barrier]) -> None:
+        lines = [i.record for i in items if isinstance(i, _Line)]
+        # Written lines survive a kill -9 already; the fsync (for a power loss) is paid only
+        # when somebody waits for it.
+        durable = any(isinstance(i, _Barrier) for i in items)
+        self._write_views([i for i in items if isinstance(i, _View)], strict=True)
+        self._append(lines, durable)
 
     async def _write_later(self, items: list[_View]) -> None:
         await asyncio.to_thread(self._write_views, items)
 
-    def _write_batch(self, items: list[_Line | _View]) -> None:
-        lines = [i.record for i in items if isinstance(i, _Line)]
+    def _append(self, lines: list[dict[str, Any]], durable: bool) -> None:
         with self._io:
             if lines:
                 handle = self._open()
@@ -216,17 +233,16 @@ class RunJournal:
                     )
                 )
                 handle.flush()
-            for item in items:
-                if isinstance(item, _View):
-                    _write_view(item.path, item.text)
-            if lines and self._handle is not None:
+            if durable and self._handle is not None:
                 os.fdatasync(self._handle.fileno())
 
-    def _write_views(self, items: list[_View]) -> None:
+    def _write_views(self, items: list[_View], *, strict: bool = False) -> None:
         for item in items:
             try:
                 _write_view(item.path, item.text)
             except OSError:
+                if strict:
+                    raise
                 log.exception("writing %s failed (its journal record is kept)", item.path)
 
     def _open(self) -> IO[bytes]:
@@ -316,13 +332,21 @@ class RunFiles:
         """`runs/<run>/`."""
         return self.root / run_id
 
+    def outputs_dir(self, run_id: str) -> Path:
+        """`runs/<run>/outputs/`: one `<node>.md` per completed node."""
+        return self.run_dir(run_id) / "outputs"
+
+    def memory_dir(self, run_id: str) -> Path:
+        """`runs/<run>/memory/`: one `<node>.md` memory record per completed node."""
+        return self.run_dir(run_id) / "memory"
+
     def output_path(self, run_id: str, node_id: str) -> Path:
         """The completed node's output file (what successors and reports reference)."""
-        return self.run_dir(run_id) / "outputs" / f"{node_id}.md"
+        return self.outputs_dir(run_id) / f"{node_id}.md"
 
     def memory_path(self, run_id: str, node_id: str) -> Path:
         """The deterministic location of the node's memory record (paper Eq. 32)."""
-        return self.run_dir(run_id) / "memory" / f"{node_id}.md"
+        return self.memory_dir(run_id) / f"{node_id}.md"
 
     def memory_beside(self, output_path: Path) -> Path:
         """The memory record of the node whose output file this is."""
@@ -335,16 +359,16 @@ class RunFiles:
         """`runs/<run>/journal.jsonl`: every node record of the run, in order."""
         return self.run_dir(run_id) / JOURNAL
 
-    def memory_listing(self, run_id: str, node_ids: list[str]) -> str:
+    @staticmethod
+    def memory_listing(memory_dir: Path, node_ids: list[str]) -> str:
         """The memory record paths of `node_ids` (sorted) of one run as one line.
 
         One node: its path. Several: the path pattern and the ids, so a node with a hundred
         ancestors gets one short line instead of a hundred full paths (prompts stayed
         quadratic in the graph size otherwise)."""
         if len(node_ids) == 1:
-            return str(self.memory_path(run_id, node_ids[0]))
-        pattern = self.memory_path(run_id, "<id>")
-        return f"{pattern} for each <id> in: {', '.join(node_ids)}"
+            return f"{memory_dir}{os.sep}{node_ids[0]}.md"
+        return f"{memory_dir}{os.sep}<id>.md for each <id> in: {', '.join(node_ids)}"
 
     def open_journal(self, run_id: str) -> RunJournal:
         """The run's journal (appended to, also after a restart)."""
