@@ -1,10 +1,10 @@
 """Benchmark: the graph scheduler (RunManager + GraphRun) on random layered DAGs.
 
-Runs the real RunManager (SQLite commits, record files with fsync, the real CompletionJudge
-with a scripted provider, the real `ConversationRunEvents` announcing progress into an
-in-memory conversation port) against simulated agents that only `asyncio.sleep`, and
-compares it with two plain-asyncio baselines without persistence on the same DAG and
-durations:
+Runs the real RunManager (SQLite commits, the run journal with batched fsync, output and
+memory record files, the real CompletionJudge with a scripted provider, the real
+`ConversationRunEvents` announcing progress into an in-memory conversation port) against
+simulated agents that only `asyncio.sleep`, and compares it with two plain-asyncio baselines
+without persistence on the same DAG and durations:
 
 - superstep: level by level (networkx.topological_generations), each level finishing before
   the next starts;
@@ -14,9 +14,13 @@ durations:
 Durations are uniform or skewed (lognormal, same mean), both seeded; concurrency limits are
 the `--concurrency` values plus an unbounded run (C = node count) on `--unbounded` sizes.
 
+Record files go to `--scratch` (default: the system temp directory). File creation costs
+differ a lot between directories on some machines: the probes printed first show what one
+costs where this run writes (each completed node writes two files).
+
 Prints figures only; it asserts nothing about time. Run from the repo root:
 
-    .venv/bin/python bench/graph_scheduler.py [--sizes 100,500] [--seed 7]
+    .venv/bin/python bench/graph_scheduler.py [--sizes 100,500] [--seed 7] [--scratch DIR]
 """
 
 from __future__ import annotations
@@ -574,7 +578,8 @@ Cost of the same runs:
   flow ms/step  the same for the dataflow baseline (event-loop cost and timer slack only)
   cpu ms/n      process CPU time (time.process_time: event loop, SQLite and fsync threads)
                 from start of run to `done`, per node
-  progress      ConversationRunEvents.progress calls (one per node start and settle)
+  progress      ConversationRunEvents.progress calls (a run publishes progress after its
+                commits, coalesced: at most one per commit batch)
   prog s        summed wall time inside those calls (they overlap when nodes run in parallel)
   notify/edits  conversation port calls: status message posted / edited (edits per run)
   turns         proactive Host turns (the final run report; after `done`, not in makespan)"""
@@ -597,13 +602,14 @@ ZERO_LEGEND = """\
 Zero-duration agents (the same DAGs, every sleep 0): pure per-node overhead.
   CP n          nodes on the longest path (= topological generations here)
   wall s        raven makespan with zero-duration agents
-  ms/node       wall / nodes: per-node cost of the real path (state commits to SQLite,
-                prompt/output/transcript/memory files with fsync, manifest rewrites,
-                judge call, ready-set scans, progress announcements)
+  ms/node       wall / nodes: per-node cost of the real path (group-committed state rows
+                in SQLite, journal lines with batched fsync, output and memory record
+                files, judge call, progress announcements)
   cpu ms/n      process CPU time per node over the run (target <= 1 ms)
   ms/step       wall / CP n: overhead per dependency step
   edits         status message edits of the run
-  flow/step     wall / nodes for the plain-asyncio baselines (event-loop cost only)"""
+  flow ms/node  wall / nodes for the plain-asyncio dataflow baseline (event-loop cost only)
+  step ms/node  the same for the superstep baseline"""
 
 
 def zero_cells(work: Workload, c: int, raven: RavenTiming, flow: float, step: float) -> list[str]:
@@ -693,6 +699,33 @@ def fsync_probe(scratch: Path, count: int = 50) -> float:
     return elapsed / count * 1000
 
 
+def create_probe(scratch: Path, count: int = 200) -> tuple[float, float]:
+    """(wall, CPU) milliseconds per new 1 KB file without fsync in the scratch dir (what an
+    output or memory record file costs)."""
+    folder = scratch / "create-probe"
+    folder.mkdir()
+    started, cpu = time.perf_counter(), time.process_time()
+    for i in range(count):
+        (folder / f"f{i}.md").write_text("x" * 1024, encoding="utf-8")
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    shutil.rmtree(folder, ignore_errors=True)
+    return wall / count * 1000, cpu / count * 1000
+
+
+def append_probe(scratch: Path, count: int = 100) -> float:
+    """Milliseconds per 1 KB journal append followed by fdatasync (one journal batch)."""
+    path = scratch / "append-probe.jsonl"
+    started = time.perf_counter()
+    with path.open("ab") as handle:
+        for _ in range(count):
+            handle.write(b"x" * 1023 + b"\n")
+            handle.flush()
+            os.fdatasync(handle.fileno())
+    elapsed = time.perf_counter() - started
+    path.unlink()
+    return elapsed / count * 1000
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -708,6 +741,7 @@ class Plan:
     seed: int
     full: bool
     announce: bool
+    scratch: Path | None = None
 
     def runs(self) -> list[tuple[int, str, int | None]]:
         """(size, dist, C or None for unbounded) in run order."""
@@ -729,7 +763,7 @@ class Plan:
 
 async def bench(plan: Plan) -> None:
     """Run the plan, then print the tables."""
-    scratch = Path(tempfile.mkdtemp(prefix="raven_bench_"))
+    scratch = Path(tempfile.mkdtemp(prefix="raven_bench_", dir=plan.scratch))
     total = time.perf_counter()
     try:
         print(
@@ -737,6 +771,12 @@ async def bench(plan: Plan) -> None:
             f"{os.cpu_count()} CPU(s), load {_load()}, seed {plan.seed}, scratch {scratch}"
         )
         print(f"atomic_write probe: {fsync_probe(scratch):.2f} ms per 1 KB record file (fsync)")
+        wall, cpu = create_probe(scratch)
+        print(
+            f"file create probe: {wall:.3f} ms wall, {cpu:.3f} ms CPU per new 1 KB file, no "
+            "fsync (a completed node writes two: output and memory record)"
+        )
+        print(f"journal append probe: {append_probe(scratch):.3f} ms per append + fdatasync")
         print(
             "progress announcements: "
             + (
@@ -850,6 +890,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
     )
     parser.add_argument("--seed", type=int, default=7, help="DAG/duration seed (default: 7)")
     parser.add_argument(
+        "--scratch",
+        type=Path,
+        default=None,
+        help="directory for the databases and run records (default: the system temp dir)",
+    )
+    parser.add_argument(
         "--events",
         choices=("conversation", "null"),
         default="conversation",
@@ -879,6 +925,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
         seed=int(args.seed),
         full=bool(args.full),
         announce=args.events == "conversation",
+        scratch=args.scratch,
     )
 
 
