@@ -9,6 +9,7 @@ the round directory, which is how `poll` learns the end even after a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -112,12 +113,21 @@ class LocalMachine:
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
             )
-            async with asyncio.timeout(_START_TIMEOUT_SECONDS):
-                out, err = await proc.communicate()
-        except (OSError, TimeoutError) as exc:
+        except OSError as exc:
             raise MachineUnavailable(
                 f"{self._spec.name}: could not start the round: {exc}"
             ) from exc
+        try:
+            async with asyncio.timeout(_START_TIMEOUT_SECONDS):
+                out, err = await proc.communicate()
+        except TimeoutError:
+            # The launcher only forks and prints: hanging means this host is in trouble.
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise MachineUnavailable(
+                f"{self._spec.name}: the round did not start within {_START_TIMEOUT_SECONDS:.0f} s"
+            ) from None
         fields = out.decode(errors="replace").split()
         if proc.returncode != 0 or len(fields) != 2 or not fields[0].isdigit():
             said = err.decode(errors="replace").strip()[-500:] or f"exit {proc.returncode}"

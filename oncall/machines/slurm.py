@@ -179,7 +179,7 @@ class SlurmMachine:
             machine=self._spec.name,
             kind="slurm",
             job_id=job_id,
-            host=self._spec.host or socket.gethostname(),
+            host=socket.gethostname(),  # where it was submitted from
             started_at=self._clock(),
             log_path=str(directory / LOG_NAME),
             exit_path=str(exit_path),
