@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from agents.campaign_syntax import parse_campaign
 from agents.models.types import (
     Message,
     ModelReply,
@@ -26,10 +28,13 @@ OFFLINE_NOTICE = (
     "`[after id]` for dependencies), e.g. a command in the sandboxed workspace:\n"
     '```\ns1: shell: echo "hello from the sandbox" && uname -a\n```\n'
     "(the `shell` agent asks you to approve each command; a `confirm` line asks for approval "
-    "of the whole plan first). Say `help` for more."
+    "of the whole plan first). Campaigns that watch a long job need no model either:\n"
+    "```\ncampaign: train the model | machine: local | run: python train.py | "
+    "metric: loss min | budget: 2h\n```\nSay `help` for more."
 )
 
 SUBMIT_GRAPH = "submit_graph"
+START_CAMPAIGN = "start_campaign"
 
 
 class OfflineProvider:
@@ -59,13 +64,14 @@ class OfflineProvider:
         if results:
             return _text(_describe_results(results, messages))
         text = "\n".join(b.text for b in last.content if isinstance(b, TextBlock))
+        campaign = parse_campaign(text)
+        if campaign is not None and any(tool.name == START_CAMPAIGN for tool in tools):
+            return _call(START_CAMPAIGN, campaign)
         plan = parse_plan(text)
         if plan is None:
             return _text(OFFLINE_NOTICE)
         if any(tool.name == SUBMIT_GRAPH for tool in tools):
-            digest = hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:12]
-            call = ToolCall(id=f"offline_{digest}", name=SUBMIT_GRAPH, input=plan)
-            return ModelReply(content=[call], stop_reason="tool_use", model="offline")
+            return _call(SUBMIT_GRAPH, plan)
         return _text(
             f"Offline mode: I recognised a plan of {len(plan['nodes'])} node(s), but graph runs "
             "are not available here, so nothing was run."
@@ -86,6 +92,12 @@ def _describe_results(results: list[ToolResult], messages: Sequence[Message]) ->
         prefix = f"`{tool}` failed" if result.is_error else f"`{tool}`"
         parts.append(f"{prefix}: {result.content}")
     return "Offline mode (no model): here is what the tools returned.\n\n" + "\n\n".join(parts)
+
+
+def _call(name: str, arguments: Mapping[str, Any]) -> ModelReply:
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:12]
+    call = ToolCall(id=f"offline_{digest}", name=name, input=dict(arguments))
+    return ModelReply(content=[call], stop_reason="tool_use", model="offline")
 
 
 def _text(text: str) -> ModelReply:

@@ -1,0 +1,45 @@
+"""The explicit campaign syntax, so campaigns start without a model:
+
+    campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h
+
+Optional fields: `pattern: REGEX` (one group around the value), `wake: 5m`, `baseline: 1.2`,
+`rounds: 3`, `stall: 10m`, `margin: 0.5`, `poll: 5s`. The command may itself contain `|`:
+fields are split only before a known field name. Values are validated by the tool.
+"""
+
+from __future__ import annotations
+
+import re
+
+FIELDS = (
+    "machine",
+    "run",
+    "metric",
+    "budget",
+    "pattern",
+    "wake",
+    "baseline",
+    "rounds",
+    "stall",
+    "margin",
+    "poll",
+)
+_START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
+_SPLIT = re.compile(r"\s+\|\s*(?=(?:" + "|".join(FIELDS) + r")\s*:)", re.IGNORECASE)
+_FIELD = re.compile(r"^(?P<key>[a-z]+)\s*:\s*(?P<value>.*?)\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def parse_campaign(text: str) -> dict[str, str] | None:
+    """The fields of the first `campaign:` line of `text` (goal included), else None."""
+    for line in text.splitlines():
+        match = _START.match(line)
+        if match is None:
+            continue
+        goal, *parts = _SPLIT.split(match["rest"])
+        fields = {"goal": goal.strip()}
+        for part in parts:
+            field = _FIELD.match(part.strip())
+            if field is not None:
+                fields[field["key"].lower()] = field["value"]
+        return fields
+    return None

@@ -1,0 +1,254 @@
+"""The Host's campaign tools: start a campaign, read its state, and decide on it.
+
+Decisions (`campaign_wait`, `campaign_resubmit`, `campaign_terminate`) must cite a recorded
+measurement; `campaign_report` closes a campaign only through the report gate.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.tools import Tool
+from host.turn import TurnContext
+from oncall.durations import parse_duration
+from oncall.engine import CampaignEngine, CampaignError
+from oncall.model import Budget, CampaignSpec, MetricSpec
+
+CAMPAIGN_SYNTAX = (
+    "campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h"
+)
+
+
+class StartCampaignInput(BaseModel):
+    """Input of `start_campaign` (also what the offline campaign syntax produces)."""
+
+    model_config = ConfigDict(extra="forbid")
+    goal: str = Field(description="what the campaign is for, one sentence")
+    run: str | None = Field(default=None, description="the command one round runs")
+    machine: str = Field(default="local", description="a machine from machines.toml")
+    metric: str | None = Field(default=None, description="`<name> <min|max>`, e.g. `loss min`")
+    budget: str | None = Field(default=None, description="wall-clock budget, e.g. 2h or 90m")
+    pattern: str | None = Field(default=None, description="regex, one group around the value")
+    wake: str | None = Field(default=None, description="scheduled wake-up interval, e.g. 5m")
+    baseline: str | None = Field(default=None, description="the starting metric value")
+    rounds: str | None = Field(default=None, description="at most this many rounds")
+    stall: str | None = Field(default=None, description="no output for this long = stalled")
+    margin: str | None = Field(default=None, description="worse than baseline by this = diverged")
+    poll: str | None = Field(default=None, description="how often the monitor reads output")
+
+
+class CampaignRef(BaseModel):
+    """A campaign id (optional: the conversation's campaigns)."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign_id: str | None = None
+
+
+class WaitInput(BaseModel):
+    """Input of `campaign_wait`."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign_id: str
+    until: str = Field(description="how long to wait before the next wake-up, e.g. 10m")
+    cite: int = Field(description="id of the newest measurement this decision rests on")
+    reason: str = Field(default="", max_length=500)
+
+
+class ResubmitInput(BaseModel):
+    """Input of `campaign_resubmit`."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign_id: str
+    cite: int
+    changes: str | None = Field(default=None, description="the changed command, if any")
+    reason: str = Field(default="", max_length=500)
+
+
+class TerminateInput(BaseModel):
+    """Input of `campaign_terminate`."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign_id: str
+    reason: str = Field(min_length=1, max_length=500)
+    cite: int | None = None
+
+
+class ReportInput(BaseModel):
+    """Input of `campaign_report`."""
+
+    model_config = ConfigDict(extra="forbid")
+    campaign_id: str
+    text: str = Field(min_length=1, max_length=20_000)
+
+
+def campaign_spec(args: StartCampaignInput) -> CampaignSpec:
+    """A validated CampaignSpec; ValueError listing every problem and the syntax."""
+    problems: list[str] = []
+    if not args.run:
+        problems.append("`run:` is missing: the command one round runs")
+    name, direction = _metric(args.metric, problems)
+    budget = _duration("budget", args.budget, problems)
+    optional = {
+        "wake_every_seconds": _duration("wake", args.wake, problems, required=False),
+        "stall_seconds": _duration("stall", args.stall, problems, required=False),
+        "poll_seconds": _duration("poll", args.poll, problems, required=False),
+        "baseline": _number("baseline", args.baseline, problems),
+        "divergence_margin": _number("margin", args.margin, problems),
+    }
+    rounds = _number("rounds", args.rounds, problems)
+    if problems:
+        raise ValueError(_problems(problems))
+    try:
+        return CampaignSpec(
+            goal=args.goal,
+            machine=args.machine,
+            command=str(args.run),
+            metric=MetricSpec(name=name, pattern=args.pattern),
+            direction=direction,
+            budget=Budget(wall_seconds=budget or 0, rounds=int(rounds) if rounds else 5),
+            **{k: v for k, v in optional.items() if v is not None},
+        )
+    except ValidationError as exc:
+        raise ValueError(
+            _problems([f"`{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors()])
+        ) from None
+
+
+def _metric(raw: str | None, problems: list[str]) -> tuple[str, str]:
+    parts = (raw or "").split()
+    if not parts:
+        problems.append("`metric:` is missing: write the name and min or max, e.g. `loss min`")
+        return "metric", "min"
+    direction = parts[1].lower() if len(parts) > 1 else "min"
+    if direction not in ("min", "max") or len(parts) > 2:
+        problems.append(f"`metric: {raw}`: write the name then min or max, e.g. `loss min`")
+    return parts[0], direction if direction in ("min", "max") else "min"
+
+
+def _duration(
+    field: str, raw: str | None, problems: list[str], *, required: bool = True
+) -> float | None:
+    if raw is None or not raw.strip():
+        if required:
+            problems.append(f"`{field}:` is missing: a duration like 2h or 90m")
+        return None
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        problems.append(f"`{field}:` {exc}")
+        return None
+
+
+def _number(field: str, raw: str | None, problems: list[str]) -> float | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        problems.append(f"`{field}: {raw}` is not a number")
+        return None
+
+
+def _problems(problems: list[str]) -> str:
+    lines = "\n".join(f"- {p}" for p in problems)
+    return f"The campaign was not started:\n{lines}\nThe syntax is: `{CAMPAIGN_SYNTAX}`"
+
+
+class CampaignTools:
+    """The campaign tool implementations, bound to one engine."""
+
+    def __init__(self, engine: CampaignEngine) -> None:
+        self.engine = engine
+
+    async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
+        """The `start_campaign` tool."""
+        try:
+            record = await self.engine.start(ctx.author_id, ctx.conversation, campaign_spec(args))
+        except (ValueError, CampaignError) as exc:
+            return str(exc)
+        return (
+            f"Campaign `{record.id}` started on `{record.spec.machine}`; it is watched without "
+            "model calls and reports in this thread."
+        )
+
+    async def campaign_status(self, ctx: TurnContext, args: CampaignRef) -> str:
+        """The `campaign_status` tool."""
+        if args.campaign_id is None:
+            return await self.engine.status(ctx.conversation) or "No campaigns in this thread."
+        return await self.engine.describe(args.campaign_id)
+
+    async def campaign_wait(self, ctx: TurnContext, args: WaitInput) -> str:
+        """The `campaign_wait` tool."""
+        return await self._refusing(
+            self.engine.wait, args.campaign_id, _seconds(args.until), args.cite, args.reason
+        )
+
+    async def campaign_resubmit(self, ctx: TurnContext, args: ResubmitInput) -> str:
+        """The `campaign_resubmit` tool."""
+        return await self._refusing(
+            self.engine.resubmit, args.campaign_id, args.cite, args.reason, args.changes
+        )
+
+    async def campaign_terminate(self, ctx: TurnContext, args: TerminateInput) -> str:
+        """The `campaign_terminate` tool."""
+        return await self._refusing(self.engine.terminate, args.campaign_id, args.reason, args.cite)
+
+    async def campaign_report(self, ctx: TurnContext, args: ReportInput) -> str:
+        """The `campaign_report` tool."""
+        return await self._refusing(self.engine.report, args.campaign_id, args.text)
+
+    async def _refusing(self, operation: object, *args: object) -> str:
+        try:
+            return await operation(*args)  # type: ignore[operator, no-any-return]
+        except (ValueError, CampaignError) as exc:
+            return f"Refused: {exc}"
+
+
+def _seconds(raw: str) -> float:
+    return parse_duration(raw)
+
+
+def build_campaign_tools(engine: CampaignEngine) -> list[Tool[TurnContext]]:
+    """The campaign tools, bound to `engine`."""
+    t = CampaignTools(engine)
+    return [
+        Tool(
+            "start_campaign",
+            "Start an Oncall campaign: run a long job round by round on a registered machine, "
+            "watch its metric without model calls, wake on schedule or on events, report here.",
+            StartCampaignInput,
+            t.start_campaign,
+        ),
+        Tool(
+            "campaign_status",
+            "State, rounds, wake-ups and recent measurements of a campaign (or all here).",
+            CampaignRef,
+            t.campaign_status,
+        ),
+        Tool(
+            "campaign_wait",
+            "Let the running round continue and wake again later; cite the newest measurement.",
+            WaitInput,
+            t.campaign_wait,
+        ),
+        Tool(
+            "campaign_resubmit",
+            "End the round and start the next (optionally with a changed command); cite the "
+            "newest measurement.",
+            ResubmitInput,
+            t.campaign_resubmit,
+        ),
+        Tool(
+            "campaign_terminate",
+            "Stop the running round; the campaign then closes with campaign_report.",
+            TerminateInput,
+            t.campaign_terminate,
+        ),
+        Tool(
+            "campaign_report",
+            "Close the campaign with a report that states the baseline; every number about "
+            "the metric must match a recorded measurement, else it is rejected.",
+            ReportInput,
+            t.campaign_report,
+        ),
+    ]

@@ -1,0 +1,780 @@
+"""The campaign engine: rounds on machines, the model-free monitor, wake-ups and decisions.
+
+One round at a time: submit it, register a wake-up under the campaign id, and wait without
+model calls while a monitor task tails the round's output. The monitor records measurements
+and wakes the campaign early when the round finishes, dies, stalls or diverges. A wake-up
+(scheduled or early) is claimed once in the ledger, then the decider picks an action, which
+goes through the same rule-enforcing operations the tools use (`wait`, `resubmit`,
+`terminate`, `report`). State is committed before it is announced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from core.ids import ConversationRef
+from core.keyed import KeyedLocks
+from oncall.citations import check_citation
+from oncall.machines.registry import Allocator
+from oncall.model import (
+    FINAL_STATES,
+    CampaignSpec,
+    DecisionAction,
+    JobHandle,
+    JobRequest,
+    JobStatus,
+    Machine,
+    MachineUnavailable,
+    Measurement,
+    WakeReason,
+)
+from oncall.monitor import RoundWatch
+from oncall.policy import Decision, DecisionContext, RoundSummary, clamp_to_budget
+from oncall.ports import CAMPAIGN_WAKE, CampaignNotifier, WakeScheduler
+from oncall.report_gate import check_report, draft_report, format_duration
+from oncall.store import CampaignRecord, CampaignStore
+
+log = logging.getLogger(__name__)
+
+
+class CampaignError(ValueError):
+    """A campaign operation was refused; the message says why and what to do."""
+
+
+class Decider(Protocol):
+    """Chooses what a woken campaign does next (rule-based offline, a model online)."""
+
+    @property
+    def model_backed(self) -> bool:
+        """True when deciding spends model calls."""
+        ...
+
+    async def decide(self, context: DecisionContext) -> Decision:
+        """One decision for the campaign in `context`."""
+        ...
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Tunables of the engine."""
+
+    report_tolerance: float = 1e-3
+    terminate_grace_seconds: float = 10.0
+    status_edit_seconds: float = 5.0  # at most one status edit per round this often
+
+
+@dataclass
+class _Live:
+    """In-memory state of one monitored round (the durable state is in the store)."""
+
+    watch: RoundWatch
+    handle: JobHandle
+    last_edit: float = -math.inf
+    unreachable_told: bool = False
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class CampaignEngine:
+    """Owns every campaign of this process: start, monitor, wake, decide, close."""
+
+    def __init__(
+        self,
+        *,
+        store: CampaignStore,
+        machines: Mapping[str, Machine],
+        allocator: Allocator,
+        scheduler: WakeScheduler,
+        notifier: CampaignNotifier,
+        decider: Decider,
+        root: Path,
+        settings: EngineSettings = EngineSettings(),
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] = lambda: "cmp_" + uuid.uuid4().hex[:10],
+    ) -> None:
+        self._store = store
+        self._machines = machines
+        self._allocator = allocator
+        self._scheduler = scheduler
+        self._notifier = notifier
+        self._decider = decider
+        self._root = root
+        self._settings = settings
+        self._clock = clock
+        self._new_id = new_id
+        self._locks = KeyedLocks()
+        self._live: dict[str, _Live] = {}
+        self._closed = False
+        # Set whenever a campaign reaches a final state (waiters re-check their condition).
+        self.changed = asyncio.Event()
+
+    @property
+    def store(self) -> CampaignStore:
+        """The campaign records."""
+        return self._store
+
+    # --------------------------------------------------------------------------- start
+
+    async def start(self, owner: str, conv: ConversationRef, spec: CampaignSpec) -> CampaignRecord:
+        """Record a campaign and submit its first round (or queue it for a machine slot)."""
+        machine = self._machines.get(spec.machine)
+        if machine is None:
+            known = ", ".join(sorted(self._machines)) or "none"
+            raise CampaignError(
+                f"Unknown machine {spec.machine!r}. Registered machines: {known} "
+                "(add one in RAVEN_HOME/machines.toml)."
+            )
+        campaign_id = self._new_id()
+        record = await self._store.create(campaign_id, owner, conv, spec)
+        await self._notify(
+            record,
+            f"🛰️ Campaign `{campaign_id}` started: {spec.goal}\nMachine `{spec.machine}`, "
+            f"metric `{spec.metric.name}` ({spec.direction}), budget "
+            f"{format_duration(spec.budget.wall_seconds)} and {spec.budget.rounds} round(s). "
+            "I watch it without model calls and report here.",
+            key=f"campaign:{campaign_id}:started",
+        )
+        await self._begin_or_queue(record)
+        return record
+
+    async def _begin_or_queue(self, record: CampaignRecord) -> None:
+        if await self._allocator.acquire(record.spec.machine, record.id):
+            await self._submit_round(record, record.round + 1)
+            return
+        await self._notify(
+            record,
+            f"⏳ Campaign `{record.id}` waits for a free slot on `{record.spec.machine}` "
+            "(every slot is held by another campaign); it starts when one frees.",
+            key=f"campaign:{record.id}:queued",
+        )
+
+    async def _start_queued(self, machine: str) -> None:
+        """A slot freed on `machine`: start the oldest campaign waiting for it."""
+        for record in reversed(await self._store.recent(active_only=True, limit=1000)):
+            if record.spec.machine == machine and record.state == "planning":
+                if await self._allocator.acquire(machine, record.id):
+                    await self._submit_round(record, record.round + 1)
+                return
+
+    # --------------------------------------------------------------------------- rounds
+
+    async def _submit_round(
+        self, record: CampaignRecord, round_no: int, command: str | None = None
+    ) -> None:
+        spec = record.spec
+        remaining = self._remaining_wall(record)
+        requested = spec.round_time_limit_seconds or remaining
+        granted, note = clamp_to_budget(requested, remaining)
+        await self._store.start_round(record.id, round_no, granted, note)
+        machine = self._machines[spec.machine]
+        request = JobRequest(
+            campaign_id=record.id,
+            round=round_no,
+            command=command or spec.command,
+            workdir=self._root / record.id / f"round-{round_no}",
+            time_limit_seconds=granted,
+            cpus=spec.cpus,
+            partition=spec.partition,
+        )
+        try:
+            handle = await machine.submit(request)
+        except MachineUnavailable as exc:
+            await self._store.set_round(
+                record.id, round_no, state="failed", ended_at=self._clock(), note=str(exc)
+            )
+            await self._fail(record, f"the machine refused round {round_no}: {exc}")
+            return
+        await self._store.set_round(record.id, round_no, state="running", handle=handle)
+        text = (
+            f"▶️ Campaign `{record.id}` round {round_no} running on `{spec.machine}` "
+            f"(job `{handle.job_id}`)."
+        )
+        if note:
+            text += f"\n{note}"
+        posted = await self._notify(
+            record, text, key=f"campaign:{record.id}:round:{round_no}:status"
+        )
+        if posted is not None:
+            await self._store.update(record.id, status_message=posted)
+        await self._schedule_wake(record, round_no, spec.wake_every_seconds)
+        self._watch(record, round_no, handle, RoundWatch(spec, record.baseline, handle.started_at))
+
+    def _watch(
+        self, record: CampaignRecord, round_no: int, handle: JobHandle, watch: RoundWatch
+    ) -> None:
+        live = _Live(watch=watch, handle=handle)
+        self._live[record.id] = live
+        live.task = asyncio.get_running_loop().create_task(
+            self._monitor(record.id, round_no, live),
+            name=f"campaign-monitor:{record.id}:{round_no}",
+        )
+
+    async def _monitor(self, campaign_id: str, round_no: int, live: _Live) -> None:
+        """Model-free: tail the round, record measurements, wake early on an event."""
+        while not self._closed:
+            record = await self._store.get(campaign_id)
+            if record is None or record.state in FINAL_STATES or record.round != round_no:
+                return
+            reason = await self._observe_once(record, round_no, live)
+            if reason is not None:
+                await self._early_wake(record, round_no, reason)
+                return
+            await asyncio.sleep(record.spec.poll_seconds)
+
+    async def _observe_once(
+        self, record: CampaignRecord, round_no: int, live: _Live
+    ) -> WakeReason | None:
+        machine = self._machines[record.spec.machine]
+        try:
+            chunk = await machine.read_log(live.handle, live.watch.offset)
+            status = await machine.poll(live.handle)
+            if status.state != "running":
+                chunk += await _drain(machine, live.handle, live.watch.offset + len(chunk))
+        except MachineUnavailable as exc:
+            if not live.unreachable_told:
+                live.unreachable_told = True
+                await self._notify(
+                    record,
+                    f"⚠️ Campaign `{record.id}`: machine `{record.spec.machine}` is unreachable "
+                    f"({exc}); I keep trying and the round keeps its budget.",
+                    key=f"campaign:{record.id}:round:{round_no}:unreachable",
+                )
+            return None
+        live.unreachable_told = False
+        observation = live.watch.observe(self._clock(), chunk, status)
+        if observation.values or chunk:
+            values = [(v.name, v.value, v.line) for v in observation.values]
+            recorded = await self._store.record_measurements(
+                record.id, round_no, values, watch=live.watch.state()
+            )
+            if recorded:
+                await self._edit_status(record, round_no, live, recorded)
+        if observation.wake is not None:
+            await self._end_round(record, round_no, status, observation.wake)
+            return observation.wake
+        current = await self._store.round(record.id, round_no)
+        limit = current.granted_seconds if current is not None else None
+        if limit is not None and self._clock() - live.handle.started_at > limit:
+            return "budget"
+        return None
+
+    async def _end_round(
+        self, record: CampaignRecord, round_no: int, status: JobStatus, reason: WakeReason
+    ) -> None:
+        if status.state == "running":
+            return  # stalled/diverged/budget: the decision terminates it
+        now = self._clock()
+        await self._store.set_round(
+            record.id,
+            round_no,
+            state="ended",
+            ended_at=now,
+            exit_code=status.exit_code,
+            wake_reason=reason,
+        )
+        live = self._live.get(record.id)
+        started = live.handle.started_at if live is not None else now
+        await self._store.update(
+            record.id,
+            compute_seconds=record.compute_seconds
+            + max(0.0, now - started) * (record.spec.cpus or 1),
+        )
+
+    async def _edit_status(
+        self, record: CampaignRecord, round_no: int, live: _Live, recorded: list[Measurement]
+    ) -> None:
+        now = self._clock()
+        if (
+            now - live.last_edit < self._settings.status_edit_seconds
+            or record.status_message is None
+        ):
+            return
+        live.last_edit = now
+        latest = ", ".join(f"{m.name}={m.value:g} (#{m.id})" for m in recorded[-3:])
+        text = (
+            f"▶️ Campaign `{record.id}` round {round_no} running on `{record.spec.machine}`: "
+            f"latest {latest}."
+        )
+        with contextlib.suppress(Exception):
+            await self._notifier.edit(
+                record.conversation,
+                record.status_message,
+                text,
+                key=f"campaign:{record.id}:round:{round_no}:status",
+            )
+
+    # --------------------------------------------------------------------------- wakes
+
+    async def _schedule_wake(
+        self, record: CampaignRecord, round_no: int, after_seconds: float
+    ) -> str:
+        due = min(self._clock() + after_seconds, self._deadline(record))
+        wake_id = f"wake:{record.id}:{round_no}:{int(due * 1000)}"
+        await self._store.schedule_wake(wake_id, record.id, round_no, "scheduled", due)
+        await self._scheduler.schedule_at(
+            wake_id,
+            datetime.fromtimestamp(due, UTC),
+            CAMPAIGN_WAKE,
+            {"campaign_id": record.id, "wake_id": wake_id},
+        )
+        return wake_id
+
+    async def on_wake_job(self, campaign_id: str, wake_id: str) -> None:
+        """A scheduled wake-up fired (the scheduler's job handler)."""
+        record = await self._store.get(campaign_id)
+        if record is None:
+            return
+        claimed = await self._store.claim_wake(wake_id, fired_at=self._clock())
+        if claimed is None:
+            return  # already fired, or cancelled by an early wake: the ledger says once
+        if claimed.lateness and claimed.lateness > 1.0:
+            await self._notify(
+                record,
+                f"⏰ Campaign `{record.id}`: a wake-up fired "
+                f"{format_duration(claimed.lateness)} late (the bot was down or busy).",
+                key=f"campaign:{record.id}:late:{wake_id}",
+            )
+        await self._wake(record, claimed.round, "scheduled")
+
+    async def _early_wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
+        now = self._clock()
+        for pending in await self._store.cancel_pending_wakes(record.id):
+            with contextlib.suppress(Exception):
+                await self._scheduler.cancel(pending)
+        wake_id = f"wake:{record.id}:{round_no}:early:{reason}"
+        await self._store.set_round(record.id, round_no, wake_reason=reason)
+        await self._store.schedule_wake(wake_id, record.id, round_no, reason, now)
+        if await self._store.claim_wake(wake_id, fired_at=now) is None:
+            return
+        await self._notify(
+            record,
+            f"🔔 Campaign `{record.id}` woke early: round {round_no} {_REASON_TEXT[reason]}.",
+            key=f"campaign:{record.id}:{wake_id}",
+        )
+        await self._wake(record, round_no, reason)
+
+    async def _wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
+        async with self._locks.hold(record.id):
+            current = await self._store.get(record.id)
+            if current is None or current.state in FINAL_STATES or current.round != round_no:
+                return
+            await self._store.update(record.id, state="deciding")
+            context = await self._context(current, reason)
+            decision = await self._decider.decide(context)
+            await self._apply(current, decision, by="policy")
+
+    async def _context(self, record: CampaignRecord, reason: WakeReason) -> DecisionContext:
+        return DecisionContext(
+            spec=record.spec,
+            baseline=record.spec.baseline,  # the given one (see policy: first-round rule)
+            measurements=await self._store.measurements(record.id),
+            rounds=await self._summaries(record),
+            wall_used_seconds=self._clock() - record.created_at,
+            compute_used_minutes=record.compute_seconds / 60.0,
+            rounds_used=record.round,
+            reason=reason,
+        )
+
+    async def _apply(self, record: CampaignRecord, decision: Decision, *, by: str) -> str:
+        if decision.action == "wait":
+            return await self._wait(
+                record,
+                decision.until_seconds or record.spec.wake_every_seconds,
+                decision.cite,
+                decision.reason,
+                by,
+            )
+        if decision.action == "resubmit":
+            command = decision.changes.get("command")
+            return await self._resubmit(record, decision.cite, decision.reason, command, by)
+        if decision.action == "terminate":
+            text = await self._terminate(record, decision.cite, decision.reason, by)
+            if not self._decider.model_backed:
+                # The rule-based policy closes with the factual report it drafted.
+                report = decision.report or await self._draft(record)
+                await self._report(await self._fresh(record), report, by, failed=decision.failed)
+            return text
+        report = decision.report or await self._draft(record)
+        return await self._report(record, report, by, failed=decision.failed)
+
+    # ---------------------------------------------------------- operations (the tools)
+
+    async def wait(
+        self, campaign_id: str, until_seconds: float, cite: int | None, reason: str = ""
+    ) -> str:
+        """Tool: keep the round running and wake again in `until_seconds` (clamped)."""
+        record = await self._active(campaign_id)
+        return await self._wait(
+            record, until_seconds, cite, reason or "waiting for more output", "agent"
+        )
+
+    async def resubmit(
+        self, campaign_id: str, cite: int | None, reason: str = "", command: str | None = None
+    ) -> str:
+        """Tool: end the current round and start the next (a changed command allowed)."""
+        record = await self._active(campaign_id)
+        return await self._resubmit(record, cite, reason or "resubmitting", command, "agent")
+
+    async def terminate(self, campaign_id: str, reason: str, cite: int | None) -> str:
+        """Tool: stop the running round (the campaign then needs a report to close)."""
+        record = await self._active(campaign_id)
+        return await self._terminate(record, cite, reason, "agent")
+
+    async def report(self, campaign_id: str, text: str) -> str:
+        """Tool: close the campaign with `text` if the report gate accepts it."""
+        record = await self._active(campaign_id)
+        return await self._report(record, text, "agent")
+
+    async def _wait(
+        self, record: CampaignRecord, seconds: float, cite: int | None, reason: str, by: str
+    ) -> str:
+        await self._cite(record, cite, "wait")
+        remaining = self._remaining_wall(record)
+        granted, note = clamp_to_budget(seconds, remaining)
+        await self._store.record_decision(
+            record.id,
+            record.round,
+            "wait",
+            cite,
+            reason,
+            {"by": by, "seconds": granted, "note": note},
+        )
+        await self._store.update(record.id, state="waiting")
+        await self._schedule_wake(record, record.round, granted)
+        text = (
+            f"⏸️ Campaign `{record.id}`: waiting {format_duration(granted)} "
+            f"({reason}; cites #{cite})."
+        )
+        if note:
+            text += f" {note}"
+        await self._notify(
+            record,
+            text,
+            key=f"campaign:{record.id}:decision:wait:{record.round}:{int(self._clock())}",
+        )
+        return text
+
+    async def _resubmit(
+        self, record: CampaignRecord, cite: int | None, reason: str, command: str | None, by: str
+    ) -> str:
+        await self._cite(record, cite, "resubmit")
+        if record.round >= record.spec.budget.rounds:
+            raise CampaignError(
+                f"The round budget is used up ({record.round}/{record.spec.budget.rounds}); "
+                "report instead."
+            )
+        await self._stop_job(record)
+        await self._store.record_decision(
+            record.id, record.round, "resubmit", cite, reason, {"by": by, "command": command}
+        )
+        await self._notify(
+            record,
+            f"🔁 Campaign `{record.id}`: resubmitting ({reason}; cites #{cite}).",
+            key=f"campaign:{record.id}:decision:resubmit:{record.round}",
+        )
+        await self._submit_round(await self._fresh(record), record.round + 1, command)
+        return f"Round {record.round + 1} submitted."
+
+    async def _terminate(
+        self, record: CampaignRecord, cite: int | None, reason: str, by: str
+    ) -> str:
+        await self._cite(record, cite, "terminate")
+        await self._stop_job(record)
+        await self._store.record_decision(
+            record.id, record.round, "terminate", cite, reason, {"by": by}
+        )
+        await self._store.update(record.id, state="reporting")
+        text = f"⏹️ Campaign `{record.id}`: round {record.round} terminated ({reason})."
+        await self._notify(
+            record, text, key=f"campaign:{record.id}:decision:terminate:{record.round}"
+        )
+        return text
+
+    async def _report(
+        self, record: CampaignRecord, text: str, by: str, *, failed: bool = False
+    ) -> str:
+        measurements = await self._store.measurements(record.id)
+        gate = check_report(
+            text,
+            metric=record.spec.metric.name,
+            baseline=record.baseline,
+            measurements=measurements,
+            tolerance=self._settings.report_tolerance,
+        )
+        if not gate.accepted:
+            await self._store.record_decision(
+                record.id,
+                record.round,
+                "report",
+                None,
+                "rejected by the report gate",
+                {"by": by, "mismatches": gate.mismatches},
+            )
+            await self._store.update(record.id, state="reporting")
+            return "Report rejected:\n" + "\n".join(f"- {m}" for m in gate.mismatches)
+        await self._stop_job(record)
+        await self._store.record_decision(
+            record.id, record.round, "report", None, "accepted", {"by": by}
+        )
+        await self._close(record, "failed" if failed else "closed", report=text)
+        await self._notify(
+            record,
+            f"📋 Campaign `{record.id}` report:\n\n{text}",
+            key=f"campaign:{record.id}:report",
+        )
+        return "Report accepted; the campaign is closed."
+
+    async def _cite(self, record: CampaignRecord, cite: int | None, action: DecisionAction) -> None:
+        result = check_citation(
+            cite,
+            await self._store.measurements(record.id),
+            record.round,
+            action=action,
+            campaign_id=record.id,
+        )
+        if not result.ok:
+            raise CampaignError(result.message)
+
+    async def _draft(self, record: CampaignRecord) -> str:
+        fresh = await self._fresh(record)
+        return draft_report(
+            metric=fresh.spec.metric.name,
+            direction=fresh.spec.direction,
+            baseline=fresh.baseline,
+            measurements=await self._store.measurements(fresh.id),
+            rounds=await self._summaries(fresh),
+            wall_used_seconds=self._clock() - fresh.created_at,
+            compute_used_minutes=fresh.compute_seconds / 60.0,
+            budget=fresh.spec.budget,
+        )
+
+    async def _summaries(self, record: CampaignRecord) -> list[RoundSummary]:
+        return [
+            RoundSummary(
+                round=r.round, wake_reason=r.wake_reason, exit_code=r.exit_code, state=r.state
+            )
+            for r in await self._store.rounds(record.id)
+        ]
+
+    # ------------------------------------------------------------------ stop and close
+
+    async def stop(self, campaign_id: str, *, by: str) -> bool:
+        """Cancel a campaign: terminate its job, cancel its wake-ups; False if it had ended."""
+        record = await self._store.get(campaign_id)
+        if record is None or record.state in FINAL_STATES:
+            return False
+        await self._stop_job(record)
+        await self._store.record_decision(
+            record.id, record.round, "cancel", None, f"stopped by {by}", {"by": by}
+        )
+        await self._close(record, "cancelled")
+        await self._notify(
+            record,
+            f"🛑 Campaign `{record.id}` cancelled by {by}.",
+            key=f"campaign:{record.id}:cancelled",
+        )
+        return True
+
+    async def stop_conversation(self, conversation_id: str) -> None:
+        """`stop` in a thread cancels its campaigns."""
+        for record in await self._store.of_conversation(conversation_id):
+            await self.stop(record.id, by="stop")
+
+    async def _stop_job(self, record: CampaignRecord) -> None:
+        live = self._live.pop(record.id, None)
+        if live is not None and live.task is not None and live.task is not asyncio.current_task():
+            live.task.cancel()
+            await asyncio.gather(live.task, return_exceptions=True)
+        current = await self._store.round(record.id, record.round)
+        if current is None or current.handle is None or current.state != "running":
+            return
+        machine = self._machines.get(record.spec.machine)
+        if machine is not None:
+            with contextlib.suppress(MachineUnavailable):
+                await machine.terminate(
+                    current.handle, grace_seconds=self._settings.terminate_grace_seconds
+                )
+        now = self._clock()
+        await self._store.set_round(record.id, record.round, state="ended", ended_at=now)
+
+    async def _close(
+        self,
+        record: CampaignRecord,
+        state: str,
+        *,
+        report: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        for pending in await self._store.cancel_pending_wakes(record.id):
+            with contextlib.suppress(Exception):
+                await self._scheduler.cancel(pending)
+        await self._store.update(
+            record.id, state=state, report=report, error=error, closed_at=self._clock()
+        )
+        await self._allocator.release(record.spec.machine, record.id)
+        self.changed.set()
+        self.changed = asyncio.Event()
+        await self._start_queued(record.spec.machine)
+
+    async def _fail(self, record: CampaignRecord, why: str) -> None:
+        await self._close(record, "failed", error=why)
+        await self._notify(
+            record, f"❌ Campaign `{record.id}` failed: {why}", key=f"campaign:{record.id}:failed"
+        )
+
+    async def close(self) -> None:
+        """Stop monitoring (jobs keep running detached; the next start re-attaches)."""
+        self._closed = True
+        tasks = [live.task for live in self._live.values() if live.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._live.clear()
+
+    # ----------------------------------------------------------------------- recovery
+
+    async def recover(self) -> None:
+        """At startup: hold slots again, re-attach monitors, fire overdue wake-ups once."""
+        active = await self._store.recent(active_only=True, limit=10_000)
+        for record in active:
+            if record.state != "planning":
+                self._allocator.restore([(record.spec.machine, record.id)])
+        for record in active:
+            await self._reattach(record)
+        now = self._clock()
+        for wake in await self._store.pending_wakes():
+            if wake.due_at <= now:
+                await self.on_wake_job(wake.campaign_id, wake.id)
+            else:
+                await self._scheduler.schedule_at(
+                    wake.id,
+                    datetime.fromtimestamp(wake.due_at, UTC),
+                    CAMPAIGN_WAKE,
+                    {"campaign_id": wake.campaign_id, "wake_id": wake.id},
+                )
+
+    async def _reattach(self, record: CampaignRecord) -> None:
+        if record.state == "planning":
+            await self._begin_or_queue(record)
+            return
+        current = await self._store.round(record.id, record.round)
+        if current is None or current.state != "running" or current.handle is None:
+            return
+        watch = (
+            RoundWatch.restore(record.spec, current.watch)
+            if current.watch
+            else RoundWatch(record.spec, record.baseline, current.handle.started_at)
+        )
+        self._watch(record, record.round, current.handle, watch)
+
+    # ------------------------------------------------------------------------- status
+
+    async def status(self, conv: ConversationRef) -> str:
+        """One line per campaign of the conversation, for `status`."""
+        lines = []
+        for record in (await self._store.of_conversation(conv.id))[:5]:
+            values = [
+                m
+                for m in await self._store.measurements(record.id)
+                if m.name == record.spec.metric.name
+            ]
+            latest = (
+                f", {record.spec.metric.name}={values[-1].value:g} (#{values[-1].id})"
+                if values
+                else ""
+            )
+            lines.append(
+                f"- campaign `{record.id}` {record.state}, round {record.round}{latest}: "
+                f"{record.spec.goal[:60]}"
+            )
+        return "\n".join(lines)
+
+    async def describe(self, campaign_id: str) -> str:
+        """A campaign's full state as text: rounds, wake-ups, decisions, measurements."""
+        record = await self._store.get(campaign_id)
+        if record is None:
+            raise CampaignError(f"No campaign `{campaign_id}`.")
+        measurements = await self._store.measurements(record.id)
+        lines = [
+            f"Campaign `{record.id}` ({record.state}): {record.spec.goal}",
+            f"Machine `{record.spec.machine}`, metric `{record.spec.metric.name}` "
+            f"({record.spec.direction}), baseline {record.baseline}, model calls "
+            f"{record.model_calls}.",
+        ]
+        lines += [
+            f"- round {r.round}: {r.state}, exit {r.exit_code}, woke: {r.wake_reason or '-'}"
+            for r in await self._store.rounds(record.id)
+        ]
+        lines += [
+            f"- wake-up {w.id}: {w.state} ({w.reason}), late {w.lateness or 0:.1f}s"
+            for w in (await self._store.wakes(record.id))[-5:]
+        ]
+        lines += [
+            f"- decision {d.action} (cites #{d.cite}): {d.reason}"
+            for d in (await self._store.decisions(record.id))[-5:]
+        ]
+        lines += [f"- #{m.id} round {m.round}: {m.name}={m.value:g}" for m in measurements[-5:]]
+        return "\n".join(lines)
+
+    # -------------------------------------------------------------------------- helpers
+
+    async def _active(self, campaign_id: str) -> CampaignRecord:
+        record = await self._store.get(campaign_id)
+        if record is None:
+            raise CampaignError(
+                f"No campaign `{campaign_id}`; `raven-bot campaigns list` shows them."
+            )
+        if record.state in FINAL_STATES:
+            raise CampaignError(
+                f"Campaign `{campaign_id}` is {record.state}; nothing more can be done."
+            )
+        return record
+
+    async def _fresh(self, record: CampaignRecord) -> CampaignRecord:
+        current = await self._store.get(record.id)
+        assert current is not None
+        return current
+
+    def _deadline(self, record: CampaignRecord) -> float:
+        return record.created_at + record.spec.budget.wall_seconds
+
+    def _remaining_wall(self, record: CampaignRecord) -> float:
+        return max(0.0, self._deadline(record) - self._clock())
+
+    async def _notify(self, record: CampaignRecord, text: str, *, key: str) -> str | None:
+        try:
+            return await self._notifier.notify(record.conversation, text, idempotency_key=key)
+        except Exception:
+            # Recorded by the outbox and retried; campaign state is already committed.
+            log.warning("campaign %s: a notice was not delivered yet", record.id, exc_info=True)
+            return None
+
+
+_REASON_TEXT: Mapping[str, str] = {
+    "scheduled": "reached its scheduled wake-up",
+    "finished": "finished (exit code 0)",
+    "died": "died (non-zero exit code)",
+    "stalled": "stalled (no new output)",
+    "diverged": "diverged",
+    "vanished": "vanished (its process is gone without an exit code)",
+    "budget": "used up its time budget",
+}
+
+
+async def _drain(machine: Machine, handle: JobHandle, offset: int) -> bytes:
+    """The rest of an ended round's log (read_log returns bounded chunks)."""
+    out = b""
+    while True:
+        chunk = await machine.read_log(handle, offset + len(out))
+        if not chunk:
+            return out
+        out += chunk

@@ -1,0 +1,166 @@
+"""A campaign engine over real parts for tests: SQLite, the local machine in the real
+detached sandbox, the rule-based decider; an in-memory scheduler and notifier."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from agents.sandbox import Sandbox
+from core.ids import ConversationRef
+from memory.store import Store
+from oncall.deciders import RuleBasedDecider
+from oncall.engine import CampaignEngine
+from oncall.machines.local import LocalMachine
+from oncall.machines.registry import Allocator
+from oncall.model import FINAL_STATES, Budget, CampaignSpec, MachineSpec, MetricSpec
+from oncall.ports import JSONScalar
+from oncall.store import CampaignRecord, CampaignStore
+from tests.sandboxing import real_sandbox
+
+CONV = ConversationRef("test", "W", "C", "T")
+WITHIN = 60.0  # hang guard for a whole campaign
+
+
+@dataclass(frozen=True)
+class Detached:
+    """The agent sandbox in its detached mode (as bot/app.py wires it)."""
+
+    sandbox: Sandbox
+
+    def wrap(
+        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+    ) -> Sequence[str]:
+        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
+
+
+@dataclass
+class MemoryScheduler:
+    """Wake-ups kept in a dict; `fire` runs one as the real scheduler would."""
+
+    jobs: dict[str, tuple[datetime, str, dict[str, JSONScalar]]] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+
+    async def schedule_at(
+        self,
+        job_id: str,
+        when: datetime,
+        kind: str,
+        payload: Mapping[str, JSONScalar],
+        *,
+        replace_existing: bool = True,
+    ) -> bool:
+        self.jobs[job_id] = (when, kind, dict(payload))
+        return True
+
+    async def cancel(self, job_id: str) -> bool:
+        self.cancelled.append(job_id)
+        return self.jobs.pop(job_id, None) is not None
+
+
+@dataclass
+class RecordingNotifier:
+    """Every notice and edit, in order."""
+
+    posts: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
+    edits: list[str] = field(default_factory=list)
+
+    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+        if any(key == idempotency_key for key, _ in self.posts):
+            return idempotency_key
+        self.posts.append((idempotency_key, text))
+        return idempotency_key
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        self.edits.append(text)
+
+    def texts(self) -> list[str]:
+        return [text for _, text in self.posts]
+
+
+@dataclass
+class OncallKit:
+    """The engine and what it runs on."""
+
+    engine: CampaignEngine
+    store: Store
+    campaigns: CampaignStore
+    scheduler: MemoryScheduler
+    notifier: RecordingNotifier
+    root: Path
+
+    async def until_final(self, campaign_id: str, within: float = WITHIN) -> CampaignRecord:
+        """Wait until the campaign closed, failed or was cancelled (a hang guard)."""
+        async with asyncio.timeout(within):
+            while True:
+                record = await self.campaigns.get(campaign_id)
+                assert record is not None
+                if record.state in FINAL_STATES:
+                    return record
+                await asyncio.sleep(0.02)  # the state lives in SQLite: poll it
+
+    async def until(self, cond: Callable[[], object], within: float = WITHIN) -> None:
+        """Poll an async condition (records live in SQLite) until it holds."""
+        async with asyncio.timeout(within):
+            while not await cond():  # type: ignore[misc]
+                await asyncio.sleep(0.02)
+
+    async def fire_scheduled(self, campaign_id: str) -> None:
+        """Fire the campaign's pending scheduled wake-up now (as APScheduler would)."""
+        for job_id, (_, _, payload) in list(self.scheduler.jobs.items()):
+            if payload.get("campaign_id") == campaign_id:
+                del self.scheduler.jobs[job_id]
+                await self.engine.on_wake_job(campaign_id, str(payload["wake_id"]))
+
+
+def spec(command: str, **overrides: object) -> CampaignSpec:
+    """A campaign spec with test-friendly timings."""
+    options: dict[str, object] = {
+        "goal": "watch the test job",
+        "machine": "local",
+        "command": command,
+        "metric": MetricSpec(name="loss"),
+        "direction": "min",
+        "budget": Budget(wall_seconds=600, rounds=3),
+        "wake_every_seconds": 3600,
+        "poll_seconds": 0.05,
+        "stall_seconds": 30,
+    }
+    options.update(overrides)
+    return CampaignSpec.model_validate(options)
+
+
+@asynccontextmanager
+async def oncall_kit(
+    tmp: Path, *, slots: int = 2, clock: Callable[[], float] | None = None
+) -> AsyncIterator[OncallKit]:
+    """An engine on a fresh database with one local machine of `slots` slots."""
+    store = Store(tmp / "raven.db")
+    await store.open()
+    campaigns = CampaignStore(store)
+    local = MachineSpec(name="local", kind="local", slots=slots)
+    machine = LocalMachine(local, Detached(real_sandbox(hidden=(tmp / "hidden",))))
+    scheduler = MemoryScheduler()
+    notifier = RecordingNotifier()
+    options = {} if clock is None else {"clock": clock}
+    engine = CampaignEngine(
+        store=campaigns,
+        machines={"local": machine},
+        allocator=Allocator({"local": local}),
+        scheduler=scheduler,
+        notifier=notifier,
+        decider=RuleBasedDecider(),
+        root=tmp / "campaigns",
+        **options,  # type: ignore[arg-type]
+    )
+    try:
+        yield OncallKit(engine, store, campaigns, scheduler, notifier, tmp / "campaigns")
+    finally:
+        for record in await campaigns.recent(active_only=True):
+            await engine.stop(record.id, by="test teardown")
+        await engine.close()
+        await store.close()

@@ -1,0 +1,169 @@
+"""Campaigns end to end on the local machine (real subprocesses in the real sandbox):
+early wakes on finish, divergence, stall and crash, budget clamping, capacity, citations,
+the report gate, and no model calls while waiting."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from oncall.engine import CampaignError
+from oncall.model import Budget
+from tests.oncall_kit import CONV, oncall_kit, spec
+
+DECREASING = 'for v in 0.9 0.7 0.5 0.42; do echo "step loss=$v"; done'
+
+
+async def test_a_job_printing_a_decreasing_loss_is_watched_woken_on_finish_and_reported(
+    tmp_path: Path,
+) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", CONV, spec(DECREASING))
+        final = await kit.until_final(record.id)
+        assert final.state == "closed"
+        values = [m.value for m in await kit.campaigns.measurements(record.id)]
+        assert values == [0.9, 0.7, 0.5, 0.42]
+        rounds = await kit.campaigns.rounds(record.id)
+        assert [(r.state, r.exit_code, r.wake_reason) for r in rounds] == [("ended", 0, "finished")]
+        wakes = await kit.campaigns.wakes(record.id)
+        assert sorted((w.reason, w.state) for w in wakes) == [
+            ("finished", "fired"),
+            ("scheduled", "cancelled"),
+        ]
+        assert final.report is not None and "0.42" in final.report and "0.9" in final.report
+        assert final.model_calls == 0
+        texts = kit.notifier.texts()
+        assert any("woke early" in t and "finished" in t for t in texts)
+        assert any(t.startswith("📋") for t in texts)
+
+
+async def test_nan_divergence_wakes_early_terminates_the_job_and_reports(tmp_path: Path) -> None:
+    command = "echo loss=0.8; echo loss=0.6; echo loss=nan; sleep 60; echo loss=0.1"
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", CONV, spec(command))
+        final = await kit.until_final(record.id)
+        values = [m.value for m in await kit.campaigns.measurements(record.id)]
+        assert values[:2] == [0.8, 0.6] and math.isnan(values[2]) and len(values) == 3
+        (round_,) = await kit.campaigns.rounds(record.id)
+        assert (
+            round_.wake_reason == "diverged"
+            or (await kit.campaigns.wakes(record.id))[-1].reason == "diverged"
+        )
+        actions = [d.action for d in await kit.campaigns.decisions(record.id)]
+        assert actions[0] == "terminate"
+        assert final.state in ("closed", "failed")
+        assert round_.state == "ended"  # the sleeping job was terminated
+
+
+async def test_a_stalled_job_is_terminated_resubmitted_once_then_reported(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start(
+            "U1", CONV, spec("echo loss=0.5; sleep 60", stall_seconds=0.5)
+        )
+        final = await kit.until_final(record.id)
+        rounds = await kit.campaigns.rounds(record.id)
+        decisions = await kit.campaigns.decisions(record.id)
+        assert len(rounds) == 2, (rounds, decisions)
+        reasons = [w.reason for w in await kit.campaigns.wakes(record.id) if w.state == "fired"]
+        assert reasons == ["stalled", "stalled"]
+        assert final.state in ("closed", "failed")
+
+
+async def test_a_crashed_job_is_resubmitted_once_then_the_campaign_fails(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=0.5; exit 3"))
+        final = await kit.until_final(record.id)
+        rounds = await kit.campaigns.rounds(record.id)
+        assert [(r.exit_code, r.wake_reason) for r in rounds] == [(3, "died"), (3, "died")]
+        assert final.state == "failed"
+        assert [d.action for d in await kit.campaigns.decisions(record.id)][0] == "resubmit"
+
+
+async def test_a_round_time_limit_beyond_the_budget_is_clamped_with_a_note(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start(
+            "U1",
+            CONV,
+            spec(
+                "echo loss=0.5; sleep 60",
+                budget=Budget(wall_seconds=120, rounds=1),
+                round_time_limit_seconds=3 * 3600,
+            ),
+        )
+        (round_,) = await kit.campaigns.rounds(record.id)
+        assert round_.granted_seconds is not None and round_.granted_seconds <= 120
+        assert round_.note is not None and "granted" in round_.note
+        assert any("granted" in t for t in kit.notifier.texts())
+
+
+async def test_one_slot_is_shared_across_two_campaigns(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path, slots=1) as kit:
+        first = await kit.engine.start("U1", CONV, spec("echo loss=0.5; sleep 60"))
+        second = await kit.engine.start("U2", CONV, spec(DECREASING))
+        assert (await kit.campaigns.get(second.id)).state == "planning"  # type: ignore[union-attr]
+        assert any("waits for a free slot" in t for t in kit.notifier.texts())
+        assert await kit.engine.stop(first.id, by="U1")
+        final = await kit.until_final(second.id)
+        assert final.state == "closed"
+
+
+async def test_decisions_must_cite_the_newest_measurement(tmp_path: Path) -> None:
+    command = "echo loss=0.9; echo loss=0.8; sleep 60"
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", CONV, spec(command))
+
+        async def two_values() -> bool:
+            return len(await kit.campaigns.measurements(record.id)) == 2
+
+        await kit.until(two_values)
+        old, new = await kit.campaigns.measurements(record.id)
+        with pytest.raises(CampaignError, match=f"#{new.id}"):
+            await kit.engine.wait(record.id, 60, old.id)
+        with pytest.raises(CampaignError):
+            await kit.engine.wait(record.id, 60, None)
+        text = await kit.engine.wait(record.id, 60, new.id)
+        assert "waiting" in text
+
+
+async def test_only_a_report_matching_the_measurements_closes_the_campaign(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start(
+            "U1", CONV, spec("echo loss=0.9; echo loss=0.4; sleep 60", baseline=1.0)
+        )
+
+        async def two_values() -> bool:
+            return len(await kit.campaigns.measurements(record.id)) == 2
+
+        await kit.until(two_values)
+        rejected = await kit.engine.report(record.id, "Loss went down to 0.35.")
+        assert rejected.startswith("Report rejected")
+        assert "baseline" in rejected.lower()
+        assert (await kit.campaigns.get(record.id)).state != "closed"  # type: ignore[union-attr]
+        accepted = await kit.engine.report(
+            record.id, "Starting from the baseline loss of 1.0, the loss reached 0.4."
+        )
+        assert accepted.startswith("Report accepted")
+        final = await kit.campaigns.get(record.id)
+        assert final is not None and final.state == "closed"
+
+
+async def test_a_scheduled_wake_fires_once_and_a_waiting_campaign_makes_no_model_calls(
+    tmp_path: Path,
+) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=0.9; sleep 60"))
+
+        async def one_value() -> bool:
+            return len(await kit.campaigns.measurements(record.id)) == 1
+
+        await kit.until(one_value)
+        (wake_id,) = kit.scheduler.jobs
+        await kit.engine.on_wake_job(record.id, kit.scheduler.jobs[wake_id][2]["wake_id"])  # type: ignore[arg-type]
+        await kit.engine.on_wake_job(record.id, wake_id)  # a second firing: the ledger says no
+        fired = [w for w in await kit.campaigns.wakes(record.id) if w.state == "fired"]
+        assert [w.id for w in fired] == [wake_id]
+        current = await kit.campaigns.get(record.id)
+        assert current is not None and current.state == "waiting"
+        assert current.model_calls == 0
