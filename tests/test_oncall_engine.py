@@ -78,7 +78,8 @@ async def test_a_crashed_job_is_resubmitted_once_then_the_campaign_fails(tmp_pat
         rounds = await kit.campaigns.rounds(record.id)
         assert [(r.exit_code, r.wake_reason) for r in rounds] == [(3, "died"), (3, "died")]
         assert final.state == "failed"
-        assert [d.action for d in await kit.campaigns.decisions(record.id)][0] == "resubmit"
+        decisions = await kit.campaigns.decisions(record.id)
+        assert decisions[0].action == "resubmit"
 
 
 async def test_a_round_time_limit_beyond_the_budget_is_clamped_with_a_note(tmp_path: Path) -> None:
