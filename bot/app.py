@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
 from bot.settings import Settings
 from host.apscheduler_adapter import ApschedulerScheduler
+from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.events import EventBus, subscribe_job
@@ -48,10 +50,17 @@ from host.prompt_handlers import subscribe_decision_handlers
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
+from host.scheduling import FiredJob
 from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
+from oncall.deciders import RuleBasedDecider
+from oncall.engine import CampaignEngine
+from oncall.machines.registry import Allocator, build_machines, load_machines
+from oncall.model import MachineSpec
+from oncall.ports import CAMPAIGN_WAKE
+from oncall.store import CampaignStore
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +88,7 @@ class Runtime:
     adapters: tuple[ChannelAdapter, ...]
     scheduler: ApschedulerScheduler
     run_events: ConversationRunEvents
+    campaigns: CampaignEngine
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
@@ -126,6 +136,32 @@ def backend_factory(
     return backend
 
 
+@dataclass(frozen=True)
+class DetachedSandbox:
+    """The agent sandbox in its detached mode: campaign rounds survive a bot restart."""
+
+    sandbox: Sandbox
+
+    def wrap(
+        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+    ) -> Sequence[str]:
+        """The confined argv for one round."""
+        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
+
+
+def load_machine_specs(home: Path) -> dict[str, MachineSpec]:
+    """RAVEN_HOME/machines.toml (a RuntimeError naming the problem)."""
+    try:
+        return load_machines(home)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+
+
+async def on_campaign_wake(campaigns: CampaignEngine, job: FiredJob) -> None:
+    """A campaign's scheduled wake-up fired."""
+    await campaigns.on_wake_job(str(job.payload["campaign_id"]), str(job.payload["wake_id"]))
+
+
 def load_agents(settings: Settings) -> AgentRegistry:
     """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem)."""
     try:
@@ -156,6 +192,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
     adapters = build_adapters(adapter_factories)
+    machine_specs = await asyncio.to_thread(load_machine_specs, home)
 
     # Build, each part from parts already built.
     store = Store(home / "raven.db")
@@ -196,12 +233,21 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         ),
         prompts=clarifier,
     )
+    campaigns = CampaignEngine(
+        store=CampaignStore(store),
+        machines=build_machines(machine_specs, DetachedSandbox(sandbox)),
+        allocator=Allocator(machine_specs),
+        scheduler=scheduler,
+        notifier=outbox,
+        decider=RuleBasedDecider(),
+        root=home / "campaigns",
+    )
     tool_deps = HostToolDeps(
         runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
     )
     host = HostAgent(
         provider,
-        ToolRegistry[TurnContext](build_host_tools(tool_deps)),
+        ToolRegistry[TurnContext](build_host_tools(tool_deps) + build_campaign_tools(campaigns)),
         context_sources=(OrchestrationContext(tool_deps),),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
@@ -211,7 +257,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         system_pool=settings.system_pool,
         idle_seconds=settings.lane_idle_seconds,
         queue_cap=settings.lane_queue_cap,
-        stop_hooks=(runs.stop_conversation, broker.cancel_conversation_id),
+        stop_hooks=(
+            runs.stop_conversation,
+            broker.cancel_conversation_id,
+            campaigns.stop_conversation,
+        ),
     )
     service = ConversationService(
         conversation_log=conversation_log,
@@ -222,7 +272,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         dedup_ttl_seconds=settings.dedup_ttl_seconds,
         history_messages=settings.history_messages,
         broker=broker,
-        status_sources=(runs.status, broker.status),
+        status_sources=(runs.status, broker.status, campaigns.status),
         background_idle=runs.idle,
         enrichers=MappingProxyType(
             {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
@@ -235,6 +285,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_decision_handlers(bus, runs, service, clarifier)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
+    subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
     bus.freeze()
 
     runtime = Runtime(
@@ -252,6 +303,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         adapters=adapters,
         scheduler=scheduler,
         run_events=run_events,
+        campaigns=campaigns,
     )
     try:
         await open_core(runtime)
@@ -292,6 +344,9 @@ async def start_serving(runtime: Runtime) -> None:
     await runtime.scheduler.start()
     # First to stop: a job firing during the drain would start work shutdown then cuts off.
     runtime.lifecycle.push_async_callback(runtime.scheduler.stop)
+    # Campaign monitors re-attach to rounds still running; overdue wake-ups fire once.
+    await runtime.campaigns.recover()
+    runtime.lifecycle.push_async_callback(runtime.campaigns.close)
     await runtime.broker.schedule_expiries()
     # Everything built so far lives as long as the process: keep it out of the cyclic
     # collector, whose full passes over it stalled the event loop for 130–290 ms.

@@ -752,7 +752,7 @@ class CampaignEngine:
 
     async def _notify(self, record: CampaignRecord, text: str, *, key: str) -> str | None:
         try:
-            return await self._notifier.notify(record.conversation, text, idempotency_key=key)
+            return await self._notifier.send(record.conversation, text, idempotency_key=key)
         except Exception:
             # Recorded by the outbox and retried; campaign state is already committed.
             log.warning("campaign %s: a notice was not delivered yet", record.id, exc_info=True)

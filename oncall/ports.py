@@ -38,8 +38,8 @@ class WakeScheduler(Protocol):
 class CampaignNotifier(Protocol):
     """Where campaign news goes: the campaign's thread (persisted first, posted once)."""
 
-    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
-        """Post a message under `idempotency_key` (posted once); return its platform id."""
+    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+        """Record, then post a message under `idempotency_key` (once); its platform id."""
         ...
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:

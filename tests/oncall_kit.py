@@ -69,7 +69,7 @@ class RecordingNotifier:
     posts: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
     edits: list[str] = field(default_factory=list)
 
-    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
         if any(key == idempotency_key for key, _ in self.posts):
             return idempotency_key
         self.posts.append((idempotency_key, text))
