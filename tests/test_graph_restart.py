@@ -6,6 +6,7 @@ run, so no model is needed. Also the offline console demo of a plan with `confir
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import sqlite3
 from pathlib import Path
@@ -30,6 +31,10 @@ command = ["sh", "-c", "sleep 60"]
 def _write_agents(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "agents.toml").write_text(AGENTS_TOML)
+
+
+def _text(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
 
 
 def _states(db: Path) -> dict[str, str]:
@@ -124,6 +129,66 @@ async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
     assert "alpha" in (journal["d"].latest.prompt or "")
     # The interruption is reported once only.
     assert "A restart interrupted run" not in out
+
+
+ANNOUNCED_DONE = re.compile(r"^- ✅ `(\w+)` .*: completed$")
+
+
+async def test_kill_9_keeps_every_announced_node_result(isolated_env: Path) -> None:
+    _write_agents(isolated_env)
+    env = _env(isolated_env)
+    proc = await asyncio.create_subprocess_exec(
+        RAVEN,
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(
+        b"a1: echo: alpha one\na2: echo: alpha two\na3: echo: alpha three\n"
+        b"s: sleeper: wait [after a1]\n\n"
+    )
+    await proc.stdin.drain()
+    # The run's status message (edited in place; the console prints each version) is the
+    # announcement: read it until it shows the three quick nodes completed.
+    announced: set[str] = set()
+    while not {"a1", "a2", "a3"} <= announced:
+        raw = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert raw, "the chat ended before announcing the results"
+        match = ANNOUNCED_DONE.match(raw.decode().rstrip("\n"))
+        if match:
+            announced.add(match.group(1))
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+
+    # Nothing ran after the kill: every announced result is in SQLite, in its output file
+    # and in the run's journal (prompt, output and transcript of the attempt).
+    with sqlite3.connect(isolated_env / "raven.db") as conn:
+        rows = {
+            r[0]: r[1:]
+            for r in conn.execute("SELECT node_id, state, output_path, run_id FROM graph_nodes")
+        }
+    for node_id in sorted(announced):
+        state, output_path, run_id = rows[node_id]
+        assert state == "completed", node_id
+        journal = journal_records(isolated_env / "runs" / run_id / "journal.jsonl")
+        attempt = journal[node_id].latest
+        words = {"a1": "alpha one", "a2": "alpha two", "a3": "alpha three"}[node_id]
+        assert attempt.output is not None and words in attempt.output
+        assert _text(output_path) == attempt.output
+        assert attempt.prompt is not None and words in attempt.prompt
+        assert attempt.transcript
+    assert rows["s"][0] == "running"
+
+    # The restart reports the interrupted run from those records.
+    code, out, err = await _run("chat", stdin=b"", env=env)
+    assert code == 0, err
+    assert "A restart interrupted run" in out
+    for node_id in sorted(announced):
+        assert f"`{node_id}` (echo) completed" in out
+    assert "`s` (sleeper) cancelled" in out
 
 
 async def test_offline_plan_confirm_and_answer_in_one_piped_session(isolated_env: Path) -> None:
