@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shutil
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from bot.channels import CHANNELS, configured_channels, ignored_channels
 from bot.home import HomeError, check_database
 from bot.settings import Settings, unknown_variables
 from memory.store import Store
+from oncall.machines.registry import load_machines
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -100,6 +102,25 @@ async def _check_agents(settings: Settings) -> Check:
     enabled = sum(1 for e in entries if e.enabled)
     source = str(path) if path.exists() else "defaults (no agents.toml)"
     return Check("agents", "ok", f"{enabled}/{len(entries)} agents enabled, from {source}")
+
+
+async def _check_machines(settings: Settings) -> Check:
+    """Campaign machines from machines.toml, and whether their tools are installed."""
+    try:
+        specs = load_machines(settings.home)
+    except ValueError as exc:
+        return Check("machines", "fail", str(exc).replace("\n", "; "))
+    tools = {"ssh": ("ssh",), "slurm": ("sbatch", "squeue", "scontrol", "scancel")}
+    parts, missing = [], []
+    for spec in specs.values():
+        parts.append(f"{spec.name} ({spec.kind}, {spec.slots} slot(s))")
+        missing += [t for t in tools.get(spec.kind, ()) if shutil.which(t) is None]
+    detail = ", ".join(parts)
+    if missing:
+        return Check(
+            "machines", "warn", f"{detail}; not installed: {', '.join(sorted(set(missing)))}"
+        )
+    return Check("machines", "ok", detail)
 
 
 async def _check_settings(settings: Settings) -> Check:
@@ -201,6 +222,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_database,
     _check_scheduler_store,
     _check_agents,
+    _check_machines,
     _check_settings,
     _check_libraries,
     _check_embedder,

@@ -83,3 +83,14 @@ async def test_stop_in_the_thread_cancels_its_campaign(runtime: Any) -> None:
     (record,) = await rt.campaigns.store.recent()
     await eventually(lambda: any("cancelled by stop" in t for t in adapter.texts))
     assert (await rt.campaigns.store.get(record.id)).state == "cancelled"  # type: ignore[union-attr]
+
+
+async def test_doctor_names_a_broken_machines_file(isolated_env: Path) -> None:
+    from tests.test_cli_end_to_end import _env, _run
+
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    (isolated_env / "machines.toml").write_text('[machines.gpu]\nkind = "slurm"\nslots = 0\n')
+    code, out, _ = await _run("doctor", env=_env(isolated_env))
+    assert code == 1
+    line = next(line for line in out.splitlines() if "machines" in line and "FAIL" in line)
+    assert "[machines.gpu]" in line and "slots" in line

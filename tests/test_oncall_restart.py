@@ -1,0 +1,105 @@
+"""Kill the bot with SIGKILL while a campaign waits: after the restart the missed wake-up
+fires once with its lateness recorded, and the round (which kept running, detached) is
+still monitored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+from tests.test_cli_end_to_end import RAVEN, _env
+
+WITHIN = 60.0
+# Prints a decreasing loss every 0.3 s for about 12 s: long enough to span a kill/restart.
+JOB = 'i=0; while [ $i -lt 40 ]; do echo "loss $((1000-i))"; i=$((i+1)); sleep 0.3; done'
+LINE = (
+    f"campaign: survive a restart | machine: local | run: {JOB} | metric: loss min "
+    "| budget: 10m | wake: 2s | poll: 0.1s | stall: 60s\n"
+)
+
+
+def _rows(home: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    with sqlite3.connect(home / "raven.db") as db:
+        return list(db.execute(sql, args))
+
+
+async def _until(cond: object, within: float = WITHIN) -> None:
+    async with asyncio.timeout(within):
+        # The state lives in another process's database: polling is the way to see it.
+        while not cond():  # type: ignore[operator]  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+async def _bot(home: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        RAVEN,
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=_env(home),
+    )
+
+
+def _measurements(home: Path) -> int:
+    try:
+        return int(_rows(home, "SELECT COUNT(*) FROM campaign_measurements")[0][0])  # type: ignore[call-overload]
+    except sqlite3.OperationalError:
+        return 0
+
+
+async def test_a_missed_wake_up_fires_once_after_a_kill_and_the_job_is_still_watched(
+    isolated_env: Path,
+) -> None:
+    home = isolated_env
+    first = await _bot(home)
+    assert first.stdin is not None
+    first.stdin.write(LINE.encode())
+    await first.stdin.drain()
+    await _until(lambda: _measurements(home) >= 2)
+    os.kill(first.pid, signal.SIGKILL)
+    await first.wait()
+    before = _measurements(home)
+    ((wake_id, due_at),) = _rows(
+        home, "SELECT id, due_at FROM campaign_wakeups WHERE state = 'pending'"
+    )
+    # Down past the wake-up's due time: it is missed, not fired.
+    await _until(lambda: time.time() > float(due_at) + 1.0)  # type: ignore[arg-type]
+    second = await _bot(home)
+    try:
+        await _until(
+            lambda: (
+                _rows(home, "SELECT state FROM campaign_wakeups WHERE id = ?", wake_id)
+                == [("fired",)]
+            )
+        )
+        ((lateness, fired),) = _rows(
+            home, "SELECT lateness, fired_at FROM campaign_wakeups WHERE id = ?", wake_id
+        )
+        assert float(lateness) >= 1.0  # type: ignore[arg-type]
+        # The detached round kept running through the kill, and the monitor re-attached.
+        await _until(lambda: _measurements(home) > before + 2)
+        ((handle,),) = _rows(home, "SELECT handle FROM campaign_rounds WHERE round = 1")
+        assert json.loads(str(handle))["job_id"]
+        rounds = _rows(home, "SELECT COUNT(*) FROM campaign_rounds")
+        assert rounds == [(1,)]
+        # Fired once: APScheduler's own catch-up and the engine's recovery share the ledger.
+        fired_rows = _rows(
+            home,
+            "SELECT COUNT(*) FROM campaign_wakeups WHERE state = 'fired' AND reason = 'scheduled'"
+            " AND due_at <= ?",
+            float(fired),  # type: ignore[arg-type]
+        )
+        assert fired_rows == [(1,)]
+    finally:
+        assert second.stdin is not None
+        second.stdin.write(b"stop\n")
+        await second.stdin.drain()
+        await _until(lambda: _rows(home, "SELECT state FROM campaigns") == [("cancelled",)])
+        second.stdin.close()
+        await asyncio.wait_for(second.wait(), WITHIN)
