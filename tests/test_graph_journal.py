@@ -91,6 +91,9 @@ async def test_a_missing_output_file_is_read_from_the_journal(tmp_path: Path) ->
     path = files.output_path("run_1", "a")
     assert not path.exists()
     assert read_output(path) == "second"
+    assert not path.exists()
+    assert read_output(path, restore=True) == "second"
+    assert path.read_text() == "second"
     with pytest.raises(OSError):
         read_output(files.output_path("run_1", "nobody"))
 
@@ -119,3 +122,19 @@ async def test_a_run_writes_one_journal_and_one_file_per_record_read_by_path(
         # A single ancestor gets its path as is.
         b_prompt = kit.records(run, "b").attempt(1).prompt or ""
         assert str(kit.files.memory_path(run.id, "a")) in b_prompt
+
+
+async def test_a_later_graph_restores_a_missing_output_file_from_the_journal(
+    tmp_path: Path,
+) -> None:
+    async with open_kit(tmp_path) as kit:
+        first = await kit.submit(node("a"))
+        await kit.finished(first)
+        path = kit.output_path(first, "a")
+        path.unlink()  # output files are not fsynced (a power cut); the journal is
+        second = await kit.submit(node("b", "Review {{a.output}} at {{a.output_path}}", deps=["a"]))
+        await kit.finished(second)
+        prompt = kit.backend.tasks_for("b")[0].prompt
+        assert "output of a" in prompt and str(path) in prompt
+        assert path.read_text() == "output of a"
+        assert "output of a" in await kit.manager.report(first.id)

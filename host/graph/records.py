@@ -391,9 +391,11 @@ class RunFiles:
         return path
 
 
-def read_output(path: Path) -> str:
+def read_output(path: Path, *, restore: bool = False) -> str:
     """A completed node's output: its file, or the journal's copy when the file is gone
-    (output files are not fsynced; the journal is). Raises OSError when neither has it."""
+    (output files are not fsynced; the journal is). With `restore`, a missing file is
+    written again from the journal (for a later graph that reads it by path). Raises
+    OSError when neither has it."""
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
@@ -402,4 +404,9 @@ def read_output(path: Path) -> str:
         output = journal_records(journal).get(path.stem, NodeRecords()).latest.output
         if output is None:
             raise
-        return output
+    if restore:
+        try:
+            _write_view(path, output)
+        except OSError:
+            log.exception("restoring %s from the journal failed", path)
+    return output

@@ -184,7 +184,8 @@ class RunManager:
             for spec in submission.nodes
         }
         await self._store.create_run(record, nodes.values())
-        self._files.write_graph(run_id, record.submission)
+        # fsynced: off the event loop.
+        await asyncio.to_thread(self._files.write_graph, run_id, record.submission)
         external = await self._external_artifacts(conv, graph)
         deps = RunDeps(
             store=self._store,
@@ -222,7 +223,7 @@ class RunManager:
             if node is None or node.output_path is None:
                 continue
             try:
-                text = await asyncio.to_thread(read_output, node.output_path)
+                text = await asyncio.to_thread(read_output, node.output_path, restore=True)
             except OSError:
                 text = f"(output file {node.output_path} could not be read)"
             artifacts[node_id] = Artifact(node_id, text, node.output_path)
@@ -269,15 +270,22 @@ class RunManager:
         if node_id not in run.nodes or run.state(node_id) != "exception":
             return (_not_waiting(run, node_id), None)
         if action == "continue":
-            if not message.strip():
-                return ("`continue` needs a `message` telling the agent what to change.", None)
-            if not await run.resolve_continue(node_id, message):
-                return (_not_waiting(run, node_id), None)
-            return (f"Node `{node_id}` continues (attempt {run.nodes[node_id].attempts + 1}).", run)
+            return await _continue(run, node_id, message)
         if action == "abandon":
             if not await run.resolve_abandon(node_id):
                 return (_not_waiting(run, node_id), None)
             return (f"Node `{node_id}` abandoned; its dependents are skipped.", run)
+        return await self._replan(conv, run, node_id, graph, submitted_by)
+
+    async def _replan(
+        self,
+        conv: ConversationRef,
+        run: GraphRun,
+        node_id: str,
+        graph: Mapping[str, Any] | None,
+        submitted_by: str,
+    ) -> tuple[str, GraphRun | None]:
+        run_id = run.id
         if graph is None:
             return ("`replan` needs a `graph` (a new submission).", None)
         try:
@@ -360,6 +368,14 @@ class RunManager:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks)
+
+
+async def _continue(run: GraphRun, node_id: str, message: str) -> tuple[str, GraphRun | None]:
+    if not message.strip():
+        return ("`continue` needs a `message` telling the agent what to change.", None)
+    if not await run.resolve_continue(node_id, message):
+        return (_not_waiting(run, node_id), None)
+    return (f"Node `{node_id}` continues (attempt {run.nodes[node_id].attempts + 1}).", run)
 
 
 def _not_waiting(run: GraphRun, node_id: str) -> str:
