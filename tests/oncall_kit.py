@@ -17,7 +17,7 @@ from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine
 from oncall.machines.local import LocalMachine
 from oncall.machines.registry import Allocator
-from oncall.model import FINAL_STATES, Budget, CampaignSpec, MachineSpec, MetricSpec
+from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
 from oncall.ports import JSONScalar
 from oncall.store import CampaignRecord, CampaignStore
 from tests.sandboxing import real_sandbox
@@ -137,14 +137,20 @@ def spec(command: str, **overrides: object) -> CampaignSpec:
 
 @asynccontextmanager
 async def oncall_kit(
-    tmp: Path, *, slots: int = 2, clock: Callable[[], float] | None = None
+    tmp: Path,
+    *,
+    slots: int = 2,
+    clock: Callable[[], float] | None = None,
+    machine: Machine | None = None,
 ) -> AsyncIterator[OncallKit]:
-    """An engine on a fresh database with one local machine of `slots` slots."""
+    """An engine on a fresh database with one machine named `local`: by default the local
+    machine of `slots` slots in the real sandbox."""
     store = Store(tmp / "raven.db")
     await store.open()
     campaigns = CampaignStore(store)
     local = MachineSpec(name="local", kind="local", slots=slots)
-    machine = LocalMachine(local, Detached(real_sandbox(hidden=(tmp / "hidden",))))
+    if machine is None:
+        machine = LocalMachine(local, Detached(real_sandbox(hidden=(tmp / "hidden",))))
     scheduler = MemoryScheduler()
     notifier = RecordingNotifier()
     options = {} if clock is None else {"clock": clock}

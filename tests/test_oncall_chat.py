@@ -85,11 +85,15 @@ async def test_stop_in_the_thread_cancels_its_campaign(runtime: Any) -> None:
     assert (await rt.campaigns.store.get(record.id)).state == "cancelled"  # type: ignore[union-attr]
 
 
+def _write_machines(home: Path, text: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "machines.toml").write_text(text)
+
+
 async def test_doctor_names_a_broken_machines_file(isolated_env: Path) -> None:
     from tests.test_cli_end_to_end import _env, _run
 
-    isolated_env.mkdir(parents=True, exist_ok=True)
-    (isolated_env / "machines.toml").write_text('[machines.gpu]\nkind = "slurm"\nslots = 0\n')
+    _write_machines(isolated_env, '[machines.gpu]\nkind = "slurm"\nslots = 0\n')
     code, out, _ = await _run("doctor", env=_env(isolated_env))
     assert code == 1
     line = next(line for line in out.splitlines() if "machines" in line and "FAIL" in line)
