@@ -34,6 +34,7 @@ from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
 from bot.settings import Settings
 from host.apscheduler_adapter import ApschedulerScheduler
+from host.campaign_decider import ModelDecider
 from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
@@ -55,7 +56,6 @@ from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
-from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine
 from oncall.machines.registry import Allocator, build_machines, load_machines
 from oncall.model import MachineSpec
@@ -239,7 +239,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         allocator=Allocator(machine_specs),
         scheduler=scheduler,
         notifier=outbox,
-        decider=RuleBasedDecider(),
+        decider=ModelDecider(provider),
         root=home / "campaigns",
     )
     tool_deps = HostToolDeps(

@@ -25,6 +25,7 @@ from typing import Protocol
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from oncall.citations import check_citation
+from oncall.deciders import RuleBasedDecider
 from oncall.machines.registry import Allocator
 from oncall.model import (
     FINAL_STATES,
@@ -370,7 +371,18 @@ class CampaignEngine:
             await self._store.update(record.id, state="deciding")
             context = await self._context(current, reason)
             decision = await self._decider.decide(context)
-            await self._apply(current, decision, by="policy")
+            if self._decider.model_backed:
+                await self._store.add_model_calls(record.id, 1)
+            try:
+                await self._apply(
+                    current, decision, by="agent" if self._decider.model_backed else "policy"
+                )
+            except CampaignError as exc:
+                # A decision the rules refuse (a stale citation, a spent budget): the
+                # rule-based policy decides instead, so a woken campaign never stalls.
+                log.warning("campaign %s: decision refused (%s); using the policy", record.id, exc)
+                fallback = await RuleBasedDecider().decide(context)
+                await self._apply(await self._fresh(current), fallback, by="policy")
 
     async def _context(self, record: CampaignRecord, reason: WakeReason) -> DecisionContext:
         return DecisionContext(
@@ -398,13 +410,18 @@ class CampaignEngine:
             return await self._resubmit(record, decision.cite, decision.reason, command, by)
         if decision.action == "terminate":
             text = await self._terminate(record, decision.cite, decision.reason, by)
-            if not self._decider.model_backed:
-                # The rule-based policy closes with the factual report it drafted.
-                report = decision.report or await self._draft(record)
-                await self._report(await self._fresh(record), report, by, failed=decision.failed)
+            await self._close_with(await self._fresh(record), decision, by)
             return text
-        report = decision.report or await self._draft(record)
-        return await self._report(record, report, by, failed=decision.failed)
+        return await self._close_with(record, decision, by)
+
+    async def _close_with(self, record: CampaignRecord, decision: Decision, by: str) -> str:
+        """File the decision's report; if the gate rejects it, the factual draft instead."""
+        if decision.report:
+            outcome = await self._report(record, decision.report, by, failed=decision.failed)
+            if not outcome.startswith("Report rejected"):
+                return outcome
+        draft = await self._draft(record)
+        return await self._report(record, draft, "policy", failed=decision.failed)
 
     # ---------------------------------------------------------- operations (the tools)
 

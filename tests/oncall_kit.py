@@ -14,7 +14,7 @@ from agents.sandbox import Sandbox
 from core.ids import ConversationRef
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine
+from oncall.engine import CampaignEngine, Decider
 from oncall.machines.local import LocalMachine
 from oncall.machines.registry import Allocator
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
@@ -142,6 +142,7 @@ async def oncall_kit(
     slots: int = 2,
     clock: Callable[[], float] | None = None,
     machine: Machine | None = None,
+    decider: Decider | None = None,
 ) -> AsyncIterator[OncallKit]:
     """An engine on a fresh database with one machine named `local`: by default the local
     machine of `slots` slots in the real sandbox."""
@@ -160,7 +161,7 @@ async def oncall_kit(
         allocator=Allocator({"local": local}),
         scheduler=scheduler,
         notifier=notifier,
-        decider=RuleBasedDecider(),
+        decider=decider or RuleBasedDecider(),
         root=tmp / "campaigns",
         **options,  # type: ignore[arg-type]
     )
