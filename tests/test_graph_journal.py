@@ -1,5 +1,5 @@
 """The run journal and its group flush: batching, what `sync` guarantees, the readers
-(a torn last line, the output file missing) and where a run's records land."""
+(a torn last line, the output file missing), where a run's records land, and fence markers."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from host.graph.records import GroupFlush, RunFiles, journal_records, read_journal, read_output
+from host.graph.render import Markers
 from tests.fakes.graph_kit import guarded, node, open_kit
 
 
@@ -138,3 +139,11 @@ async def test_a_later_graph_restores_a_missing_output_file_from_the_journal(
         assert "output of a" in prompt and str(path) in prompt
         assert path.read_text() == "output of a"
         assert "output of a" in await kit.manager.report(first.id)
+
+
+def test_run_markers_are_unique_hex_and_differ_between_runs() -> None:
+    first, second = Markers(), Markers()
+    drawn = [first() for _ in range(1000)]
+    assert len(set(drawn)) == 1000
+    assert all(len(m) == 12 and int(m, 16) >= 0 for m in drawn)
+    assert second() not in drawn

@@ -49,9 +49,9 @@ from host.graph.model import NOT_STARTED_STATES, NodeSpec, NodeState
 from host.graph.records import GroupFlush, RunFiles, RunJournal
 from host.graph.render import (
     Artifact,
+    Markers,
     RenderError,
     fence,
-    new_marker,
     render_prompt,
     untrusted_preface,
 )
@@ -181,6 +181,7 @@ class GraphRun:
         self._completing: dict[str, Artifact] = {}
         self._writes = GroupFlush[NodeRecord](self._write_batch, name=f"commits:{run.id}")
         self._journal: RunJournal = deps.files.open_journal(run.id)
+        self._markers = Markers()
         self._outputs_dir = deps.files.outputs_dir(run.id)
         self._memory_dir = deps.files.memory_dir(run.id)
         self._wake = asyncio.Event()
@@ -414,7 +415,7 @@ class GraphRun:
         # A stateless agent (or a session that never recorded the previous attempt) gets
         # its prompt, its previous result and the message.
         previous = self._previous_output.get(spec.id, "(no output was recorded)")
-        marker = new_marker()
+        marker = self._markers()
         previous = fence(previous, source=f"previous attempt of node {spec.id}", marker=marker)
         prompt = (
             f"{prompt}\n\n---\n{untrusted_preface(marker)}\n"
@@ -632,6 +633,7 @@ class GraphRun:
             workspace=self._deps.workspace,
             file_capable=entry.file_capable,
             memory_paths=self._memory_paths(spec.id) if entry.file_capable else (),
+            marker=self._markers(),
         )
         return rendered.text
 
@@ -652,7 +654,7 @@ class GraphRun:
     def _memory_record(
         self, spec: NodeSpec, outcome: AgentOutcome, verdict: Verdict, output_path: Path
     ) -> str:
-        marker = new_marker()
+        marker = self._markers()
         excerpt = f"node {spec.id} output"
         return (
             f"# Memory record of node `{spec.id}` ({spec.agent})\n\n"
@@ -671,7 +673,7 @@ class GraphRun:
         verdict = node.verdict or {}
         blocked = sorted(self.graph.descendants(node_id) & self.nodes.keys())
         left = node.max_attempts - node.attempts
-        marker = new_marker()
+        marker = self._markers()
         deadline = time.strftime("%H:%M:%S UTC", time.gmtime(node.deadline or 0))
         calls = [
             json.dumps(

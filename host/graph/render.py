@@ -6,6 +6,8 @@ taken from files or other agents is fenced as untrusted data under a random per-
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,21 @@ class RenderError(Exception):
 def new_marker() -> str:
     """A fresh random fence marker, so upstream content cannot guess the closing tag."""
     return secrets.token_hex(6)
+
+
+class Markers:
+    """Fence markers for many renders (a graph run): as unpredictable as `new_marker` —
+    a keyed BLAKE2b of a counter, the key drawn once from the OS — without a system call
+    per marker (each one cost up to 0.2 ms of the event loop under load)."""
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        """The next marker (12 hex digits, like `new_marker`)."""
+        block = next(self._counter).to_bytes(8, "big")
+        return hashlib.blake2b(block, key=self._key, digest_size=6).hexdigest()
 
 
 def untrusted_preface(marker: str) -> str:
