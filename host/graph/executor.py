@@ -189,7 +189,6 @@ class GraphRun:
         self.done = asyncio.Event()
         # Set once the run is being cancelled: nothing new starts and the canceller finishes it.
         self._stopping = False
-        self._stop_label = "cancelled"
         self._canceller: asyncio.Task[None] | None = None
         self._finishing = False
         # Set by `halt()` at shutdown: leave the records as they are (running) so the next
@@ -538,7 +537,7 @@ class GraphRun:
     ) -> None:
         node_id = job.spec.id
         output_path = self._outputs_dir / f"{node_id}.md"
-        # On disk before the commit that points at it (the batch syncs the journal first).
+        # On disk (with the journal synced) before the commit that points at it.
         self._journal.view(output_path, outcome.output)
         memory = self._memory_record(job.spec, outcome, verdict, output_path)
         self._journal.record("memory", node_id, job.attempt, text=memory)
@@ -838,7 +837,6 @@ class GraphRun:
         # scheduler loop could otherwise finish it concurrently with the wrong final state).
         self._stopping = True
         label = "superseded by a replan" if superseded else reason
-        self._stop_label = label
         await self._stop_tasks()
         await self._writes.drain()
         now = self._deps.clock()
