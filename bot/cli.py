@@ -1,4 +1,4 @@
-"""The `raven-bot` command line: run, chat, doctor, version."""
+"""The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from bot.app import build_runtime, serve
+from bot.campaigns_cli import add_parser as add_campaigns_parser
 from bot.channels import AdapterFactory, configured_channels, ignored_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     runs_sub.add_parser("list", help="recent runs", description="List recent runs, newest first.")
     show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
     show.add_argument("run", help="run id (from `raven-bot runs list`)")
+    add_campaigns_parser(sub)
     return parser
 
 
@@ -104,6 +106,12 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
     return runs_command(settings, args.runs_command, getattr(args, "run", None))
 
 
+def _campaigns(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.campaigns_cli import campaigns_command
+
+    return campaigns_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.doctor import doctor
 
@@ -112,7 +120,7 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 # Commands that run once and exit, without serving a chat.
 _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingProxyType(
-    {"graph": _graph, "runs": _runs, "doctor": _doctor}
+    {"graph": _graph, "runs": _runs, "campaigns": _campaigns, "doctor": _doctor}
 )
 
 
