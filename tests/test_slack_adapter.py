@@ -411,7 +411,8 @@ async def test_ok_false_is_an_error_recorded_not_silent(
                 == [("failed",)]
             )
         )
-        assert any("channel_not_found" in r.getMessage() for r in caplog.records)
+        # Recorded first, then logged: the log line may come a loop step after the commit.
+        await eventually(lambda: any("channel_not_found" in r.getMessage() for r in caplog.records))
         await bot.settle(ts)
         assert bot.posts(ts) == []
         # A permanent refusal is not retried: `status` lists it, with nothing being retried.
