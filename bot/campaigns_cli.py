@@ -576,9 +576,16 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(run_headless(settings, spec, as_json=args.json, out=sys.stdout))
     except KeyboardInterrupt:  # before the handler was installed, or after it was removed
         return 128 + signal.SIGINT
-    except (RuntimeError, CampaignError) as exc:  # machines.toml, unknown machine
+    except (MachinesError, CampaignError) as exc:  # machines.toml, an unknown machine
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 1
+
+
+class MachinesError(ValueError):
+    """RAVEN_HOME/machines.toml is invalid (the message names the file, machine and field)."""
 
 
 @dataclass
@@ -653,7 +660,10 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
     """Machines, the detached sandbox, the slot allocator, APScheduler on a fresh bus, the
     rule-based decider and a stderr notifier around one new campaign id."""
     home = settings.home
-    specs = await asyncio.to_thread(load_machine_specs, home)
+    try:
+        specs = await asyncio.to_thread(load_machine_specs, home)
+    except RuntimeError as exc:
+        raise MachinesError(str(exc)) from None
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     if sandbox.kind != "bwrap":
         log.warning("campaign sandbox %s", sandbox.description)
@@ -688,7 +698,8 @@ async def run_headless(
     settings: Settings, spec: CampaignSpec, *, as_json: bool, out: TextIO
 ) -> int:
     """Run one campaign to a final state and print its record; the exit code."""
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line a job otherwise
+    if logging.getLogger().getEffectiveLevel() >= logging.INFO:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)  # three lines a job else
     store = Store(settings.home / "raven.db")
     async with AsyncExitStack() as stack:
         await store.open()
@@ -704,7 +715,7 @@ async def run_headless(
     _mark_fired(data, headless.fired)
     out.write((json.dumps(data, indent=2) if as_json else describe(data)) + "\n")
     out.flush()
-    if interrupt.signum is not None:
+    if interrupt.signum is not None and final.state == "cancelled":
         return 128 + interrupt.signum
     return 0 if final.state == "closed" else 1
 
