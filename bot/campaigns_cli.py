@@ -458,10 +458,8 @@ async def stop_campaign(
     grace_seconds: float = TERMINATE_GRACE_SECONDS,
 ) -> tuple[int, str]:
     """Cancel a campaign from any process: (exit code, one line saying what happened).
-
-    The cancelled state is committed before the round is signalled, so a monitor in another
-    process sees a final campaign (and stops) before it could see the round end and decide.
-    """
+    The cancel is committed before the round is signalled, so a monitor in another process
+    sees a final campaign (and stops) before it could see the round end and decide on it."""
     record = await campaigns.get(campaign_id)
     if record is None:
         return 2, _unknown(campaign_id)
