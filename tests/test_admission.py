@@ -85,6 +85,7 @@ def ctx(workspace: Path) -> AdmissionContext:
             "old_coder": prior("old_coder", agent="coder", instance="cx"),
             "broken": prior("broken", "failed"),
             "busy": prior("busy", "running"),
+            "waiting": prior("waiting", "queued"),
             "stuck": prior("stuck", "exception"),
             "nooutput": prior("nooutput", output_path=None),
         },
@@ -281,6 +282,7 @@ def test_unresolvable_dep(ctx: AdmissionContext) -> None:
     [
         ("broken", "ended in state `failed`"),
         ("busy", "is still running"),
+        ("waiting", "is still queued"),
         ("stuck", "suspended on an exception"),
         ("nooutput", "without a recorded output"),
     ],

@@ -681,7 +681,7 @@ def _unresolved(dep: str, ids: set[str], ctx: AdmissionContext) -> tuple[str, st
         why = "completed without a recorded output"
     elif prior.state == "exception":
         why = "is suspended on an exception"
-    elif prior.state in ("pending", "running"):
+    elif prior.state in ("pending", "queued", "running"):
         why = f"is still {prior.state}"
     else:
         why = f"ended in state `{prior.state}`"
