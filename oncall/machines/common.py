@@ -7,13 +7,15 @@ partial code and a job's end is known even after its scheduler or parent has for
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from oncall.model import JobRequest, JobStatus, MachineSpec
+from oncall.model import JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 LOG_NAME: Final = "round.log"
 EXIT_NAME: Final = "exit_code"
@@ -84,3 +86,32 @@ def split_job_id(job_id: str) -> tuple[int, str]:
     if not sep or not pid.isdigit() or not start:
         raise ValueError(f"not a pid:starttime job id: {job_id!r}")
     return int(pid), start
+
+
+async def run_client(
+    argv: Sequence[str], *, env: Mapping[str, str], seconds: float, where: str, silence: str
+) -> tuple[int, bytes, bytes]:
+    """Run a client command (ssh, sbatch, …): (exit code, stdout, stderr).
+
+    `MachineUnavailable` when it cannot start (naming `where`) or says nothing within
+    `seconds` (`silence` describes who did not answer); the hung process is killed.
+    """
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise MachineUnavailable(f"{where}: cannot run {argv[0]}: {exc}") from exc
+    try:
+        async with asyncio.timeout(seconds):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise MachineUnavailable(f"{where}: {silence} within {seconds:.0f} s") from None
+    return (proc.returncode if proc.returncode is not None else -1), out, err

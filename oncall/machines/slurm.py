@@ -9,7 +9,6 @@ the job's own `exit_code` file (written by the batch script) is what tells its e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shlex
 import socket
@@ -27,6 +26,7 @@ from oncall.machines.common import (
     read_exit_file,
     round_dir,
     round_env,
+    run_client,
 )
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
@@ -139,28 +139,13 @@ class SlurmMachine:
     async def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
         """Run one Slurm client command: (exit code, stdout, stderr); unavailable if it hangs."""
         env = round_env(os.environ if self._environ is None else self._environ, allow=_SLURM_ENV)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except OSError as exc:
-            raise MachineUnavailable(f"{self._spec.name}: cannot run {argv[0]}: {exc}") from exc
-        try:
-            async with asyncio.timeout(_COMMAND_SECONDS):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise MachineUnavailable(
-                f"{self._spec.name}: {argv[0]} got no answer from the Slurm controller "
-                f"within {_COMMAND_SECONDS:.0f} s"
-            ) from None
-        code = proc.returncode if proc.returncode is not None else -1
+        code, out, err = await run_client(
+            argv,
+            env=env,
+            seconds=_COMMAND_SECONDS,
+            where=self._spec.name,
+            silence=f"{argv[0]} got no answer from the Slurm controller",
+        )
         return code, out.decode(errors="replace"), err.decode(errors="replace").strip()[-800:]
 
     async def submit(self, request: JobRequest) -> JobHandle:

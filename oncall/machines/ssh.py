@@ -7,8 +7,6 @@ round directory holds the same `round.log` and `exit_code` as a local round.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
 import os
 import shlex
@@ -23,6 +21,7 @@ from oncall.machines.common import (
     MAX_LOG_CHUNK,
     exited,
     round_env,
+    run_client,
     split_job_id,
 )
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
@@ -167,32 +166,15 @@ class SshMachine:
         )
         env = round_env(os.environ if self._environ is None else self._environ, allow=_SSH_ENV)
         limit = self._connect_timeout + _EXTRA_SECONDS + extra_seconds
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except OSError as exc:
-            raise MachineUnavailable(f"{self._where()}: cannot run {self._ssh}: {exc}") from exc
-        try:
-            async with asyncio.timeout(limit):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            raise MachineUnavailable(
-                f"{self._where()}: no answer over ssh within {limit:.0f} s"
-            ) from None
+        returncode, out, err = await run_client(
+            argv, env=env, seconds=limit, where=self._where(), silence="no answer over ssh"
+        )
         said = err.decode(errors="replace").strip()[-500:]
-        if proc.returncode == _SSH_FAILED:
+        if returncode == _SSH_FAILED:
             raise MachineUnavailable(f"{self._where()}: ssh failed: {said or 'exit 255'}")
-        if proc.returncode != 0:
+        if returncode != 0:
             raise MachineUnavailable(
-                f"{self._where()}: the remote command failed (exit {proc.returncode}): "
+                f"{self._where()}: the remote command failed (exit {returncode}): "
                 f"{said or 'no message'}"
             )
         return out
