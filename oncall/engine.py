@@ -347,6 +347,9 @@ class CampaignEngine:
         await self._wake(record, claimed.round, "scheduled")
 
     async def _early_wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
+        current = await self._store.get(record.id)
+        if current is None or current.state in FINAL_STATES:
+            return  # stopped meanwhile: nothing to wake
         now = self._clock()
         for pending in await self._store.cancel_pending_wakes(record.id):
             with contextlib.suppress(Exception):
@@ -467,10 +470,10 @@ class CampaignEngine:
         )
         await self._store.update(record.id, state="waiting")
         await self._schedule_wake(record, record.round, granted)
-        text = (
-            f"⏸️ Campaign `{record.id}`: waiting {format_duration(granted)} "
-            f"({reason}; cites #{cite})."
-        )
+        said = reason.rstrip(".")
+        if "wait" not in said.lower():  # the policy's reasons already say how long
+            said = f"waiting {format_duration(granted)}: {said}"
+        text = f"⏸️ Campaign `{record.id}`: {said} (cites #{cite})."
         if note:
             text += f" {note}"
         await self._notify(
@@ -586,14 +589,18 @@ class CampaignEngine:
 
     async def stop(self, campaign_id: str, *, by: str) -> bool:
         """Cancel a campaign: terminate its job, cancel its wake-ups; False if it had ended."""
-        record = await self._store.get(campaign_id)
-        if record is None or record.state in FINAL_STATES:
-            return False
-        await self._stop_job(record)
-        await self._store.record_decision(
-            record.id, record.round, "cancel", None, f"stopped by {by}", {"by": by}
-        )
-        await self._close(record, "cancelled")
+        async with self._locks.hold(campaign_id):
+            record = await self._store.get(campaign_id)
+            if record is None or record.state in FINAL_STATES:
+                return False
+            await self._store.record_decision(
+                record.id, record.round, "cancel", None, f"stopped by {by}", {"by": by}
+            )
+            # Committed before the job is signalled: a monitor (here or in another process)
+            # must not see the round die and take it for a crash to resubmit.
+            await self._store.update(record.id, state="cancelled", closed_at=self._clock())
+            await self._stop_job(record)
+            await self._close(record, "cancelled")
         await self._notify(
             record,
             f"🛑 Campaign `{record.id}` cancelled by {by}.",
@@ -615,13 +622,20 @@ class CampaignEngine:
         if current is None or current.handle is None or current.state != "running":
             return
         machine = self._machines.get(record.spec.machine)
+        exit_code = None
         if machine is not None:
             with contextlib.suppress(MachineUnavailable):
                 await machine.terminate(
                     current.handle, grace_seconds=self._settings.terminate_grace_seconds
                 )
+                exit_code = (await machine.poll(current.handle)).exit_code
         now = self._clock()
-        await self._store.set_round(record.id, record.round, state="ended", ended_at=now)
+        await self._store.set_round(
+            record.id, record.round, state="ended", ended_at=now, exit_code=exit_code
+        )
+        used = max(0.0, now - current.handle.started_at) * (record.spec.cpus or 1)
+        fresh = await self._fresh(record)
+        await self._store.update(record.id, compute_seconds=fresh.compute_seconds + used)
 
     async def _close(
         self,

@@ -55,6 +55,8 @@ async def test_nan_divergence_wakes_early_terminates_the_job_and_reports(tmp_pat
         assert actions[0] == "terminate"
         assert final.state in ("closed", "failed")
         assert round_.state == "ended"  # the sleeping job was terminated
+        assert round_.exit_code is not None and round_.exit_code != 0  # and that is recorded
+        assert final.compute_seconds > 0
 
 
 async def test_a_stalled_job_is_terminated_resubmitted_once_then_reported(tmp_path: Path) -> None:
