@@ -243,6 +243,7 @@ class CampaignEngine:
         except MachineUnavailable as exc:
             if not live.unreachable_told:
                 live.unreachable_told = True
+                await self._store.set_round(record.id, round_no, note=f"unreachable: {exc}")
                 await self._notify(
                     record,
                     f"⚠️ Campaign `{record.id}`: machine `{record.spec.machine}` is unreachable "

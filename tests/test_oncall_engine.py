@@ -170,3 +170,20 @@ async def test_a_scheduled_wake_fires_once_and_a_waiting_campaign_makes_no_model
         current = await kit.campaigns.get(record.id)
         assert current is not None and current.state == "waiting"
         assert current.model_calls == 0
+
+
+async def test_an_unreachable_machine_is_a_recorded_and_reported_failure(tmp_path: Path) -> None:
+    from oncall.machines.ssh import SshMachine
+    from oncall.model import MachineSpec
+
+    # Nothing listens on port 1 of the loopback: ssh fails at once, no network needed.
+    spec_ = MachineSpec(name="local", kind="ssh", host="127.0.0.1", port=1, workdir="/tmp/x")
+    machine = SshMachine(spec_, connect_timeout=2)
+    async with oncall_kit(tmp_path, machine=machine) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=1"))
+        final = await kit.until_final(record.id)
+        assert final.state == "failed"
+        assert final.error is not None and "127.0.0.1" in final.error
+        (round_,) = await kit.campaigns.rounds(record.id)
+        assert round_.state == "failed" and round_.note is not None
+        assert any("failed" in t and "127.0.0.1" in t for t in kit.notifier.texts())
