@@ -253,4 +253,97 @@ CREATE TABLE campaign_decisions (
 )
 """,
     ),
+    (
+        6,
+        "memory: users, archive notes and profile sections, episodes with facts and foresight,"
+        " agent cases, the verdict ledger, round summaries, outcome entries",
+        """
+CREATE TABLE memory_users (
+    owner           TEXT PRIMARY KEY,
+    name            TEXT NOT NULL,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL
+);
+CREATE TABLE memory_notes (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner           TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    tag             TEXT NOT NULL DEFAULT '',
+    text            TEXT NOT NULL,
+    scope           TEXT NOT NULL DEFAULT 'any',
+    conversation_id TEXT,
+    source_turn     TEXT,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL
+);
+CREATE INDEX memory_notes_by_owner ON memory_notes(owner, kind, id);
+CREATE TABLE memory_episodes (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner           TEXT NOT NULL,
+    conversation_id TEXT,
+    scope           TEXT NOT NULL DEFAULT 'any',
+    narrative       TEXT NOT NULL,
+    source_turns    TEXT NOT NULL DEFAULT '[]',
+    started_at      REAL,
+    ended_at        REAL,
+    created_at      REAL NOT NULL
+);
+CREATE INDEX memory_episodes_by_owner ON memory_episodes(owner, id);
+CREATE TABLE memory_facts (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    episode_id      INTEGER NOT NULL REFERENCES memory_episodes(id) ON DELETE CASCADE,
+    owner           TEXT NOT NULL,
+    kind            TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    valid_from      REAL,
+    valid_until     REAL,
+    created_at      REAL NOT NULL
+);
+CREATE INDEX memory_facts_by_episode ON memory_facts(episode_id);
+CREATE INDEX memory_facts_by_owner ON memory_facts(owner, id);
+CREATE TABLE agent_cases (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent           TEXT NOT NULL,
+    run_id          TEXT,
+    node_id         TEXT,
+    intent          TEXT NOT NULL,
+    approach        TEXT NOT NULL,
+    insight         TEXT NOT NULL,
+    quality         REAL,
+    created_at      REAL NOT NULL
+);
+CREATE TABLE verdicts (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    author          TEXT NOT NULL,
+    subject_agent   TEXT NOT NULL,
+    run_id          TEXT,
+    round           INTEGER,
+    phase           TEXT NOT NULL,
+    outcome         TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    covered_nodes   TEXT NOT NULL DEFAULT '[]',
+    conversation_id TEXT,
+    created_at      REAL NOT NULL
+);
+CREATE INDEX verdicts_by_agent ON verdicts(subject_agent, id);
+CREATE TABLE round_summaries (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id          TEXT NOT NULL UNIQUE,
+    conversation_id TEXT,
+    outcome         TEXT NOT NULL,
+    summary         TEXT NOT NULL,
+    created_at      REAL NOT NULL
+);
+CREATE TABLE outcome_entries (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id          TEXT NOT NULL,
+    node_id         TEXT NOT NULL,
+    agent           TEXT NOT NULL,
+    outcome         TEXT NOT NULL,
+    detail          TEXT NOT NULL DEFAULT '',
+    created_at      REAL NOT NULL,
+    UNIQUE (run_id, node_id)
+)
+""",
+    ),
 )
