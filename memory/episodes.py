@@ -1,0 +1,86 @@
+"""Episode formation by a deterministic rule (no model): what a turn says about its author.
+
+A turn continues the author's last episode in that conversation when their words overlap
+enough (same topic), else it opens a new one. Sentences in the author's own words that speak
+about themselves become facts; those about the future become foresight valid for two weeks.
+The archive note of the episode carries its most frequent content word as a tag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from memory.archive import NewFact
+
+TOPIC_OVERLAP = 0.2  # Jaccard overlap of content words that keeps the same episode
+FORESIGHT_SECONDS = 14 * 86400.0
+NARRATIVE_CHARS = 600
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?", re.UNICODE)
+_SELF = re.compile(r"\b(i|i'm|im|i've|i'd|i'll|my|me|mine|we|our|us)\b", re.IGNORECASE)
+_FUTURE = re.compile(
+    r"\b(will|i'll|going to|plan to|planning|tomorrow|next (week|month|year)|soon|"
+    r"later today|upcoming|deadline|by (monday|tuesday|wednesday|thursday|friday))\b",
+    re.IGNORECASE,
+)
+_STOP_WORDS = (
+    "a an and are as at be but by can could do does for from had has have how i if in is it "
+    "its me my of on or our please so that the their them then there these they this to us "
+    "was we were what when where which who why will with would you your yes no not just "
+    "about also any all im i'm i've i'd i'll"
+)
+_STOP = frozenset(_STOP_WORDS.split())
+
+
+@dataclass(frozen=True)
+class TurnMemory:
+    """What one completed turn contributes: narrative line, facts, tag, content words."""
+
+    narrative: str
+    facts: tuple[NewFact, ...]
+    tag: str
+    words: frozenset[str]
+
+
+def content_words(text: str) -> frozenset[str]:
+    """Lowercased words without stop words (for topic overlap and tags)."""
+    words = (m.lower() for m in _WORD.findall(text))
+    return frozenset(w for w in words if len(w) > 2 and not w.isdigit() and w not in _STOP)
+
+
+def overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard overlap of two word sets (0 when either is empty)."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def from_turn(author: str, request: str, reply: str, *, now: float) -> TurnMemory:
+    """The memory a turn leaves: the author's statements about themselves, as facts."""
+    facts: list[NewFact] = []
+    for raw in _SENTENCE.split(request):
+        sentence = raw.strip()
+        if len(sentence) < 8 or not _SELF.search(sentence):
+            continue
+        if _FUTURE.search(sentence):
+            facts.append(NewFact("foresight", sentence, now, now + FORESIGHT_SECONDS))
+        else:
+            facts.append(NewFact("fact", sentence))
+    words = content_words(request)
+    counts = Counter(w for w in (m.lower() for m in _WORD.findall(request)) if w in words)
+    tag = counts.most_common(1)[0][0] if counts else ""
+    narrative = f"{author} said: {_clip(request)} / the bot answered: {_clip(reply, 200)}"
+    return TurnMemory(narrative[:NARRATIVE_CHARS], tuple(facts), tag, words)
+
+
+def same_topic(previous_narrative: str, turn: TurnMemory) -> bool:
+    """True when the turn continues the previous episode's topic."""
+    return overlap(content_words(previous_narrative), turn.words) >= TOPIC_OVERLAP
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
