@@ -85,10 +85,13 @@ def semantic_unavailable_reason() -> str | None:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline, batched."""
 
-    def __init__(self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu") -> None:
+    def __init__(
+        self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu", model: Any = None
+    ) -> None:
+        """`model`: an already-loaded SentenceTransformer to share (else loaded on first use)."""
         self._batch_size = batch_size
         self._device = device
-        self._model: Any = None
+        self._model: Any = model
         self._load_lock = asyncio.Lock()
         # One encode at a time: the model is shared and torch already uses every core.
         self._encode_lock = asyncio.Lock()
@@ -103,6 +106,11 @@ class MiniLMEmbedder:
     def dimension(self) -> int:
         """384."""
         return MINILM_DIMENSION
+
+    @property
+    def model(self) -> Any:
+        """The loaded SentenceTransformer, or None before the first `load`/`embed`."""
+        return self._model
 
     @property
     def loaded(self) -> bool:
