@@ -46,7 +46,7 @@ def test_select_embedder_modes() -> None:
 
 
 def test_semantic_mode_without_the_extra_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memory.embeddings as embeddings
+    from memory import embeddings
 
     monkeypatch.setattr(embeddings, "semantic_unavailable_reason", lambda: "not installed")
     assert select_embedder("auto") is None
