@@ -45,6 +45,7 @@ from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
+from host.memory import MemoryCommands, MemoryContext, MemoryWriter
 from host.outbox import DeliveryError, Outbox
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import subscribe_decision_handlers
@@ -54,7 +55,11 @@ from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob
 from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.turn import TurnContext
+from memory.archive import Archive
 from memory.conversation_log import ConversationLog
+from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
+from memory.index import HybridIndex
+from memory.service import MemoryService
 from memory.store import Store
 from oncall.engine import CampaignEngine
 from oncall.machines.registry import Allocator, build_machines, load_machines
@@ -89,6 +94,8 @@ class Runtime:
     scheduler: ApschedulerScheduler
     run_events: ConversationRunEvents
     campaigns: CampaignEngine
+    memory: MemoryService
+    memory_writer: MemoryWriter
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
@@ -162,6 +169,14 @@ async def on_campaign_wake(campaigns: CampaignEngine, job: FiredJob) -> None:
     await campaigns.on_wake_job(str(job.payload["campaign_id"]), str(job.payload["wake_id"]))
 
 
+def build_embedder(settings: Settings) -> Embedder | None:
+    """The memory embedder for RAVEN_MEMORY_EMBEDDER (None: keyword-only recall)."""
+    try:
+        return select_embedder(settings.memory_embedder)
+    except EmbedderUnavailable as exc:
+        raise RuntimeError(f"RAVEN_MEMORY_EMBEDDER=semantic, but {exc}") from None
+
+
 def load_agents(settings: Settings) -> AgentRegistry:
     """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem)."""
     try:
@@ -193,6 +208,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         log.warning("agent sandbox %s", sandbox.description)
     adapters = build_adapters(adapter_factories)
     machine_specs = await asyncio.to_thread(load_machine_specs, home)
+    embedder = build_embedder(settings)
 
     # Build, each part from parts already built.
     store = Store(home / "raven.db")
@@ -242,13 +258,21 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         decider=ModelDecider(provider),
         root=home / "campaigns",
     )
+    memory = MemoryService(Archive(store), HybridIndex(embedder, home / "index"))
+    memory_writer = MemoryWriter(memory)
+    memory_commands = MemoryCommands(memory, broker, outbox)
     tool_deps = HostToolDeps(
         runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
     )
     host = HostAgent(
         provider,
         ToolRegistry[TurnContext](build_host_tools(tool_deps) + build_campaign_tools(campaigns)),
-        context_sources=(OrchestrationContext(tool_deps),),
+        context_sources=(
+            OrchestrationContext(tool_deps),
+            MemoryContext(
+                memory, k=settings.memory_recall_k, budget_chars=settings.memory_budget_chars
+            ),
+        ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
     )
@@ -269,6 +293,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         host=host,
         outbox=outbox,
         bus=bus,
+        commands=memory_commands,
         dedup_ttl_seconds=settings.dedup_ttl_seconds,
         history_messages=settings.history_messages,
         broker=broker,
@@ -286,6 +311,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
+    memory_writer.subscribe(bus)
+    memory_commands.subscribe(bus)
     bus.freeze()
 
     runtime = Runtime(
@@ -304,6 +331,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         scheduler=scheduler,
         run_events=run_events,
         campaigns=campaigns,
+        memory=memory,
+        memory_writer=memory_writer,
     )
     try:
         await open_core(runtime)
@@ -319,6 +348,10 @@ async def open_core(runtime: Runtime) -> None:
     stack = runtime.lifecycle
     await runtime.store.open()
     stack.push_async_callback(runtime.store.close)
+    # The recall index is derived: loaded (or rebuilt) from SQLite, saved at shutdown.
+    await runtime.memory.load_index()
+    stack.push_async_callback(runtime.memory.save_index)
+    stack.push_async_callback(runtime.memory_writer.close)
     stack.push_async_callback(close_provider, runtime.provider)
     # Egress lives almost to the end: messages said while draining must still go out.
     stack.push_async_callback(close_adapters, runtime)

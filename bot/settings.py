@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values
@@ -107,6 +107,24 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias="RAVEN_SHUTDOWN_GRACE",
         description="Seconds running turns get to finish on shutdown before they are cancelled.",
+    )
+    memory_embedder: Literal["auto", "semantic", "keyword"] = Field(
+        default="auto",
+        validation_alias="RAVEN_MEMORY_EMBEDDER",
+        description="Recall mode: auto (MiniLM when installed), semantic (require it), keyword.",
+    )
+    memory_recall_k: int = Field(
+        default=5,
+        ge=0,
+        le=50,
+        validation_alias="RAVEN_MEMORY_RECALL_K",
+        description="How many recalled records a turn's context gets (0 turns recall off).",
+    )
+    memory_budget_chars: int = Field(
+        default=2000,
+        ge=0,
+        validation_alias="RAVEN_MEMORY_BUDGET_CHARS",
+        description="Character budget of the recalled-memory block in a turn's context.",
     )
     dedup_ttl_seconds: float = Field(
         default=7 * 24 * 3600.0,

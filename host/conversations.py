@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
 from agents.models.types import ModelError
 from core.ids import ConversationRef
@@ -63,6 +63,14 @@ def control_word(text: str) -> ControlWord | None:
     return match.group(1).lower() if match else None  # type: ignore[return-value]
 
 
+class CommandHandler(Protocol):
+    """Chat commands answered without a Host turn (memory controls)."""
+
+    async def handle(self, msg: InboundMessage) -> str | None:
+        """The reply, or None when `msg` is not a command."""
+        ...
+
+
 class ConversationService:
     """Owns the path inbound message → durable record → lane → Host turn → one reply."""
 
@@ -78,6 +86,7 @@ class ConversationService:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
         broker: PromptBroker | None = None,
         bus: EventBus | None = None,
+        commands: CommandHandler | None = None,
         status_sources: Sequence[Callable[[ConversationRef], Awaitable[str]]] = (),
         background_idle: Callable[[str], Awaitable[None]] | None = None,
         enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
@@ -96,6 +105,7 @@ class ConversationService:
         self._broker = broker
         # Hears TurnCompleted (memory writes, notifications); a private bus when none is given.
         self._bus = bus or EventBus()
+        self._commands = commands
         self._status_sources = tuple(status_sources)
         self._background_idle = background_idle
         self._enrichers = enrichers
@@ -177,6 +187,14 @@ class ConversationService:
                         idempotency_key=f"prompt-reply:{message_id}",
                     )
                 return None
+        if not system and self._commands is not None:
+            reply = await self._commands.handle(msg)
+            if reply is not None:
+                await self._log.mark_handled(message_id)
+                await self._outbox.send(
+                    msg.conversation, reply, idempotency_key=f"command:{message_id}"
+                )
+                return None
         turn_id = self._new_id()
         try:
             return self._lanes.submit(
@@ -255,7 +273,9 @@ class ConversationService:
             author_name=msg.author_name,
             inbound_message_id=message_id,
         )
-        ctx = TurnContext(conv, turn_id, msg.author_id, msg.author_name, msg.origin)
+        ctx = TurnContext(
+            conv, turn_id, msg.author_id, msg.author_name, msg.origin, msg.text, msg.is_dm
+        )
         if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.
             await self._log.finish_turn(turn_id, status="completed")

@@ -66,6 +66,8 @@ class TurnCompleted(Event):
     origin: Literal["user", "system"]
     request: str
     reply: str
+    author_name: str = ""
+    is_dm: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,3 +21,5 @@ class TurnContext:
     author_id: str
     author_name: str
     origin: TurnOrigin = "user"
+    text: str = ""  # the message this turn answers (context sources recall against it)
+    is_dm: bool = False

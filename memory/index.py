@@ -747,7 +747,9 @@ class HybridIndex:
         stale = set(await asyncio.to_thread(index._saved_owner_keys)) - {
             owner_key(o) for o in by_owner
         }
-        if reasons or stale or manifest_problem:
+        # A fresh home (nothing to index, no files) is not a rebuild worth a warning.
+        fresh = not by_owner and not stale and manifest_problem == "no index files"
+        if (reasons or stale or manifest_problem) and not fresh:
             index.last_load_reason = "; ".join(
                 f"{r} ({n} owner{'s' if n > 1 else ''})" for r, n in reasons.items()
             ) or (manifest_problem or "files of owners no longer in the source")
@@ -817,6 +819,7 @@ class HybridIndex:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -38,6 +38,9 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
             monkeypatch.delenv(name, raising=False)
     home = tmp_path / "raven-home"
     monkeypatch.setenv("RAVEN_HOME", str(home))
+    # Keyword-only recall unless a test asks for MiniLM: loading the model costs seconds
+    # in every bot process (tests of semantic recall set RAVEN_MEMORY_EMBEDDER themselves).
+    monkeypatch.setenv("RAVEN_MEMORY_EMBEDDER", "keyword")
     # Settings read `.env` from the working directory: run tests from an empty one.
     workdir = tmp_path / "cwd"
     workdir.mkdir()

@@ -1,0 +1,167 @@
+"""Memory in the Host: recalled context for the author's own turns, episode writes after each
+completed turn (in the background, never delaying a reply), and the chat commands
+`remember …`, `what do you remember about me`, `forget …` and `forget everything`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+
+from core.ids import ConversationRef
+from host.events import EventBus, PromptDecided, TurnCompleted
+from host.graph.render import fence, new_marker, untrusted_preface
+from host.messages import InboundMessage
+from host.outbox import Outbox
+from host.prompt_model import Prompt
+from host.prompts import PromptBroker
+from host.turn import TurnContext
+from memory.archive import user_owner
+from memory.service import MemoryService, render_recalled
+
+log = logging.getLogger(__name__)
+
+FORGET_PURPOSE = "memory_forget"
+_REMEMBER = re.compile(r"^\s*remember(?:\s+that)?\s*[:,]?\s+(?P<text>.+?)\s*$", re.I | re.S)
+_RECALL = re.compile(r"^\s*what do you (?:remember|know) about me\s*\??\s*$", re.I)
+_FORGET_ALL = re.compile(r"^\s*forget everything(?: about me)?\s*[.!]?\s*$", re.I)
+_FORGET = re.compile(r"^\s*forget(?:\s+that)?\s*[:,]?\s+(?P<text>.+?)\s*[.!]?\s*$", re.I | re.S)
+
+
+def owner_of(conv: ConversationRef, author_id: str) -> str:
+    """The owner key of an author in a conversation's workspace."""
+    return user_owner(conv.platform, conv.workspace, author_id)
+
+
+@dataclass(frozen=True)
+class MemoryContext:
+    """Context source: recall for the turn's author only, fenced, within a character budget
+    (system turns get none: they have no author whose memory they could use)."""
+
+    memory: MemoryService
+    k: int = 5
+    budget_chars: int = 2000
+
+    async def context(self, ctx: TurnContext) -> str:
+        """The author's recalled memory block ("" when there is nothing)."""
+        if ctx.origin != "user" or not ctx.text.strip():
+            return ""
+        owner = owner_of(ctx.conversation, ctx.author_id)
+        try:
+            recalled = await self.memory.recall(owner, ctx.text, dm=ctx.is_dm, k=self.k)
+        except Exception:
+            log.exception("memory recall failed; the turn goes on without it")
+            return ""
+        marker = new_marker()
+        block = render_recalled(
+            recalled,
+            budget_chars=self.budget_chars,
+            fence=lambda text: fence(text, source=f"memory of {ctx.author_name}", marker=marker),
+        )
+        if not block:
+            return ""
+        return (
+            f"## What you remember about {ctx.author_name} (only for their own request)\n"
+            f"{untrusted_preface(marker)}\n{block}"
+        )
+
+
+class MemoryWriter:
+    """Folds completed user turns into episodes in owned background tasks."""
+
+    def __init__(self, memory: MemoryService) -> None:
+        self._memory = memory
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def subscribe(self, bus: EventBus) -> None:
+        """Hear completed turns."""
+        bus.subscribe(TurnCompleted, self._on_turn)
+
+    async def _on_turn(self, event: TurnCompleted) -> None:
+        if event.origin != "user":
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._record(event), name=f"memory-write:{event.turn_id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _record(self, event: TurnCompleted) -> None:
+        try:
+            await self._memory.record_turn(
+                owner_of(event.conversation, event.author_id),
+                event.author_name or event.author_id,
+                event.request,
+                event.reply,
+                conversation_id=event.conversation.id,
+                turn_id=event.turn_id,
+                dm=event.is_dm,
+            )
+        except Exception:
+            log.exception("writing the memory of turn %s failed", event.turn_id)
+
+    async def idle(self) -> None:
+        """Wait until every pending write is done (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Let pending writes finish (they are short) before the store closes."""
+        await self.idle()
+
+
+class MemoryCommands:
+    """The chat commands; `forget everything` asks the author to approve first."""
+
+    def __init__(self, memory: MemoryService, broker: PromptBroker, outbox: Outbox) -> None:
+        self._memory = memory
+        self._broker = broker
+        self._outbox = outbox
+
+    def subscribe(self, bus: EventBus) -> None:
+        """Carry out approved `forget everything` prompts."""
+        bus.subscribe(PromptDecided, self._on_decided, topic=FORGET_PURPOSE)
+
+    async def handle(self, msg: InboundMessage) -> str | None:
+        """The reply to a memory command, or None when `msg` is not one."""
+        owner = owner_of(msg.conversation, msg.author_id)
+        text = msg.text
+        if _RECALL.match(text):
+            return await self._memory.describe(owner, dm=msg.is_dm)
+        if _FORGET_ALL.match(text):
+            prompt = await self._broker.create(
+                conversation=msg.conversation,
+                kind="approval",
+                question=f"Forget everything I remember about {msg.author_name}? This "
+                "deletes your notes, episodes and facts and cannot be undone.",
+                requester=msg.author_id,
+                purpose=FORGET_PURPOSE,
+                payload={"owner": owner},
+            )
+            return f"Approve prompt `{prompt.id}` to confirm; nothing is deleted until then."
+        if forget := _FORGET.match(text):
+            count = await self._memory.forget(owner, forget["text"])
+            return f"Forgot {count} record(s) mentioning “{forget['text']}”."
+        if remember := _REMEMBER.match(text):
+            await self._memory.remember(
+                owner,
+                msg.author_name,
+                remember["text"],
+                dm=msg.is_dm,
+                conversation_id=msg.conversation.id,
+            )
+            where = " (only in our DMs)" if msg.is_dm else ""
+            return f"Noted{where}: {remember['text']}"
+        return None
+
+    async def _on_decided(self, event: PromptDecided) -> None:
+        prompt: Prompt = event.prompt
+        if not prompt.approved:
+            return
+        count = await self._memory.forget(str(prompt.payload["owner"]))
+        await self._outbox.send(
+            prompt.conversation,
+            f"Done: I forgot everything about {prompt.answered_by} ({count} record(s)).",
+            idempotency_key=f"prompt:{prompt.id}:forgotten",
+        )

@@ -1,0 +1,223 @@
+"""The memory service: per-user archives in SQLite plus the derived hybrid index.
+
+Records written in a DM live in the owner's DM partition (`<owner>#dm`): a channel turn
+recalls only the owner's shared partition, so a DM-only preference never surfaces there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from memory.archive import Archive, Note, Scope
+from memory.episodes import content_words, from_turn, overlap, same_topic
+from memory.index import Doc, Hit, HybridIndex
+
+log = logging.getLogger(__name__)
+
+PROFILE_AFTER_NOTES = 3  # notes sharing a tag that (re)write its profile section
+SAME_EPISODE_SECONDS = 1800.0
+
+
+def partition(owner: str, scope: Scope) -> str:
+    """The index partition of an owner's records of one scope."""
+    return f"{owner}#dm" if scope == "dm" else owner
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """Context for one turn: the closest archive sections and the recalled records."""
+
+    sections: tuple[Note, ...]
+    hits: tuple[Hit, ...]
+
+
+class MemoryService:
+    """Remember, recall and forget one person's records; keep the index in step."""
+
+    def __init__(
+        self, archive: Archive, index: HybridIndex, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._archive = archive
+        self._index = index
+        self._clock = clock
+
+    @property
+    def archive(self) -> Archive:
+        """The SQLite records."""
+        return self._archive
+
+    @property
+    def index(self) -> HybridIndex:
+        """The derived recall index."""
+        return self._index
+
+    async def load_index(self) -> None:
+        """Open the derived index from its files, rebuilt from SQLite when they are missing,
+        corrupt or built with another embedder (after the store is open)."""
+        current = self._index
+        assert current.directory is not None, "the index needs a directory to load from"
+        self._index = await HybridIndex.load(
+            current.directory, current.embedder, self._source(), current.settings
+        )
+
+    async def reindex(self) -> int:
+        """Rebuild the index from SQLite (`raven-bot memory reindex`); the documents count."""
+        current = self._index
+        assert current.directory is not None
+        await asyncio.to_thread(shutil.rmtree, current.directory, True)
+        await self.load_index()
+        return self._index.count()
+
+    async def save_index(self) -> None:
+        """Write the index's changed partitions (at shutdown; it is derived, so a crash only
+        costs a re-encode of what changed)."""
+        await self._index.save()
+
+    async def _source(self) -> AsyncIterator[Doc]:
+        for doc in await self.documents():
+            yield doc
+
+    async def remember(
+        self, owner: str, name: str, text: str, *, dm: bool, conversation_id: str | None = None
+    ) -> Note:
+        """Store an explicit note (`remember …`) and index it."""
+        scope: Scope = "dm" if dm else "any"
+        await self._archive.ensure_user(owner, name)
+        note = await self._archive.add_note(
+            owner, text, tag="remembered", scope=scope, conversation_id=conversation_id
+        )
+        await self._index.add([Doc(f"note:{note.id}", partition(owner, scope), "note", text, None)])
+        return note
+
+    async def record_turn(
+        self,
+        owner: str,
+        name: str,
+        request: str,
+        reply: str,
+        *,
+        conversation_id: str,
+        turn_id: str,
+        dm: bool,
+    ) -> None:
+        """Fold a completed turn into an episode (new, or continuing the topic), its note,
+        and the profile section of its tag once enough notes share it."""
+        scope: Scope = "dm" if dm else "any"
+        turn = from_turn(name, request, reply, now=self._clock())
+        await self._archive.ensure_user(owner, name)
+        last = await self._archive.last_episode(owner, conversation_id)
+        docs: list[Doc] = []
+        part = partition(owner, scope)
+        recent = last is not None and self._clock() - last.created_at < SAME_EPISODE_SECONDS
+        if last is not None and recent and last.scope == scope and same_topic(last.narrative, turn):
+            narrative = f"{last.narrative}\n{turn.narrative}"[-2000:]
+            facts = await self._archive.extend_episode(last.id, narrative, turn.facts, turn_id)
+            episode_doc = f"episode:{last.id}"
+            await self._index.remove([episode_doc])
+            docs.append(Doc(episode_doc, part, "episode", narrative, None))
+        else:
+            episode = await self._archive.add_episode(
+                owner,
+                turn.narrative,
+                turn.facts,
+                conversation_id=conversation_id,
+                scope=scope,
+                source_turns=(turn_id,),
+            )
+            facts = list(episode.facts)
+            episode_doc = f"episode:{episode.id}"
+            docs.append(Doc(episode_doc, part, "episode", episode.narrative, None))
+        docs += [Doc(f"fact:{f.id}", part, "fact", f.text, episode_doc) for f in facts]
+        if turn.facts:
+            note = await self._archive.add_note(
+                owner,
+                "; ".join(f.text for f in turn.facts),
+                tag=turn.tag,
+                scope=scope,
+                conversation_id=conversation_id,
+                source_turn=turn_id,
+            )
+            docs.append(Doc(f"note:{note.id}", part, "note", note.text, None))
+            await self._revise_profile(owner, turn.tag, docs)
+        await self._index.add(docs)
+
+    async def _revise_profile(self, owner: str, tag: str, docs: list[Doc]) -> None:
+        if not tag:
+            return
+        notes = [n for n in await self._archive.notes(owner, kind="note") if n.tag == tag]
+        shared = [n for n in notes if n.scope == "any"]
+        if len(shared) < PROFILE_AFTER_NOTES or len(shared) % PROFILE_AFTER_NOTES:
+            return
+        text = f"About {tag}: " + "; ".join(n.text for n in shared[-8:])
+        profile = await self._archive.set_profile(owner, tag, text[:1500])
+        await self._index.remove([f"note:{profile.id}"])
+        docs.append(Doc(f"note:{profile.id}", owner, "profile", profile.text, None))
+
+    async def recall(self, owner: str, query: str, *, dm: bool, k: int = 5) -> Recalled:
+        """The two archive sections closest to `query` and the top-k hybrid hits, from the
+        owner's own partitions only (the DM one only in a DM)."""
+        partitions = [owner, partition(owner, "dm")] if dm else [owner]
+        hits: list[Hit] = []
+        for part in partitions:
+            hits += await self._index.search(part, query, k)
+        hits.sort(key=lambda h: h.score, reverse=True)
+        notes = [n for n in await self._archive.notes(owner) if dm or n.scope == "any"]
+        words = content_words(query)
+        ranked = sorted(notes, key=lambda n: overlap(content_words(n.text), words), reverse=True)
+        sections = tuple(n for n in ranked[:2] if overlap(content_words(n.text), words) > 0)
+        return Recalled(sections, tuple(hits[:k]))
+
+    async def describe(self, owner: str, *, dm: bool) -> str:
+        """`what do you remember about me`: the owner's notes and facts (DM ones only in a DM)."""
+        notes = [n for n in await self._archive.notes(owner) if dm or n.scope == "any"]
+        episodes = [e for e in await self._archive.episodes(owner) if dm or e.scope == "any"]
+        facts = [f for e in episodes for f in e.facts]
+        if not notes and not facts:
+            return "I don't remember anything about you yet."
+        lines = [f"- {n.text}" for n in notes if n.kind == "profile"]
+        lines += [f"- {n.text}" for n in notes if n.kind == "note" and n.tag == "remembered"]
+        lines += [f"- {f.text}" + (" (plan)" if f.kind == "foresight" else "") for f in facts[-15:]]
+        hidden = "" if dm else " (things you told me in a DM stay there)"
+        return "Here is what I remember about you" + hidden + ":\n" + "\n".join(lines[:30])
+
+    async def forget(self, owner: str, containing: str | None = None) -> int:
+        """Delete the owner's records (all, or those containing `containing`) and their
+        index entries; return how many records went."""
+        gone = await self._archive.forget(owner, containing=containing)
+        if containing is None:
+            await self._index.remove_owner(owner)
+            await self._index.remove_owner(partition(owner, "dm"))
+        elif gone:
+            await self._index.remove(gone)
+        return len(gone)
+
+    async def documents(self) -> list[Doc]:
+        """Every record as an index document (what a rebuild indexes)."""
+        return [
+            Doc(doc_id, partition(owner, scope), kind, text, parent)  # type: ignore[arg-type]
+            async for doc_id, owner, kind, text, parent, scope in self._archive.documents()
+        ]
+
+
+def render_recalled(recalled: Recalled, *, budget_chars: int, fence: Callable[[str], str]) -> str:
+    """The memory block for the Host's system prompt, fenced, within `budget_chars`."""
+    if not recalled.sections and not recalled.hits:
+        return ""
+    lines: list[str] = []
+    for note in recalled.sections:
+        lines.append(f"[archive: {note.tag or note.kind}] {note.text}")
+    for hit in recalled.hits:
+        lines.append(f"[{hit.doc.kind}, score {hit.score:.2f}] {hit.doc.text}")
+        lines += [f"    [{c.doc.kind}] {c.doc.text}" for c in hit.children]
+    body, used = [], 0
+    for line in lines:
+        if used + len(line) > budget_chars:
+            break
+        body.append(line)
+        used += len(line) + 1
+    return fence("\n".join(body))

@@ -1,0 +1,178 @@
+"""Memory through full turns: a user's records reach only that user's turns (never another
+person's in the same thread), DM notes stay out of channels, completed turns become
+episodes recalled later, and the chat controls remember / recall / forget work."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
+from agents.tools import ToolRegistry
+from core.ids import ConversationRef
+from host.conversations import ConversationService
+from host.events import EventBus
+from host.host_agent import HostAgent
+from host.lanes import LaneManager
+from host.memory import MemoryCommands, MemoryContext, MemoryWriter, owner_of
+from host.messages import InboundMessage
+from host.outbox import Outbox
+from host.prompts import PromptBroker
+from host.turn import TurnContext
+from memory.archive import Archive
+from memory.conversation_log import ConversationLog
+from memory.index import HybridIndex
+from memory.service import MemoryService
+from memory.store import Store
+from tests.fakes.providers import TestProvider
+from tests.fakes.recording_channel import RecordingChannel
+
+
+class SystemRecorder(TestProvider):
+    """Answers `ok` and keeps every system prompt it was sent."""
+
+    def __init__(self) -> None:
+        self.systems: list[str] = []
+
+    async def reply(
+        self, system: str, messages: list[Message], tools: list[ToolSpec]
+    ) -> ModelReply:
+        self.systems.append(system)
+        return ModelReply(content=[TextBlock(text="ok")], stop_reason="end_turn")
+
+
+@dataclass
+class Rig:
+    service: ConversationService
+    channel: RecordingChannel
+    provider: SystemRecorder
+    memory: MemoryService
+    writer: MemoryWriter
+    broker: PromptBroker
+
+    async def say(self, text: str, author: str, event: str, *, dm: bool = False) -> None:
+        msg = InboundMessage(
+            platform="test",
+            workspace="W",
+            channel="D1" if dm else "C1",
+            thread="T",
+            message_id=event,
+            author_id=author,
+            author_name=f"user-{author}",
+            text=text,
+            event_id=event,
+            is_dm=dm,
+        )
+        turn = await self.service.accept(msg)
+        if turn is not None:
+            await turn
+        await self.writer.idle()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    log = ConversationLog(store)
+    channel = RecordingChannel()
+    outbox = Outbox(log, MappingProxyType({channel.platform: channel}))
+    bus = EventBus()
+    broker = PromptBroker(store, surfaces=MappingProxyType({}), bus=bus)
+    memory = MemoryService(Archive(store), HybridIndex(None, tmp_path / "index"))
+    await memory.load_index()
+    writer = MemoryWriter(memory)
+    commands = MemoryCommands(memory, broker, outbox)
+    writer.subscribe(bus)
+    commands.subscribe(bus)
+    bus.freeze()
+    provider = SystemRecorder()
+    host = HostAgent(
+        provider, ToolRegistry[TurnContext](), context_sources=(MemoryContext(memory),)
+    )
+    service = ConversationService(
+        conversation_log=log,
+        lanes=LaneManager(),
+        host=host,
+        outbox=outbox,
+        bus=bus,
+        commands=commands,
+        dedup_ttl_seconds=60,
+    )
+    yield Rig(service, channel, provider, memory, writer, broker)
+    await service.close()
+    await writer.close()
+    await store.close()
+
+
+async def test_a_users_memory_never_reaches_another_users_turn_in_the_same_thread(
+    rig: Rig,
+) -> None:
+    await rig.say("remember I am allergic to peanuts", "U1", "e1")
+    assert rig.channel.texts[-1] == "Noted: I am allergic to peanuts"
+    await rig.say("suggest a snack without peanuts", "U2", "e2")
+    await rig.say("suggest a snack without peanuts", "U1", "e3")
+    stranger, owner = rig.provider.systems
+    assert "allergic" not in stranger
+    assert "allergic to peanuts" in owner and "untrusted-data" in owner
+
+
+async def test_a_note_made_in_a_dm_stays_out_of_channel_turns(rig: Rig) -> None:
+    await rig.say("remember my salary is 100k", "U1", "e1", dm=True)
+    assert "only in our DMs" in rig.channel.texts[-1]
+    await rig.say("what is my salary", "U1", "e2")
+    await rig.say("what is my salary", "U1", "e3", dm=True)
+    channel_turn, dm_turn = rig.provider.systems
+    assert "100k" not in channel_turn
+    assert "100k" in dm_turn
+    await rig.say("what do you remember about me", "U1", "e4")
+    assert "100k" not in rig.channel.texts[-1]
+
+
+async def test_a_completed_turn_becomes_an_episode_recalled_later(rig: Rig) -> None:
+    await rig.say("I maintain the billing service written in Rust.", "U1", "e1")
+    episodes = await rig.memory.archive.episodes(owner_of(_conv(), "U1"))
+    assert [f.text for e in episodes for f in e.facts] == [
+        "I maintain the billing service written in Rust."
+    ]
+    await rig.say("how should I profile billing service latency", "U1", "e2")
+    assert "billing service written in Rust" in rig.provider.systems[-1]
+    answer = rig.channel.texts
+    await rig.say("what do you remember about me", "U1", "e3")
+    assert "billing service written in Rust" in rig.channel.texts[-1]
+    assert len(rig.channel.texts) == len(answer) + 1
+
+
+async def test_forget_removes_records_and_their_index_entries(rig: Rig) -> None:
+    owner = owner_of(_conv(), "U1")
+    await rig.say("remember I use vim", "U1", "e1")
+    await rig.say("remember I like tea", "U1", "e2")
+    await rig.say("forget vim", "U1", "e3")
+    assert rig.channel.texts[-1].startswith("Forgot 1 record(s)")
+    hits = await rig.memory.index.search(owner, "vim editor", 5)
+    assert all("vim" not in h.doc.text for h in hits)
+    notes = await rig.memory.archive.notes(owner)
+    assert [n.text for n in notes] == ["I like tea"]
+
+
+async def test_forget_everything_waits_for_the_owners_approval(rig: Rig) -> None:
+    owner = owner_of(_conv(), "U1")
+    await rig.say("remember I like tea", "U1", "e1")
+    await rig.say("forget everything", "U1", "e2")
+    assert "Approve prompt" in rig.channel.texts[-1]
+    assert len(await rig.memory.archive.notes(owner)) == 1  # nothing deleted yet
+    (prompt,) = await rig.broker.pending(_conv())
+    stranger = await rig.broker.answer(prompt.id, prompt.nonce, "U2", "approve")
+    assert stranger.status == "not_allowed"
+    outcome = await rig.broker.answer(prompt.id, prompt.nonce, "U1", "approve")
+    assert outcome.status == "accepted"
+    assert await rig.memory.archive.notes(owner) == []
+    assert await rig.memory.index.search(owner, "tea", 5) == []
+    assert any(t.startswith("Done: I forgot everything") for t in rig.channel.texts)
+
+
+def _conv() -> ConversationRef:
+    return ConversationRef("test", "W", "C1", "T")
