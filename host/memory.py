@@ -45,7 +45,7 @@ class MemoryContext:
 
     async def context(self, ctx: TurnContext) -> str:
         """The author's recalled memory block ("" when there is nothing)."""
-        if ctx.origin != "user" or not ctx.text.strip():
+        if ctx.origin != "user" or not ctx.text.strip() or self.k <= 0:
             return ""
         owner = owner_of(ctx.conversation, ctx.author_id)
         try:

@@ -92,6 +92,7 @@ class MemoryService:
             owner, text, tag="remembered", scope=scope, conversation_id=conversation_id
         )
         await self._index.add([Doc(f"note:{note.id}", partition(owner, scope), "note", text, None)])
+        await self._index.save()
         return note
 
     async def record_turn(
@@ -145,6 +146,8 @@ class MemoryService:
             docs.append(Doc(f"note:{note.id}", part, "note", note.text, None))
             await self._revise_profile(owner, turn.tag, docs)
         await self._index.add(docs)
+        # Derived, but saving now spares a re-encode of this turn at the next start.
+        await self._index.save()
 
     async def _revise_profile(self, owner: str, tag: str, docs: list[Doc]) -> None:
         if not tag:
