@@ -43,6 +43,7 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
+from host.group_memory import GroupContext, GroupMemoryWriter
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.memory import MemoryCommands, MemoryContext, MemoryWriter
@@ -58,6 +59,7 @@ from host.turn import TurnContext
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
+from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
@@ -261,6 +263,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     memory = MemoryService(Archive(store), HybridIndex(embedder, home / "index"))
     memory_writer = MemoryWriter(memory)
     memory_commands = MemoryCommands(memory, broker, outbox)
+    group_writer = GroupMemoryWriter(GroupStore(store), memory)
     tool_deps = HostToolDeps(
         runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
     )
@@ -272,6 +275,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             MemoryContext(
                 memory, k=settings.memory_recall_k, budget_chars=settings.memory_budget_chars
             ),
+            GroupContext(memory, agents=[e.name for e in registry.entries()]),
         ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
@@ -313,6 +317,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
     memory_writer.subscribe(bus)
     memory_commands.subscribe(bus)
+    group_writer.subscribe(bus)
     bus.freeze()
 
     runtime = Runtime(
