@@ -264,6 +264,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     memory_writer = MemoryWriter(memory)
     memory_commands = MemoryCommands(memory, broker, outbox)
     group_writer = GroupMemoryWriter(GroupStore(store), memory)
+    group_sources = (
+        (GroupContext(memory, agents=[e.name for e in registry.entries()]),)
+        if settings.group_memory
+        else ()
+    )
     tool_deps = HostToolDeps(
         runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
     )
@@ -275,7 +280,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             MemoryContext(
                 memory, k=settings.memory_recall_k, budget_chars=settings.memory_budget_chars
             ),
-            GroupContext(memory, agents=[e.name for e in registry.entries()]),
+            *group_sources,
         ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
@@ -317,7 +322,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
     memory_writer.subscribe(bus)
     memory_commands.subscribe(bus)
-    group_writer.subscribe(bus)
+    if settings.group_memory:
+        group_writer.subscribe(bus)
     bus.freeze()
 
     runtime = Runtime(

@@ -126,6 +126,11 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_MEMORY_BUDGET_CHARS",
         description="Character budget of the recalled-memory block in a turn's context.",
     )
+    group_memory: bool = Field(
+        default=True,
+        validation_alias="RAVEN_GROUP_MEMORY",
+        description="Round summaries and agent verdicts after each run, recalled before turns.",
+    )
     dedup_ttl_seconds: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,

@@ -98,3 +98,20 @@ async def test_a_stopped_run_deposits_nothing(runtime: Any) -> None:
     await eventually(run.done.is_set)
     await rt.service.quiesce(conv)
     assert _rows(home, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
+
+
+async def test_group_memory_can_be_turned_off(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_agents(isolated_env)
+    monkeypatch.setenv("RAVEN_GROUP_MEMORY", "false")
+    rt = await build_runtime(load_settings(), [FakeChatAdapter])
+    try:
+        turn = await rt.service.accept(_msg("b1: echoer: build the table", "e1"))
+        assert turn is not None
+        await turn
+        await rt.service.quiesce(_msg("x", "x").conversation)
+        assert _rows(isolated_env, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
+        assert not any(type(s).__name__ == "GroupContext" for s in rt.host._sources)
+    finally:
+        await shutdown(rt)
