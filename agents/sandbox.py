@@ -269,6 +269,20 @@ class Refusing:
         )
 
 
+@dataclass(frozen=True)
+class DetachedSandbox:
+    """A sandbox in its detached mode, as a plain argv wrapper: campaign rounds run confined
+    but are not tied to the bot's lifetime (they survive a restart)."""
+
+    sandbox: Sandbox
+
+    def wrap(
+        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+    ) -> Sequence[str]:
+        """The confined argv for one detached command."""
+        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
+
+
 def die_with_parent_hook(parent: int) -> Callable[[], None]:
     """A preexec hook: PR_SET_PDEATHSIG(SIGKILL), so the child dies when the bot does.
 

@@ -47,8 +47,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from agents.sandbox import select_sandbox
-from bot.app import DetachedSandbox, on_campaign_wake
+from agents.sandbox import DetachedSandbox, select_sandbox
+from bot.app import on_campaign_wake
 from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.events import EventBus, subscribe_job

@@ -14,7 +14,7 @@ import functools
 import gc
 import logging
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
-from agents.sandbox import Sandbox, select_sandbox
+from agents.sandbox import DetachedSandbox, Sandbox, select_sandbox
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy
@@ -143,19 +143,6 @@ def backend_factory(
         return built[entry.name]
 
     return backend
-
-
-@dataclass(frozen=True)
-class DetachedSandbox:
-    """The agent sandbox in its detached mode: campaign rounds survive a bot restart."""
-
-    sandbox: Sandbox
-
-    def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
-    ) -> Sequence[str]:
-        """The confined argv for one round."""
-        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
 
 
 def load_machine_specs(home: Path) -> dict[str, MachineSpec]:

@@ -28,7 +28,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from bot.app import DetachedSandbox, build_sandbox, load_machine_specs, on_campaign_wake
+from agents.sandbox import DetachedSandbox
+from bot.app import build_sandbox, load_machine_specs, on_campaign_wake
 from bot.home import HomeError, check_home
 from bot.settings import Settings
 from core.ids import ConversationRef

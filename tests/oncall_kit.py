@@ -4,13 +4,13 @@ detached sandbox, the rule-based decider; an in-memory scheduler and notifier.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from agents.sandbox import Sandbox
+from agents.sandbox import DetachedSandbox
 from core.ids import ConversationRef
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
@@ -24,18 +24,6 @@ from tests.sandboxing import real_sandbox
 
 CONV = ConversationRef("test", "W", "C", "T")
 WITHIN = 60.0  # hang guard for a whole campaign
-
-
-@dataclass(frozen=True)
-class Detached:
-    """The agent sandbox in its detached mode (as bot/app.py wires it)."""
-
-    sandbox: Sandbox
-
-    def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
-    ) -> Sequence[str]:
-        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
 
 
 @dataclass
@@ -151,7 +139,7 @@ async def oncall_kit(
     campaigns = CampaignStore(store)
     local = MachineSpec(name="local", kind="local", slots=slots)
     if machine is None:
-        machine = LocalMachine(local, Detached(real_sandbox(hidden=(tmp / "hidden",))))
+        machine = LocalMachine(local, DetachedSandbox(real_sandbox(hidden=(tmp / "hidden",))))
     scheduler = MemoryScheduler()
     notifier = RecordingNotifier()
     options = {} if clock is None else {"clock": clock}

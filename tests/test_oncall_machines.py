@@ -13,13 +13,17 @@ import signal
 import sys
 import textwrap
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from agents.sandbox import Bubblewrap, Refusing, Sandbox, SandboxUnavailable, Unsandboxed
+from agents.sandbox import (
+    Bubblewrap,
+    DetachedSandbox,
+    Refusing,
+    SandboxUnavailable,
+    Unsandboxed,
+)
 from oncall.machines import (
     Allocator,
     LocalMachine,
@@ -39,18 +43,6 @@ from tests.sandboxing import real_sandbox
 LOCAL = MachineSpec(name="local", kind="local", slots=2)
 FAKE_TOKEN = "xoxb-FAKE-" + "d4" * 12
 FAKE_HOME_SECRET = "HOME-SECRET-" + "e5" * 12
-
-
-@dataclass(frozen=True)
-class Detached:
-    """What bot/app.py wires in: the agent sandbox in its detached mode."""
-
-    sandbox: Sandbox
-
-    def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
-    ) -> Sequence[str]:
-        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
 
 
 def _request(workdir: Path, command: str, *, round_: int = 1) -> JobRequest:
@@ -100,7 +92,7 @@ def _processes_with(token: str) -> list[int]:
 @pytest.fixture
 def local(tmp_path: Path) -> LocalMachine:
     """The local machine over the real bubblewrap sandbox, detached."""
-    return LocalMachine(LOCAL, Detached(real_sandbox(hidden=(tmp_path / "hidden",))))
+    return LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(tmp_path / "hidden",))))
 
 
 # -- the sandbox's detached mode ------------------------------------------------------------
@@ -124,7 +116,9 @@ def test_detached_bwrap_drops_only_die_with_parent(tmp_path: Path) -> None:
 
 
 async def test_a_refusing_sandbox_makes_the_machine_unavailable(tmp_path: Path) -> None:
-    machine = LocalMachine(LOCAL, Detached(Refusing("bubblewrap (`bwrap`) is not installed")))
+    machine = LocalMachine(
+        LOCAL, DetachedSandbox(Refusing("bubblewrap (`bwrap`) is not installed"))
+    )
     with pytest.raises(MachineUnavailable) as caught:
         await machine.submit(_request(tmp_path / "r1", "echo never > ran.txt"))
     assert "apt-get install bubblewrap" in str(caught.value)
@@ -205,20 +199,14 @@ _PARENT = textwrap.dedent(
     """\
     import asyncio, sys
     from pathlib import Path
-    from agents.sandbox import select_sandbox
+    from agents.sandbox import DetachedSandbox, select_sandbox
     from oncall.machines import LocalMachine
     from oncall.model import JobRequest, MachineSpec
-
-    class Detached:
-        def __init__(self, sandbox):
-            self.sandbox = sandbox
-        def wrap(self, argv, *, workspace, env):
-            return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
 
     async def main() -> None:
         sandbox = select_sandbox(hidden=(), unsandboxed=False)
         assert sandbox.kind == "bwrap", sandbox.description
-        machine = LocalMachine(MachineSpec(name="local", kind="local"), Detached(sandbox))
+        machine = LocalMachine(MachineSpec(name="local", kind="local"), DetachedSandbox(sandbox))
         request = JobRequest(campaign_id="c1", round=1, command=sys.argv[2],
                              workdir=Path(sys.argv[1]))
         handle = await machine.submit(request)
@@ -291,7 +279,7 @@ async def test_the_detached_sandbox_hides_raven_home_and_the_bots_environment(
     (home / "secrets" / "token.txt").write_text(FAKE_HOME_SECRET)
     monkeypatch.setenv("SLACK_BOT_TOKEN", FAKE_TOKEN)
     monkeypatch.setenv("RAVEN_SECRET_THING", FAKE_TOKEN)
-    machine = LocalMachine(LOCAL, Detached(real_sandbox(hidden=(home, Path.cwd()))))
+    machine = LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))))
     workdir = home / "campaigns" / "c1" / "round-1"
     command = (
         f"cat {home}/secrets/token.txt; ls -a {home}; env; "
@@ -461,7 +449,7 @@ def test_machines_toml_registers_each_kind(isolated_env: Path) -> None:
         "cluster": "slurm",
     }
     assert specs["gpu"].port == 2222 and specs["cluster"].slots == 8
-    wrapper = Detached(Unsandboxed())
+    wrapper = DetachedSandbox(Unsandboxed())
     assert isinstance(build_machine(specs["local"], wrapper), LocalMachine)
     assert isinstance(build_machine(specs["gpu"], wrapper), SshMachine)
     assert isinstance(build_machine(specs["cluster"], wrapper), SlurmMachine)
