@@ -180,7 +180,7 @@ class CampaignTools:
     async def campaign_wait(self, ctx: TurnContext, args: WaitInput) -> str:
         """The `campaign_wait` tool."""
         return await self._refusing(
-            self.engine.wait, args.campaign_id, _seconds(args.until), args.cite, args.reason
+            self.engine.wait, args.campaign_id, parse_duration(args.until), args.cite, args.reason
         )
 
     async def campaign_resubmit(self, ctx: TurnContext, args: ResubmitInput) -> str:
@@ -202,10 +202,6 @@ class CampaignTools:
             return await operation(*args)  # type: ignore[operator, no-any-return]
         except (ValueError, CampaignError) as exc:
             return f"Refused: {exc}"
-
-
-def _seconds(raw: str) -> float:
-    return parse_duration(raw)
 
 
 def build_campaign_tools(engine: CampaignEngine) -> list[Tool[TurnContext]]:

@@ -15,9 +15,9 @@ from typing import Literal, Protocol
 
 from agents.models.types import ModelError
 from core.ids import ConversationRef
+from core.keyed import KeyedSerial
 from host.events import EventBus, TurnCompleted
 from host.host_agent import HostAgent
-from host.keyed import KeyedSerial
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage, stored_inbound
 from host.outbox import DeliveryError, Outbox

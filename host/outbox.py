@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 
 from core.ids import ConversationRef
-from host.keyed import KeyedLocks
+from core.keyed import KeyedLocks
 from host.messages import OutboundMessage
 from host.ports import Channel, ChannelError
 from memory.conversation_log import ConversationLog

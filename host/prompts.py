@@ -23,8 +23,8 @@ from typing import Any, Literal
 import aiosqlite
 
 from core.ids import ConversationRef
+from core.keyed import KeyedLocks
 from host.events import EventBus, PromptDecided
-from host.keyed import KeyedLocks
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.scheduling import FiredJob, Scheduler

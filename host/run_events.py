@@ -11,11 +11,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from core.ids import ConversationRef
+from core.keyed import KeyedLocks
 from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
-from host.keyed import KeyedLocks
 from host.outbox import DeliveryError
 
 log = logging.getLogger(__name__)

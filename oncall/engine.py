@@ -80,6 +80,7 @@ class _Live:
 
     watch: RoundWatch
     handle: JobHandle
+    granted_seconds: float | None = None  # the round's time limit (read once, not per poll)
     last_edit: float = -math.inf
     unreachable_told: bool = False
     task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -207,12 +208,18 @@ class CampaignEngine:
         if posted is not None:
             await self._store.update(record.id, status_message=posted)
         await self._schedule_wake(record, round_no, spec.wake_every_seconds)
-        self._watch(record, round_no, handle, RoundWatch(spec, record.baseline, handle.started_at))
+        watch = RoundWatch(spec, record.baseline, handle.started_at)
+        self._watch(record, round_no, handle, watch, granted)
 
     def _watch(
-        self, record: CampaignRecord, round_no: int, handle: JobHandle, watch: RoundWatch
+        self,
+        record: CampaignRecord,
+        round_no: int,
+        handle: JobHandle,
+        watch: RoundWatch,
+        granted_seconds: float | None,
     ) -> None:
-        live = _Live(watch=watch, handle=handle)
+        live = _Live(watch=watch, handle=handle, granted_seconds=granted_seconds)
         self._live[record.id] = live
         live.task = asyncio.get_running_loop().create_task(
             self._monitor(record.id, round_no, live),
@@ -263,8 +270,7 @@ class CampaignEngine:
         if observation.wake is not None:
             await self._end_round(record, round_no, status, observation.wake)
             return observation.wake
-        current = await self._store.round(record.id, round_no)
-        limit = current.granted_seconds if current is not None else None
+        limit = live.granted_seconds
         if limit is not None and self._clock() - live.handle.started_at > limit:
             return "budget"
         return None
@@ -706,7 +712,7 @@ class CampaignEngine:
             if current.watch
             else RoundWatch(record.spec, record.baseline, current.handle.started_at)
         )
-        self._watch(record, record.round, current.handle, watch)
+        self._watch(record, record.round, current.handle, watch, current.granted_seconds)
 
     # ------------------------------------------------------------------------- status
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from host.keyed import KeyedLocks, KeyedSerial
+from core.keyed import KeyedLocks, KeyedSerial
 
 
 async def test_keyed_locks_exclude_per_key_and_forget_unused_keys() -> None:

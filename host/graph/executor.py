@@ -42,6 +42,7 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from core.ids import ConversationRef
+from core.keyed import KeyedLocks
 from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
@@ -56,7 +57,6 @@ from host.graph.render import (
     untrusted_preface,
 )
 from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
-from host.keyed import KeyedLocks
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.ids import ConversationRef
+from core.keyed import KeyedLocks
 from host.events import EventBus
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
 from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, WorkerPrompts
@@ -26,7 +27,6 @@ from host.graph.records import RunFiles, read_output
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
-from host.keyed import KeyedLocks
 
 log = logging.getLogger(__name__)
 
