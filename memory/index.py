@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 from collections.abc import AsyncIterable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -435,6 +436,8 @@ class HybridIndex:
         self.directory = directory
         self.settings = settings or IndexSettings()
         self._parts: dict[str, _Partition] = {}
+        # Saves overlap (after each write, on shutdown): one manifest writer at a time.
+        self._manifest_lock = asyncio.Lock()
         self.last_load_reason: str | None = None  # why the last `load` re-encoded, if it did
 
     @property
@@ -697,6 +700,12 @@ class HybridIndex:
     async def _write_manifest(self) -> None:
         if self.directory is None:
             return
+        async with self._manifest_lock:
+            await asyncio.to_thread(
+                _atomic_write, self.directory / MANIFEST_NAME, self._manifest_bytes()
+            )
+
+    def _manifest_bytes(self) -> bytes:
         manifest = {
             "version": MANIFEST_VERSION,
             "embedder": self.embedder.name if self.embedder is not None else None,
@@ -707,8 +716,7 @@ class HybridIndex:
                 if p.docs
             },
         }
-        payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
-        await asyncio.to_thread(_atomic_write, self.directory / MANIFEST_NAME, payload)
+        return json.dumps(manifest, indent=1, sort_keys=True).encode()
 
     async def save(self) -> None:
         """Write every changed partition and the manifest under `directory`."""
@@ -820,12 +828,18 @@ class HybridIndex:
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # A unique temporary name: two writers of one file never rename each other's file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 __all__ = [

@@ -330,3 +330,16 @@ async def test_searches_during_adds_and_removes() -> None:
     assert results[3] == []
     assert index.count("alice") == 200 - 19
     assert "alice-5" not in ids(await index.search("alice", "item5 kafka", 10))
+
+
+async def test_overlapping_saves_never_collide_on_a_temporary_file(tmp_path: Path) -> None:
+    # Regression: the writer's save after each write and the shutdown save used one
+    # `manifest.json.tmp`; the second rename found it gone (FileNotFoundError in CI).
+    index = HybridIndex(HashEmbedder(), tmp_path)
+    await index.add(corpus("alice"))
+    for round_ in range(5):
+        await index.add([Doc(f"n{round_}.{i}", f"u{i}", "note", f"note {i}") for i in range(8)])
+        await asyncio.gather(*(index.save() for _ in range(16)))
+    assert not await asyncio.to_thread(lambda: list(tmp_path.glob("*.tmp")))
+    reloaded = await HybridIndex.load(tmp_path, HashEmbedder(), source(corpus("alice")))
+    assert reloaded.last_load_reason is None or "alice" not in reloaded.last_load_reason
