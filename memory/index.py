@@ -21,8 +21,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 from collections.abc import AsyncIterable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +31,7 @@ import numpy as np
 from numpy.typing import NDArray
 from rank_bm25 import BM25Okapi
 
+from core.files import atomic_write
 from memory.embeddings import Embedder, Vectors
 from memory.tokenize import tokenize
 
@@ -686,8 +685,8 @@ class HybridIndex:
         if part.dead:
             part.compact()  # files never carry deleted vectors
         rows = [[d, part.hashes[d]] for d in part.row_ids if d is not None]
-        _atomic_write(faiss_path, bytes(faiss.serialize_index(part.faiss)))
-        _atomic_write(rows_path, json.dumps({"owner": part.owner, "rows": rows}).encode())
+        atomic_write(faiss_path, bytes(faiss.serialize_index(part.faiss)))
+        atomic_write(rows_path, json.dumps({"owner": part.owner, "rows": rows}).encode())
         part.saved = True
 
     async def _persist(self, part: _Partition) -> None:
@@ -702,7 +701,7 @@ class HybridIndex:
             return
         async with self._manifest_lock:
             await asyncio.to_thread(
-                _atomic_write, self.directory / MANIFEST_NAME, self._manifest_bytes()
+                atomic_write, self.directory / MANIFEST_NAME, self._manifest_bytes()
             )
 
     def _manifest_bytes(self) -> bytes:
@@ -823,23 +822,6 @@ class HybridIndex:
     async def _rebuild_owner(self, owner: str, docs: list[Doc]) -> None:
         self._parts.pop(owner, None)
         await self.add(docs)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A unique temporary name: two writers of one file never rename each other's file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 __all__ = [

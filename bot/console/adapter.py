@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, TextIO
 
 from agents.plan_syntax import is_plan_line, parse_plan
 from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, OutboundMessage
+from core.files import atomic_write
 from core.ids import ConversationRef
 from host.conversations import TurnOutcome, control_word
 from host.messages import MAX_INBOUND_CHARS
@@ -81,11 +82,8 @@ class ConsoleThread:
         """Remember `thread` for the next start (a failure only costs that memory)."""
         if self._path is None:
             return
-        tmp = self._path.with_name(self._path.name + ".tmp")
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(thread + "\n", encoding="utf-8")
-            tmp.replace(self._path)
+            atomic_write(self._path, thread + "\n")
         except OSError as exc:
             log.warning("cannot save the console conversation to %s: %s", self._path, exc)
 

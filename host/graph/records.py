@@ -25,22 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
+from core.files import atomic_write
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 JOURNAL = "journal.jsonl"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write a file so a crash leaves either the old or the new content, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _write_view(path: Path, text: str) -> None:
