@@ -38,12 +38,18 @@ from host.campaign_decider import ModelDecider
 from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
+from host.episode_former import ModelFormer
 from host.events import EventBus, subscribe_job
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
-from host.group_memory import GroupContext, GroupMemoryWriter
+from host.group_memory import (
+    AssessmentRequest,
+    GroupContext,
+    GroupMemoryWriter,
+    GroupPrefetch,
+)
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.memory import MemoryCommands, MemoryContext, MemoryWriter
@@ -59,6 +65,7 @@ from host.turn import TurnContext
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
+from memory.episodes import RuleFormer
 from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
@@ -221,6 +228,16 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         scheduler=scheduler,
     )
     clarifier = Clarifier(provider, broker, conversation_log)
+    group_store = GroupStore(store)
+    memory = MemoryService(
+        Archive(store),
+        HybridIndex(embedder, home / "index"),
+        sources=(group_store,) if settings.group_memory else (),
+        former=ModelFormer(provider)
+        if settings.memory_episodes == "model" and not provider.offline
+        else RuleFormer(),
+    )
+    group = settings.group_memory
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
@@ -237,6 +254,15 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         prompts=clarifier,
+        prefetch=GroupPrefetch(
+            memory,
+            group_store,
+            k_group=settings.group_recall_k,
+            k_verdict=settings.group_verdicts_k,
+            budget_chars=settings.group_budget_chars,
+        )
+        if group
+        else None,
     )
     campaigns = CampaignEngine(
         store=CampaignStore(store),
@@ -247,17 +273,22 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         decider=ModelDecider(provider),
         root=home / "campaigns",
     )
-    memory = MemoryService(Archive(store), HybridIndex(embedder, home / "index"))
-    memory_writer = MemoryWriter(memory)
+    memory_writer = MemoryWriter(memory, conversation_log)
     memory_commands = MemoryCommands(memory, broker, outbox)
-    group_writer = GroupMemoryWriter(GroupStore(store), memory)
-    group_sources = (
-        (GroupContext(memory, agents=[e.name for e in registry.entries()]),)
-        if settings.group_memory
-        else ()
+    group_writer = GroupMemoryWriter(group_store, memory)
+    group_context = GroupContext(
+        memory,
+        agents=[e.name for e in registry.entries()],
+        k_group=settings.group_recall_k,
+        budget_chars=settings.group_budget_chars,
     )
+    group_sources = (group_context, AssessmentRequest(group_store)) if group else ()
     tool_deps = HostToolDeps(
-        runs=runs, broker=broker, registry=registry, results_reach_users=provider.offline
+        runs=runs,
+        broker=broker,
+        registry=registry,
+        results_reach_users=provider.offline,
+        request_attribution=group,
     )
     host = HostAgent(
         provider,
@@ -301,7 +332,10 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     )
     run_events = ConversationRunEvents(run_store, service, runs)
 
-    # Subscribe, then freeze: who hears what is fixed for this generation.
+    # Subscribe, then freeze: who hears what is fixed for this generation. Group memory
+    # hears a finished run before its report becomes a turn that may close the round.
+    if group:
+        group_writer.subscribe(bus)
     run_events.subscribe(bus)
     subscribe_decision_handlers(bus, runs, service, clarifier)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
@@ -309,8 +343,6 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
     memory_writer.subscribe(bus)
     memory_commands.subscribe(bus)
-    if settings.group_memory:
-        group_writer.subscribe(bus)
     bus.freeze()
 
     runtime = Runtime(
@@ -371,6 +403,10 @@ async def start_serving(runtime: Runtime) -> None:
     for adapter in runtime.adapters:
         await runtime.service.recover(adapter.platform)
         await report_interrupted_runs(runtime, adapter.platform)
+    # Completed turns a crash kept from memory are taken in now (in the background).
+    caught_up = await runtime.memory_writer.recover()
+    if caught_up:
+        log.info("memory: taking in %d turn(s) completed before a crash", caught_up)
     # After recovery, so a job firing now cannot race the replay of unhandled messages.
     await runtime.scheduler.start()
     # First to stop: a job firing during the drain would start work shutdown then cuts off.

@@ -113,6 +113,11 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_MEMORY_EMBEDDER",
         description="Recall mode: auto (MiniLM when installed), semantic (require it), keyword.",
     )
+    memory_episodes: Literal["model", "rule"] = Field(
+        default="model",
+        validation_alias="RAVEN_MEMORY_EPISODES",
+        description="Episode formation: model (one call per user turn when online) or rule.",
+    )
     memory_recall_k: int = Field(
         default=5,
         ge=0,
@@ -130,6 +135,26 @@ class Settings(BaseSettings):
         default=True,
         validation_alias="RAVEN_GROUP_MEMORY",
         description="Round summaries and agent verdicts after each run, recalled before turns.",
+    )
+    group_recall_k: int = Field(
+        default=2,
+        ge=1,
+        le=20,
+        validation_alias="RAVEN_GROUP_RECALL_K",
+        description="Group memory records per library recalled before a turn or a node (k_group).",
+    )
+    group_verdicts_k: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        validation_alias="RAVEN_GROUP_VERDICTS_K",
+        description="Most recent verdicts about its agent a dispatched node gets (k_verdict).",
+    )
+    group_budget_chars: int = Field(
+        default=1500,
+        ge=100,
+        validation_alias="RAVEN_GROUP_BUDGET_CHARS",
+        description="Character budget of a group memory block, for the Host and for a node.",
     )
     dedup_ttl_seconds: float = Field(
         default=7 * 24 * 3600.0,

@@ -24,6 +24,7 @@ from host.outbox import DeliveryError, Outbox
 from host.prompts import PromptBroker
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, LoggedMessage
+from memory.group import Attribution
 
 log = logging.getLogger(__name__)
 
@@ -309,13 +310,29 @@ class ConversationService:
         await self._outbox.send(
             conv, reply.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
         )
-        await self._completed(ctx, msg.text, reply.text)
+        await self._completed(ctx, msg.text, reply.text, reply.attributions)
         return TurnOutcome(turn_id, "completed", reply.text)
 
-    async def _completed(self, ctx: TurnContext, request: str, reply: str) -> None:
+    async def _completed(
+        self,
+        ctx: TurnContext,
+        request: str,
+        reply: str,
+        attributions: tuple[Attribution, ...] = (),
+    ) -> None:
         # After the reply went out: subscribers (memory) never delay it.
         await self._bus.publish(
-            TurnCompleted(ctx.conversation, ctx.turn_id, ctx.author_id, ctx.origin, request, reply)
+            TurnCompleted(
+                ctx.conversation,
+                ctx.turn_id,
+                ctx.author_id,
+                ctx.origin,
+                request,
+                reply,
+                author_name=ctx.author_name,
+                is_dm=ctx.is_dm,
+                attributions=attributions,
+            )
         )
 
     async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from core.ids import ConversationRef
 from host.prompt_model import Prompt
 from host.scheduling import FiredJob
+from memory.group import Attribution
 
 if TYPE_CHECKING:
     from host.graph.executor import GraphRun
@@ -68,6 +69,8 @@ class TurnCompleted(Event):
     reply: str
     author_name: str = ""
     is_dm: bool = False
+    # Attribution blocks the Host appended to its reply (already stripped from `reply`).
+    attributions: tuple[Attribution, ...] = ()
 
 
 @dataclass(frozen=True)

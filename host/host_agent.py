@@ -13,6 +13,7 @@ from agents.models.types import Message, TextBlock
 from agents.tools import ToolRegistry
 from host.turn import TurnContext
 from memory.conversation_log import LoggedMessage
+from memory.group import Attribution, extract_attribution
 
 HOST_SYSTEM_PROMPT = """\
 You are Raven, the Host Agent of raven-bot, working inside a team chat thread (Slack, Discord \
@@ -63,6 +64,8 @@ class HostReply:
 
     text: str
     loop: LoopResult
+    # Attribution blocks the model appended (group memory); removed from `text`.
+    attributions: tuple[Attribution, ...] = ()
 
 
 class HostAgent:
@@ -107,8 +110,19 @@ class HostAgent:
             max_tokens=self._max_tokens,
         )
         result = await loop.run(system=system, messages=messages, tools=self._tools, ctx=ctx)
-        answer = result.text or "(The model returned an empty answer.)"
-        return HostReply(text=answer, loop=result)
+        visible, attributions = extract_attribution(result.text)
+        if attributions or visible != result.text:
+            strip_answer(result, visible)  # neither users nor the turn log see the blocks
+        answer = visible or "(The model returned an empty answer.)"
+        return HostReply(text=answer, loop=result, attributions=attributions)
+
+
+def strip_answer(result: LoopResult, visible: str) -> None:
+    """Replace the loop's final answer (text and transcript) with its visible part."""
+    result.text = visible
+    for entry in result.transcript:
+        if entry.get("type") == "answer":
+            entry["text"] = visible
 
 
 def author_label(name: str, author_id: str) -> str:

@@ -12,15 +12,30 @@ from dataclasses import dataclass
 from core.ids import ConversationRef
 from host.events import EventBus, PromptDecided, TurnCompleted
 from host.graph.render import fence, new_marker, untrusted_preface
-from host.messages import InboundMessage
+from host.messages import InboundMessage, stored_inbound
 from host.outbox import Outbox
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from host.turn import TurnContext
 from memory.archive import user_owner
+from memory.conversation_log import ConversationLog
 from memory.service import MemoryService, render_recalled
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """One completed user turn, as memory takes it in."""
+
+    turn_id: str
+    conversation: ConversationRef
+    author_id: str
+    author_name: str
+    request: str
+    reply: str
+    is_dm: bool
+
 
 FORGET_PURPOSE = "memory_forget"
 _REMEMBER = re.compile(r"^\s*remember(?:\s+that)?\s*[:,]?\s+(?P<text>.+?)\s*$", re.I | re.S)
@@ -68,10 +83,12 @@ class MemoryContext:
 
 
 class MemoryWriter:
-    """Folds completed user turns into episodes in owned background tasks."""
+    """Folds completed user turns into episodes in owned background tasks; each turn is
+    marked as taken in afterwards, so a crash in between is caught up at the next start."""
 
-    def __init__(self, memory: MemoryService) -> None:
+    def __init__(self, memory: MemoryService, turns: ConversationLog) -> None:
         self._memory = memory
+        self._turns = turns
         self._tasks: set[asyncio.Task[None]] = set()
 
     def subscribe(self, bus: EventBus) -> None:
@@ -81,25 +98,61 @@ class MemoryWriter:
     async def _on_turn(self, event: TurnCompleted) -> None:
         if event.origin != "user":
             return
+        written = _Written(
+            event.turn_id,
+            event.conversation,
+            event.author_id,
+            event.author_name or event.author_id,
+            event.request,
+            event.reply,
+            event.is_dm,
+        )
+        self._spawn(written)
+
+    async def recover(self) -> int:
+        """Take in the completed user turns a crash kept from memory; return how many."""
+        owed = await self._turns.unremembered_turns()
+        for turn_id, payload, reply in owed:
+            try:
+                msg = stored_inbound(payload)
+            except ValueError:
+                log.warning("turn %s: its message cannot be read; not remembered", turn_id)
+                await self._turns.mark_remembered(turn_id)
+                continue
+            self._spawn(
+                _Written(
+                    turn_id,
+                    msg.conversation,
+                    msg.author_id,
+                    msg.author_name or msg.author_id,
+                    msg.text,
+                    reply,
+                    msg.is_dm,
+                )
+            )
+        return len(owed)
+
+    def _spawn(self, written: _Written) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._record(event), name=f"memory-write:{event.turn_id}"
+            self._record(written), name=f"memory-write:{written.turn_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _record(self, event: TurnCompleted) -> None:
+    async def _record(self, w: _Written) -> None:
         try:
             await self._memory.record_turn(
-                owner_of(event.conversation, event.author_id),
-                event.author_name or event.author_id,
-                event.request,
-                event.reply,
-                conversation_id=event.conversation.id,
-                turn_id=event.turn_id,
-                dm=event.is_dm,
+                owner_of(w.conversation, w.author_id),
+                w.author_name,
+                w.request,
+                w.reply,
+                conversation_id=w.conversation.id,
+                turn_id=w.turn_id,
+                dm=w.is_dm,
             )
+            await self._turns.mark_remembered(w.turn_id)
         except Exception:
-            log.exception("writing the memory of turn %s failed", event.turn_id)
+            log.exception("writing the memory of turn %s failed", w.turn_id)
 
     async def idle(self) -> None:
         """Wait until every pending write is done (tests, shutdown)."""

@@ -14,8 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from agents.registry import AgentRegistry
 from agents.tools import Tool
 from host.graph.admission import AdmissionError
+from host.graph.executor import GraphRun
 from host.graph.model import GraphSubmission
 from host.graph.runs import RunManager, submission_json
+from host.group_memory import close_request
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from host.turn import TurnContext
@@ -98,6 +100,8 @@ class HostToolDeps:
     # True when tool results reach people unchanged (the offline model relays them): then
     # messages name files and fixes, not the Host's tools.
     results_reach_users: bool = False
+    # Group memory: a foreground report asks for the attribution blocks of its round.
+    request_attribution: bool = False
 
 
 def _node_id_for(agent: str) -> str:
@@ -154,7 +158,17 @@ class HostTools:
                 f"Run `{run.id}` started with {len(run.nodes)} node(s) in the background. "
                 "Progress, exceptions and the final report will arrive as messages."
             )
-        return await self.runs.wait_for_decision_point(run)
+        return await self.wait(run)
+
+    async def wait(self, run: GraphRun) -> str:
+        """Foreground: the report at the next decision point; a closed round asks for its
+        attribution blocks (never when results reach people unchanged)."""
+        text = await self.runs.wait_for_decision_point(run)
+        closed = run.done.is_set() and run.record.state != "cancelled"
+        if closed and self.deps.request_attribution and not self.deps.results_reach_users:
+            agents = list(dict.fromkeys(n.agent for n in run.nodes.values()))
+            text = f"{text}\n\n---\n{close_request(run.id, agents)}"
+        return text
 
     async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str:
         """The `submit_graph` tool."""
@@ -233,7 +247,7 @@ class HostTools:
         )
         if run is None or run.record.background:
             return text
-        return f"{text}\n\n{await self.runs.wait_for_decision_point(run)}"
+        return f"{text}\n\n{await self.wait(run)}"
 
     async def run_status(self, ctx: TurnContext, args: RunRef) -> str:
         """The `run_status` tool."""

@@ -246,6 +246,15 @@ class Archive:
             for i, f in zip(ids, facts, strict=True)
         ]
 
+    async def has_turn(self, owner: str, turn_id: str) -> bool:
+        """True when one of the owner's episodes already holds this turn."""
+        row = await self._store.fetchone(
+            "SELECT 1 FROM memory_episodes WHERE owner = ? AND EXISTS"
+            " (SELECT 1 FROM json_each(source_turns) WHERE value = ?)",
+            (owner, turn_id),
+        )
+        return row is not None
+
     async def last_episode(self, owner: str, conversation_id: str) -> Episode | None:
         """The owner's newest episode in a conversation (a topic may continue it)."""
         rows = await self._store.fetchall(

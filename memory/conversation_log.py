@@ -172,10 +172,11 @@ class ConversationLog:
 
         def start(db: sqlite3.Connection) -> None:
             ensure_conversation_sync(db, conv, now)
+            # A user turn is owed to memory until its writer says it is in.
             db.execute(
                 "INSERT INTO turns (id, conversation_id, kind, author_id, author_name, status,"
-                " started_at) VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (turn_id, conv.id, kind, author_id, author_name, now),
+                " started_at, remembered) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (turn_id, conv.id, kind, author_id, author_name, now, int(kind != "user")),
             )
             if inbound_message_id is not None:
                 db.execute(
@@ -250,6 +251,30 @@ class ConversationLog:
     async def mark_reported(self, turn_id: str) -> None:
         """Remember that the user was told about this turn's interruption."""
         await self._store.execute("UPDATE turns SET reported = 1 WHERE id = ?", (turn_id,))
+
+    async def unremembered_turns(self) -> list[tuple[str, str, str]]:
+        """Completed user turns memory has not taken in (a crash came first): turn id, the
+        inbound payload and the reply, oldest first. Turns that ended otherwise are owed
+        nothing and are settled here."""
+
+        def owed(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            db.execute(
+                "UPDATE turns SET remembered = 1 WHERE remembered = 0"
+                " AND status NOT IN ('running', 'completed')"
+            )
+            rows = db.execute(
+                "SELECT t.id, i.payload, o.text FROM turns t"
+                " JOIN messages i ON i.turn_id = t.id AND i.direction = 'in'"
+                " JOIN messages o ON o.idempotency_key = 'turn:' || t.id || ':reply'"
+                " WHERE t.remembered = 0 AND t.status = 'completed' ORDER BY t.started_at"
+            ).fetchall()
+            return [(str(r[0]), str(r[1] or ""), str(r[2])) for r in rows]
+
+        return await self._store.write(owed)
+
+    async def mark_remembered(self, turn_id: str) -> None:
+        """Memory has taken this turn in."""
+        await self._store.execute("UPDATE turns SET remembered = 1 WHERE id = ?", (turn_id,))
 
     async def turn(self, turn_id: str) -> TurnRecord | None:
         """One turn by id."""

@@ -1,4 +1,6 @@
-"""Episode formation by a deterministic rule (no model): what a turn says about its author.
+"""Episode formation: what a completed turn says about its author, and whether it continues
+the author's last episode. The protocol lets a model decide (online); the deterministic rule
+here needs none (offline, and the fallback when a model call fails).
 
 A turn continues the author's last episode in that conversation when their words overlap
 enough (same topic), else it opens a new one. Sentences in the author's own words that speak
@@ -11,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 from memory.archive import NewFact
 
@@ -84,3 +87,32 @@ def same_topic(previous_narrative: str, turn: TurnMemory) -> bool:
 def _clip(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class FormedTurn:
+    """A turn's memory and whether it continues the previous episode's topic."""
+
+    memory: TurnMemory
+    continues: bool
+
+
+class EpisodeFormer(Protocol):
+    """Decides a turn's episode boundary, narrative, facts and foresight."""
+
+    async def form(
+        self, author: str, request: str, reply: str, *, previous: str | None, now: float
+    ) -> FormedTurn:
+        """Form the memory of one turn; `previous` is the episode it may continue."""
+        ...
+
+
+class RuleFormer:
+    """The deterministic rule: self-statements become facts, word overlap keeps the topic."""
+
+    async def form(
+        self, author: str, request: str, reply: str, *, previous: str | None, now: float
+    ) -> FormedTurn:
+        """Form the memory of one turn without a model."""
+        memory = from_turn(author, request, reply, now=now)
+        return FormedTurn(memory, previous is not None and same_topic(previous, memory))

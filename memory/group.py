@@ -15,12 +15,13 @@ Outcome = Literal["cancelled", "failed", "adopted", "partially_adopted", "reject
 LABELS: frozenset[str] = frozenset(
     {"cancelled", "failed", "adopted", "partially_adopted", "rejected"}
 )
-FALLBACK_HEADER = "[fallback verdict: no usable attribution block]"
+FALLBACK_PREFIX = "[fallback verdict:"  # then the reason: no, empty or unterminated block
+# An unterminated block runs to the end of the reply: it is removed all the same.
 _BLOCK = re.compile(
-    r"^[ \t]*<attribution\s+agent=\"(?P<agent>[^\"]+)\"(?:\s+outcome=\"(?P<outcome>[^\"]*)\")?\s*>"
-    r"(?P<body>.*?)</attribution>[ \t]*\n?",
+    r"^[ \t]*<attribution\b(?P<attrs>[^>]*)>(?P<body>.*?)(?P<end></attribution>|\Z)[ \t]*\n?",
     re.MULTILINE | re.DOTALL,
 )
+_ATTR = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -105,28 +106,55 @@ class Verdict:
 
     def header(self) -> str:
         """The leading header that encodes author, subject, round and outcome."""
-        return (
-            f"[verdict by host on {self.agent}, round {self.run_id}, {self.phase}: {self.outcome}]"
-        )
+        return verdict_header(self.agent, self.run_id, self.phase, self.outcome)
 
 
-def extract_attribution(reply: str) -> tuple[str, dict[str, tuple[str, str | None]]]:
-    """Split a Host reply into what users see (attribution blocks removed) and the blocks:
-    agent -> (body, proposed outcome label or None)."""
-    blocks: dict[str, tuple[str, str | None]] = {}
+def verdict_header(agent: str, run_id: str, phase: str, outcome: str) -> str:
+    """A verdict's leading header: author, subject, round, phase and outcome."""
+    return f"[verdict by host on {agent}, round {run_id}, {phase}: {outcome}]"
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """One attribution block of a Host reply: an assessment of one agent for one round."""
+
+    agent: str
+    body: str
+    outcome: str | None = None  # a proposed label (feedback phase); checked by Eq. 38
+    run_id: str | None = None
+    problem: str | None = None  # why the block is unusable ("empty", "unterminated")
+
+
+def extract_attribution(reply: str) -> tuple[str, tuple[Attribution, ...]]:
+    """Split a Host reply into what users see (attribution blocks removed) and the blocks
+    that name an agent (each with its problem, if it is unusable)."""
+    blocks: list[Attribution] = []
     for match in _BLOCK.finditer(reply):
-        body = match["body"].strip()
-        if body:
-            blocks[match["agent"].strip()] = (body, match["outcome"])
+        attrs = dict(_ATTR.findall(match["attrs"]))
+        agent, body = attrs.get("agent", "").strip(), match["body"].strip()
+        if not agent:
+            continue
+        problem = None if match["end"] else "unterminated"
+        problem = problem or (None if body else "empty")
+        run_id = attrs.get("run", "").strip() or None
+        blocks.append(Attribution(agent, body, attrs.get("outcome"), run_id, problem))
     visible = _BLOCK.sub("", reply).rstrip()
-    return visible, blocks
+    return visible, tuple(blocks)
+
+
+def blocks_for_round(
+    blocks: Sequence[Attribution], run_id: str, *, sole_round: bool
+) -> dict[str, Attribution]:
+    """The blocks about round `run_id`: those naming it, and unnamed ones when it is the only
+    round being assessed. Later blocks about one agent replace earlier ones."""
+    return {b.agent: b for b in blocks if b.run_id == run_id or (b.run_id is None and sole_round)}
 
 
 def close_verdicts(
     run_id: str,
     nodes: Sequence[RoundNode],
     outcomes: Mapping[str, Outcome],
-    blocks: Mapping[str, tuple[str, str | None]],
+    blocks: Mapping[str, Attribution],
 ) -> list[Verdict]:
     """One close verdict per participating agent: its block's text, or a deterministic
     fallback (distinct header) when the block is missing or empty. Outcomes stay Eq. 36's."""
@@ -134,15 +162,21 @@ def close_verdicts(
     for agent, outcome in outcomes.items():
         covered = tuple(n.id for n in nodes if n.agent == agent)
         block = blocks.get(agent)
-        body = block[0] if block else fallback_body(agent, nodes, outcome)
+        if block is not None and block.problem is None:
+            body = block.body
+        else:
+            reason = f"{block.problem} attribution block" if block else "no attribution block"
+            body = fallback_body(agent, nodes, outcome, reason)
         verdicts.append(Verdict(agent, run_id, "close", outcome, body, covered))
     return verdicts
 
 
-def fallback_body(agent: str, nodes: Sequence[RoundNode], outcome: Outcome) -> str:
-    """What can be said without the model: the agent's nodes and their statuses."""
-    own = ", ".join(f"{n.id} {n.status}" for n in nodes if n.agent == agent)
-    return f"{FALLBACK_HEADER} {agent} ran {own}; outcome {outcome}."
+def fallback_body(agent: str, nodes: Sequence[RoundNode], outcome: Outcome, reason: str) -> str:
+    """What can be said without the model: the agent's nodes, their statuses and how their
+    outputs were used, under a header naming why there is no assessment."""
+    use = node_use(nodes)
+    own = ", ".join(f"{n.id} {n.status} ({use[n.id]})" for n in nodes if n.agent == agent)
+    return f"{FALLBACK_PREFIX} {reason}] {agent} ran {own}; outcome {outcome}."
 
 
 def feedback_outcome(proposed: str | None, close: Outcome) -> Outcome:
@@ -150,3 +184,35 @@ def feedback_outcome(proposed: str | None, close: Outcome) -> Outcome:
     if proposed is not None and proposed in LABELS:
         return proposed  # type: ignore[return-value]
     return close
+
+
+def feedback_verdicts(
+    run_id: str,
+    nodes: Sequence[RoundNode],
+    close: Mapping[str, Outcome],
+    blocks: Mapping[str, Attribution],
+) -> list[Verdict]:
+    """One feedback verdict per reassessed participating agent (a block names it); other
+    agents keep only their close verdict. Targets outside the round are ignored."""
+    return [
+        Verdict(
+            agent,
+            run_id,
+            "feedback",
+            feedback_outcome(blocks[agent].outcome, outcome),
+            blocks[agent].body,
+            tuple(n.id for n in nodes if n.agent == agent),
+        )
+        for agent, outcome in close.items()
+        if agent in blocks and blocks[agent].problem is None
+    ]
+
+
+def outcome_entry(run_id: str, labels: Sequence[tuple[str, str, str]]) -> str:
+    """The host library's outcome entry: (agent, reassessed label, initial label) each, the
+    initial one shown when it changed."""
+    parts = [
+        f"{agent} {label}" + (" (unchanged)" if label == before else f" (was {before})")
+        for agent, label, before in labels
+    ]
+    return f"Feedback on round {run_id}: " + ", ".join(parts)

@@ -1,5 +1,10 @@
 """Group memory records in SQLite: round summaries, outcome entries and the verdict ledger
-(append-only). The recall index gets the same text under the host's and agents' libraries."""
+(append-only). The recall index gets the same text under the host's and agents' libraries.
+
+A round moves through three phases, each change committed with the verdicts it produces:
+`awaiting_close` (deposited when its run finished) → `awaiting_feedback` (close verdicts from
+the Host's next reply) → `released` (after the one reassessment on the next user turn).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,13 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from memory.group import Outcome, Verdict
-from memory.store import Store
+from memory.group import Outcome, RoundNode, Verdict, outcome_entry, verdict_header
+from memory.index import Doc
+from memory.store import Row, Store
+
+Phase = Literal["awaiting_close", "awaiting_feedback", "released"]
 
 
 def host_library(user_owner: str) -> str:
@@ -21,6 +30,16 @@ def host_library(user_owner: str) -> str:
 def agent_library(agent: str) -> str:
     """An agent's library (verdicts about it)."""
     return f"agent:{agent}"
+
+
+def verdict_doc(verdict_id: int, verdict: Verdict) -> Doc:
+    """A verdict as an index document in its agent's library (header first)."""
+    return Doc(
+        f"verdict:{verdict_id}",
+        agent_library(verdict.agent),
+        "verdict",
+        f"{verdict.header()} {verdict.body}",
+    )
 
 
 @dataclass(frozen=True)
@@ -35,9 +54,24 @@ class StoredVerdict:
     body: str
     created_at: float
 
+    def text(self) -> str:
+        """Header and body, as deposited."""
+        return f"{verdict_header(self.agent, self.run_id, self.phase, self.outcome)} {self.body}"
+
+
+@dataclass(frozen=True)
+class PendingRound:
+    """A finished round still waiting for its close verdicts or its reassessment."""
+
+    run_id: str
+    library: str
+    nodes: tuple[RoundNode, ...]
+    outcomes: Mapping[str, Outcome]
+
 
 class GroupStore:
-    """Writes round summaries and verdicts; reads the most recent verdicts about an agent."""
+    """Writes round summaries, verdicts and outcome entries; reads pending rounds and the
+    most recent verdicts about an agent."""
 
     def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
@@ -47,43 +81,84 @@ class GroupStore:
         self,
         run_id: str,
         conversation_id: str,
+        library: str,
+        nodes: Sequence[RoundNode],
         outcomes: Mapping[str, Outcome],
         summary: str,
-        verdicts: Sequence[Verdict],
-    ) -> tuple[int, list[int]] | None:
-        """Record a round's summary and close verdicts once (None when it was recorded)."""
-        now = self._clock()
+    ) -> int | None:
+        """Record a finished round, awaiting its close verdicts (None when already recorded)."""
+        encoded = json.dumps([[n.id, n.agent, n.status, list(n.deps), n.task] for n in nodes])
+        row = (run_id, conversation_id, json.dumps(dict(outcomes)), summary, self._clock())
 
-        def insert(db: sqlite3.Connection) -> tuple[int, list[int]] | None:
+        def insert(db: sqlite3.Connection) -> int | None:
             cur = db.execute(
                 "INSERT OR IGNORE INTO round_summaries (run_id, conversation_id, outcome,"
-                " summary, created_at) VALUES (?, ?, ?, ?, ?)",
-                (run_id, conversation_id, json.dumps(dict(outcomes)), summary, now),
+                " summary, created_at, phase, nodes, library)"
+                " VALUES (?, ?, ?, ?, ?, 'awaiting_close', ?, ?)",
+                (*row, encoded, library),
+            )
+            return int(cur.lastrowid or 0) if cur.rowcount else None
+
+        result: int | None = await self._store.write(insert)
+        return result
+
+    async def pending(self, conversation_id: str, phase: Phase) -> list[PendingRound]:
+        """The conversation's rounds in `phase`, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT run_id, library, nodes, outcome FROM round_summaries"
+            " WHERE conversation_id = ? AND phase = ? ORDER BY id",
+            (conversation_id, phase),
+        )
+        return [_pending(r) for r in rows]
+
+    async def close_round(self, run_id: str, verdicts: Sequence[Verdict]) -> list[int] | None:
+        """Append the round's close verdicts and await its reassessment (None when another
+        turn closed it first)."""
+        return await self._advance(run_id, "awaiting_close", "awaiting_feedback", verdicts)
+
+    async def reassess_round(
+        self, run_id: str, verdicts: Sequence[Verdict], close: Mapping[str, Outcome]
+    ) -> list[int] | None:
+        """Append feedback verdicts and one outcome entry per covered node, and release the
+        round (None when it was released already)."""
+
+        def entries(db: sqlite3.Connection) -> None:
+            for v in verdicts:
+                detail = close[v.agent]  # the initial label
+                db.executemany(
+                    "INSERT OR REPLACE INTO outcome_entries (run_id, node_id, agent, outcome,"
+                    " detail, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (run_id, n, v.agent, v.outcome, detail, self._clock())
+                        for n in v.covered_nodes
+                    ],
+                )
+
+        return await self._advance(run_id, "awaiting_feedback", "released", verdicts, entries)
+
+    async def _advance(
+        self,
+        run_id: str,
+        before: Phase,
+        after: Phase,
+        verdicts: Sequence[Verdict],
+        also: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> list[int] | None:
+        now = self._clock()
+
+        def advance(db: sqlite3.Connection) -> list[int] | None:
+            cur = db.execute(
+                "UPDATE round_summaries SET phase = ? WHERE run_id = ? AND phase = ?",
+                (after, run_id, before),
             )
             if cur.rowcount == 0:
                 return None
-            summary_id = int(cur.lastrowid or 0)
-            ids = []
-            for v in verdicts:
-                cur = db.execute(
-                    "INSERT INTO verdicts (author, subject_agent, run_id, phase, outcome, body,"
-                    " covered_nodes, conversation_id, created_at)"
-                    " VALUES ('host', ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        v.agent,
-                        v.run_id,
-                        v.phase,
-                        v.outcome,
-                        v.body,
-                        json.dumps(list(v.covered_nodes)),
-                        conversation_id,
-                        now,
-                    ),
-                )
-                ids.append(int(cur.lastrowid or 0))
-            return summary_id, ids
+            ids = [_insert_verdict(db, v, now) for v in verdicts]
+            if also is not None:
+                also(db)
+            return ids
 
-        result: tuple[int, list[int]] | None = await self._store.write(insert)
+        result: list[int] | None = await self._store.write(advance)
         return result
 
     async def recent_verdicts(self, agent: str, k: int) -> list[StoredVerdict]:
@@ -91,15 +166,89 @@ class GroupStore:
         rows = await self._store.fetchall(
             "SELECT * FROM verdicts WHERE subject_agent = ? ORDER BY id DESC LIMIT ?", (agent, k)
         )
-        return [
-            StoredVerdict(
-                id=int(r["id"]),
-                agent=r["subject_agent"],
-                run_id=r["run_id"] or "",
-                phase=r["phase"],
-                outcome=r["outcome"],
-                body=r["body"],
-                created_at=r["created_at"],
+        return [_stored_verdict(r) for r in rows]
+
+    async def forget_owner(self, owner: str) -> list[str]:
+        """`forget everything`: the user's host library goes (round summaries quote their
+        tasks); the rounds stay, unlinked, so verdicts about agents keep their round."""
+        library = host_library(owner)
+        await self._store.execute(
+            "UPDATE round_summaries SET summary = '(forgotten)', library = '' WHERE library = ?",
+            (library,),
+        )
+        return [library]
+
+    async def documents(self) -> list[Doc]:
+        """Every group record as an index document (what a rebuild indexes)."""
+        docs = [
+            Doc(f"round:{r['id']}", r["library"], "note", r["summary"])
+            for r in await self._store.fetchall(
+                "SELECT id, library, summary FROM round_summaries WHERE library != ''"
             )
-            for r in rows
         ]
+        verdicts = await self._store.fetchall("SELECT * FROM verdicts ORDER BY id")
+        for stored in map(_stored_verdict, verdicts):
+            docs.append(
+                Doc(f"verdict:{stored.id}", agent_library(stored.agent), "verdict", stored.text())
+            )
+        docs += [
+            Doc(f"outcome:{run_id}", library, "note", text)
+            for run_id, library, text in await self._outcome_texts()
+        ]
+        return docs
+
+    async def _outcome_texts(self) -> list[tuple[str, str, str]]:
+        rows = await self._store.fetchall(
+            "SELECT e.run_id, s.library, e.agent, e.outcome, e.detail FROM outcome_entries e"
+            " JOIN round_summaries s ON s.run_id = e.run_id WHERE s.library != ''"
+            " GROUP BY e.run_id, e.agent ORDER BY e.run_id, e.agent"
+        )
+        by_run: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        for r in rows:
+            labels = by_run.setdefault((r["run_id"], r["library"]), [])
+            labels.append((r["agent"], r["outcome"], r["detail"] or r["outcome"]))
+        return [
+            (run_id, library, outcome_entry(run_id, labels))
+            for (run_id, library), labels in by_run.items()
+        ]
+
+
+def _insert_verdict(db: sqlite3.Connection, v: Verdict, now: float) -> int:
+    # The conversation comes from the round's row: one source of truth for it.
+    cur = db.execute(
+        "INSERT INTO verdicts (author, subject_agent, run_id, phase, outcome, body,"
+        " covered_nodes, conversation_id, created_at)"
+        " SELECT 'host', ?, ?, ?, ?, ?, ?, conversation_id, ? FROM round_summaries"
+        " WHERE run_id = ?",
+        (
+            v.agent,
+            v.run_id,
+            v.phase,
+            v.outcome,
+            v.body,
+            json.dumps(list(v.covered_nodes)),
+            now,
+            v.run_id,
+        ),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def _stored_verdict(r: Row) -> StoredVerdict:
+    return StoredVerdict(
+        id=int(r["id"]),
+        agent=r["subject_agent"],
+        run_id=r["run_id"] or "",
+        phase=r["phase"],
+        outcome=r["outcome"],
+        body=r["body"],
+        created_at=r["created_at"],
+    )
+
+
+def _pending(row: Row) -> PendingRound:
+    nodes = tuple(
+        RoundNode(node_id, agent, status, tuple(deps), task)
+        for node_id, agent, status, deps, task in json.loads(row["nodes"])
+    )
+    return PendingRound(row["run_id"], row["library"], nodes, json.loads(row["outcome"]))

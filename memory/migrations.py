@@ -346,4 +346,22 @@ CREATE TABLE outcome_entries (
 )
 """,
     ),
+    (
+        7,
+        "group memory: rounds await their close verdicts, then one reassessment",
+        """
+ALTER TABLE round_summaries ADD COLUMN phase TEXT NOT NULL DEFAULT 'released';
+ALTER TABLE round_summaries ADD COLUMN nodes TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE round_summaries ADD COLUMN library TEXT NOT NULL DEFAULT '';
+CREATE INDEX round_summaries_pending ON round_summaries(conversation_id, phase)
+""",
+    ),
+    (
+        8,
+        "turns: whether a completed user turn reached memory (recovered after a crash)",
+        """
+ALTER TABLE turns ADD COLUMN remembered INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX turns_unremembered ON turns(remembered) WHERE remembered = 0
+""",
+    ),
 )

@@ -10,11 +10,12 @@ import asyncio
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from memory.archive import Archive, Note, Scope
-from memory.episodes import content_words, from_turn, overlap, same_topic
+from memory.episodes import EpisodeFormer, RuleFormer, content_words, overlap
 from memory.index import Doc, Hit, HybridIndex
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,18 @@ SAME_EPISODE_SECONDS = 1800.0
 def partition(owner: str, scope: Scope) -> str:
     """The index partition of an owner's records of one scope."""
     return f"{owner}#dm" if scope == "dm" else owner
+
+
+class DocumentSource(Protocol):
+    """Records kept elsewhere in SQLite that the derived index also holds."""
+
+    async def documents(self) -> list[Doc]:
+        """Every record as an index document."""
+        ...
+
+    async def forget_owner(self, owner: str) -> list[str]:
+        """Erase what this source keeps derived from a user; the index partitions to drop."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -40,10 +53,18 @@ class MemoryService:
     """Remember, recall and forget one person's records; keep the index in step."""
 
     def __init__(
-        self, archive: Archive, index: HybridIndex, *, clock: Callable[[], float] = time.time
+        self,
+        archive: Archive,
+        index: HybridIndex,
+        *,
+        sources: Sequence[DocumentSource] = (),
+        former: EpisodeFormer | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._former = former or RuleFormer()
         self._archive = archive
         self._index = index
+        self._sources = tuple(sources)  # other SQLite records a rebuild indexes (group memory)
         self._clock = clock
 
     @property
@@ -107,15 +128,23 @@ class MemoryService:
         dm: bool,
     ) -> None:
         """Fold a completed turn into an episode (new, or continuing the topic), its note,
-        and the profile section of its tag once enough notes share it."""
+        and the profile section of its tag once enough notes share it. A turn already
+        recorded is skipped (recovery after a crash may offer it again)."""
+        if await self._archive.has_turn(owner, turn_id):
+            return
         scope: Scope = "dm" if dm else "any"
-        turn = from_turn(name, request, reply, now=self._clock())
         await self._archive.ensure_user(owner, name)
         last = await self._archive.last_episode(owner, conversation_id)
+        recent = last is not None and self._clock() - last.created_at < SAME_EPISODE_SECONDS
+        if last is None or not recent or last.scope != scope:
+            last = None  # nothing this turn may continue
+        formed = await self._former.form(
+            name, request, reply, previous=last.narrative if last else None, now=self._clock()
+        )
+        turn = formed.memory
         docs: list[Doc] = []
         part = partition(owner, scope)
-        recent = last is not None and self._clock() - last.created_at < SAME_EPISODE_SECONDS
-        if last is not None and recent and last.scope == scope and same_topic(last.narrative, turn):
+        if last is not None and formed.continues:
             narrative = f"{last.narrative}\n{turn.narrative}"[-2000:]
             facts = await self._archive.extend_episode(last.id, narrative, turn.facts, turn_id)
             episode_doc = f"episode:{last.id}"
@@ -193,18 +222,24 @@ class MemoryService:
         index entries; return how many records went."""
         gone = await self._archive.forget(owner, containing=containing)
         if containing is None:
-            await self._index.remove_owner(owner)
-            await self._index.remove_owner(partition(owner, "dm"))
+            partitions = [owner, partition(owner, "dm")]
+            for source in self._sources:
+                partitions += await source.forget_owner(owner)
+            for part in partitions:
+                await self._index.remove_owner(part)
         elif gone:
             await self._index.remove(gone)
         return len(gone)
 
     async def documents(self) -> list[Doc]:
         """Every record as an index document (what a rebuild indexes)."""
-        return [
+        docs = [
             Doc(doc_id, partition(owner, scope), kind, text, parent)  # type: ignore[arg-type]
             async for doc_id, owner, kind, text, parent, scope in self._archive.documents()
         ]
+        for source in self._sources:
+            docs += await source.documents()
+        return docs
 
 
 def render_recalled(recalled: Recalled, *, budget_chars: int, fence: Callable[[str], str]) -> str:

@@ -53,6 +53,7 @@ class Rig:
     memory: MemoryService
     writer: MemoryWriter
     broker: PromptBroker
+    store: Store
 
     async def say(self, text: str, author: str, event: str, *, dm: bool = False) -> None:
         msg = InboundMessage(
@@ -84,7 +85,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     broker = PromptBroker(store, surfaces=MappingProxyType({}), bus=bus)
     memory = MemoryService(Archive(store), HybridIndex(None, tmp_path / "index"))
     await memory.load_index()
-    writer = MemoryWriter(memory)
+    writer = MemoryWriter(memory, log)
     commands = MemoryCommands(memory, broker, outbox)
     writer.subscribe(bus)
     commands.subscribe(bus)
@@ -102,7 +103,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         commands=commands,
         dedup_ttl_seconds=60,
     )
-    yield Rig(service, channel, provider, memory, writer, broker)
+    yield Rig(service, channel, provider, memory, writer, broker, store)
     await service.close()
     await writer.close()
     await store.close()
@@ -130,6 +131,17 @@ async def test_a_note_made_in_a_dm_stays_out_of_channel_turns(rig: Rig) -> None:
     assert "100k" in dm_turn
     await rig.say("what do you remember about me", "U1", "e4")
     assert "100k" not in rig.channel.texts[-1]
+
+
+async def test_what_a_dm_conversation_taught_stays_out_of_channel_turns(rig: Rig) -> None:
+    # Regression: completed turns reached the memory writer without `is_dm` (or the author's
+    # name), so a DM conversation's episode landed in the channel partition.
+    await rig.say("I earn 100k and plan to switch teams in March.", "U1", "e1", dm=True)
+    await rig.say("how much do I earn and when do I switch teams", "U1", "e2")
+    await rig.say("how much do I earn and when do I switch teams", "U1", "e3", dm=True)
+    _, channel_turn, dm_turn = rig.provider.systems
+    assert "100k" not in channel_turn
+    assert "100k" in dm_turn and "What you remember about user-U1" in dm_turn
 
 
 async def test_a_completed_turn_becomes_an_episode_recalled_later(rig: Rig) -> None:
@@ -176,3 +188,27 @@ async def test_forget_everything_waits_for_the_owners_approval(rig: Rig) -> None
 
 def _conv() -> ConversationRef:
     return ConversationRef("test", "W", "C1", "T")
+
+
+async def test_turns_a_crash_kept_from_memory_are_taken_in_once(rig: Rig) -> None:
+    owner = owner_of(_conv(), "U1")
+    await rig.say("I maintain the billing service written in Rust.", "U1", "e1")
+    await rig.say("I deploy it on Fridays.", "U1", "e2")
+    assert await rig.writer.recover() == 0  # nothing owed
+    # As if the process died after the reply: the first turn's episode was never written.
+    await rig.store.execute("DELETE FROM memory_episodes WHERE owner = ?", (owner,))
+    await rig.store.execute("UPDATE turns SET remembered = 0")
+    assert await rig.writer.recover() == 2
+    await rig.writer.idle()
+    facts = [f.text for e in await rig.memory.archive.episodes(owner) for f in e.facts]
+    assert sorted(facts) == [
+        "I deploy it on Fridays.",
+        "I maintain the billing service written in Rust.",
+    ]
+    # Died after the write but before the mark: offered again, recorded once only.
+    await rig.store.execute("UPDATE turns SET remembered = 0")
+    assert await rig.writer.recover() == 2
+    await rig.writer.idle()
+    again = [f.text for e in await rig.memory.archive.episodes(owner) for f in e.facts]
+    assert sorted(again) == sorted(facts)
+    assert await rig.writer.recover() == 0

@@ -124,6 +124,16 @@ class RunDeps:
     clock: Callable[[], float] = time.time
     # None: nobody to ask, and no command can be approved.
     prompts: WorkerPrompts | None = None
+    # None: nodes get their task alone (group memory off).
+    prefetch: DispatchContext | None = None
+
+
+class DispatchContext(Protocol):
+    """Adds context to a node's task at dispatch (group memory's prefetch, Eq. 34)."""
+
+    async def for_node(self, run: RunRecord, agent: str, task: str) -> str:
+        """The block appended after the task ("" for nothing)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -366,7 +376,7 @@ class GraphRun:
 
     async def _attempt(self, node_id: str) -> None:
         try:
-            job = self._prepare(node_id)
+            job = await self._prepare(node_id)
             if isinstance(job, str):
                 await self._fail(node_id, job)
                 return
@@ -379,7 +389,7 @@ class GraphRun:
             log.exception("node %s of run %s crashed", node_id, self.id)
             await self._fail(node_id, f"internal error: {type(exc).__name__}: {exc}")
 
-    def _prepare(self, node_id: str) -> _Job | str:
+    async def _prepare(self, node_id: str) -> _Job | str:
         """The attempt's prompt (rendered before the node waits for a slot), or why the node
         cannot run."""
         spec = self.graph.node(node_id)
@@ -390,12 +400,26 @@ class GraphRun:
             prompt = self._render(spec, entry)
         except RenderError as exc:
             return f"the prompt could not be rendered: {exc}"
+        prompt = await self._prefetched(spec, prompt)
         record = self.nodes[node_id]
         attempt = record.attempts + 1
         prompt, request, continuation = self._continued(spec, entry, record, prompt)
         # Journaled before dispatch; synced with the next batch.
         self._journal.record("prompt", node_id, attempt, text=request)
         return _Job(spec, entry, attempt, prompt, request, continuation)
+
+    async def _prefetched(self, spec: NodeSpec, prompt: str) -> str:
+        """The task followed by the dispatch context; a failing source adds nothing."""
+        if self._deps.prefetch is None:
+            return prompt
+        try:
+            block = await self._deps.prefetch.for_node(self.record, spec.agent, prompt)
+        except Exception:
+            log.exception(
+                "prefetch for node %s of run %s failed; dispatching without", spec.id, self.id
+            )
+            return prompt
+        return f"{prompt}\n\n{block}" if block else prompt
 
     def _continued(
         self, spec: NodeSpec, entry: AgentEntry, record: NodeRecord, prompt: str

@@ -20,7 +20,13 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.events import EventBus
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
-from host.graph.executor import ConversationCapacity, GraphRun, RunDeps, WorkerPrompts
+from host.graph.executor import (
+    ConversationCapacity,
+    DispatchContext,
+    GraphRun,
+    RunDeps,
+    WorkerPrompts,
+)
 from host.graph.judge import CompletionJudge
 from host.graph.model import AdmissionContext, GraphSubmission
 from host.graph.records import RunFiles, read_output
@@ -70,8 +76,10 @@ class RunManager:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
         prompts: WorkerPrompts | None = None,
+        prefetch: DispatchContext | None = None,
     ) -> None:
         self._store = store
+        self._prefetch = prefetch
         self._files = files
         self._registry = registry
         self._judge = judge
@@ -199,6 +207,7 @@ class RunManager:
             decision_seconds=self._settings.decision_seconds,
             clock=self._clock,
             prompts=self._prompts,
+            prefetch=self._prefetch,
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run
