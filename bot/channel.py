@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from core.ids import ConversationRef
 from host.conversations import TurnOutcome
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import Channel, PromptSurface
 from host.prompt_model import Prompt
+from host.prompts import AnswerOutcome
 
 __all__ = [
     "Attachment",
@@ -80,13 +81,16 @@ class PromptAnswers(Protocol):
         answer: str,
         *,
         message_id: str | None = None,
-    ) -> Any:
-        """Answer a prompt (from message `message_id`); returns an outcome with `status`,
-        `message`, `notified` and `prompt`."""
+    ) -> AnswerOutcome:
+        """Answer a prompt (from message `message_id`)."""
         ...
 
     async def get(self, prompt_id: str) -> Prompt | None:
         """One prompt by id."""
+        ...
+
+    async def pending(self, conversation: ConversationRef | None = None) -> list[Prompt]:
+        """Prompts still waiting (all conversations when None): buttons to keep alive."""
         ...
 
 

@@ -267,6 +267,26 @@ class Settings(BaseSettings):
     discord_token: SecretStr | None = Field(
         default=None, validation_alias="DISCORD_TOKEN", description="Discord bot token."
     )
+    discord_thread_replies: bool = Field(
+        default=True,
+        validation_alias="RAVEN_DISCORD_THREADS",
+        description="A mention in a channel starts a thread (false: reply inline in the channel).",
+    )
+    discord_allow_bots: bool = Field(
+        default=False,
+        validation_alias="RAVEN_DISCORD_ALLOW_BOTS",
+        description="Also answer messages from other bots (the bot's own are always ignored).",
+    )
+    discord_allowed_guilds: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_DISCORD_ALLOWED_GUILDS",
+        description="Comma-separated Discord server (guild) ids the bot answers in (empty: all).",
+    )
+    discord_allowed_roles: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_DISCORD_ALLOWED_ROLES",
+        description="Comma-separated Discord role ids whose members may use the bot (empty: any).",
+    )
 
     allowed_users: CsvList = Field(
         default_factory=list,
@@ -301,7 +321,15 @@ class Settings(BaseSettings):
         description="Scheduled jobs overdue (e.g. after downtime) by more than this are dropped.",
     )
 
-    @field_validator("allowed_users", "allowed_channels", "admins", "approvers", mode="before")
+    @field_validator(
+        "allowed_users",
+        "allowed_channels",
+        "admins",
+        "approvers",
+        "discord_allowed_guilds",
+        "discord_allowed_roles",
+        mode="before",
+    )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):

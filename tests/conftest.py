@@ -41,6 +41,9 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
     # Keyword-only recall unless a test asks for MiniLM: loading the model costs seconds
     # in every bot process (tests of semantic recall set RAVEN_MEMORY_EMBEDDER themselves).
     monkeypatch.setenv("RAVEN_MEMORY_EMBEDDER", "keyword")
+    # Episodes by the rule: a background model call per turn would take answers scripted
+    # for the Host (tests of the model former build it themselves, or set this).
+    monkeypatch.setenv("RAVEN_MEMORY_EPISODES", "rule")
     # Settings read `.env` from the working directory: run tests from an empty one.
     workdir = tmp_path / "cwd"
     workdir.mkdir()

@@ -136,3 +136,56 @@ async def test_the_service_stores_what_the_model_formed(
         assert any("Fridays" in c.doc.text for h in hits for c in [h, *h.children])
     finally:
         await store.close()
+
+
+async def test_the_assembled_bot_forms_episodes_with_the_model_when_online(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    from bot.app import build_runtime, shutdown
+    from bot.settings import load_settings
+    from host.messages import InboundMessage
+    from tests.fakes.chat_adapter import FakeChatAdapter
+
+    def responder(body: dict[str, object]) -> dict[str, object]:
+        if "record_episode" in json.dumps(body.get("tools")):
+            episode = {
+                "same_topic": False,
+                "narrative": "Ana said she owns billing.",
+                "facts": [{"text": "Ana owns the billing service", "kind": "fact"}],
+                "tag": "billing",
+            }
+            return {
+                "content": [
+                    {"type": "tool_use", "id": "e", "name": "record_episode", "input": episode}
+                ]
+            }
+        return {"content": "ok"}
+
+    async with FakeAnthropic(api_key=KEY) as server:
+        server.responder = responder
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        monkeypatch.setenv("RAVEN_MEMORY_EPISODES", "model")
+        runtime = await build_runtime(load_settings(), [FakeChatAdapter])
+        try:
+            msg = InboundMessage(
+                platform="test",
+                workspace="W",
+                channel="C",
+                thread="T",
+                message_id="m1",
+                author_id="U1",
+                author_name="Ana",
+                text="I own billing.",
+                event_id="m1",
+            )
+            turn = await runtime.service.accept(msg)
+            assert turn is not None
+            await turn
+            await runtime.memory_writer.idle()
+            owner = next(iter(await runtime.memory.archive.owners()))
+            (episode,) = await runtime.memory.archive.episodes(owner)
+            assert episode.narrative == "Ana said she owns billing."
+            assert [f.text for f in episode.facts] == ["Ana owns the billing service"]
+        finally:
+            await shutdown(runtime)

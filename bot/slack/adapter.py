@@ -32,14 +32,13 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
 from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
+from bot.prompt_ui import Click, closed_text, handle_click, handle_submission, parse_action_id
 from bot.slack.blocks import (
     MODAL_ACTION,
     MODAL_BLOCK,
     MODAL_CALLBACK,
     answer_modal,
     closed_blocks,
-    closed_text,
-    parse_action_id,
     prompt_blocks,
 )
 from bot.slack.mrkdwn import markdown_to_mrkdwn, neutralize_slack_args, render_for_slack
@@ -587,41 +586,9 @@ class SlackAdapter:
     async def _clicked(self, body: dict[str, Any], prompt_id: str, nonce: str, choice: str) -> None:
         assert self._prompts is not None
         user = str((body.get("user") or {}).get("id", ""))
-        prompt = await self._prompts.get(prompt_id)
-        if prompt is None or prompt.nonce != nonce:
-            await self._ephemeral(body, user, "That request is unknown or no longer valid.")
-            return
-        if choice == "text":
-            if prompt.state != "pending":
-                await self._ephemeral(body, user, "That question was already answered or closed.")
-                return
-            question = markdown_to_mrkdwn(prompt.question)
-            await self._call(
-                self._client.views_open,
-                trigger_id=body.get("trigger_id"),
-                view=answer_modal(prompt, question),
-            )
-            return
-        try:
-            answer = prompt.options[int(choice)]
-        except (ValueError, IndexError):
-            return
         clicked = _clicked_message(body)
-        outcome = await self._prompts.answer(
-            prompt_id, nonce, user, answer, message_id=clicked[1] if clicked else None
-        )
-        decided: Prompt | None = getattr(outcome, "prompt", None)
-        if (
-            clicked is not None
-            and decided is not None
-            and decided.state != "pending"
-            and decided.message_id != clicked[1]
-        ):
-            # A click on a decided prompt whose buttons are still live (its message id was
-            # never recorded): close the message the click came from.
-            await self._close_message(clicked[0], clicked[1], decided)
-        if outcome.status != "accepted" and not getattr(outcome, "notified", False):
-            await self._ephemeral(body, user, str(outcome.message))
+        click = Click(prompt_id, nonce, choice, user, clicked[1] if clicked else None)
+        await handle_click(self._prompts, click, _SlackClick(self, body, user, clicked))
 
     async def _on_view(
         self, ack: Callable[..., Awaitable[Any]], body: dict[str, Any], view: dict[str, Any]
@@ -646,11 +613,14 @@ class SlackAdapter:
 
     async def _submitted(self, prompt_id: str, nonce: str, user: str, value: str) -> None:
         assert self._prompts is not None
-        outcome = await self._prompts.answer(prompt_id, nonce, user, value)
-        if outcome.status != "accepted" and not getattr(outcome, "notified", False):
-            prompt = await self._prompts.get(prompt_id)
+        prompts = self._prompts
+
+        async def refuse(text: str) -> None:
+            prompt = await prompts.get(prompt_id)
             if prompt is not None:
-                await self.notify_private(prompt.conversation, user, str(outcome.message))
+                await self.notify_private(prompt.conversation, user, text)
+
+        await handle_submission(prompts, prompt_id, nonce, user, value, refuse)
 
     async def _ephemeral(self, body: dict[str, Any], user: str, text: str) -> None:
         channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
@@ -782,6 +752,33 @@ class SlackAdapter:
             text=text,
             thread_ts=self._thread_ts(conv),
         )
+
+
+@dataclass(frozen=True)
+class _SlackClick:
+    """Answers one block_actions click: ephemeral notes, the modal, closing the message."""
+
+    adapter: SlackAdapter
+    body: dict[str, Any]
+    user: str
+    clicked: tuple[str, str] | None
+
+    async def refuse(self, text: str) -> None:
+        """An ephemeral note to the clicker."""
+        await self.adapter._ephemeral(self.body, self.user, text)
+
+    async def open_answer_form(self, prompt: Prompt) -> None:
+        """The free-text modal, opened with the click's trigger id."""
+        await self.adapter._call(
+            self.adapter.client.views_open,
+            trigger_id=self.body.get("trigger_id"),
+            view=answer_modal(prompt, markdown_to_mrkdwn(prompt.question)),
+        )
+
+    async def close_clicked(self, prompt: Prompt) -> None:
+        """Close the clicked message."""
+        if self.clicked is not None:
+            await self.adapter._close_message(self.clicked[0], self.clicked[1], prompt)
 
 
 def _clicked_message(body: dict[str, Any]) -> tuple[str, str] | None:

@@ -5,26 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bot.prompt_ui import action_id, answer_hint, button_labels, outcome_line
 from host.prompt_model import Prompt
 
-ACTION_PREFIX = "prompt"
 MODAL_CALLBACK = "raven_prompt_answer"
 MODAL_BLOCK = "answer"
 MODAL_ACTION = "text"
-MAX_BUTTONS = 5
-
-
-def action_id(prompt: Prompt, choice: str) -> str:
-    """`prompt:<id>:<nonce>:<choice>` — choice is an option index or `text` (modal)."""
-    return f"{ACTION_PREFIX}:{prompt.id}:{prompt.nonce}:{choice}"
-
-
-def parse_action_id(value: str) -> tuple[str, str, str] | None:
-    """(prompt id, nonce, choice) from an action id, or None when it is not ours."""
-    parts = value.split(":")
-    if len(parts) != 4 or parts[0] != ACTION_PREFIX:
-        return None
-    return parts[1], parts[2], parts[3]
 
 
 def _section(text: str) -> dict[str, Any]:
@@ -38,58 +24,28 @@ def _context(text: str) -> dict[str, Any]:
 def prompt_blocks(prompt: Prompt, question_mrkdwn: str) -> list[dict[str, Any]]:
     """The message of a pending prompt: question, buttons, who may answer and until when."""
     buttons: list[dict[str, Any]] = []
-    if prompt.kind == "free_text":
-        buttons.append(
-            {
-                "type": "button",
-                "action_id": action_id(prompt, "text"),
-                "text": {"type": "plain_text", "text": "Answer…"},
-                "value": "text",
-            }
-        )
-    else:
-        for index, option in enumerate(prompt.options[:MAX_BUTTONS]):
-            button: dict[str, Any] = {
-                "type": "button",
-                "action_id": action_id(prompt, str(index)),
-                "text": {"type": "plain_text", "text": option[:75]},
-                "value": option[:2000],
-            }
-            if prompt.kind == "approval":
-                button["style"] = "primary" if index == 0 else "danger"
-            buttons.append(button)
-    expires = int(prompt.expires_at)
-    who = f"<@{prompt.requester}>"
+    for index, (choice, label) in enumerate(button_labels(prompt)):
+        button: dict[str, Any] = {
+            "type": "button",
+            "action_id": action_id(prompt, choice),
+            "text": {"type": "plain_text", "text": label},
+            "value": choice,
+        }
+        if prompt.kind == "approval":
+            button["style"] = "primary" if index == 0 else "danger"
+        buttons.append(button)
+    expires = f"<!date^{int(prompt.expires_at)}^{{time}}|in a while>"
     return [
         _section(question_mrkdwn),
         {"type": "actions", "block_id": f"prompt-{prompt.id}", "elements": buttons},
-        _context(
-            f"Only {who} or an approver can answer · expires "
-            f"<!date^{expires}^{{time}}|in a while> · or reply in this thread with "
-            + ("your answer" if prompt.kind == "free_text" else "the option number")
-        ),
+        _context(answer_hint(prompt, f"<@{prompt.requester}>", expires)),
     ]
 
 
 def closed_blocks(prompt: Prompt, question_mrkdwn: str) -> list[dict[str, Any]]:
     """The same message once decided: no buttons, the outcome and who decided."""
-    if prompt.state == "answered":
-        icon = "✅" if prompt.answer != "Deny" else "🚫"
-        outcome = f"{icon} *{prompt.answer}* — answered by <@{prompt.answered_by}>"
-    elif prompt.state == "expired":
-        outcome = "⌛ Expired without an answer" + (
-            " (denied)" if prompt.kind == "approval" else ""
-        )
-    else:
-        outcome = "⏹️ Cancelled"
+    outcome = outcome_line(prompt, f"<@{prompt.answered_by}>", lambda s: f"*{s}*")
     return [_section(question_mrkdwn), _context(outcome)]
-
-
-def closed_text(prompt: Prompt) -> str:
-    """Plain-text fallback of a decided prompt (notifications, screen readers)."""
-    if prompt.state == "answered":
-        return f"{prompt.question[:200]} — {prompt.answer} (by {prompt.answered_by})"
-    return f"{prompt.question[:200]} — {prompt.state}"
 
 
 def answer_modal(prompt: Prompt, question_text: str) -> dict[str, Any]:
