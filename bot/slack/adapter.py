@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
+from bot.attachments import attachment_path, download, files_note
 from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
 from bot.prompt_ui import Click, closed_text, handle_click, handle_submission, parse_action_id
 from bot.slack.blocks import (
@@ -482,17 +483,9 @@ class SlackAdapter:
         context = ""
         if msg.reread_thread:
             context = await self._thread_context(msg)
-        attachments = []
-        notes = []
-        for attachment in msg.attachments:
-            saved = await self._download(msg, attachment)
-            attachments.append(saved)
-            if saved.local_path is not None:
-                notes.append(f"- {saved.name} ({saved.size} bytes): {saved.local_path}")
-            else:
-                notes.append(f"- {saved.name}: not downloaded (too large or unavailable)")
-        if notes:
-            text = f"{text}\n\nFiles shared with this message:\n" + "\n".join(notes)
+        attachments = [await self._download(msg, a) for a in msg.attachments]
+        if attachments:
+            text = f"{text}\n\n{files_note(attachments)}"
         return msg.model_copy(
             update={
                 "text": text,
@@ -546,29 +539,14 @@ class SlackAdapter:
         return "\n".join(lines[-limit:])
 
     async def _download(self, msg: InboundMessage, attachment: Attachment) -> Attachment:
-        cap = self.config.attachment_max_bytes
-        if attachment.url is None or attachment.size > cap:
-            return attachment
-        folder = self._workspace(msg.conversation) / "attachments"
-        safe = re.sub(r"[^A-Za-z0-9._-]", "_", attachment.name)[:120] or "file"
-        target = folder / f"{msg.message_id.replace('.', '_')}-{safe}"
-        headers = {"Authorization": f"Bearer {self.config.bot_token}"}
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(attachment.url, headers=headers) as resp,
-            ):
-                if resp.status != 200:
-                    log.warning("slack: file download %s → HTTP %s", attachment.name, resp.status)
-                    return attachment
-                data = await resp.content.read(cap + 1)
-        except aiohttp.ClientError as exc:
-            log.warning("slack: file download %s failed: %s", attachment.name, exc)
-            return attachment
-        if len(data) > cap:
-            return attachment
-        await asyncio.to_thread(_write_bytes, target, data)
-        return attachment.model_copy(update={"local_path": target, "size": len(data)})
+        target = attachment_path(self._workspace(msg.conversation), msg.message_id, attachment.name)
+        return await download(
+            attachment,
+            target,
+            cap=self.config.attachment_max_bytes,
+            headers={"Authorization": f"Bearer {self.config.bot_token}"},
+            platform="slack",
+        )
 
     # -- interactivity -----------------------------------------------------------------
 
@@ -787,8 +765,3 @@ def _clicked_message(body: dict[str, Any]) -> tuple[str, str] | None:
     channel = (body.get("channel") or {}).get("id") or container.get("channel_id")
     ts = (body.get("message") or {}).get("ts") or container.get("message_ts")
     return (str(channel), str(ts)) if channel and ts else None
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
