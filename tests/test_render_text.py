@@ -8,10 +8,9 @@ import re
 import pytest
 
 from bot.render import ZWSP, neutralize_broadcasts, split_message
+from bot.render.tables import TABLE_MAX_WIDTH, display_width
 from bot.slack.mrkdwn import (
     HR_LINE,
-    TABLE_MAX_WIDTH,
-    display_width,
     markdown_to_mrkdwn,
     neutralize_slack_args,
     neutralize_slack_pings,

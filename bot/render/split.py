@@ -9,14 +9,12 @@ import re
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from bot.render.fences import closes_fence, open_fence
+
 __all__ = ["ZWSP", "neutralize_broadcasts", "split_message"]
 
 ZWSP = "\u200b"
 
-# A fence line: any indentation (fences inside list items count too), 3+ backticks or tildes,
-# then the info string. A backtick fence's info string may not contain a backtick (CommonMark),
-# which keeps one-line "```code```" from opening a block that swallows the rest of the text.
-_FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 # An HTML/Slack entity; a hard cut backs off rather than leave "&am" | "p;" across two chunks.
 _ENTITY = re.compile(r"&#?[0-9A-Za-z]{1,10};")
 # Words for the word-boundary split: a token is its leading whitespace plus a word, and a
@@ -49,18 +47,6 @@ def _unit_text(unit: _Unit) -> str:
     return unit.text if isinstance(unit, _Fence) else unit
 
 
-def _open_fence(line: str) -> re.Match[str] | None:
-    m = _FENCE_OPEN.match(line)
-    if m is None or (m["fence"][0] == "`" and "`" in m["info"]):
-        return None
-    return m
-
-
-def _closes(line: str, fence: str) -> bool:
-    s = line.strip()
-    return len(s) >= len(fence) and set(s) == {fence[0]}
-
-
 def _paragraphs(text: str) -> list[tuple[str, list[_Unit]]]:
     """Paragraphs as (separator before it, units); blank lines inside code don't separate."""
     lines = text.split("\n")
@@ -72,10 +58,10 @@ def _paragraphs(text: str) -> list[tuple[str, list[_Unit]]]:
     while i < len(lines):
         line = lines[i]
         unit: _Unit
-        m = _open_fence(line)
+        m = open_fence(line)
         if m is not None:
             j = i + 1
-            while j < len(lines) and not _closes(lines[j], m["fence"]):
+            while j < len(lines) and not closes_fence(lines[j], m["fence"]):
                 j += 1
             closer = lines[j] if j < len(lines) else None
             unit = _Fence(line, tuple(lines[i + 1 : j]), closer)
@@ -175,7 +161,7 @@ def _split_line(line: str, limit: int) -> list[str]:
 
 def _split_fence(fence: _Fence, limit: int) -> list[str]:
     """An over-long code block: each piece closes the fence and the next reopens it."""
-    m = _FENCE_OPEN.match(fence.opener)
+    m = open_fence(fence.opener)
     assert m is not None  # _Fence is only built from a matching opener
     close = m["indent"] + m["fence"]
     ends = [len(close)] + ([len(fence.closer)] if fence.closer is not None else [])

@@ -13,13 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from bot.render.fences import closes_fence, open_fence
 from bot.render.split import ZWSP, neutralize_broadcasts, split_message
+from bot.render.tables import aligned_lines, bullet_rows, table_at
 
 __all__ = [
     "HR_LINE",
     "SLACK_CHUNK_LIMIT",
-    "TABLE_MAX_WIDTH",
-    "display_width",
     "escape_mrkdwn",
     "markdown_to_mrkdwn",
     "neutralize_slack_args",
@@ -28,7 +28,6 @@ __all__ = [
 ]
 
 HR_LINE = "———"
-TABLE_MAX_WIDTH = 100
 # Below Slack's 4,000-char display cut-off for one message, with room for a footer.
 SLACK_CHUNK_LIMIT = 3500
 
@@ -65,7 +64,6 @@ _LINKABLE = re.compile(r"^(?:https?|mailto|ftps?|sftp|tel):", re.IGNORECASE)
 _STRIKE_RE = re.compile(r"(?<!~)~~(?![\s~])(.+?)(?<![\s~])~~(?!~)")
 _DELIM_RUN = re.compile(r"\*+|_+")
 
-_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
@@ -73,8 +71,6 @@ _QUOTE = re.compile(r"^ {0,3}> ?(.*)$")
 _UL = re.compile(r"^(?P<indent>[ \t]*)[-*+][ \t]+(?P<body>.*)$")
 _OL = re.compile(r"^(?P<indent>[ \t]*)(?P<num>\d{1,9})[.)][ \t]+(?P<body>.*)$")
 _TASK = re.compile(r"^\[([ xX])\][ \t]+")
-_TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
-_CELL_SPLIT = re.compile(r"(?<!\\)\|")
 # Every "<!…>" special except a date (`<!date^1700000000^{time}|…>`), which pings nobody.
 _SPECIAL_MENTION = re.compile(r"<!(?!date\^\d+\^)([^<>]*)>")
 # Web API arguments and Block Kit keys whose string values Slack displays.
@@ -357,103 +353,15 @@ def _style(text: str, slots: list[str], mode: _Mode) -> str:
 # --- tables -------------------------------------------------------------------------------
 
 
-def display_width(text: str) -> int:
-    """Monospace columns `text` occupies: wide East Asian characters take two, marks none."""
-    width = 0
-    for ch in text:
-        if unicodedata.category(ch) in ("Mn", "Me", "Cf"):
-            continue
-        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-    return width
-
-
-def _cells(line: str) -> list[str]:
-    s = line.strip()
-    if s.startswith("|"):
-        s = s[1:]
-    if s.endswith("|") and not s.endswith("\\|"):
-        s = s[:-1]
-    return [c.strip() for c in _CELL_SPLIT.split(s)]
-
-
-def _table_at(lines: list[str], i: int) -> tuple[list[list[str]], list[str], int] | None:
-    """A GFM pipe table starting at line i: (rows incl. header, alignments, next line)."""
-    if i + 1 >= len(lines) or "|" not in lines[i] or "|" not in lines[i + 1]:
-        return None
-    if not _TABLE_DELIM.match(lines[i + 1]):
-        return None
-    header, delims = _cells(lines[i]), _cells(lines[i + 1])
-    if len(header) != len(delims):
-        return None
-    aligns = []
-    for d in delims:
-        if d.startswith(":") and d.endswith(":"):
-            aligns.append("center")
-        elif d.endswith(":"):
-            aligns.append("right")
-        else:
-            aligns.append("left")
-    rows = [header]
-    j = i + 2
-    while j < len(lines) and lines[j].strip() and "|" in lines[j]:
-        cells = _cells(lines[j])[: len(header)]
-        rows.append(cells + [""] * (len(header) - len(cells)))
-        j += 1
-    return rows, aligns, j
-
-
-def _pad(text: str, width: int, align: str) -> str:
-    gap = width - display_width(text)
-    if align == "right":
-        return " " * gap + text
-    if align == "center":
-        return " " * (gap // 2) + text + " " * (gap - gap // 2)
-    return text + " " * gap
-
-
 def _render_table(rows: list[list[str]], aligns: list[str]) -> list[str]:
-    plain = [[_inline(c, "plain") for c in row] for row in rows]
-    widths = [max(display_width(row[k]) for row in plain) for k in range(len(aligns))]
-    widths = [max(w, 1) for w in widths]
-
-    def fmt(row: list[str]) -> str:
-        return " | ".join(_pad(c, w, a) for c, w, a in zip(row, widths, aligns, strict=True))
-
-    lines = [fmt(plain[0]), "-+-".join("-" * w for w in widths), *map(fmt, plain[1:])]
-    if max(display_width(line) for line in lines) > TABLE_MAX_WIDTH:
-        return _table_as_bullets(rows)
+    lines = aligned_lines([[_inline(c, "plain") for c in row] for row in rows], aligns)
+    if lines is None:
+        return bullet_rows(rows, lambda c: _inline(c, "mrkdwn"))
     # Pad first, escape after: an entity like "&amp;" shows as one column in the client.
-    return ["```", *(escape_mrkdwn(line.rstrip()) for line in lines), "```"]
-
-
-def _table_as_bullets(rows: list[list[str]]) -> list[str]:
-    headers = [_inline(h, "mrkdwn") for h in rows[0]]
-    out = []
-    for row in rows[1:]:
-        # Empty cells are skipped: "col: " pairs are noise in the one-line-per-row form.
-        pairs = [
-            f"{h}: {_inline(v, 'mrkdwn')}" if h else _inline(v, "mrkdwn")
-            for h, v in zip(headers, row, strict=True)
-            if v
-        ]
-        if pairs:
-            out.append("• " + " · ".join(pairs))
-    return out
+    return ["```", *map(escape_mrkdwn, lines), "```"]
 
 
 # --- blocks -------------------------------------------------------------------------------
-
-
-def _open_fence(line: str) -> re.Match[str] | None:
-    m = _FENCE.match(line)
-    if m is None or (m["fence"][0] == "`" and "`" in m["info"]):
-        return None
-    return m
-
-
-def _closes(line: str, fence: str) -> bool:
-    s = line.strip()
-    return len(s) >= len(fence) and set(s) == {fence[0]}
 
 
 def _dedent(line: str, n: int) -> str:
@@ -502,13 +410,13 @@ def _read_blank(b: _Blocks, i: int) -> int | None:
 
 def _read_fenced_code(b: _Blocks, i: int) -> int | None:
     """A fenced code block, to the closing fence or the end of the text."""
-    fence = _open_fence(b.lines[i])
+    fence = open_fence(b.lines[i])
     if fence is None:
         return None
     indent = len(fence["indent"])
     j = i + 1
     body: list[str] = []
-    while j < len(b.lines) and not _closes(b.lines[j], fence["fence"]):
+    while j < len(b.lines) and not closes_fence(b.lines[j], fence["fence"]):
         body.append(_dedent(b.lines[j], indent))
         j += 1
     # Slack ignores info strings (and would show one as code), so the fence is bare;
@@ -552,11 +460,11 @@ def _read_quote(b: _Blocks, i: int) -> int | None:
 
 def _read_table(b: _Blocks, i: int) -> int | None:
     """A GFM pipe table."""
-    table = _table_at(b.lines, i)
-    if table is None:
+    found = table_at(b.lines, i)
+    if found is None:
         return None
     b.stack.clear()
-    rows, aligns, end = table
+    (rows, aligns), end = found
     b.out.extend(_render_table(rows, aligns))
     return end
 
