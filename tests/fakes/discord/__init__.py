@@ -1,0 +1,9 @@
+"""A loopback fake Discord (REST API v10 + gateway) and payload builders, for driving the
+real discord.py client offline."""
+
+from __future__ import annotations
+
+from tests.fakes.discord import payloads
+from tests.fakes.discord.server import MESSAGE_CONTENT_INTENT, FakeDiscord, Recorded, UploadedFile
+
+__all__ = ["MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile", "payloads"]
