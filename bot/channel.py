@@ -44,6 +44,11 @@ class ChannelFeatures:
     private_notes: bool = False  # one user alone sees a message (ephemeral)
     editing: bool = False  # a posted message is edited in place (run status)
 
+    @classmethod
+    def full(cls, *, threads: bool) -> ChannelFeatures:
+        """Everything a chat platform with widgets offers (threads as configured)."""
+        return cls(threads=threads, buttons=True, modals=True, private_notes=True, editing=True)
+
     def names(self) -> list[str]:
         """The features present, for `doctor` and logs."""
         return [name for name, on in vars(self).items() if on]

@@ -1,7 +1,7 @@
 """The channel registry: every chat platform the bot can serve, one line each.
 
 `cli.py`, `app.py` and `doctor` use only this table; a platform's code lives in its own
-package (`bot/slack/`, later `bot/discord/`) and is imported only when configured.
+package (`bot/slack/`, `bot/discord/`) and is imported only when configured.
 """
 
 from __future__ import annotations
@@ -48,20 +48,12 @@ class ChannelSpec:
 
 CHANNELS: tuple[ChannelSpec, ...] = (
     ChannelSpec("slack", "SLACK_BOT_TOKEN", "bot.slack.factory", "slack_adapter", "slack_doctor"),
+    ChannelSpec(
+        "discord", "DISCORD_TOKEN", "bot.discord.factory", "discord_adapter", "discord_doctor"
+    ),
 )
-# Variables of platforms not built yet: warned about, never silently ignored.
-NOT_YET: tuple[tuple[str, str], ...] = (("discord", "DISCORD_TOKEN"),)
 
 
 def configured_channels(settings: Settings) -> list[ChannelSpec]:
     """The platforms whose variable is set."""
     return [spec for spec in CHANNELS if spec.configured(settings)]
-
-
-def ignored_channels(settings: Settings) -> list[str]:
-    """Warnings for set variables of platforms this version cannot serve."""
-    return [
-        f"{variable} is set, but this version has no {name.capitalize()} adapter yet; ignoring it"
-        for name, variable in NOT_YET
-        if settings.is_set(variable)
-    ]

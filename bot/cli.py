@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from bot.app import build_runtime, serve
 from bot.campaigns_cli import add_parser as add_campaigns_parser
-from bot.channels import AdapterFactory, configured_channels, ignored_channels
+from bot.channels import AdapterFactory, configured_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
 from bot.logging_setup import configure_logging
@@ -83,9 +83,6 @@ def _console(settings: Settings) -> AdapterFactory:
 def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
     if command == "chat":
         return [_console(settings)]
-    for warning in ignored_channels(settings):
-        # Not silently ignored: the operator set it expecting that platform.
-        logging.getLogger(__name__).warning("%s", warning)
     factories = [spec.factory(settings) for spec in configured_channels(settings)]
     # With no chat platform configured, the console.
     return factories or [_console(settings)]

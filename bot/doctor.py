@@ -14,7 +14,7 @@ from typing import Literal, TextIO
 from agents.registry import RegistryError, load_registry
 from agents.sandbox import INSTALL_HINT
 from bot.app import build_sandbox
-from bot.channels import CHANNELS, configured_channels, ignored_channels
+from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
 from bot.settings import Settings, unknown_variables
 from memory.embeddings import semantic_unavailable_reason
@@ -189,10 +189,6 @@ async def _check_platforms(settings: Settings) -> list[Check]:
 
 async def _check_channels(settings: Settings) -> Check:
     configured = [spec.name for spec in configured_channels(settings)]
-    ignored = ignored_channels(settings)
-    if ignored:
-        shown = ", ".join(configured) or "none"
-        return Check("channels", "warn", f"configured: {shown}; " + "; ".join(ignored))
     if not configured:
         return Check(
             "channels", "ok", "no Slack/Discord tokens: `raven-bot run` starts the console"

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from bot.channel import PromptAnswers
 from host.prompt_model import Prompt
+from host.prompts import AnswerOutcome
 
 ACTION_PREFIX = "prompt"
 TEXT_CHOICE = "text"  # the button that opens the free-text form
@@ -131,8 +132,9 @@ async def handle_submission(
     user_id: str,
     value: str,
     refuse: Callable[[str], Awaitable[None]],
-) -> None:
+) -> AnswerOutcome:
     """Answer a prompt from its free-text form; a refusal goes to the submitter alone."""
     outcome = await prompts.answer(prompt_id, nonce, user_id, value)
     if outcome.status != "accepted" and not outcome.notified:
         await refuse(outcome.message)
+    return outcome

@@ -14,7 +14,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 CsvList = Annotated[list[str], NoDecode]
 # URL settings that may carry credentials (`https://user:token@proxy/`).
-_URL_FIELDS = frozenset({"anthropic_base_url", "slack_api_url"})
+_URL_FIELDS = frozenset(
+    {"anthropic_base_url", "slack_api_url", "discord_api_url", "discord_gateway_url"}
+)
 
 
 class SettingsError(ValueError):
@@ -266,6 +268,16 @@ class Settings(BaseSettings):
 
     discord_token: SecretStr | None = Field(
         default=None, validation_alias="DISCORD_TOKEN", description="Discord bot token."
+    )
+    discord_api_url: str = Field(
+        default="https://discord.com/api/v10",
+        validation_alias="RAVEN_DISCORD_API_URL",
+        description="Discord REST API base URL (change only for a proxy or a test server).",
+    )
+    discord_gateway_url: str | None = Field(
+        default=None,
+        validation_alias="RAVEN_DISCORD_GATEWAY_URL",
+        description="Discord gateway WebSocket URL (unset: Discord's; only for a test server).",
     )
     discord_thread_replies: bool = Field(
         default=True,

@@ -241,13 +241,7 @@ class SlackAdapter:
     @property
     def features(self) -> ChannelFeatures:
         """Threads, buttons, modals, ephemeral notes and in-place edits."""
-        return ChannelFeatures(
-            threads=self.config.thread_replies,
-            buttons=True,
-            modals=True,
-            private_notes=True,
-            editing=True,
-        )
+        return ChannelFeatures.full(threads=self.config.thread_replies)
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""The Discord adapter (discord.py): the only package that knows Discord."""

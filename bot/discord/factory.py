@@ -1,0 +1,69 @@
+"""The Discord entry of the channel registry: build the adapter and check it for `doctor`."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from bot.access import AccessPolicy
+from bot.channel import ChannelAdapter
+from bot.discord.adapter import DiscordAdapter, DiscordConfig
+from bot.home import workspace_for
+from bot.settings import Settings
+
+DOCTOR_TIMEOUT_SECONDS = 10.0
+
+
+def discord_config(settings: Settings) -> DiscordConfig:
+    """The adapter's configuration from settings (the token must be set)."""
+    assert settings.discord_token is not None
+    return DiscordConfig(
+        token=settings.discord_token.get_secret_value(),
+        thread_replies=settings.discord_thread_replies,
+        allow_bots=settings.discord_allow_bots,
+        attachment_max_bytes=settings.attachment_max_bytes,
+        thread_context_messages=settings.thread_context_messages,
+        api_url=settings.discord_api_url,
+        gateway_url=settings.discord_gateway_url,
+    )
+
+
+def discord_adapter(settings: Settings) -> ChannelAdapter:
+    """The Discord adapter from settings."""
+    policy = AccessPolicy.from_lists(
+        allowed_users=settings.allowed_users,
+        allowed_channels=settings.allowed_channels,
+        admins=settings.admins,
+        dm_enabled=settings.dm_enabled,
+        allowed_workspaces=settings.discord_allowed_guilds,
+        allowed_roles=settings.discord_allowed_roles,
+    )
+    return DiscordAdapter(
+        discord_config(settings), policy=policy, workspace=workspace_for(settings.home)
+    )
+
+
+async def discord_doctor(settings: Settings) -> tuple[bool, str]:
+    """(ok, detail) for `raven-bot doctor`: the token is valid and names a bot user."""
+    if settings.discord_token is None:
+        return True, "not configured (set DISCORD_TOKEN to serve Discord)"
+    url = settings.discord_api_url.rstrip("/") + "/users/@me"
+    headers = {"Authorization": f"Bot {settings.discord_token.get_secret_value()}"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DOCTOR_TIMEOUT_SECONDS)) as s,
+            s.get(url, headers=headers) as resp,
+        ):
+            if resp.status == 401:
+                return False, "DISCORD_TOKEN was rejected (401): copy the bot token again"
+            if resp.status != 200:
+                return False, f"Discord answered HTTP {resp.status} to /users/@me"
+            me = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return False, f"Discord is unreachable: {type(exc).__name__}: {exc}"
+    if not isinstance(me, dict) or not me.get("bot"):
+        return False, "DISCORD_TOKEN is not a bot token (use the Bot tab's token)"
+    name = me.get("global_name") or me.get("username") or "?"
+    return True, (
+        f"bot {name} ({me.get('id')}); needs the Message Content intent enabled in the "
+        "Developer Portal"
+    )
