@@ -8,6 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from agents.harness import Harness
+from agents.more_tools import EDIT_FILE, SEARCH_FILES, artifact_tool, python_tool
 from agents.tools import Tool, ToolRegistry
 from agents.workspace_tools import (
     LIST_FILES,
@@ -41,6 +42,8 @@ You can read and list files in the workspace when the task refers to them.
 RESEARCH_PROMPT_TEMPLATE = """\
 You are Raven-Research, an evidence-first research agent.
 
+- Tie every claim to a source (file path or URL) or mark it **unverified**. A well-supported \
+negative answer ("no evidence that …", with what you checked) is an answer.
 - Gather evidence before concluding; prefer primary sources. Separate what the evidence shows \
 from your inference, and give a confidence for each key claim.
 - {web}
@@ -62,10 +65,13 @@ CODE_PROMPT = f"""\
 You are Raven-Code, a software engineering agent working in the workspace.
 
 - Read the relevant files before changing them; keep changes small and focused.
-- Use write_file for edits and run_shell to build, run and test (e.g. `python -m pytest -q`). \
+- Use edit_file for small changes (exact text), write_file for new files, search_files to \
+find code, and run_shell to build, run and test (e.g. `python -m pytest -q`); run_python runs \
+a quick script. \
 Commands run in the workspace with a timeout and without secrets in the environment; \
 destructive commands are refused.
-- Verify your work by running it or its tests; if you cannot, say so plainly.
+- Work in an edit–run–test loop, and finish only after running the tests you wrote or were \
+given (show the command and its result); if you cannot run them, say so plainly.
 - Finish with: files changed, how you verified them (commands + results), and anything left.
 
 {_COMMON}"""
@@ -76,6 +82,7 @@ You are Raven-Design, a design agent that produces concrete artifacts.
 - Write your artifacts into the workspace with write_file: HTML (self-contained, inline CSS), \
 SVG (valid, with a viewBox) or Markdown, as fits the request.
 - Use clear, accessible design: readable contrast, semantic structure, labelled diagrams.
+- Check every artifact with check_artifact before you finish and fix what it reports.
 - In your answer, list every file you created or changed (its path and a one-line description).
 
 {_COMMON}"""
@@ -121,19 +128,29 @@ def default_specialists(
     research (not implemented here: the hook is for a configured web search/fetch).
     """
     run_shell = shell_tool(shell)
+    policy = shell or ShellPolicy()
+    run_python, check = python_tool(policy), artifact_tool(policy)
 
     def research_tools(workspace: Path) -> ToolRegistry[ToolContext]:
         extra = list(web_tools(workspace)) if web_tools is not None else []
-        return ToolRegistry([READ_FILE, LIST_FILES, WRITE_FILE, *extra])
+        return ToolRegistry([READ_FILE, LIST_FILES, SEARCH_FILES, WRITE_FILE, *extra])
 
     research_prompt = RESEARCH_PROMPT_TEMPLATE.format(
         web=_WEB_ON if web_tools is not None else _WEB_OFF, common=_COMMON
     )
     specialists = [
-        Specialist("raven", RAVEN_PROMPT, _fixed(READ_FILE, LIST_FILES)),
+        Specialist("raven", RAVEN_PROMPT, _fixed(READ_FILE, LIST_FILES, SEARCH_FILES)),
         Specialist("research", research_prompt, research_tools),
-        Specialist("code", CODE_PROMPT, _fixed(READ_FILE, WRITE_FILE, LIST_FILES, run_shell)),
-        Specialist("design", DESIGN_PROMPT, _fixed(READ_FILE, WRITE_FILE, LIST_FILES)),
-        Specialist("oncall", ONCALL_PROMPT, _fixed(READ_FILE, LIST_FILES)),
+        Specialist(
+            "code",
+            CODE_PROMPT,
+            _fixed(
+                READ_FILE, WRITE_FILE, EDIT_FILE, LIST_FILES, SEARCH_FILES, run_shell, run_python
+            ),
+        ),
+        Specialist(
+            "design", DESIGN_PROMPT, _fixed(READ_FILE, WRITE_FILE, EDIT_FILE, LIST_FILES, check)
+        ),
+        Specialist("oncall", ONCALL_PROMPT, _fixed(READ_FILE, LIST_FILES, SEARCH_FILES)),
     ]
     return MappingProxyType({s.role: s for s in specialists})
