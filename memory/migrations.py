@@ -364,4 +364,65 @@ ALTER TABLE turns ADD COLUMN remembered INTEGER NOT NULL DEFAULT 1;
 CREATE INDEX turns_unremembered ON turns(remembered) WHERE remembered = 0
 """,
     ),
+    (
+        9,
+        "skills and permissions: experience-derived skills with their intent clusters, the "
+        "skills injected per turn, remembered allows and the permission audit",
+        """
+CREATE TABLE experience_skills (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent           TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    description     TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    confidence      REAL NOT NULL DEFAULT 0.5,
+    lineage         TEXT NOT NULL DEFAULT '[]',
+    cluster_id      INTEGER,
+    created_at      REAL NOT NULL,
+    updated_at      REAL NOT NULL,
+    UNIQUE (agent, name)
+);
+CREATE TABLE skill_clusters (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent           TEXT NOT NULL,
+    centroid        BLOB NOT NULL,
+    count           INTEGER NOT NULL,
+    members         TEXT NOT NULL DEFAULT '[]',
+    previews        TEXT NOT NULL DEFAULT '[]',
+    updated_at      REAL NOT NULL
+);
+CREATE INDEX skill_clusters_by_agent ON skill_clusters(agent);
+CREATE TABLE skill_injections (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id         TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    position        INTEGER NOT NULL,
+    qid             TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    created_at      REAL NOT NULL
+);
+CREATE INDEX skill_injections_by_turn ON skill_injections(turn_id);
+CREATE TABLE permission_allows (
+    conversation_id TEXT NOT NULL,
+    tool            TEXT NOT NULL,
+    subject         TEXT NOT NULL,
+    created_at      REAL NOT NULL,
+    PRIMARY KEY (conversation_id, tool, subject)
+);
+CREATE TABLE permission_audit (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    at              REAL NOT NULL,
+    conversation_id TEXT NOT NULL,
+    requester       TEXT NOT NULL,
+    workspace       TEXT NOT NULL,
+    tool            TEXT NOT NULL,
+    subject         TEXT NOT NULL,
+    allowed         INTEGER NOT NULL,
+    tier            TEXT NOT NULL,
+    reason          TEXT NOT NULL,
+    rule            TEXT
+);
+CREATE INDEX permission_audit_by_conversation ON permission_audit(conversation_id, id)
+""",
+    ),
 )
