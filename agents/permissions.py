@@ -1,0 +1,662 @@
+"""The permission gate for agent tool calls: builtin deny, user rules, remembered allows, mode.
+
+Every call goes through one waterfall (first match wins): builtin deny, user deny rules, user
+allow rules, allows remembered for the conversation, then the mode (ask-everything | smart |
+full-access). "Ask" goes to an `Asker`; a gate built without one (unattended runs) denies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+import posixpath
+import re
+import shlex
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any, Final, Literal, Protocol, get_args
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from agents.workspace_tools import denied_reason
+
+log = logging.getLogger(__name__)
+
+Tier = Literal["builtin", "user_deny", "user_allow", "remembered", "mode", "human", "unattended"]
+Mode = Literal["ask-everything", "smart", "full-access"]
+Risk = Literal["low", "high"]
+Answer = Literal["allow_once", "allow_conversation", "deny"]
+
+# Tools whose subject is a program text (rule wildcards must not stretch over shell operators).
+COMMAND_TOOLS: Final = frozenset({"run_shell", "run_python"})
+# Tools whose subject is a workspace path (path-style globs: `*` within a segment, `**` across).
+PATH_TOOLS: Final = frozenset(
+    {"read_file", "write_file", "edit_file", "list_files", "search_files"}
+)
+READ_ONLY_TOOLS: Final = frozenset({"read_file", "list_files", "search_files"})
+WRITE_TOOLS: Final = frozenset({"write_file", "edit_file"})
+DEFAULT_ASK_TIMEOUT_SECONDS: Final = 900.0
+DEFAULT_RULES_LABEL: Final = "permissions.toml"
+
+_ANSWERS: Final = frozenset(get_args(Answer))
+_MODES: Final = get_args(Mode)
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One tool call to decide: the tool, its subject (command, program, path or URL), and whose."""
+
+    tool: str
+    subject: str
+    conversation_id: str
+    requester: str
+    workspace: str  # the Slack team / Discord guild id the rules were loaded for
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gate's verdict: allowed or not, which tier decided, a readable reason, and the rule."""
+
+    allowed: bool
+    tier: Tier
+    reason: str
+    rule: str | None = None
+
+
+def subject_of(arguments: Mapping[str, object]) -> str:
+    """The part of a call's arguments that rules match: its command, program, path or URL."""
+    for name in ("command", "code", "path", "url"):
+        value = arguments.get(name)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+# -- rules -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _GlobStyle:
+    """How a glob's wildcards translate to regular expressions for one kind of subject."""
+
+    star: str
+    globstar: str
+    one: str
+    # `**/` also matches zero directories (`docs/**/*.md` covers `docs/a.md`).
+    dirs: bool
+
+
+# Outside a character class, a wildcard in an allow rule for a command stops at shell operators:
+# otherwise `run_shell:git *` would also allow `git status; curl … | sh`.
+_NOT_OPERATOR: Final = r"(?:(?!\$\()[^;&|<>`\n\r])"
+_PATH_STYLE: Final = _GlobStyle(star=r"[^/]*", globstar=r".*", one=r"[^/]", dirs=True)
+_COMMAND_STYLE: Final = _GlobStyle(
+    star=_NOT_OPERATOR + "*", globstar=_NOT_OPERATOR + "*", one=_NOT_OPERATOR, dirs=False
+)
+_LOOSE_STYLE: Final = _GlobStyle(star=r".*", globstar=r".*", one=r".", dirs=False)
+_TOOL_NAME: Final = re.compile(r"[A-Za-z_][\w.-]*")
+_SEPARATORS: Final = re.compile(r"\|\||&&|[;&|\n\r()`]|\$\(")
+
+
+def _glob_regex(glob: str, style: _GlobStyle) -> re.Pattern[str]:
+    pieces: list[str] = []
+    i = 0
+    while i < len(glob):
+        piece, i = _glob_piece(glob, i, style)
+        pieces.append(piece)
+    return re.compile("".join(pieces), re.DOTALL)
+
+
+def _glob_piece(glob: str, i: int, style: _GlobStyle) -> tuple[str, int]:
+    """The regex for the glob token at `i`, and where the next token starts."""
+    if style.dirs and glob.startswith("**/", i):
+        return r"(?:.*/)?", i + 3
+    if glob.startswith("**", i):
+        return style.globstar, i + 2
+    char = glob[i]
+    if char == "*":
+        return style.star, i + 1
+    if char == "?":
+        return style.one, i + 1
+    end = glob.find("]", i + 1) if char == "[" else -1
+    content = glob[i + 1 : end]
+    if end == -1 or content in ("", "!"):  # an unclosed `[` is a literal, as in fnmatch
+        return re.escape(char), i + 1
+    negate = content.startswith("!")
+    body = content[1:] if negate else content
+    body = body.replace("\\", r"\\").replace("^", r"\^")
+    return f"[{'^' if negate else ''}{body}]", end + 1
+
+
+def _squeeze(command: str) -> str:
+    # Only spaces and tabs: a newline chains commands and must stay visible to the matcher.
+    return re.sub(r"[ \t]+", " ", command).strip()
+
+
+def normalize_path(path: str) -> str:
+    """A path subject as rules see it: `docs/../x` is `x`, `./a` is `a`, "" is `.`."""
+    return posixpath.normpath(path.strip() or ".")
+
+
+def _path_and_parents(path: str) -> list[str]:
+    # A deny rule on a directory covers what is inside it (`secrets/*` denies `secrets/a/b`).
+    out = [path]
+    while (parent := posixpath.dirname(path)) not in ("", path):
+        out.append(parent)
+        path = parent
+    return out
+
+
+@dataclass(frozen=True)
+class PermissionRule:
+    """A tool name and an optional glob on the call's subject: `run_shell:git *`, `web_fetch`.
+
+    In path globs `*` stays within a directory and `**` crosses them (`write_file:docs/**`).
+    """
+
+    tool: str
+    glob: str | None = None
+    _strict: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _broad: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not _TOOL_NAME.fullmatch(self.tool):
+            written = f"`{self}`" if str(self) else "an empty rule"
+            raise ValueError(
+                f"{written} does not start with a tool name: a rule is a tool name, optionally "
+                "followed by `:` and a glob on its subject, e.g. `run_shell:git *`, "
+                "`write_file:docs/**` or `web_fetch`"
+            )
+        if self.glob is None:
+            return
+        if not self.glob.strip():
+            raise ValueError(
+                f"`{self.tool}:` has no glob after `:`: write `{self.tool}` alone to match every "
+                f"{self.tool} call, or add a glob such as `{self.tool}:*`"
+            )
+        strict, broad = self._styles()
+        glob = self._normalized_glob()
+        object.__setattr__(self, "_strict", _glob_regex(glob, strict))
+        object.__setattr__(self, "_broad", _glob_regex(glob, broad))
+
+    @classmethod
+    def parse(cls, text: str) -> PermissionRule:
+        """The rule written as `text`; `ValueError` says what is wrong and shows the syntax."""
+        tool, colon, glob = text.strip().partition(":")
+        return cls(tool.strip(), glob.strip() if colon else None)
+
+    def __str__(self) -> str:
+        return self.tool if self.glob is None else f"{self.tool}:{self.glob}"
+
+    def matches(self, tool: str, subject: str, *, deny: bool = False) -> bool:
+        """Whether the rule covers a call of `tool` on `subject`.
+
+        As an allow rule (the default) the whole subject must match and command wildcards stop at
+        shell operators; as a deny rule any chained command or any parent directory is enough.
+        """
+        if tool != self.tool:
+            return False
+        if self._strict is None or self._broad is None:
+            return True
+        regex = self._broad if deny else self._strict
+        return any(regex.fullmatch(s) for s in self._candidates(subject, deny=deny))
+
+    def _styles(self) -> tuple[_GlobStyle, _GlobStyle]:
+        if self.tool in PATH_TOOLS:
+            return _PATH_STYLE, _PATH_STYLE
+        if self.tool in COMMAND_TOOLS:
+            return _COMMAND_STYLE, _LOOSE_STYLE
+        return _LOOSE_STYLE, _LOOSE_STYLE
+
+    def _normalized_glob(self) -> str:
+        assert self.glob is not None
+        if self.tool in PATH_TOOLS:
+            return normalize_path(self.glob)
+        if self.tool in COMMAND_TOOLS:
+            return _squeeze(self.glob)
+        return self.glob
+
+    def _candidates(self, subject: str, *, deny: bool) -> list[str]:
+        if self.tool in PATH_TOOLS:
+            path = normalize_path(subject)
+            return _path_and_parents(path) if deny else [path]
+        if self.tool in COMMAND_TOOLS:
+            command = _squeeze(subject)
+            if not deny:
+                return [command]
+            parts = (p.strip() for p in _SEPARATORS.split(command))
+            return [command, *(p for p in parts if p)]
+        return [subject]
+
+
+def suggest_rule(tool: str, subject: str) -> str:
+    """An allow rule matching exactly this call (glob characters escaped), for messages."""
+    if not subject.strip():
+        return tool
+    shown = normalize_path(subject) if tool in PATH_TOOLS else subject
+    if tool in COMMAND_TOOLS:
+        shown = _squeeze(shown)
+    escaped = re.sub(r"([*?\[])", r"[\1]", shown)
+    return f"{tool}:{escaped}"
+
+
+def _check_rule(text: str) -> str:
+    PermissionRule.parse(text)
+    return text
+
+
+_RuleText = Annotated[str, AfterValidator(_check_rule)]
+
+
+class PermissionRules(BaseModel):
+    """A workspace's permission settings: the mode and its allow and deny rules (as text)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode = "smart"
+    allow: list[_RuleText] = Field(default_factory=list)
+    deny: list[_RuleText] = Field(default_factory=list)
+
+
+class PermissionConfigError(ValueError):
+    """The permissions file is invalid; the message names the file, the key and the problem."""
+
+
+class _RulesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    default: PermissionRules = Field(default_factory=PermissionRules)
+    workspace: dict[str, PermissionRules] = Field(default_factory=dict)
+
+
+def load_rules(path: Path, workspace: str) -> PermissionRules:
+    """`[default]` of the TOML file at `path`, with `[workspace."ID"]` mode and rules applied.
+
+    A missing file gives the defaults. Blocking (reads a file): call it at startup or in a thread.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return PermissionRules()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PermissionConfigError(f"{path}: cannot read the file: {exc}") from exc
+    return parse_rules(text, workspace, label=str(path))
+
+
+def parse_rules(text: str, workspace: str, *, label: str) -> PermissionRules:
+    """Rules for `workspace` from permissions TOML text; errors start with `label` (the file)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PermissionConfigError(f"{label}: invalid TOML: {exc}") from exc
+    try:
+        config = _RulesFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "\n".join(f"{label}: {p}" for p in _describe(exc))
+        raise PermissionConfigError(problems) from None
+    base = config.default
+    section = config.workspace.get(workspace)
+    if section is None:
+        return base
+    mode = section.mode if "mode" in section.model_fields_set else base.mode
+    return PermissionRules(
+        mode=mode,
+        allow=list(dict.fromkeys([*base.allow, *section.allow])),
+        deny=list(dict.fromkeys([*base.deny, *section.deny])),
+    )
+
+
+def _describe(exc: ValidationError) -> list[str]:
+    """pydantic's errors as `[section] key: problem` lines."""
+    return [
+        _describe_one(err["loc"], err["type"], err["msg"], err["input"]) for err in exc.errors()
+    ]
+
+
+def _describe_one(loc: Sequence[int | str], kind: str, msg: str, value: Any) -> str:
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["workspace"] and len(parts) >= 2:
+        where, rest, known = (
+            f'[workspace."{parts[1]}"]',
+            parts[2:],
+            list(PermissionRules.model_fields),
+        )
+    elif parts[:1] == ["default"]:
+        where, rest, known = "[default]", parts[1:], list(PermissionRules.model_fields)
+    else:
+        where, rest, known = "", parts, list(_RulesFile.model_fields)
+    if not rest and kind in ("model_type", "dict_type"):
+        return f"{where} must be a table of settings (mode, allow, deny)"
+    key = ".".join(rest)
+    if len(rest) == 2:
+        key = f"{rest[0]}[{rest[1]}]"  # an item of an allow/deny list
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
+        return f"{where} unknown key '{key}'{hint}".strip()
+    if kind == "literal_error":
+        choices = ", ".join(f'"{m}"' for m in _MODES)
+        return f"{where} {key}: {value!r} is not a mode; use one of {choices}".strip()
+    return f"{where} {key}: {msg.removeprefix('Value error, ')}".strip()
+
+
+# -- risk ------------------------------------------------------------------------------------
+
+_CHAIN_OR_REDIRECT: Final = re.compile(r"[;&|<>`\n\r]|\$\(")
+# find actions that delete, run programs or write files.
+_FIND_ACTIONS: Final = frozenset(
+    {"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"}
+)
+_GIT_READS: Final = frozenset({"status", "diff", "log", "show"})
+
+
+def _any_arg(args: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in args for f in flags)
+
+
+def _git_read(args: list[str]) -> bool:
+    # --output writes a file; --ext-diff runs a program named in git config.
+    return bool(args) and args[0] in _GIT_READS and not _any_arg(args, "--output", "--ext-diff")
+
+
+_READ_ONLY_COMMANDS: Final[Mapping[str, Callable[[list[str]], bool]]] = MappingProxyType(
+    {
+        **dict.fromkeys(
+            ("ls", "cat", "head", "tail", "wc", "grep", "pwd", "echo", "pytest"), lambda _: True
+        ),
+        "rg": lambda args: not _any_arg(args, "--pre"),  # --pre runs a program on every file
+        "find": lambda args: not _FIND_ACTIONS.intersection(args),
+        "git": _git_read,
+        "python": lambda args: args[:2] == ["-m", "pytest"],
+        "python3": lambda args: args[:2] == ["-m", "pytest"],
+    }
+)
+
+
+def _read_only_command(command: str) -> bool:
+    if _CHAIN_OR_REDIRECT.search(command):
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: what would run is unclear
+        return False
+    check = _READ_ONLY_COMMANDS.get(words[0]) if words else None
+    return check is not None and check(words[1:])
+
+
+def _inside_workspace(path: str) -> bool:
+    # Lexical only (the gate does not know the workspace root; the file tools still resolve
+    # symlinks and refuse paths outside). Absolute paths cannot be judged here, so they ask.
+    norm = normalize_path(path)
+    first = norm.split("/", 1)[0]
+    # .git hooks and config run code on the next git command.
+    return not norm.startswith("/") and first not in ("..", ".git")
+
+
+def risk(tool: str, subject: str) -> Risk:
+    """How smart mode sees a call: "low" runs without asking, "high" asks first."""
+    if tool in READ_ONLY_TOOLS:
+        return "low"
+    if tool in WRITE_TOOLS:
+        return "low" if _inside_workspace(subject) else "high"
+    if tool == "run_shell":
+        return "low" if _read_only_command(subject) else "high"
+    return "high"
+
+
+# -- builtin deny ----------------------------------------------------------------------------
+
+# The bot's secrets and records: .env files (not .env.example & co), the database, and any
+# process's environment (the bot's own holds its tokens even though tool shells are scrubbed).
+_SECRETS: Final = re.compile(
+    r"(?<![\w.-])\.env(?![\w-])(?!\.(?:example|sample|template)(?![\w-]))"
+    r"|\braven\.db\b"
+    r"|/proc/[^/\s]+/environ\b"
+)
+_SECRETS_WHAT: Final = "reading the bot's secrets (.env files, raven.db, process environments)"
+
+
+def _builtin_deny(call: ToolCallRequest) -> str | None:
+    """What builtin deny rule the call breaks, or None."""
+    if _SECRETS.search(call.subject):
+        return _SECRETS_WHAT
+    if call.tool == "run_shell":
+        return denied_reason(call.subject)
+    return None
+
+
+# -- boundaries ------------------------------------------------------------------------------
+
+
+class Asker(Protocol):
+    """Asks the requester to approve a call (an approval prompt in the conversation)."""
+
+    async def ask(self, call: ToolCallRequest, question: str) -> Answer:
+        """The requester's answer to `question` about `call`."""
+        ...
+
+
+class RememberedAllows(Protocol):
+    """Calls approved "for this conversation", keyed by conversation, tool and exact subject."""
+
+    async def has(self, conversation_id: str, tool: str, subject: str) -> bool:
+        """Whether this call was approved for the rest of the conversation."""
+        ...
+
+    async def add(self, conversation_id: str, tool: str, subject: str) -> None:
+        """Remember an approval for the rest of the conversation."""
+        ...
+
+
+class AuditSink(Protocol):
+    """Where every decision is recorded."""
+
+    async def record(self, call: ToolCallRequest, decision: Decision) -> None:
+        """Record one decision (allow or deny, every tier)."""
+        ...
+
+
+class MemoryRemembered:
+    """`RememberedAllows` in memory (tests, the console); lost when the process ends."""
+
+    def __init__(self) -> None:
+        self._allowed: set[tuple[str, str, str]] = set()
+
+    async def has(self, conversation_id: str, tool: str, subject: str) -> bool:
+        """Whether this call was approved for the rest of the conversation."""
+        return (conversation_id, tool, subject) in self._allowed
+
+    async def add(self, conversation_id: str, tool: str, subject: str) -> None:
+        """Remember an approval for the rest of the conversation."""
+        self._allowed.add((conversation_id, tool, subject))
+
+
+class ListAudit:
+    """`AuditSink` that keeps decisions in a list, oldest first (tests, the console)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[ToolCallRequest, Decision]] = []
+
+    async def record(self, call: ToolCallRequest, decision: Decision) -> None:
+        """Append the decision."""
+        self.entries.append((call, decision))
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """The recorded decisions alone."""
+        return [decision for _, decision in self.entries]
+
+
+# -- the gate --------------------------------------------------------------------------------
+
+
+def _show(call: ToolCallRequest) -> str:
+    """`tool` on `subject`, shortened to one line for messages."""
+    subject = " ".join(call.subject.split()).replace("`", "'")
+    if not subject:
+        return f"`{call.tool}`"
+    if len(subject) > 120:
+        subject = subject[:119] + "…"
+    return f"`{call.tool}` on `{subject}`"
+
+
+class PermissionGate:
+    """Decides tool calls by the waterfall; every decision goes to the audit sink.
+
+    Built with `asker=None` (campaigns, background graph nodes) it never asks: where it would,
+    it denies (tier "unattended"). This is fixed here, never read from the calling context.
+    """
+
+    def __init__(
+        self,
+        rules: PermissionRules,
+        *,
+        asker: Asker | None,
+        remembered: RememberedAllows,
+        audit: AuditSink,
+        clock: Callable[[], float] = time.time,
+        ask_timeout_seconds: float | None = DEFAULT_ASK_TIMEOUT_SECONDS,
+        rules_label: str = DEFAULT_RULES_LABEL,
+    ) -> None:
+        self._mode: Mode = rules.mode
+        self._deny = tuple(PermissionRule.parse(text) for text in rules.deny)
+        self._allow = tuple(PermissionRule.parse(text) for text in rules.allow)
+        self._asker = asker
+        self._remembered = remembered
+        self._audit = audit
+        self._clock = clock
+        self._ask_timeout = ask_timeout_seconds
+        self._label = rules_label
+
+    @property
+    def unattended(self) -> bool:
+        """True when the gate cannot ask anyone (built with `asker=None`)."""
+        return self._asker is None
+
+    @property
+    def mode(self) -> Mode:
+        """The mode this gate applies after the rules."""
+        return self._mode
+
+    async def check(self, call: ToolCallRequest) -> Decision:
+        """Decide `call`; the decision is recorded in the audit sink before it is returned."""
+        decision = await self._decide(call)
+        try:
+            await self._audit.record(call, decision)
+        except Exception:
+            # A lost audit line must not change the decision, least of all turn a deny into allow.
+            log.exception(
+                "permission audit failed; %s decision on %s stands", decision.tier, call.tool
+            )
+        return decision
+
+    async def _decide(self, call: ToolCallRequest) -> Decision:
+        shown = _show(call)
+        builtin = _builtin_deny(call)
+        if builtin is not None:
+            return Decision(
+                False,
+                "builtin",
+                f"Refused {shown}: it looks like {builtin}, which is never allowed here "
+                "(builtin deny rule; no rule or mode changes this).",
+                builtin,
+            )
+        for rule in self._deny:
+            if rule.matches(call.tool, call.subject, deny=True):
+                return Decision(
+                    False,
+                    "user_deny",
+                    f"Refused {shown}: it matches the deny rule `{rule}` in {self._label}. "
+                    "Remove that rule to allow it.",
+                    str(rule),
+                )
+        for rule in self._allow:
+            if rule.matches(call.tool, call.subject):
+                reason = f"Allowed {shown}: it matches the allow rule `{rule}` in {self._label}."
+                return Decision(True, "user_allow", reason, str(rule))
+        if await self._is_remembered(call):
+            reason = f"Allowed {shown}: the requester approved it for this conversation."
+            return Decision(True, "remembered", reason, suggest_rule(call.tool, call.subject))
+        return await self._by_mode(call, shown)
+
+    async def _is_remembered(self, call: ToolCallRequest) -> bool:
+        try:
+            return await self._remembered.has(call.conversation_id, call.tool, call.subject)
+        except Exception:
+            # Failing to read approvals only means asking again (or denying), never allowing.
+            log.exception("reading remembered approvals failed; treating %s as new", call.tool)
+            return False
+
+    async def _by_mode(self, call: ToolCallRequest, shown: str) -> Decision:
+        level = risk(call.tool, call.subject)
+        setting = f"mode = {self._mode}"
+        if self._mode == "full-access":
+            reason = f"Allowed {shown}: the mode is full-access and no rule denies it."
+            return Decision(True, "mode", reason, setting)
+        if self._mode == "smart" and level == "low":
+            reason = f"Allowed {shown}: it is low risk (read-only or inside the workspace)."
+            return Decision(True, "mode", reason, setting)
+        if self._asker is None:
+            return self._unattended(call, shown, level)
+        return await self._ask(self._asker, call, shown, level)
+
+    def _needs_approval(self) -> str:
+        if self._mode == "smart":
+            return "smart mode asks before high-risk calls like this one"
+        return "ask-everything mode asks before every call"
+
+    def _unattended(self, call: ToolCallRequest, shown: str, level: Risk) -> Decision:
+        better = "smart" if level == "low" else "full-access"
+        reason = (
+            f"Refused {shown}: this is an unattended run, so nobody can approve it, and "
+            f"{self._needs_approval()}. To let unattended runs do this, add the allow rule "
+            f'`{suggest_rule(call.tool, call.subject)}` to {self._label} or set mode = "{better}".'
+        )
+        return Decision(False, "unattended", reason, f"mode = {self._mode}")
+
+    async def _ask(self, asker: Asker, call: ToolCallRequest, shown: str, level: Risk) -> Decision:
+        question = f"Allow {shown}? Approval is needed because {self._needs_approval()}."
+        started = self._clock()
+        try:
+            async with asyncio.timeout(self._ask_timeout):
+                answer = await asker.ask(call, question)
+        except Exception as exc:  # no answer is a no: the gate fails closed
+            waited = self._clock() - started
+            log.warning("approval prompt for %s failed after %.0fs: %r", call.tool, waited, exc)
+            what = (
+                f"no answer came within {self._ask_timeout:.0f} s"
+                if isinstance(exc, TimeoutError)
+                else f"the approval prompt failed ({type(exc).__name__}: {exc})"
+            )
+            reason = (
+                f"Refused {shown}: {what}, and an unanswered approval counts as no. Try again, or "
+                f"add the allow rule `{suggest_rule(call.tool, call.subject)}` to {self._label}."
+            )
+            return Decision(False, "human", reason)
+        return await self._answered(call, shown, answer)
+
+    async def _answered(self, call: ToolCallRequest, shown: str, answer: str) -> Decision:
+        if answer == "allow_once":
+            return Decision(True, "human", f"Allowed {shown}: the requester approved it once.")
+        if answer == "allow_conversation":
+            try:
+                await self._remembered.add(call.conversation_id, call.tool, call.subject)
+            except Exception:
+                # The requester did approve: this call runs; only the memory of it is lost.
+                log.exception("remembering an approval for %s failed", call.tool)
+            reason = f"Allowed {shown}: the requester approved it for this conversation."
+            return Decision(True, "human", reason)
+        if answer not in _ANSWERS:
+            log.warning("approval prompt returned %r; treating it as deny", answer)
+        return Decision(
+            False,
+            "human",
+            f"Refused {shown}: the requester declined it. It will be asked again if retried; "
+            f"to allow it without asking, add the allow rule "
+            f"`{suggest_rule(call.tool, call.subject)}` to {self._label}.",
+        )
