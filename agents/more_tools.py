@@ -50,6 +50,9 @@ class EditFileInput(BaseModel):
 
 async def edit_file(ctx: ToolContext, args: EditFileInput) -> str:
     """Replace exact text in a workspace file (refused when it is missing or ambiguous)."""
+    refused = await ctx.refusal("edit_file", args.path)
+    if refused is not None:
+        return refused
     return await asyncio.to_thread(_edit_file, ctx, args)
 
 
@@ -155,6 +158,9 @@ def python_tool(policy: ShellPolicy) -> Tool[ToolContext]:
     the same sandbox, scrubbed environment, timeout and output cap as `run_shell`."""
 
     async def run_python(ctx: ToolContext, args: RunPythonInput) -> str:
+        refused = await ctx.refusal("run_python", args.code)
+        if refused is not None:
+            return refused
         workspace = await asyncio.to_thread(ctx.workspace.resolve)
         script = workspace / ".raven" / f"snippet_{uuid.uuid4().hex[:8]}.py"
         await asyncio.to_thread(_write_script, script, args.code)

@@ -8,7 +8,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -21,13 +21,37 @@ MAX_LIST_ENTRIES: Final = 500
 SKIP_DIRS: Final = frozenset({".git", "node_modules", "__pycache__", ".venv", ".mypy_cache"})
 
 
+class Permission(Protocol):
+    """A permission decision as tools read it."""
+
+    @property
+    def allowed(self) -> bool:
+        """May the call run?"""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why (shown to the agent when refused)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
-    """What workspace tools act on: the agent's workspace, and who can answer questions."""
+    """What workspace tools act on: the agent's workspace, who can answer questions, and
+    the permission gate that shell, Python and file writes pass."""
 
     workspace: Path
     # Asks the requester a clarifying question and returns the answer; None if nobody can.
     ask: Callable[[str], Awaitable[str]] | None = None
+    # (tool, subject) → decision; None when no gate is configured (tests, the console demo).
+    permit: Callable[[str, str], Awaitable[Permission]] | None = None
+
+    async def refusal(self, tool: str, subject: str) -> str | None:
+        """None when the gate lets the call run, else the text the agent gets instead."""
+        if self.permit is None:
+            return None
+        decision = await self.permit(tool, subject)
+        return None if decision.allowed else f"Refused by the permission gate: {decision.reason}"
 
 
 class WorkspaceError(ValueError):
@@ -103,6 +127,9 @@ def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
 
 async def write_file(ctx: ToolContext, args: WriteFileInput) -> str:
     """Write (or append to) a text file in the workspace, creating parent directories."""
+    refused = await ctx.refusal("write_file", args.path)
+    if refused is not None:
+        return refused
     return await asyncio.to_thread(_write_file, ctx, args)
 
 
@@ -274,6 +301,9 @@ def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
                 f"Refused: this command looks like {reason}, which is never run here "
                 "(builtin deny rule). Choose a safer command scoped to the workspace."
             )
+        refused = await ctx.refusal("run_shell", args.command)
+        if refused is not None:
+            return refused
         limit = rules.timeout_seconds
         timeout = min(args.timeout_seconds or limit, limit)
         workspace = await asyncio.to_thread(ctx.workspace.resolve)

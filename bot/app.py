@@ -54,6 +54,7 @@ from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.memory import MemoryCommands, MemoryContext, MemoryWriter
 from host.outbox import DeliveryError, Outbox
+from host.permission_gate import PermissionGates
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import subscribe_decision_handlers
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
@@ -263,6 +264,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         )
         if group
         else None,
+        gates=PermissionGates(home, store),
     )
     campaigns = CampaignEngine(
         store=CampaignStore(store),

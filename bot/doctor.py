@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
+from agents.permissions import PermissionConfigError, load_rules
 from agents.registry import RegistryError, load_registry
 from agents.sandbox import INSTALL_HINT
 from bot.app import build_sandbox
@@ -103,6 +104,22 @@ async def _check_agents(settings: Settings) -> Check:
     enabled = sum(1 for e in entries if e.enabled)
     source = str(path) if path.exists() else "defaults (no agents.toml)"
     return Check("agents", "ok", f"{enabled}/{len(entries)} agents enabled, from {source}")
+
+
+async def _check_permissions(settings: Settings) -> Check:
+    """The tool permission rules file parses (its default section, at least)."""
+    path = settings.home / "permissions.toml"
+    try:
+        rules = await asyncio.to_thread(load_rules, path, "")
+    except PermissionConfigError as exc:
+        return Check("permissions", "fail", str(exc).replace("\n", "; "))
+    source = str(path) if path.exists() else "defaults (no permissions.toml)"
+    return Check(
+        "permissions",
+        "ok",
+        f"mode {rules.mode}, {len(rules.allow)} allow / {len(rules.deny)} deny rule(s), "
+        f"from {source}",
+    )
 
 
 async def _check_machines(settings: Settings) -> Check:
@@ -212,6 +229,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_scheduler_store,
     _check_agents,
     _check_machines,
+    _check_permissions,
     _check_settings,
     _check_libraries,
     _check_embedder,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 
 from host.events import EventBus, subscribe_decision, subscribe_job
@@ -10,11 +11,20 @@ from host.prompt_model import Prompt
 from host.scheduling import JobHandler
 
 
-async def eventually(cond: Callable[[], bool], within: float = 10.0) -> None:
-    """Wait until `cond()` holds; fail after `within` seconds (a hang guard, not a timing)."""
+async def eventually(
+    cond: Callable[[], bool] | Callable[[], Awaitable[bool]], within: float = 10.0
+) -> None:
+    """Wait until `cond()` holds (a coroutine function is awaited each time); fail after
+    `within` seconds (a hang guard, not a timing)."""
+
+    async def holds() -> bool:
+        result = cond()
+        # An async predicate returns a coroutine, which is always truthy: await it.
+        return bool(await result) if inspect.isawaitable(result) else bool(result)
+
     async with asyncio.timeout(within):
         # Polling is right here: the state lives in another process or library we don't signal.
-        while not cond():  # noqa: ASYNC110
+        while not await holds():
             await asyncio.sleep(0.01)
 
 

@@ -9,11 +9,14 @@ from typing import Any, Protocol
 
 from agents.models.types import Message, TextBlock, ToolCall, ToolResult, Usage
 from agents.registry import AgentEntry
+from agents.workspace_tools import Permission
 
 Progress = Callable[[str], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
 # Asks the requester "run this exact command?"; True only when they approved it.
 Approve = Callable[[str], Awaitable[bool]]
+# The permission gate for one task: (tool, subject) → whether the call may run, and why.
+Permit = Callable[[str, str], Awaitable[Permission]]
 
 
 class BackendUnavailable(RuntimeError):
@@ -37,6 +40,8 @@ class AgentTask:
     ask: Ask | None = None
     # Lets a command-running agent get a command approved; None (nobody can approve) refuses.
     approve: Approve | None = None
+    # The permission gate tool calls pass (shell, Python, writes); None: none configured.
+    permit: Permit | None = None
 
     @property
     def message(self) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
+from agents.backends.base import AgentBackend, AgentOutcome, AgentTask, Permit
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from core.ids import ConversationRef
@@ -74,6 +74,26 @@ class WorkerPrompts(Protocol):
         self, conv: ConversationRef, requester: str, command: str, *, node_id: str
     ) -> bool:
         """Whether a person approved running `command` (False unless approved)."""
+        ...
+
+    async def ask_permission(
+        self, conv: ConversationRef, requester: str, question: str, *, node_id: str
+    ) -> str:
+        """A person's answer to a permission question (`allow_once`, `allow_conversation`,
+        `deny`)."""
+        ...
+
+
+class PermitFactory(Protocol):
+    """Builds the permission gate one node's tool calls pass (host-provided)."""
+
+    def __call__(
+        self,
+        conv: ConversationRef,
+        requester: str,
+        ask: Callable[[str], Awaitable[str]] | None,
+    ) -> Permit:
+        """The gate for one task; `ask` is None for an unattended run (it cannot ask)."""
         ...
 
 
@@ -126,6 +146,8 @@ class RunDeps:
     prompts: WorkerPrompts | None = None
     # None: nodes get their task alone (group memory off).
     prefetch: DispatchContext | None = None
+    # None: tool calls pass no permission gate (only the tools' own rules apply).
+    gates: PermitFactory | None = None
 
 
 class DispatchContext(Protocol):
@@ -486,6 +508,7 @@ class GraphRun:
             on_progress=None,
             ask=self._asker(node_id),
             approve=self._approver(node_id),
+            permit=self._permit(node_id),
         )
         return await self._call_backend(job.entry, task)
 
@@ -602,6 +625,23 @@ class GraphRun:
             self.record.submitted_by,
             node_id=node_id,
         )
+
+    def _permit(self, node_id: str) -> Permit | None:
+        gates, prompts = self._deps.gates, self._deps.prompts
+        if gates is None:
+            return None
+        # No prompts: nobody can be asked, so the gate is built unable to ask.
+        ask = (
+            None
+            if prompts is None
+            else functools.partial(
+                prompts.ask_permission,
+                self.record.conversation,
+                self.record.submitted_by,
+                node_id=node_id,
+            )
+        )
+        return gates(self.record.conversation, self.record.submitted_by, ask)
 
     def _approver(self, node_id: str) -> Callable[[str], Awaitable[bool]] | None:
         prompts = self._deps.prompts

@@ -24,6 +24,7 @@ from host.graph.executor import (
     ConversationCapacity,
     DispatchContext,
     GraphRun,
+    PermitFactory,
     RunDeps,
     WorkerPrompts,
 )
@@ -77,9 +78,11 @@ class RunManager:
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
         prompts: WorkerPrompts | None = None,
         prefetch: DispatchContext | None = None,
+        gates: PermitFactory | None = None,
     ) -> None:
         self._store = store
         self._prefetch = prefetch
+        self._gates = gates
         self._files = files
         self._registry = registry
         self._judge = judge
@@ -208,6 +211,7 @@ class RunManager:
             clock=self._clock,
             prompts=self._prompts,
             prefetch=self._prefetch,
+            gates=self._gates,
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run
