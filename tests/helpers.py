@@ -24,7 +24,7 @@ async def eventually(
 
     async with asyncio.timeout(within):
         # Polling is right here: the state lives in another process or library we don't signal.
-        while not await holds():
+        while not await holds():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
 
 
