@@ -82,22 +82,36 @@ class _Snapshot:
     fingerprint: Fingerprint
     by_name: Mapping[str, Skill]
     ordered: tuple[Skill, ...]
-    index: _Bm25 | None  # None for an empty catalog (BM25 cannot index zero documents)
+    index: SkillIndex
     problems: tuple[Problem, ...]
     overrides: tuple[str, ...]
 
     def search(self, query: str, k: int) -> list[SkillHit]:
         """Hits with a positive BM25 score, best first (ties by name), at most k."""
+        return self.index.search(query, k)
+
+
+class SkillIndex:
+    """BM25 over skills' name (×3), description (×2) and body; any source may use it."""
+
+    def __init__(self, skills: Sequence[Skill], source: SourceName) -> None:
+        self._skills = tuple(skills)
+        self._source: SourceName = source
+        # None for no skills: BM25 cannot index zero documents.
+        self._bm25 = _Bm25([_document(s) for s in self._skills]) if self._skills else None
+
+    def search(self, query: str, k: int) -> list[SkillHit]:
+        """Hits with a positive BM25 score, best first (ties by name), at most k."""
         terms = tokenize(query)
-        if self.index is None or not terms or k <= 0:
+        if self._bm25 is None or not terms or k <= 0:
             return []
-        scores = self.index.get_scores(terms)
+        scores = self._bm25.get_scores(terms)
         ranked = sorted(
-            ((float(score), skill) for score, skill in zip(scores, self.ordered, strict=True)),
+            ((float(score), skill) for score, skill in zip(scores, self._skills, strict=True)),
             key=lambda pair: (-pair[0], pair[1].name),
         )
         return [
-            SkillHit(source="local", skill=skill, score=score)
+            SkillHit(source=self._source, skill=skill, score=score)
             for score, skill in ranked[:k]
             if score > 0
         ]
@@ -198,7 +212,7 @@ class LocalCatalog:
             fingerprint=fingerprint,
             by_name=by_name,
             ordered=ordered,
-            index=_Bm25([_document(s) for s in ordered]) if ordered else None,
+            index=SkillIndex(ordered, "local"),
             problems=tuple(problems),
             overrides=tuple(sorted(overrides)),
         )
