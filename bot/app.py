@@ -33,6 +33,7 @@ from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapt
 from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
 from bot.settings import Settings
+from bot.skill_forge import skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.campaign_decider import ModelDecider
 from host.campaign_tools import build_campaign_tools
@@ -40,6 +41,7 @@ from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.episode_former import ModelFormer
 from host.events import EventBus, subscribe_job
+from host.experience import ExperienceWriter
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
@@ -61,6 +63,9 @@ from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob
+from host.skill_completer import ProviderCompleter
+from host.skill_store import ExperienceStore
+from host.skills_context import SkillContext
 from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.turn import TurnContext
 from memory.archive import Archive
@@ -106,6 +111,7 @@ class Runtime:
     campaigns: CampaignEngine
     memory: MemoryService
     memory_writer: MemoryWriter
+    experience_writer: ExperienceWriter
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
@@ -285,6 +291,12 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         budget_chars=settings.group_budget_chars,
     )
     group_sources = (group_context, AssessmentRequest(group_store)) if group else ()
+    experience = ExperienceStore(store)
+    experience_writer = ExperienceWriter(
+        experience,
+        completer=None if provider.offline else ProviderCompleter(provider),
+        embedder=embedder,
+    )
     tool_deps = HostToolDeps(
         runs=runs,
         broker=broker,
@@ -292,15 +304,29 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         results_reach_users=provider.offline,
         request_attribution=group,
     )
+    host_tools = build_host_tools(tool_deps) + build_campaign_tools(campaigns)
+    skill_sources = (
+        (
+            SkillContext(
+                skill_router(settings, experience, provider),
+                experience,
+                tools=[t.name for t in host_tools],
+                specialists=[e.name for e in registry.entries() if e.enabled],
+            ),
+        )
+        if settings.skills
+        else ()
+    )
     host = HostAgent(
         provider,
-        ToolRegistry[TurnContext](build_host_tools(tool_deps) + build_campaign_tools(campaigns)),
+        ToolRegistry[TurnContext](host_tools),
         context_sources=(
             OrchestrationContext(tool_deps),
             MemoryContext(
                 memory, k=settings.memory_recall_k, budget_chars=settings.memory_budget_chars
             ),
             *group_sources,
+            *skill_sources,
         ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
@@ -345,6 +371,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
     memory_writer.subscribe(bus)
     memory_commands.subscribe(bus)
+    experience_writer.subscribe(bus)
     bus.freeze()
 
     runtime = Runtime(
@@ -365,6 +392,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         campaigns=campaigns,
         memory=memory,
         memory_writer=memory_writer,
+        experience_writer=experience_writer,
     )
     try:
         await open_core(runtime)
@@ -384,6 +412,7 @@ async def open_core(runtime: Runtime) -> None:
     await runtime.memory.load_index()
     stack.push_async_callback(runtime.memory.save_index)
     stack.push_async_callback(runtime.memory_writer.close)
+    stack.push_async_callback(runtime.experience_writer.close)
     stack.push_async_callback(close_provider, runtime.provider)
     # Egress lives almost to the end: messages said while draining must still go out.
     stack.push_async_callback(close_adapters, runtime)

@@ -1,4 +1,5 @@
-"""The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory."""
+"""The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory,
+skills."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bot.home import HomeError
 from bot.logging_setup import configure_logging
 from bot.memory_cli import add_parser as add_memory_parser
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
+from bot.skills_cli import add_parser as add_skills_parser
 
 
 def _version() -> str:
@@ -72,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("run", help="run id (from `raven-bot runs list`)")
     add_campaigns_parser(sub)
     add_memory_parser(sub)
+    add_skills_parser(sub)
     return parser
 
 
@@ -105,6 +108,12 @@ def _runs(args: argparse.Namespace, settings: Settings) -> int:
     return runs_command(settings, args.runs_command, getattr(args, "run", None))
 
 
+def _skills(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.skills_cli import skills_command
+
+    return skills_command(args, settings)
+
+
 def _memory(args: argparse.Namespace, settings: Settings) -> int:
     from bot.memory_cli import memory_command
 
@@ -130,6 +139,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "runs": _runs,
         "campaigns": _campaigns,
         "memory": _memory,
+        "skills": _skills,
         "doctor": _doctor,
     }
 )

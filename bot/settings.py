@@ -15,7 +15,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 CsvList = Annotated[list[str], NoDecode]
 # URL settings that may carry credentials (`https://user:token@proxy/`).
 _URL_FIELDS = frozenset(
-    {"anthropic_base_url", "slack_api_url", "discord_api_url", "discord_gateway_url"}
+    {
+        "anthropic_base_url",
+        "slack_api_url",
+        "discord_api_url",
+        "discord_gateway_url",
+        "skills_hub_url",
+    }
 )
 
 
@@ -157,6 +163,31 @@ class Settings(BaseSettings):
         ge=100,
         validation_alias="RAVEN_GROUP_BUDGET_CHARS",
         description="Character budget of a group memory block, for the Host and for a node.",
+    )
+    skills: bool = Field(
+        default=True,
+        validation_alias="RAVEN_SKILLS",
+        description="Skill Forge: select SKILL.md procedures for each request (false: off).",
+    )
+    skills_gate: bool = Field(
+        default=True,
+        validation_alias="RAVEN_SKILLS_GATE",
+        description="One model call picks the skills from the fused pool (false: inject it all).",
+    )
+    skills_blocked: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_SKILLS_BLOCKED",
+        description="Comma-separated skill names never injected.",
+    )
+    skills_hub_url: str | None = Field(
+        default=None,
+        validation_alias="RAVEN_SKILLS_HUB_URL",
+        description="A remote skill hub's base URL (unset: no hub is queried).",
+    )
+    skills_hub_token: SecretStr | None = Field(
+        default=None,
+        validation_alias="RAVEN_SKILLS_HUB_TOKEN",
+        description="Bearer token for the skill hub, if it needs one.",
     )
     dedup_ttl_seconds: float = Field(
         default=7 * 24 * 3600.0,
@@ -340,6 +371,7 @@ class Settings(BaseSettings):
         "approvers",
         "discord_allowed_guilds",
         "discord_allowed_roles",
+        "skills_blocked",
         mode="before",
     )
     @classmethod

@@ -44,6 +44,9 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
     # Episodes by the rule: a background model call per turn would take answers scripted
     # for the Host (tests of the model former build it themselves, or set this).
     monkeypatch.setenv("RAVEN_MEMORY_EPISODES", "rule")
+    # Skill Forge off unless a test turns it on: its gate is one more model call, and its
+    # blocks would change the Host prompts other tests inspect.
+    monkeypatch.setenv("RAVEN_SKILLS", "false")
     # Settings read `.env` from the working directory: run tests from an empty one.
     workdir = tmp_path / "cwd"
     workdir.mkdir()

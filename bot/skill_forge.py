@@ -1,0 +1,49 @@
+"""Skill Forge from settings: the sources (bundled + user SKILL.md catalog, experience skills
+in SQLite, an optional hub) and the router, as the bot and `raven-bot skills` use them."""
+
+from __future__ import annotations
+
+from agents.models.provider import ModelProvider
+from bot.settings import Settings
+from host.skill_completer import ProviderCompleter
+from host.skill_store import ExperienceSkillSource, ExperienceStore
+from skills.catalog import LocalCatalog
+from skills.hub import HubSource
+from skills.model import SkillSource
+from skills.router import RouterSettings, SkillRouter
+
+USER_SKILLS_DIR = "skills"
+
+
+def skill_sources(settings: Settings, experience: ExperienceStore) -> list[SkillSource]:
+    """Local catalog, experience skills, and the hub when a URL is configured."""
+    sources: list[SkillSource] = [
+        LocalCatalog(settings.home / USER_SKILLS_DIR),
+        ExperienceSkillSource(experience),
+    ]
+    if settings.skills_hub_url:
+        token = settings.skills_hub_token
+        sources.append(
+            HubSource(
+                settings.skills_hub_url,
+                token=token.get_secret_value() if token is not None else None,
+            )
+        )
+    return sources
+
+
+def skill_router(
+    settings: Settings, experience: ExperienceStore, provider: ModelProvider | None
+) -> SkillRouter:
+    """The router; its gate needs a model (offline the fused pool is used as is)."""
+    completer = (
+        ProviderCompleter(provider) if provider is not None and not provider.offline else None
+    )
+    return SkillRouter(
+        skill_sources(settings, experience),
+        completer=completer,
+        settings=RouterSettings(
+            gate_enabled=settings.skills_gate,
+            blocked_names=frozenset(settings.skills_blocked),
+        ),
+    )

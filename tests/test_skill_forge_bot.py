@@ -1,0 +1,232 @@
+"""Skill Forge in the assembled bot: the gate picks skills for a request and their bodies
+reach the Host fenced, with resource paths, recorded per turn; a failing gate falls back;
+finished runs leave cases (offline too) and, with a model and embeddings, revise the agent's
+experience skills, which the memory source then returns; and the `skills` CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bot.app import build_runtime, shutdown
+from bot.settings import load_settings
+from host.experience import ExperienceWriter
+from host.messages import InboundMessage
+from host.skill_store import ExperienceSkillSource, ExperienceStore
+from memory.embeddings import Vectors, normalize_rows
+from memory.store import Store
+from skills.evolution import Case
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.test_cli_end_to_end import _env, _run
+
+GOOD_BODY = "\n".join(
+    [
+        "1. Read the failing test's assertion and the code it calls.",
+        "2. Reproduce the failure with the single test.",
+        "3. Change the code under test, not the assertion.",
+        "4. Re-run the single test, then the whole suite.",
+        "5. Report the command and its result.",
+    ]
+)
+
+
+def _msg(text: str, event: str) -> InboundMessage:
+    return InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread="T",
+        message_id=event,
+        author_id="U1",
+        author_name="alice",
+        text=text,
+        event_id=event,
+    )
+
+
+def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(home / "raven.db") as db:
+        return list(db.execute(sql))
+
+
+class Models:
+    """A Host that answers plainly, and a gate whose answer the test chooses."""
+
+    def __init__(self, gate_answer: str) -> None:
+        self.gate_answer = gate_answer
+        self.host_systems: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        system = json.dumps(body.get("system"))
+        if "You select procedures (skills)" in system:
+            return {"content": self.gate_answer}
+        self.host_systems.append(system)
+        return {"content": "ok"}
+
+
+async def _turn_with(
+    monkeypatch: pytest.MonkeyPatch, gate_answer: str, text: str
+) -> tuple[Models, Path, Any]:
+    models = Models(gate_answer)
+    fake = FakeAnthropic()
+    await fake.start()
+    fake.responder = models
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+    monkeypatch.setenv("RAVEN_SKILLS", "true")
+    settings = load_settings()
+    runtime = await build_runtime(settings, [FakeChatAdapter])
+    try:
+        turn = await runtime.service.accept(_msg(text, "e1"))
+        assert turn is not None
+        outcome = await turn
+    finally:
+        await shutdown(runtime)
+        await fake.stop()
+    return models, settings.home, outcome
+
+
+async def test_the_gate_picks_a_skill_that_reaches_the_host_fenced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answer = '{"plan": "chart it", "selected": ["local/svg-chart", "local/nonexistent"]}'
+    models, home, outcome = await _turn_with(
+        monkeypatch, answer, "please make an svg chart from this csv of latencies"
+    )
+    (system,) = models.host_systems
+    assert "local/svg-chart" in system and "untrusted-data" in system
+    assert "scripts/csv_to_svg.py" in system  # resource paths resolved
+    assert "local/run-test-suite" not in system
+    assert _rows(home, "SELECT turn_id, qid FROM skill_injections") == [
+        (outcome.turn_id, "local/svg-chart")
+    ]
+
+
+async def test_a_failing_gate_falls_back_to_the_top_of_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    models, home, _ = await _turn_with(
+        monkeypatch, "I cannot decide, sorry.", "please make an svg chart from this csv"
+    )
+    injected = [q for (q,) in _rows(home, "SELECT qid FROM skill_injections ORDER BY position")]
+    assert injected[0] == "local/svg-chart" and 1 <= len(injected) <= 3  # k_fb = 3
+    assert "local/svg-chart" in models.host_systems[0]
+
+
+async def test_skills_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    monkeypatch.setenv("RAVEN_SKILLS", "false")
+    runtime = await build_runtime(load_settings(), [FakeChatAdapter])
+    try:
+        assert not any(type(s).__name__ == "SkillContext" for s in runtime.host._sources)
+    finally:
+        await shutdown(runtime)
+
+
+class HashEmbedder:
+    """Feature-hashed token counts, normalized (same text, same vector)."""
+
+    name = "hash/32"
+    dimension = 32
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), 32), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for token in text.lower().split():
+                out[row, int(hashlib.sha1(token.encode()).hexdigest(), 16) % 32] += 1.0
+        return normalize_rows(out)
+
+
+class OpsCompleter:
+    """The skill-extraction call: always proposes one new skill."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def complete(self, system: str, user: str) -> str:
+        self.calls += 1
+        op = {
+            "action": "add",
+            "name": "fix-flaky-parser-test",
+            "description": "Use when the parser test fails intermittently.",
+            "body": GOOD_BODY,
+            "confidence": 1.7,
+        }
+        return json.dumps([op])
+
+
+async def test_experience_revises_an_agents_skills(tmp_path: Path) -> None:
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    try:
+        experience = ExperienceStore(store)
+        completer = OpsCompleter()
+        writer = ExperienceWriter(experience, completer=completer, embedder=HashEmbedder())
+        case = await experience.add_case(
+            "code",
+            "run_1",
+            "n1",
+            Case("", 1.0, "fix the parser test that fails", "code completed the task", "", 0.9),
+        )
+        await writer._revise("code", case)
+        (stored,) = await experience.skills("code")
+        assert stored.record.name == "fix-flaky-parser-test"
+        assert stored.record.confidence == 1.0  # clipped
+        assert stored.record.lineage == (case.id,)
+        hits = await ExperienceSkillSource(experience, "code").search("parser test fails", 3)
+        assert [h.qid for h in hits] == [f"memory/code/{stored.id}"]
+        # A low-quality case makes no model call.
+        low = Case("", 2.0, "x", "y", "", 0.1)
+        await writer._revise("code", await experience.add_case("code", "run_2", "n1", low))
+        assert completer.calls == 1
+    finally:
+        await store.close()
+
+
+def _write_agents(home: Path) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "agents.toml").write_text(
+        '[agents.echo]\nbackend = "cli"\ndescription = "Echoes."\ncommand = ["cat"]\n'
+    )
+
+
+async def test_a_finished_run_leaves_cases_offline(isolated_env: Path) -> None:
+    _write_agents(isolated_env)
+    runtime = await build_runtime(load_settings(), [FakeChatAdapter])
+    try:
+        turn = await runtime.service.accept(_msg("b1: echo: build the benchmark table", "e1"))
+        assert turn is not None
+        await turn
+        await runtime.service.quiesce(_msg("x", "x").conversation)
+        await runtime.experience_writer.idle()
+        rows = _rows(isolated_env, "SELECT agent, node_id, intent, quality FROM agent_cases")
+        assert rows == [("echo", "b1", "build the benchmark table", 0.9)]
+        assert _rows(isolated_env, "SELECT COUNT(*) FROM experience_skills") == [(0,)]
+    finally:
+        await shutdown(runtime)
+
+
+async def test_the_skills_cli_lists_and_ranks(isolated_env: Path) -> None:
+    env = _env(isolated_env)
+    code, out, err = await _run("skills", "list", "--json", env=env)
+    assert code == 0, err
+    listed = {s["name"]: s["source"] for s in json.loads(out)}
+    assert listed["svg-chart"] == "bundled" and len(listed) >= 8
+    code, out, err = await _run("skills", "search", "--json", "svg chart from csv", env=env)
+    assert code == 0, err
+    (first, *_) = json.loads(out)
+    assert first["name"] == "svg-chart" and first["ranks"] == {"local": [1]}
+    assert first["rrf"] == pytest.approx(1.0 / 61, abs=1e-6)
+    code, out, _ = await _run("skills", "search", "svg chart", env=env)
+    assert "svg-chart" in out and "local #1" in out
+    assert sys.executable  # the CLI ran from this venv
