@@ -99,7 +99,15 @@ async def test_inproc_runs_the_specialist_with_tools_in_the_workspace(workspace:
     assert (workspace / "hello.py").read_text() == "print('hi')\n"
     system, _, tools = provider.calls[0]
     assert system == SPECIALISTS["code"].system_prompt
-    assert {t.name for t in tools} == {"read_file", "write_file", "list_files", "run_shell"}
+    assert {t.name for t in tools} == {
+        "read_file",
+        "write_file",
+        "edit_file",
+        "list_files",
+        "search_files",
+        "run_shell",
+        "run_python",
+    }
     assert outcome.model_calls == 2 and outcome.usage == Usage(input_tokens=7, output_tokens=2)
     assert outcome.transcript[0]["name"] == "write_file"
 
@@ -485,7 +493,12 @@ async def test_anthropic_style_api_agent_runs_the_loop(notes_workspace: Path) ->
     assert outcome.model_calls == 2 and outcome.usage.input_tokens > 0
     first, second = (r["json"] for r in requests[:2])
     assert first["model"] == "claude-test"
-    assert {t["name"] for t in first["tools"]} == {"read_file", "list_files", "write_file"}
+    assert {t["name"] for t in first["tools"]} == {
+        "read_file",
+        "list_files",
+        "search_files",
+        "write_file",
+    }
     assert "notes.md" in json.dumps(second["messages"][-1])
     # The fake answers 401 to any other key, so two good replies prove the agent's key was sent.
     sent = {k.lower(): v for k, v in requests[0]["headers"].items()}
@@ -500,7 +513,8 @@ def test_default_specialists_are_configurations() -> None:
     assert set(tools) == {"raven", "research", "code", "design", "oncall"}
     assert "run_shell" in tools["code"] and "write_file" in tools["code"]
     assert "write_file" in tools["design"] and "run_shell" not in tools["design"]
-    assert tools["raven"] == ["read_file", "list_files"] == tools["oncall"]
+    assert "check_artifact" in tools["design"] and "run_python" in tools["code"]
+    assert tools["raven"] == ["read_file", "list_files", "search_files"] == tools["oncall"]
     assert "Sources" in SPECIALISTS["research"].system_prompt
     assert "no web access" in SPECIALISTS["research"].system_prompt
     assert "campaign tools" in SPECIALISTS["oncall"].system_prompt
