@@ -33,7 +33,7 @@ from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapt
 from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
 from bot.settings import Settings
-from bot.skill_forge import skill_router
+from bot.skill_forge import USER_SKILLS_DIR, skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.campaign_decider import ModelDecider
 from host.campaign_tools import build_campaign_tools
@@ -42,6 +42,7 @@ from host.conversations import ConversationService
 from host.episode_former import ModelFormer
 from host.events import EventBus, subscribe_job
 from host.experience import ExperienceWriter
+from host.graph.executor import DispatchContext
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
@@ -64,6 +65,7 @@ from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob
 from host.skill_completer import ProviderCompleter
+from host.skill_prefetch import DefaultSkills, DispatchContexts
 from host.skill_store import ExperienceStore
 from host.skills_context import SkillContext
 from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
@@ -81,6 +83,7 @@ from oncall.machines.registry import Allocator, build_machines, load_machines
 from oncall.model import MachineSpec
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
+from skills.catalog import LocalCatalog
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +202,33 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
     return adapters
 
 
+def dispatch_context(
+    settings: Settings, memory: MemoryService, group_store: GroupStore, registry: AgentRegistry
+) -> DispatchContext | None:
+    """What dispatched nodes get after their task: group memory's prefetch (Eq. 34) and
+    their specialist's default skills, each when turned on."""
+    parts: list[DispatchContext] = []
+    if settings.group_memory:
+        parts.append(
+            GroupPrefetch(
+                memory,
+                group_store,
+                k_group=settings.group_recall_k,
+                k_verdict=settings.group_verdicts_k,
+                budget_chars=settings.group_budget_chars,
+            )
+        )
+    if settings.skills:
+        specialists = default_specialists()
+        defaults = {
+            e.name: specialists[e.role].default_skills
+            for e in registry.entries()
+            if e.backend == "inproc" and e.role in specialists
+        }
+        parts.append(DefaultSkills(LocalCatalog(settings.home / USER_SKILLS_DIR), defaults))
+    return DispatchContexts(parts) if parts else None
+
+
 async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
     """Collect → validate → build → subscribe → open the store (crash leftovers marked)."""
     check_home(settings.home)
@@ -261,15 +291,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         prompts=clarifier,
-        prefetch=GroupPrefetch(
-            memory,
-            group_store,
-            k_group=settings.group_recall_k,
-            k_verdict=settings.group_verdicts_k,
-            budget_chars=settings.group_budget_chars,
-        )
-        if group
-        else None,
+        prefetch=dispatch_context(settings, memory, group_store, registry),
         gates=PermissionGates(home, store),
     )
     campaigns = CampaignEngine(

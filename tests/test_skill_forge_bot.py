@@ -230,3 +230,26 @@ async def test_the_skills_cli_lists_and_ranks(isolated_env: Path) -> None:
     code, out, _ = await _run("skills", "search", "svg chart", env=env)
     assert "svg-chart" in out and "local #1" in out
     assert sys.executable  # the CLI ran from this venv
+
+
+async def test_a_dispatched_node_gets_its_specialists_default_skills(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    monkeypatch.setenv("RAVEN_SKILLS", "true")
+    runtime = await build_runtime(load_settings(), [FakeChatAdapter])
+    try:
+        turn = await runtime.service.accept(_msg("c1: code: add a parser test", "e1"))
+        assert turn is not None
+        await turn
+        await runtime.service.quiesce(_msg("x", "x").conversation)
+        prompts = [
+            json.loads(line)["text"]
+            for path in (isolated_env / "runs").glob("*/journal.jsonl")
+            for line in path.read_text().splitlines()
+            if json.loads(line).get("kind") == "prompt"
+        ]
+        (prompt,) = prompts
+        assert prompt.index("add a parser test") < prompt.index("local/run-test-suite")
+        assert "untrusted-data" in prompt
+    finally:
+        await shutdown(runtime)

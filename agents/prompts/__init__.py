@@ -1,0 +1,1 @@
+"""The specialists' system prompts, one Markdown file each (loaded by agents.specialists)."""
