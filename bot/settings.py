@@ -174,6 +174,11 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_SKILLS_GATE",
         description="One model call picks the skills from the fused pool (false: inject it all).",
     )
+    skills_rewriter: bool = Field(
+        default=False,
+        validation_alias="RAVEN_SKILLS_REWRITER",
+        description="One model call rewrites the request into a skill query (or skips skills).",
+    )
     skills_blocked: CsvList = Field(
         default_factory=list,
         validation_alias="RAVEN_SKILLS_BLOCKED",

@@ -44,6 +44,7 @@ def skill_router(
         completer=completer,
         settings=RouterSettings(
             gate_enabled=settings.skills_gate,
+            rewriter_enabled=settings.skills_rewriter,
             blocked_names=frozenset(settings.skills_blocked),
         ),
     )

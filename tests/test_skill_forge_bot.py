@@ -253,3 +253,33 @@ async def test_a_dispatched_node_gets_its_specialists_default_skills(
         assert "untrusted-data" in prompt
     finally:
         await shutdown(runtime)
+
+
+class ClusteringCompleter(OpsCompleter):
+    """Also answers the cluster choice: always the first recalled cluster."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cluster_questions = 0
+
+    async def complete(self, system: str, user: str) -> str:
+        if "group an agent's tasks by intent" in system:
+            self.cluster_questions += 1
+            return 'Sure: {"cluster": 0}'
+        return await super().complete(system, user)
+
+
+async def test_a_close_intent_joins_a_cluster_by_the_models_choice(tmp_path: Path) -> None:
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    try:
+        experience = ExperienceStore(store)
+        completer = ClusteringCompleter()
+        writer = ExperienceWriter(experience, completer=completer, embedder=HashEmbedder())
+        for n, intent in enumerate(("fix the flaky parser test", "fix the slow lexer test now")):
+            case = Case("", float(n), intent, "code completed the task", "", 0.9)
+            await writer._revise("code", await experience.add_case("code", "r", f"n{n}", case))
+        (cluster,) = await experience.clusters("code")
+        assert cluster.count == 2 and completer.cluster_questions == 1
+    finally:
+        await store.close()
