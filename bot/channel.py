@@ -70,6 +70,10 @@ class Inbox(Protocol):
         """True when the bot already takes part in this conversation."""
         ...
 
+    async def claim(self, platform: str, event_id: str) -> bool:
+        """True the first time an event that is not a message (a click) is seen."""
+        ...
+
     async def quiesce(self, conv: ConversationRef) -> None:
         """Wait until the conversation has no turn, queued turn or graph run left."""
         ...

@@ -129,6 +129,11 @@ class ConversationService:
         task = self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
         return await asyncio.shield(task)
 
+    async def claim(self, platform: str, event_id: str) -> bool:
+        """True the first time a platform event that is not a message (a click, a form) is
+        seen: redeliveries, even across a restart, are dropped."""
+        return await self._log.claim_key(f"{platform}:event:{event_id}", ttl_seconds=self._ttl)
+
     async def receive(self, msg: InboundMessage) -> bool:
         """Persist and dedup `msg` and return at once; False for a duplicate.
 

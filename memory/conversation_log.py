@@ -113,6 +113,25 @@ class ConversationLog:
         # The ack waits for this commit: it goes into the next batch before any other unit.
         return await self._store.write(claim, priority=WritePriority.INGRESS)
 
+    async def claim_key(self, key: str, *, ttl_seconds: float) -> bool:
+        """True the first time `key` is claimed within its TTL (an interaction id, say)."""
+        now = self._clock()
+
+        def claim(db: sqlite3.Connection) -> bool:
+            seen = db.execute(
+                "SELECT 1 FROM dedup WHERE key = ? AND expires_at >= ?", (key, now)
+            ).fetchone()
+            if seen is not None:
+                return False
+            db.execute("DELETE FROM dedup WHERE key = ?", (key,))
+            db.execute(
+                "INSERT INTO dedup (key, expires_at) VALUES (?, ?)", (key, now + ttl_seconds)
+            )
+            return True
+
+        claimed: bool = await self._store.write(claim, priority=WritePriority.INGRESS)
+        return claimed
+
     async def mark_handled(self, message_id: int, turn_id: str | None = None) -> None:
         """Record that an inbound message was taken up (by a turn, or deliberately not)."""
         await self._store.execute(

@@ -331,3 +331,19 @@ async def test_a_click_on_a_prompt_decided_while_the_bot_was_down(
             assert all(b.get("disabled") for b in _buttons(edited))
             await bot.settle(thread)
             assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
+
+
+async def test_an_interaction_delivered_twice_is_answered_once(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    _write_agents(isolated_env)
+    async with discord_bot(monkeypatch) as bot:
+        thread, message = await _plan(bot)
+        button = _buttons(message)[0]
+        payload = await bot.fake.click(thread, message["id"], button["custom_id"], ALICE)
+        await bot.fake.dispatch("INTERACTION_CREATE", payload)  # a replay of the same click
+        await bot.fake.wait_for(lambda: _completed(bot, thread))
+        await bot.settle(thread)
+        answered = [c for c in bot.fake.interaction_callbacks if c["id"] == payload["id"]]
+        assert len(answered) == 1
+        assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]

@@ -427,7 +427,7 @@ class DiscordAdapter:
     async def _on_click(self, interaction: discord.Interaction, custom_id: str) -> None:
         self._taken.add(interaction.id)
         parsed = parse_action_id(custom_id)
-        if parsed is None or self._prompts is None:
+        if parsed is None or self._prompts is None or not await self._first(interaction):
             return
         prompt_id, nonce, choice = parsed
         if choice != TEXT_CHOICE:
@@ -443,6 +443,8 @@ class DiscordAdapter:
         self, interaction: discord.Interaction, prompt_id: str, nonce: str, value: str
     ) -> None:
         assert self._prompts is not None
+        if not await self._first(interaction):
+            return
         # From a prompt's message: a silent deferred update. Without one (a form opened
         # before a restart), a private "thinking" reply that the outcome then fills in.
         thinking = interaction.message is None
@@ -458,6 +460,11 @@ class DiscordAdapter:
             )
         if thinking and outcome.status == "accepted":
             await _followup(interaction, "Thanks, your answer was recorded.")
+
+    async def _first(self, interaction: discord.Interaction) -> bool:
+        """False for an interaction delivered again (a gateway replay): answered once."""
+        assert self._inbox is not None
+        return await self._inbox.claim(self.platform, f"interaction:{interaction.id}")
 
     @contextlib.contextmanager
     def _answering(self, interaction: discord.Interaction) -> Any:
