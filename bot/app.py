@@ -28,6 +28,7 @@ from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_regis
 from agents.sandbox import DetachedSandbox, Sandbox, select_sandbox
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
+from agents.web_tools import WebConfig, web_tools_hook
 from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
 from bot.channels import AdapterFactory
@@ -144,7 +145,10 @@ def backend_factory(
     provider: ModelProvider, settings: Settings, sandbox: Sandbox
 ) -> Callable[[AgentEntry], AgentBackend]:
     """Builds each agent's backend once, on first use."""
-    specialists = default_specialists(shell=ShellPolicy(sandbox=sandbox))
+    web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
+    specialists = default_specialists(
+        shell=ShellPolicy(sandbox=sandbox), web_tools=web_tools_hook(web)
+    )
     built: dict[str, AgentBackend] = {}
 
     def backend(entry: AgentEntry) -> AgentBackend:

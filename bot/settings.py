@@ -21,6 +21,7 @@ _URL_FIELDS = frozenset(
         "discord_api_url",
         "discord_gateway_url",
         "skills_hub_url",
+        "web_search_url",
     }
 )
 
@@ -163,6 +164,16 @@ class Settings(BaseSettings):
         ge=100,
         validation_alias="RAVEN_GROUP_BUDGET_CHARS",
         description="Character budget of a group memory block, for the Host and for a node.",
+    )
+    web_fetch: bool = Field(
+        default=False,
+        validation_alias="RAVEN_WEB_FETCH",
+        description="Give the research agent web_fetch (public http(s) pages as text).",
+    )
+    web_search_url: str | None = Field(
+        default=None,
+        validation_alias="RAVEN_WEB_SEARCH_URL",
+        description="A JSON search endpoint for web_search (e.g. SearXNG's /search; unset: none).",
     )
     skills: bool = Field(
         default=True,
