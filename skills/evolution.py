@@ -15,7 +15,7 @@ from typing import Literal, cast
 import numpy as np
 import numpy.typing as npt
 
-from skills.router import Completer, extract_json
+from skills.router import Completer, extract_json, parse_number
 
 Vector = npt.NDArray[np.float64]
 Mode = Literal["skip", "failure", "success"]
@@ -179,18 +179,8 @@ _TEXT_FIELDS = ("name", "description", "body")
 
 def parse_confidence(value: object) -> float | None:
     """A finite number (or numeric string) clipped to [0, 1]; None when malformed."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
-        return None
-    return _clip01(number) if math.isfinite(number) else None
+    number = parse_number(value)
+    return _clip01(number) if number is not None and math.isfinite(number) else None
 
 
 def _parse_item(item: object) -> Operation | None:

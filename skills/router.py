@@ -263,20 +263,20 @@ def gate_prompt(
 # --- policy --------------------------------------------------------------------------------
 
 
-def _safety(value: object) -> float | None:
-    """A parseable safety score, or None (missing or malformed scores never reject)."""
-    if isinstance(value, bool):
+def parse_number(value: object) -> float | None:
+    """A number, or a numeric string, as a float; None for anything else (booleans too)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if isinstance(value, int | float):
+    try:
         number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
+    except ValueError:
         return None
     return None if math.isnan(number) else number
+
+
+def _safety(value: object) -> float | None:
+    """A parseable safety score, or None (missing or malformed scores never reject)."""
+    return parse_number(value)
 
 
 def admitted(hit: SkillHit, settings: RouterSettings) -> bool:
