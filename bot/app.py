@@ -464,6 +464,9 @@ async def start_serving(runtime: Runtime) -> None:
     caught_up = await runtime.memory_writer.recover()
     if caught_up:
         log.info("memory: taking in %d turn(s) completed before a crash", caught_up)
+    waiting = await runtime.experience_writer.catch_up()
+    if waiting:
+        log.info("skills: revising from %d case(s) recorded while no model was available", waiting)
     # After recovery, so a job firing now cannot race the replay of unhandled messages.
     await runtime.scheduler.start()
     # First to stop: a job firing during the drain would start work shutdown then cuts off.

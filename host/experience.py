@@ -129,11 +129,40 @@ class ExperienceWriter:
                 return index if isinstance(index, int) and not isinstance(index, bool) else None
         return None
 
+    async def catch_up(self) -> int:
+        """Revise skills from the cases recorded while no model was available (at startup,
+        in the background); returns how many cases are queued."""
+        if self._completer is None or self._embedder is None:
+            return 0
+        pending = await self._store.unrevised()
+        if pending:
+            task = asyncio.get_running_loop().create_task(
+                self._revise_all(pending), name="experience:catch-up"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return len(pending)
+
+    async def _revise_all(self, pending: list[tuple[str, Case]]) -> None:
+        for agent, case in pending:
+            try:
+                await self._revise(agent, case)
+            except Exception:
+                log.exception("revising skills from case %s failed", case.id)
+
     async def _revise(self, agent: str, case: Case) -> None:
-        """Cluster the case and let one model call revise the cluster's skills."""
-        if self._completer is None or self._embedder is None or mode(case.quality) == "skip":
-            return  # offline (or no embeddings): the case waits for a model
-        vector = (await self._embedder.embed([case.intent]))[0]
+        """Cluster the case and let one model call revise the cluster's skills; the case is
+        marked revised after (offline, or without embeddings, it waits)."""
+        if self._completer is None or self._embedder is None:
+            return  # the case waits for a model
+        if mode(case.quality) != "skip":
+            await self._revise_with_model(agent, case, self._completer, self._embedder)
+        await self._store.mark_revised(case.id)
+
+    async def _revise_with_model(
+        self, agent: str, case: Case, completer: Completer, embedder: Embedder
+    ) -> None:
+        vector = (await embedder.embed([case.intent]))[0]
         # One agent's read-cluster-write sequence at a time (two runs may finish together).
         async with self._locks.hold(agent):
             clusters: list[Cluster] = await self._store.clusters(agent)
@@ -144,7 +173,7 @@ class ExperienceWriter:
             ][:K_SKILL]
             support = await self._store.cases(agent, support_ids(existing, case))
             emitted = await extract_update(
-                self._completer,
+                completer,
                 case,
                 existing,
                 support_pool(support, case, K_CASE),

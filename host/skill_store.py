@@ -82,6 +82,19 @@ class ExperienceStore:
         row_id: int = await self._store.write(insert)
         return row_id
 
+    async def unrevised(self, limit: int = 200) -> list[tuple[str, Case]]:
+        """(agent, case) of cases no skill revision has seen yet, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM agent_cases WHERE revised = 0 ORDER BY id LIMIT ?", (limit,)
+        )
+        return [(str(r["agent"]), _case(r)) for r in rows]
+
+    async def mark_revised(self, case_id: str) -> None:
+        """The case went through revision (or cannot: too poor to learn from)."""
+        await self._store.execute(
+            "UPDATE agent_cases SET revised = 1 WHERE id = ?", (int(case_id),)
+        )
+
     async def cases(self, agent: str, ids: Sequence[str]) -> list[Case]:
         """The agent's cases with these ids (missing ones are left out)."""
         numeric = [int(i) for i in ids if i.isdigit()]

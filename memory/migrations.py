@@ -425,4 +425,12 @@ CREATE TABLE permission_audit (
 CREATE INDEX permission_audit_by_conversation ON permission_audit(conversation_id, id)
 """,
     ),
+    (
+        10,
+        "agent cases: whether a case has been through skill revision (offline cases wait)",
+        """
+ALTER TABLE agent_cases ADD COLUMN revised INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX agent_cases_unrevised ON agent_cases(revised) WHERE revised = 0
+""",
+    ),
 )

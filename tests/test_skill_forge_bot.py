@@ -283,3 +283,25 @@ async def test_a_close_intent_joins_a_cluster_by_the_models_choice(tmp_path: Pat
         assert cluster.count == 2 and completer.cluster_questions == 1
     finally:
         await store.close()
+
+
+async def test_cases_recorded_offline_are_revised_once_a_model_is_there(tmp_path: Path) -> None:
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    try:
+        experience = ExperienceStore(store)
+        offline = ExperienceWriter(experience, completer=None, embedder=None)
+        case = Case("", 1.0, "fix the parser test that fails", "code completed the task", "", 0.9)
+        stored = await experience.add_case("code", "run_1", "n1", case)
+        await offline._revise("code", stored)
+        assert await offline.catch_up() == 0  # still no model: the case keeps waiting
+        assert [c.id for _, c in await experience.unrevised()] == [stored.id]
+        completer = OpsCompleter()
+        online = ExperienceWriter(experience, completer=completer, embedder=HashEmbedder())
+        assert await online.catch_up() == 1
+        await online.idle()
+        assert [s.record.name for s in await experience.skills("code")] == ["fix-flaky-parser-test"]
+        assert await experience.unrevised() == [] and completer.calls == 1
+        assert await online.catch_up() == 0  # revised once only
+    finally:
+        await store.close()
