@@ -34,7 +34,7 @@ from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapt
 from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
 from bot.settings import Settings
-from bot.skill_forge import USER_SKILLS_DIR, skill_router
+from bot.skill_forge import local_catalog, skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.campaign_decider import ModelDecider
 from host.campaign_tools import build_campaign_tools
@@ -207,7 +207,11 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
 
 
 def dispatch_context(
-    settings: Settings, memory: MemoryService, group_store: GroupStore, registry: AgentRegistry
+    settings: Settings,
+    memory: MemoryService,
+    group_store: GroupStore,
+    registry: AgentRegistry,
+    catalog: LocalCatalog,
 ) -> DispatchContext | None:
     """What dispatched nodes get after their task: group memory's prefetch (Eq. 34) and
     their specialist's default skills, each when turned on."""
@@ -229,7 +233,7 @@ def dispatch_context(
             for e in registry.entries()
             if e.backend == "inproc" and e.role in specialists
         }
-        parts.append(DefaultSkills(LocalCatalog(settings.home / USER_SKILLS_DIR), defaults))
+        parts.append(DefaultSkills(catalog, defaults))
     return DispatchContexts(parts) if parts else None
 
 
@@ -279,6 +283,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         else RuleFormer(),
     )
     group = settings.group_memory
+    catalog = local_catalog(settings)
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
@@ -295,7 +300,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         prompts=clarifier,
-        prefetch=dispatch_context(settings, memory, group_store, registry),
+        prefetch=dispatch_context(settings, memory, group_store, registry, catalog),
         gates=PermissionGates(home, store),
     )
     campaigns = CampaignEngine(
@@ -334,7 +339,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     skill_sources = (
         (
             SkillContext(
-                skill_router(settings, experience, provider),
+                skill_router(settings, experience, provider, catalog),
                 experience,
                 tools=[t.name for t in host_tools],
                 specialists=[e.name for e in registry.entries() if e.enabled],

@@ -15,10 +15,17 @@ from skills.router import RouterSettings, SkillRouter
 USER_SKILLS_DIR = "skills"
 
 
-def skill_sources(settings: Settings, experience: ExperienceStore) -> list[SkillSource]:
+def local_catalog(settings: Settings) -> LocalCatalog:
+    """Bundled skills overlaid by `RAVEN_HOME/skills/` (hot-reloaded)."""
+    return LocalCatalog(settings.home / USER_SKILLS_DIR)
+
+
+def skill_sources(
+    settings: Settings, experience: ExperienceStore, catalog: LocalCatalog | None = None
+) -> list[SkillSource]:
     """Local catalog, experience skills, and the hub when a URL is configured."""
     sources: list[SkillSource] = [
-        LocalCatalog(settings.home / USER_SKILLS_DIR),
+        catalog or local_catalog(settings),
         ExperienceSkillSource(experience),
     ]
     if settings.skills_hub_url:
@@ -33,14 +40,17 @@ def skill_sources(settings: Settings, experience: ExperienceStore) -> list[Skill
 
 
 def skill_router(
-    settings: Settings, experience: ExperienceStore, provider: ModelProvider | None
+    settings: Settings,
+    experience: ExperienceStore,
+    provider: ModelProvider | None,
+    catalog: LocalCatalog | None = None,
 ) -> SkillRouter:
     """The router; its gate needs a model (offline the fused pool is used as is)."""
     completer = (
         ProviderCompleter(provider) if provider is not None and not provider.offline else None
     )
     return SkillRouter(
-        skill_sources(settings, experience),
+        skill_sources(settings, experience, catalog),
         completer=completer,
         settings=RouterSettings(
             gate_enabled=settings.skills_gate,

@@ -10,10 +10,9 @@ from typing import Any, TextIO
 
 from bot.home import check_home
 from bot.settings import Settings
-from bot.skill_forge import USER_SKILLS_DIR, skill_router
+from bot.skill_forge import local_catalog, skill_router
 from host.skill_store import ExperienceStore
 from memory.store import Store
-from skills.catalog import LocalCatalog
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,7 +53,7 @@ async def _run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
 
 
 async def _list(settings: Settings, experience: ExperienceStore, as_json: bool, out: TextIO) -> int:
-    catalog = LocalCatalog(settings.home / USER_SKILLS_DIR)
+    catalog = local_catalog(settings)
     rows = [(s.name, s.origin, s.description) for s in await catalog.skills()]
     rows += [
         (s.record.name, f"experience:{s.agent}", s.record.description)
