@@ -66,7 +66,7 @@ from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob
 from host.skill_completer import ProviderCompleter
-from host.skill_prefetch import DefaultSkills, DispatchContexts
+from host.skill_prefetch import DispatchContexts, NodeSkills
 from host.skill_store import ExperienceStore
 from host.skills_context import SkillContext
 from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
@@ -212,6 +212,8 @@ def dispatch_context(
     group_store: GroupStore,
     registry: AgentRegistry,
     catalog: LocalCatalog,
+    experience: ExperienceStore,
+    provider: ModelProvider,
 ) -> DispatchContext | None:
     """What dispatched nodes get after their task: group memory's prefetch (Eq. 34) and
     their specialist's default skills, each when turned on."""
@@ -233,7 +235,20 @@ def dispatch_context(
             for e in registry.entries()
             if e.backend == "inproc" and e.role in specialists
         }
-        parts.append(DefaultSkills(catalog, defaults))
+        tools = {
+            e.name: specialists[e.role].tools(settings.home).names()
+            for e in registry.entries()
+            if e.backend == "inproc" and e.role in specialists
+        }
+        parts.append(
+            NodeSkills(
+                catalog,
+                defaults,
+                router=skill_router(settings, experience, provider, catalog),
+                tools_by_agent=tools,
+                store=experience,
+            )
+        )
     return DispatchContexts(parts) if parts else None
 
 
@@ -284,6 +299,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     )
     group = settings.group_memory
     catalog = local_catalog(settings)
+    experience = ExperienceStore(store)
     runs = RunManager(
         store=run_store,
         files=RunFiles(home / "runs"),
@@ -300,7 +316,9 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         prompts=clarifier,
-        prefetch=dispatch_context(settings, memory, group_store, registry, catalog),
+        prefetch=dispatch_context(
+            settings, memory, group_store, registry, catalog, experience, provider
+        ),
         gates=PermissionGates(home, store),
     )
     campaigns = CampaignEngine(
@@ -322,7 +340,6 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         budget_chars=settings.group_budget_chars,
     )
     group_sources = (group_context, AssessmentRequest(group_store)) if group else ()
-    experience = ExperienceStore(store)
     experience_writer = ExperienceWriter(
         experience,
         completer=None if provider.offline else ProviderCompleter(provider),

@@ -211,7 +211,7 @@ class GroupPrefetch:
     k_verdict: int = 3
     budget_chars: int = 1500
 
-    async def for_node(self, run: RunRecord, agent: str, task: str) -> str:
+    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
         """The block appended to the node's task ("" when there is nothing to add)."""
         library = host_library(owner_of(run.conversation, run.submitted_by))
         lines = [

@@ -64,7 +64,9 @@ async def test_a_prompt_survives_kill_9_and_its_button_still_works(isolated_env:
         async with _bot_process(fake, isolated_env) as proc:
             await fake.wait_ready(timeout=60)
             connected = fake.identifies
-            root = await fake.send_message(GENERAL, ALICE, "a: echo: survive\nconfirm", mention_bot=True)
+            root = await fake.send_message(
+                GENERAL, ALICE, "a: echo: survive\nconfirm", mention_bot=True
+            )
             thread = str(root["id"])
             await fake.wait_for(
                 lambda: any(_buttons(m) for m in fake.bot_messages(thread)), timeout=60

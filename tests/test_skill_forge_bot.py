@@ -251,6 +251,10 @@ async def test_a_dispatched_node_gets_its_specialists_default_skills(
         (prompt,) = prompts
         assert prompt.index("add a parser test") < prompt.index("local/run-test-suite")
         assert "untrusted-data" in prompt
+        # Recorded as the node's injections: the default skill first, then the selection.
+        rows = _rows(isolated_env, "SELECT turn_id, qid FROM skill_injections ORDER BY id")
+        node = [q for turn, q in rows if turn.endswith(":c1")]
+        assert node[0] == "local/run-test-suite" and "local/fix-failing-test" in node
     finally:
         await shutdown(runtime)
 

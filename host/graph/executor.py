@@ -153,7 +153,7 @@ class RunDeps:
 class DispatchContext(Protocol):
     """Adds context to a node's task at dispatch (group memory's prefetch, Eq. 34)."""
 
-    async def for_node(self, run: RunRecord, agent: str, task: str) -> str:
+    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
         """The block appended after the task ("" for nothing)."""
         ...
 
@@ -435,7 +435,9 @@ class GraphRun:
         if self._deps.prefetch is None:
             return prompt
         try:
-            block = await self._deps.prefetch.for_node(self.record, spec.agent, prompt)
+            block = await self._deps.prefetch.for_node(
+                self.record, spec.agent, prompt, node_id=spec.id
+            )
         except Exception:
             log.exception(
                 "prefetch for node %s of run %s failed; dispatching without", spec.id, self.id
