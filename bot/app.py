@@ -482,7 +482,7 @@ async def start_serving(runtime: Runtime) -> None:
     for adapter in runtime.adapters:
         await runtime.service.recover(adapter.platform)
         await report_interrupted_runs(runtime, adapter.platform)
-    # Completed turns a crash kept from memory are taken in now (in the background).
+    # Completed turns a crash kept from memory are taken in now, before serving.
     caught_up = await runtime.memory_writer.recover()
     if caught_up:
         log.info("memory: taking in %d turn(s) completed before a crash", caught_up)

@@ -110,7 +110,8 @@ class MemoryWriter:
         self._spawn(written)
 
     async def recover(self) -> int:
-        """Take in the completed user turns a crash kept from memory; return how many."""
+        """Take in the completed user turns a crash kept from memory, before anything is
+        served (so a question right after the restart sees them); return how many."""
         owed = await self._turns.unremembered_turns()
         for turn_id, payload, reply in owed:
             try:
@@ -119,7 +120,7 @@ class MemoryWriter:
                 log.warning("turn %s: its message cannot be read; not remembered", turn_id)
                 await self._turns.mark_remembered(turn_id)
                 continue
-            self._spawn(
+            await self._record(
                 _Written(
                     turn_id,
                     msg.conversation,
