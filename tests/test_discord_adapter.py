@@ -378,3 +378,24 @@ async def test_doctor_checks_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
         assert not ok and "rejected" in detail
     ok, detail = await discord_doctor(load_settings())  # the fake is gone
     assert not ok and "unreachable" in detail
+
+
+async def test_without_thread_permission_the_reply_goes_inline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with discord_bot(monkeypatch) as bot:
+        bot.fake.fail(
+            "POST",
+            "/channels/{channel_id}/messages/{message_id}/threads",
+            status=403,
+            code=50013,
+            message="Missing Permissions",
+            times=5,
+        )
+        root = await bot.mention("hello")
+        await bot.settle(root["id"])
+        assert bot.fake.threads == {}
+        (reply,) = bot.texts(GENERAL)
+        assert "offline" in reply.lower()
+        await bot.mention("status", channel=GENERAL)
+        await bot.fake.wait_for(lambda: len(bot.texts(GENERAL)) == 2)

@@ -153,6 +153,7 @@ class DiscordAdapter:
         self._ingress = KeyedSerial("discord-ingress")
         self._thread_names: dict[str, str] = {}
         self._known_threads: set[str] = set()
+        self._inline: set[str] = set()  # conversations whose thread could not be created
         self._taken: set[int] = set()  # interactions a view callback is handling
         self._watchers: set[asyncio.Task[None]] = set()
         # (conversation id, user id) → (interaction, when): private notes answer a click.
@@ -517,13 +518,22 @@ class DiscordAdapter:
 
     async def _start_thread(self, conv: ConversationRef) -> discord.abc.Messageable:
         parent = await self._channel(int(conv.channel))
-        if not isinstance(parent, discord.TextChannel):
-            raise ChannelError("threads need a text channel", retryable=False)
+        if conv.thread in self._inline or not isinstance(parent, discord.TextChannel):
+            return parent  # no threads here: the conversation goes on in the channel
         name = self._thread_names.get(conv.thread, "raven")
         try:
             thread = await parent.get_partial_message(int(conv.thread)).create_thread(
                 name=name, auto_archive_duration=1440
             )
+        except discord.Forbidden:
+            # A reply in the channel beats no reply: say once why there is no thread.
+            log.warning(
+                "discord: no permission to create threads in channel %s; replying inline "
+                "(grant Create Public Threads to the bot)",
+                conv.channel,
+            )
+            self._inline.add(conv.thread)
+            return parent
         except discord.HTTPException as exc:
             if exc.code != _THREAD_EXISTS:
                 raise
