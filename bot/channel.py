@@ -74,6 +74,10 @@ class Inbox(Protocol):
         """True the first time an event that is not a message (a click) is seen."""
         ...
 
+    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str]]:
+        """Conversations active since `since`, each with its newest inbound message id."""
+        ...
+
     async def quiesce(self, conv: ConversationRef) -> None:
         """Wait until the conversation has no turn, queued turn or graph run left."""
         ...

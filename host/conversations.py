@@ -129,6 +129,11 @@ class ConversationService:
         task = self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
         return await asyncio.shield(task)
 
+    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str]]:
+        """Conversations active since `since` with their newest inbound message id (for an
+        adapter catching up on what arrived while the bot was down)."""
+        return await self._log.recent_conversations(platform, since=since)
+
     async def claim(self, platform: str, event_id: str) -> bool:
         """True the first time a platform event that is not a message (a click, a form) is
         seen: redeliveries, even across a restart, are dropped."""

@@ -113,6 +113,28 @@ class ConversationLog:
         # The ack waits for this commit: it goes into the next batch before any other unit.
         return await self._store.write(claim, priority=WritePriority.INGRESS)
 
+    async def recent_conversations(
+        self, platform: str, *, since: float
+    ) -> list[tuple[ConversationRef, str]]:
+        """The platform's conversations with a message since `since`, each with the platform
+        id of its newest inbound message (where a catch-up after downtime starts)."""
+        rows = await self._store.fetchall(
+            "SELECT c.workspace, c.channel, c.thread,"
+            " json_extract(m.payload, '$.message_id') AS last_id FROM conversations c"
+            " JOIN messages m ON m.id = (SELECT MAX(id) FROM messages"
+            "   WHERE conversation_id = c.id AND direction = 'in' AND payload IS NOT NULL)"
+            " WHERE c.platform = ? AND c.updated_at >= ?",
+            (platform, since),
+        )
+        return [
+            (
+                ConversationRef(platform, r["workspace"], r["channel"], r["thread"]),
+                str(r["last_id"]),
+            )
+            for r in rows
+            if r["last_id"]
+        ]
+
     async def claim_key(self, key: str, *, ttl_seconds: float) -> bool:
         """True the first time `key` is claimed within its TTL (an interaction id, say)."""
         now = self._clock()

@@ -399,3 +399,29 @@ async def test_without_thread_permission_the_reply_goes_inline(
         assert "offline" in reply.lower()
         await bot.mention("status", channel=GENERAL)
         await bot.fake.wait_for(lambda: len(bot.texts(GENERAL)) == 2)
+
+
+async def test_messages_sent_while_the_bot_was_down_are_read_back_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.fakes.discord import FakeDiscord
+
+    async with FakeDiscord() as fake:
+        fake.add_user(ALICE, "alice", global_name="Alice")
+        fake.add_user(BOB, "bob", global_name="Bob")
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            thread = await _turn(bot, "first question")
+            assert len(bot.texts(thread)) == 1
+        # Down: a reply in the bot's thread and a new mention in the channel, never delivered.
+        in_thread = fake.build_message(thread, ALICE, "help")
+        mention = fake.build_message(GENERAL, BOB, f"<@{fake.bot_id}> status", mention_bot=True)
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            await bot.fake.wait_for(lambda: len(bot.texts(thread)) == 2)
+            texts = await bot.wait_texts(mention["id"])
+            assert "Status" in texts[0] and "stop" in bot.texts(thread)[1]
+            # The gateway delivering them late as well changes nothing.
+            await bot.fake.dispatch("MESSAGE_CREATE", in_thread)
+            await bot.fake.dispatch("MESSAGE_CREATE", mention)
+            await bot.settle(thread)
+            await bot.settle(mention["id"])
+            assert len(bot.texts(thread)) == 2 and len(bot.texts(mention["id"])) == 1

@@ -51,6 +51,10 @@ INTERACTION_NOTE_SECONDS = 10.0
 # A click no registered view took (its prompt was decided while the bot was down, so no view
 # came back) is answered after this long: within Discord's 3 s, after any view's callback.
 UNROUTED_CLICK_SECONDS = 2.0
+# At startup, conversations active this recently are read back for messages sent while the
+# bot was down (Discord replays events only on a resume, never to a new session).
+CATCH_UP_SECONDS = 24 * 3600.0
+CATCH_UP_MESSAGES = 100
 # Discord's own codes: a thread already exists for the message; the message is gone.
 _THREAD_EXISTS = 160004
 _PERMANENT_STATUSES = frozenset({400, 401, 403, 404})
@@ -119,8 +123,11 @@ class _Client(discord.Client):
             await asyncio.sleep(delay)
 
     async def on_ready(self) -> None:
-        """Connected and the guilds are cached."""
-        self._adapter.ready.set()
+        """Connected and the guilds are cached; the first time, catch up on what arrived
+        while the bot was down."""
+        if not self._adapter.ready.is_set():
+            self._adapter.ready.set()
+            self._adapter.catch_up()
 
     async def on_message(self, message: discord.Message) -> None:
         """Every message the gateway delivers (filtered by the adapter, in order)."""
@@ -244,6 +251,48 @@ class DiscordAdapter:
             log.info("discord: %d pending prompt(s) answerable again", restored)
 
     # -- ingress -----------------------------------------------------------------------
+
+    def catch_up(self) -> None:
+        """Read back recent conversations' channels after downtime (in the background)."""
+        self._spawn(self._catch_up(), "catch-up")
+
+    async def _catch_up(self) -> None:
+        assert self._inbox is not None
+        since = time.time() - CATCH_UP_SECONDS
+        starts: dict[str, int] = {}  # channel id → oldest "after" id to read from
+        for conv, last_id in await self._inbox.recent(self.platform, since):
+            if not last_id.isdigit():
+                continue
+            where = conv.channel if conv.thread == MAIN_THREAD else conv.thread
+            targets = [where] if conv.workspace == DM_WORKSPACE else [where, conv.channel]
+            for target in targets:
+                starts[target] = min(starts.get(target, int(last_id)), int(last_id))
+        found = 0
+        for channel_id, after in starts.items():
+            found += await self._read_back(int(channel_id), after)
+        if found:
+            log.info("discord: %d message(s) sent while the bot was down were read back", found)
+
+    async def _read_back(self, channel_id: int, after: int) -> int:
+        """Feed a channel's messages since `after` through normal ingestion (duplicates are
+        dropped there); returns how many were fed."""
+        try:
+            channel = await self._channel(channel_id)
+            history = getattr(channel, "history", None)
+            if history is None:
+                return 0
+            messages = [
+                m
+                async for m in history(
+                    limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=True
+                )
+            ]
+        except (discord.HTTPException, ChannelError) as exc:
+            log.warning("discord: reading back channel %s failed: %s", channel_id, exc)
+            return 0
+        for message in messages:
+            self.on_message(message)
+        return len(messages)
 
     def on_message(self, message: discord.Message) -> None:
         """Queue a message for ingestion behind earlier ones of its channel: discord.py runs
