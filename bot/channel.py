@@ -54,6 +54,11 @@ class ChannelFeatures:
         return [name for name, on in vars(self).items() if on]
 
 
+# At startup, conversations active this recently are read back for messages sent while the
+# bot was down (neither platform redelivers an outage's events to a new connection).
+CATCH_UP_SECONDS = 24 * 3600.0
+
+
 class Inbox(Protocol):
     """Where adapters hand normalized inbound messages (the conversation service)."""
 

@@ -1069,6 +1069,12 @@ class _NoInbox:
     async def quiesce(self, conv: Any) -> None:
         return None
 
+    async def claim(self, platform: str, event_id: str) -> bool:
+        return True
+
+    async def recent(self, platform: str, since: float) -> list[Any]:
+        return []  # nothing to read back
+
 
 class _NoPrompts:
     """A broker nobody answers (the adapter only has to connect)."""
@@ -1112,3 +1118,22 @@ async def test_stop_right_after_a_mention_leaves_the_bot_working(
         assert "offline mode" in reply["text"]
         home = bot.runtime.settings.home
         assert _db_rows(home, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == [(0,)]
+
+
+async def test_thread_replies_sent_while_the_bot_was_down_are_read_back_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            root, _ = await bot.mention("hello")
+            await bot.replies_in(root)
+        # Down: a reply in the bot's thread that no event ever announced.
+        missed = fake.add_thread_message(CHANNEL, root, "U1", "help")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            replies = await bot.replies_in(root, 2)
+            assert "`stop`" in replies[-1]["text"]
+            # The event arriving late as well (a Slack retry) changes nothing.
+            late = payloads.thread_message(CHANNEL, "U1", "help", missed, root)
+            await bot.send(payloads.event_callback(late))
+            await bot.settle(root)
+            assert len(bot.posts(root)) == 2

@@ -24,7 +24,7 @@ import yarl
 
 from bot.access import AccessPolicy
 from bot.attachments import attachment_path, download, files_note
-from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
+from bot.channel import CATCH_UP_SECONDS, ChannelFeatures, Inbox, Ingress, PromptAnswers
 from bot.discord.markdown import render_for_discord
 from bot.discord.views import AnswerModal, PromptView, closed_content, prompt_content
 from bot.prompt_ui import (
@@ -51,9 +51,6 @@ INTERACTION_NOTE_SECONDS = 10.0
 # A click no registered view took (its prompt was decided while the bot was down, so no view
 # came back) is answered after this long: within Discord's 3 s, after any view's callback.
 UNROUTED_CLICK_SECONDS = 2.0
-# At startup, conversations active this recently are read back for messages sent while the
-# bot was down (Discord replays events only on a resume, never to a new session).
-CATCH_UP_SECONDS = 24 * 3600.0
 CATCH_UP_MESSAGES = 100
 # Discord's own codes: a thread already exists for the message; the message is gone.
 _THREAD_EXISTS = 160004

@@ -32,7 +32,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bot.access import AccessPolicy
 from bot.attachments import attachment_path, download, files_note
-from bot.channel import ChannelFeatures, Inbox, Ingress, PromptAnswers
+from bot.channel import CATCH_UP_SECONDS, ChannelFeatures, Inbox, Ingress, PromptAnswers
 from bot.prompt_ui import Click, closed_text, handle_click, handle_submission, parse_action_id
 from bot.slack.blocks import (
     MODAL_ACTION,
@@ -291,6 +291,7 @@ class SlackAdapter:
                 await self._start_http(app)
             self.ready.set()
             log.info("slack: serving over %s", self._transport)
+            self._spawn(self._catch_up(), "catch-up")
             await self._closed.wait()
         finally:
             await self._teardown()
@@ -440,6 +441,32 @@ class SlackAdapter:
         if mentioned and ev.thread_ts:
             msg = msg.model_copy(update={"reread_thread": True})
         await self._inbox.receive(msg)
+
+    async def _catch_up(self) -> None:
+        """Read back the recent threads for replies sent while the bot was down (Slack
+        retries a delivery for minutes, not for an outage); duplicates are dropped by the
+        message-level dedup key, whichever way a message arrives."""
+        assert self._inbox is not None
+        since = time.time() - CATCH_UP_SECONDS
+        found = 0
+        for conv, last_ts in await self._inbox.recent(self.platform, since):
+            if conv.thread == DM_THREAD:
+                continue  # a DM's history is a channel read, not a thread read
+            try:
+                replies = await self._thread_messages(conv.channel, conv.thread)
+            except SlackApiError as exc:
+                log.warning("slack: reading back thread %s failed: %s", conv.thread, exc)
+                continue
+            for item in replies:
+                if float(item.get("ts", 0)) <= float(last_ts or 0):
+                    continue
+                event = {**item, "channel": conv.channel, "thread_ts": conv.thread}
+                body = {"team_id": conv.workspace, "event_id": f"read-back:{item.get('ts')}"}
+                mentioned = mentions(str(item.get("text", "")), self._bot_user_id)
+                await self._ingest(body, event, mentioned=mentioned)
+                found += 1
+        if found:
+            log.info("slack: %d thread message(s) from the downtime read back", found)
 
     async def _refuse(self, ev: SlackEvent, reason: str) -> None:
         await self._call(
