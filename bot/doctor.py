@@ -18,6 +18,7 @@ from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
 from bot.settings import Settings, unknown_variables
+from bot.skill_forge import USER_SKILLS_DIR, local_catalog
 from memory.embeddings import semantic_unavailable_reason
 from memory.store import Store
 from oncall.machines.registry import load_machines
@@ -120,6 +121,25 @@ async def _check_permissions(settings: Settings) -> Check:
         f"mode {rules.mode}, {len(rules.allow)} allow / {len(rules.deny)} deny rule(s), "
         f"from {source}",
     )
+
+
+def _catalog_dir(settings: Settings) -> str:
+    """Where the user's skills live."""
+    return str(settings.home / USER_SKILLS_DIR)
+
+
+async def _check_skills(settings: Settings) -> Check:
+    """The SKILL.md catalog: how many skills load, and which files are skipped and why."""
+    if not settings.skills:
+        return Check("skills", "ok", "Skill Forge is off (RAVEN_SKILLS=false)")
+    catalog = local_catalog(settings)
+    loaded = await catalog.skills()
+    problems = catalog.load_problems
+    detail = f"{len(loaded)} skill(s) from bundled and {_catalog_dir(settings)}"
+    if problems:
+        skipped = "; ".join(f"{path}: {problem}" for path, problem in problems[:3])
+        return Check("skills", "warn", f"{detail}; skipped {len(problems)}: {skipped}")
+    return Check("skills", "ok", detail)
 
 
 async def _check_machines(settings: Settings) -> Check:
@@ -230,6 +250,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_agents,
     _check_machines,
     _check_permissions,
+    _check_skills,
     _check_settings,
     _check_libraries,
     _check_embedder,

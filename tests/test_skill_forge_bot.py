@@ -309,3 +309,19 @@ async def test_cases_recorded_offline_are_revised_once_a_model_is_there(tmp_path
         assert await online.catch_up() == 0  # revised once only
     finally:
         await store.close()
+
+
+def _break_config(home: Path) -> None:
+    (home / "skills" / "broken").mkdir(parents=True)
+    (home / "skills" / "broken" / "SKILL.md").write_text("no frontmatter here\n")
+    (home / "permissions.toml").write_text('[default]\nmode = "yolo"\n')
+
+
+async def test_doctor_reports_broken_skills_and_permission_rules(isolated_env: Path) -> None:
+    _break_config(isolated_env)
+    code, out, _ = await _run("doctor", env=_env(isolated_env, RAVEN_SKILLS="true"))
+    skills = next(line for line in out.splitlines() if "] skills" in line)
+    assert "[WARN]" in skills and "broken/SKILL.md: no YAML frontmatter" in skills
+    permissions = next(line for line in out.splitlines() if "] permissions" in line)
+    assert "[FAIL]" in permissions and "mode" in permissions
+    assert code != 0  # a broken rules file denies everything: a required check
