@@ -82,6 +82,20 @@ class DiscordBot:
         return self.texts(channel)
 
 
+def add_people(fake: FakeDiscord) -> None:
+    """Alice and Bob, the users the tests talk as."""
+    fake.add_user(ALICE, "alice", global_name="Alice")
+    fake.add_user(BOB, "bob", global_name="Bob")
+
+
+@asynccontextmanager
+async def shared_fake() -> AsyncIterator[FakeDiscord]:
+    """A fake Discord with Alice and Bob that outlives several bot processes (restarts)."""
+    async with FakeDiscord() as fake:
+        add_people(fake)
+        yield fake
+
+
 @asynccontextmanager
 async def discord_bot(
     monkeypatch: pytest.MonkeyPatch,
@@ -96,8 +110,7 @@ async def discord_bot(
     if own_fake:
         await fake.start()
     if own_fake:
-        fake.add_user(ALICE, "alice", global_name="Alice")
-        fake.add_user(BOB, "bob", global_name="Bob")
+        add_people(fake)
     fake.patch(monkeypatch)  # restored at teardown; the adapter points at the same URLs
     monkeypatch.setenv("DISCORD_TOKEN", TOKEN)
     monkeypatch.setenv("RAVEN_DISCORD_API_URL", fake.base_url)
@@ -139,4 +152,13 @@ async def discord_bot(
             await fake.stop()
 
 
-__all__ = ["ALICE", "BOB", "GENERAL", "TOKEN", "DiscordBot", "discord_bot"]
+__all__ = [
+    "ALICE",
+    "BOB",
+    "GENERAL",
+    "TOKEN",
+    "DiscordBot",
+    "add_people",
+    "discord_bot",
+    "shared_fake",
+]

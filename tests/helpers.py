@@ -4,11 +4,36 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from host.events import EventBus, subscribe_decision, subscribe_job
+from host.messages import InboundMessage
 from host.prompt_model import Prompt
 from host.scheduling import JobHandler
+
+
+def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:
+    """A user's message in the test platform's one thread (W/C/T), with its own event id."""
+    return InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread="T",
+        message_id=event,
+        author_id=author,
+        author_name=f"user-{author}",
+        text=text,
+        event_id=event,
+    )
+
+
+def db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of one query against the bot's raven.db (read from outside the bot)."""
+    with sqlite3.connect(home / "raven.db") as db:
+        return list(db.execute(sql))
 
 
 async def eventually(

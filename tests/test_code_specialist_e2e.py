@@ -6,7 +6,6 @@ mode asks a person before an unlisted command; "allow in this conversation" is r
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,9 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually, inbound
 
 TEST_COMMAND = "python3 test_mathx.py"
 CODE_STEPS: list[tuple[str, dict[str, Any]]] = [
@@ -71,25 +69,6 @@ def _tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql))
-
-
-def _msg(text: str, event: str) -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id="U1",
-        author_name="alice",
-        text=text,
-        event_id=event,
-    )
-
-
 @pytest.fixture
 async def online(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
     models = Models()
@@ -112,16 +91,16 @@ async def test_the_code_agent_writes_runs_its_test_and_is_judged_done(online: An
     _allow_tests(home)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        turn = await runtime.service.accept(_msg("please add an add function with a test", "e1"))
+        turn = await runtime.service.accept(inbound("please add an add function with a test", "e1"))
         assert turn is not None
         outcome = await turn
         assert outcome.text == "The code agent added `add` and its test passes."
-        ((state,),) = _rows(home, "SELECT state FROM graph_nodes")
+        ((state,),) = db_rows(home, "SELECT state FROM graph_nodes")
         assert state == "completed"
         assert models.judged and "ok: 1 test passed" in models.judged[-1]
         (workspace,) = (home / "workspaces").iterdir()
         assert (workspace / "mathx.py").read_text().startswith("def add")
-        decisions = _rows(home, "SELECT tool, allowed, tier FROM permission_audit ORDER BY id")
+        decisions = db_rows(home, "SELECT tool, allowed, tier FROM permission_audit ORDER BY id")
         assert decisions == [
             ("write_file", 1, "mode"),
             ("write_file", 1, "mode"),
@@ -135,9 +114,9 @@ async def test_smart_mode_asks_and_remembers_an_allow_for_the_conversation(onlin
     _, home = online
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        turn = await runtime.service.accept(_msg("please add an add function with a test", "e1"))
+        turn = await runtime.service.accept(inbound("please add an add function with a test", "e1"))
         assert turn is not None
-        conv = _msg("x", "x").conversation
+        conv = inbound("x", "x").conversation
 
         async def asked() -> bool:
             return bool(await runtime.broker.pending(conv))
@@ -151,16 +130,17 @@ async def test_smart_mode_asks_and_remembers_an_allow_for_the_conversation(onlin
         )
         assert outcome.status == "accepted"
         await turn
-        assert _rows(home, "SELECT tool, subject FROM permission_allows") == [
+        assert db_rows(home, "SELECT tool, subject FROM permission_allows") == [
             ("run_shell", TEST_COMMAND)
         ]
         # The same command again in this conversation runs without a question.
-        again = await runtime.service.accept(_msg("do it again please", "e2"))
+        again = await runtime.service.accept(inbound("do it again please", "e2"))
         assert again is not None
         await again
         assert await runtime.broker.pending(conv) == []
         tiers = [
-            t for (t,) in _rows(home, "SELECT tier FROM permission_audit WHERE tool = 'run_shell'")
+            t
+            for (t,) in db_rows(home, "SELECT tier FROM permission_audit WHERE tool = 'run_shell'")
         ]
         assert tiers == ["human", "remembered"]
     finally:

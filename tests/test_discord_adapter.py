@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.discord_harness import ALICE, BOB, GENERAL, DiscordBot, discord_bot
+from tests.discord_harness import ALICE, BOB, GENERAL, DiscordBot, discord_bot, shared_fake
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.discord import payloads
 
@@ -404,11 +404,7 @@ async def test_without_thread_permission_the_reply_goes_inline(
 async def test_messages_sent_while_the_bot_was_down_are_read_back_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.fakes.discord import FakeDiscord
-
-    async with FakeDiscord() as fake:
-        fake.add_user(ALICE, "alice", global_name="Alice")
-        fake.add_user(BOB, "bob", global_name="Bob")
+    async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread = await _turn(bot, "first question")
             assert len(bot.texts(thread)) == 1

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from core.ids import ConversationRef
-from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot
-from tests.fakes.discord import FakeDiscord
+from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot, shared_fake
 from tests.helpers import eventually
 
 AGENTS = """
@@ -184,9 +183,7 @@ async def test_buttons_work_after_a_restart(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
     _write_agents(isolated_env)
-    async with FakeDiscord() as fake:
-        fake.add_user(ALICE, "alice", global_name="Alice")
-        fake.add_user(BOB, "bob", global_name="Bob")
+    async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread, message = await _plan(bot)
         # A new process: the view is registered again from the pending prompt.
@@ -253,9 +250,7 @@ async def test_a_strangers_modal_answer_is_refused(monkeypatch: pytest.MonkeyPat
 async def test_a_modal_opened_before_a_restart_is_answered_after_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with FakeDiscord() as fake:
-        fake.add_user(ALICE, "alice", global_name="Alice")
-        fake.add_user(BOB, "bob", global_name="Bob")
+    async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread, prompt = await _free_text(bot)
         async with discord_bot(monkeypatch, fake=fake) as bot:
@@ -311,9 +306,7 @@ async def test_a_click_on_a_prompt_decided_while_the_bot_was_down(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
     _write_agents(isolated_env)
-    async with FakeDiscord() as fake:
-        fake.add_user(ALICE, "alice", global_name="Alice")
-        fake.add_user(BOB, "bob", global_name="Bob")
+    async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread, message = await _plan(bot)
             (prompt,) = await bot.runtime.broker.pending()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,9 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import db_rows, inbound
 
 AGENTS = """
 [agents.echo]
@@ -82,25 +81,6 @@ class Host:
         return {"content": "noted"}
 
 
-def _msg(text: str, event: str, author: str = "U1") -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id=author,
-        author_name=f"user-{author}",
-        text=text,
-        event_id=event,
-    )
-
-
-def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql))
-
-
 def _write_agents(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "agents.toml").write_text(AGENTS)
@@ -121,7 +101,7 @@ async def online(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
 
 
 async def _say(runtime: Any, text: str, event: str, author: str = "U1") -> None:
-    turn = await runtime.service.accept(_msg(text, event, author))
+    turn = await runtime.service.accept(inbound(text, event, author))
     assert turn is not None
     await turn
 
@@ -130,11 +110,11 @@ async def test_close_then_feedback_verdicts_then_prefetch(online: Any) -> None:
     runtime, adapter, host, home = online
     await _say(runtime, "delegate: build the benchmark table", "e1")
     assert adapter.texts[-1] == "The table is ready."  # the block never reaches the thread
-    ((run_id, phase),) = _rows(home, "SELECT run_id, phase FROM round_summaries")
+    ((run_id, phase),) = db_rows(home, "SELECT run_id, phase FROM round_summaries")
     assert phase == "awaiting_feedback"
-    ((verdict_phase, outcome, body),) = _rows(home, "SELECT phase, outcome, body FROM verdicts")
+    ((verdict_phase, outcome, body),) = db_rows(home, "SELECT phase, outcome, body FROM verdicts")
     assert (verdict_phase, outcome, body) == ("close", "adopted", CLOSE_BODY)
-    logged = _rows(home, "SELECT text FROM messages") + _rows(
+    logged = db_rows(home, "SELECT text FROM messages") + db_rows(
         home, "SELECT transcript FROM turns WHERE transcript IS NOT NULL"
     )
     assert logged and not any(CLOSE_BODY in str(row[0]) for row in logged)
@@ -144,12 +124,12 @@ async def test_close_then_feedback_verdicts_then_prefetch(online: Any) -> None:
     await _say(runtime, "that table was wrong", "e2")
     assert "Reassessment:" in host.systems[-1] and run_id in host.systems[-1]
     assert adapter.texts[-1] == "Sorry about that."
-    assert _rows(home, "SELECT phase FROM round_summaries") == [("released",)]
-    assert _rows(home, "SELECT phase, outcome, body FROM verdicts ORDER BY id") == [
+    assert db_rows(home, "SELECT phase FROM round_summaries") == [("released",)]
+    assert db_rows(home, "SELECT phase, outcome, body FROM verdicts ORDER BY id") == [
         ("close", "adopted", CLOSE_BODY),
         ("feedback", "rejected", FEEDBACK_BODY),
     ]
-    assert _rows(home, "SELECT agent, outcome, detail FROM outcome_entries") == [
+    assert db_rows(home, "SELECT agent, outcome, detail FROM outcome_entries") == [
         ("echo", "rejected", "adopted")
     ]
 

@@ -4,7 +4,6 @@ the summary, fenced."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,9 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
 from host.turn import TurnContext
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually, inbound
 
 AGENTS = """
 [agents.echoer]
@@ -28,25 +26,6 @@ backend = "cli"
 description = "Sleeps (test agent)."
 command = ["sh", "-c", "sleep 60"]
 """
-
-
-def _msg(text: str, event: str, author: str = "U1") -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id=author,
-        author_name=f"user-{author}",
-        text=text,
-        event_id=event,
-    )
-
-
-def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql))
 
 
 def _write_agents(home: Path) -> None:
@@ -67,17 +46,17 @@ async def test_a_finished_run_leaves_a_summary_and_verdicts_recalled_by_its_subm
     runtime: Any,
 ) -> None:
     rt, home = runtime
-    turn = await rt.service.accept(_msg("b1: echoer: build the benchmark table", "e1"))
+    turn = await rt.service.accept(inbound("b1: echoer: build the benchmark table", "e1"))
     assert turn is not None
     await turn
-    await rt.service.quiesce(_msg("x", "x").conversation)
-    await eventually(lambda: bool(_rows(home, "SELECT run_id FROM round_summaries")))
-    ((summary, outcome),) = _rows(home, "SELECT summary, outcome FROM round_summaries")
+    await rt.service.quiesce(inbound("x", "x").conversation)
+    await eventually(lambda: bool(db_rows(home, "SELECT run_id FROM round_summaries")))
+    ((summary, outcome),) = db_rows(home, "SELECT summary, outcome FROM round_summaries")
     assert "b1 → echoer: completed" in summary and '"echoer": "adopted"' in outcome
-    ((agent, phase, body),) = _rows(home, "SELECT subject_agent, phase, body FROM verdicts")
+    ((agent, phase, body),) = db_rows(home, "SELECT subject_agent, phase, body FROM verdicts")
     assert (agent, phase) == ("echoer", "close") and "b1 completed" in body
     group = next(s for s in rt.host._sources if type(s).__name__ == "GroupContext")
-    conv = _msg("x", "x").conversation
+    conv = inbound("x", "x").conversation
     own = await group.context(TurnContext(conv, "t", "U1", "u", "user", "benchmark table"))
     other = await group.context(TurnContext(conv, "t", "U2", "v", "user", "echoer benchmark"))
     assert "b1 → echoer" in own and "untrusted-data" in own
@@ -87,17 +66,17 @@ async def test_a_finished_run_leaves_a_summary_and_verdicts_recalled_by_its_subm
 
 async def test_a_stopped_run_deposits_nothing(runtime: Any) -> None:
     rt, home = runtime
-    turn = await rt.service.accept(_msg("s1: sleeper: wait", "e1"))
+    turn = await rt.service.accept(inbound("s1: sleeper: wait", "e1"))
     assert turn is not None
     await turn
-    conv = _msg("x", "x").conversation
+    conv = inbound("x", "x").conversation
     await eventually(lambda: bool(rt.runs.live_runs(conv.id)))
     run = rt.runs.live_runs(conv.id)[0]
     await eventually(lambda: run.state("s1") == "running")
-    await rt.service.accept(_msg("stop", "e2"))
+    await rt.service.accept(inbound("stop", "e2"))
     await eventually(run.done.is_set)
     await rt.service.quiesce(conv)
-    assert _rows(home, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
+    assert db_rows(home, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
 
 
 async def test_group_memory_can_be_turned_off(
@@ -107,11 +86,11 @@ async def test_group_memory_can_be_turned_off(
     monkeypatch.setenv("RAVEN_GROUP_MEMORY", "false")
     rt = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        turn = await rt.service.accept(_msg("b1: echoer: build the table", "e1"))
+        turn = await rt.service.accept(inbound("b1: echoer: build the table", "e1"))
         assert turn is not None
         await turn
-        await rt.service.quiesce(_msg("x", "x").conversation)
-        assert _rows(isolated_env, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
+        await rt.service.quiesce(inbound("x", "x").conversation)
+        assert db_rows(isolated_env, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
         assert not any(type(s).__name__ == "GroupContext" for s in rt.host._sources)
     finally:
         await shutdown(rt)

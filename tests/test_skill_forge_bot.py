@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,13 +18,13 @@ import pytest
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
 from host.experience import ExperienceWriter
-from host.messages import InboundMessage
 from host.skill_store import ExperienceSkillSource, ExperienceStore
 from memory.embeddings import Vectors, normalize_rows
 from memory.store import Store
 from skills.evolution import Case
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import db_rows, inbound
 from tests.test_cli_end_to_end import _env, _run
 
 GOOD_BODY = "\n".join(
@@ -37,25 +36,6 @@ GOOD_BODY = "\n".join(
         "5. Report the command and its result.",
     ]
 )
-
-
-def _msg(text: str, event: str) -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id="U1",
-        author_name="alice",
-        text=text,
-        event_id=event,
-    )
-
-
-def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql))
 
 
 class Models:
@@ -86,7 +66,7 @@ async def _turn_with(
     settings = load_settings()
     runtime = await build_runtime(settings, [FakeChatAdapter])
     try:
-        turn = await runtime.service.accept(_msg(text, "e1"))
+        turn = await runtime.service.accept(inbound(text, "e1"))
         assert turn is not None
         outcome = await turn
     finally:
@@ -106,7 +86,7 @@ async def test_the_gate_picks_a_skill_that_reaches_the_host_fenced(
     assert "local/svg-chart" in system and "untrusted-data" in system
     assert "scripts/csv_to_svg.py" in system  # resource paths resolved
     assert "local/run-test-suite" not in system
-    assert _rows(home, "SELECT turn_id, qid FROM skill_injections") == [
+    assert db_rows(home, "SELECT turn_id, qid FROM skill_injections") == [
         (outcome.turn_id, "local/svg-chart")
     ]
 
@@ -117,7 +97,7 @@ async def test_a_failing_gate_falls_back_to_the_top_of_the_pool(
     models, home, _ = await _turn_with(
         monkeypatch, "I cannot decide, sorry.", "please make an svg chart from this csv"
     )
-    injected = [q for (q,) in _rows(home, "SELECT qid FROM skill_injections ORDER BY position")]
+    injected = [q for (q,) in db_rows(home, "SELECT qid FROM skill_injections ORDER BY position")]
     assert injected[0] == "local/svg-chart" and 1 <= len(injected) <= 3  # k_fb = 3
     assert "local/svg-chart" in models.host_systems[0]
 
@@ -204,14 +184,14 @@ async def test_a_finished_run_leaves_cases_offline(isolated_env: Path) -> None:
     _write_agents(isolated_env)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        turn = await runtime.service.accept(_msg("b1: echo: build the benchmark table", "e1"))
+        turn = await runtime.service.accept(inbound("b1: echo: build the benchmark table", "e1"))
         assert turn is not None
         await turn
-        await runtime.service.quiesce(_msg("x", "x").conversation)
+        await runtime.service.quiesce(inbound("x", "x").conversation)
         await runtime.experience_writer.idle()
-        rows = _rows(isolated_env, "SELECT agent, node_id, intent, quality FROM agent_cases")
+        rows = db_rows(isolated_env, "SELECT agent, node_id, intent, quality FROM agent_cases")
         assert rows == [("echo", "b1", "build the benchmark table", 0.9)]
-        assert _rows(isolated_env, "SELECT COUNT(*) FROM experience_skills") == [(0,)]
+        assert db_rows(isolated_env, "SELECT COUNT(*) FROM experience_skills") == [(0,)]
     finally:
         await shutdown(runtime)
 
@@ -238,10 +218,10 @@ async def test_a_dispatched_node_gets_its_specialists_default_skills(
     monkeypatch.setenv("RAVEN_SKILLS", "true")
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        turn = await runtime.service.accept(_msg("c1: code: add a parser test", "e1"))
+        turn = await runtime.service.accept(inbound("c1: code: add a parser test", "e1"))
         assert turn is not None
         await turn
-        await runtime.service.quiesce(_msg("x", "x").conversation)
+        await runtime.service.quiesce(inbound("x", "x").conversation)
         prompts = [
             json.loads(line)["text"]
             for path in (isolated_env / "runs").glob("*/journal.jsonl")
@@ -252,7 +232,7 @@ async def test_a_dispatched_node_gets_its_specialists_default_skills(
         assert prompt.index("add a parser test") < prompt.index("local/run-test-suite")
         assert "untrusted-data" in prompt
         # Recorded as the node's injections: the default skill first, then the selection.
-        rows = _rows(isolated_env, "SELECT turn_id, qid FROM skill_injections ORDER BY id")
+        rows = db_rows(isolated_env, "SELECT turn_id, qid FROM skill_injections ORDER BY id")
         node = [q for turn, q in rows if turn.endswith(":c1")]
         assert node[0] == "local/run-test-suite" and "local/fix-failing-test" in node
     finally:
