@@ -293,28 +293,38 @@ class TrackingRunStore(RunStore):
     def __init__(self, store: Store, *, clock: Callable[[], float]) -> None:
         super().__init__(store, clock=clock)
         self.committed: dict[str, list[str]] = defaultdict(list)
+        # States being written: SQLite may already show one before its writer has resumed
+        # (the batching writer commits in its thread; the awaiting task runs later).
+        self.writing: dict[str, list[str]] = defaultdict(list)
+
+    async def _tracked(self, states: Sequence[tuple[str, str]], write: Awaitable[None]) -> None:
+        for node_id, state in states:
+            self.writing[node_id].append(state)
+        try:
+            await write
+        finally:
+            for node_id, state in states:
+                self.writing[node_id].remove(state)
+        for node_id, state in states:
+            self.committed[node_id].append(state)
 
     async def update_node(self, conversation_id: str, node_id: str, **fields: Any) -> None:
         """Update, then note the state (only once SQLite committed it)."""
-        await super().update_node(conversation_id, node_id, **fields)
-        if "state" in fields:
-            self.committed[node_id].append(str(fields["state"]))
+        states = [(node_id, str(fields["state"]))] if "state" in fields else []
+        await self._tracked(states, super().update_node(conversation_id, node_id, **fields))
 
     async def update_nodes(
         self, conversation_id: str, node_ids: Iterable[str], **fields: Any
     ) -> None:
         """Update several, then note their state."""
         ids = list(node_ids)
-        await super().update_nodes(conversation_id, ids, **fields)
-        if "state" in fields:
-            for node_id in ids:
-                self.committed[node_id].append(str(fields["state"]))
+        states = [(n, str(fields["state"])) for n in ids] if "state" in fields else []
+        await self._tracked(states, super().update_nodes(conversation_id, ids, **fields))
 
     async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
         """Commit a batch of rows, then note their states."""
-        await super().commit_nodes(records)
-        for record in records:
-            self.committed[record.node_id].append(record.state)
+        states = [(r.node_id, r.state) for r in records]
+        await self._tracked(states, super().commit_nodes(records))
 
 
 class RecordingEvents:
@@ -390,7 +400,7 @@ class RecordingEvents:
             stored = rows[node_id]
             # SQLite holds the announced state, or a state committed after the announcement
             # began (other nodes keep running while this one is announced).
-            later = committed[node_id][marks[node_id] :]
+            later = committed[node_id][marks[node_id] :] + self._store.writing[node_id]
             if stored.state != state and stored.state not in later:
                 self.mismatches.append(
                     f"{kind}: {node_id} announced {state} but SQLite has {stored.state}"
