@@ -131,6 +131,21 @@ async def test_mention_gets_threaded_reply(monkeypatch: pytest.MonkeyPatch, tran
         assert len(bot.fake.calls_to("auth.test")) == 1
 
 
+async def test_web_api_calls_share_one_keep_alive_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without the adapter's session the SDK opened a connection per call (in production a
+    # TLS handshake per reply): five threads cost at least six connections.
+    async with slack_bot(monkeypatch) as bot:
+        for n in range(5):
+            ts, _ = await bot.mention(f"hello {n}")
+            await bot.replies_in(ts)
+        calls = len(bot.fake.calls)
+        assert calls >= 6
+        # Concurrent calls may open a second connection; never one per call.
+        assert len(bot.fake.api_peers) <= 2, (len(bot.fake.api_peers), calls)
+
+
 @pytest.mark.parametrize("transport", ["http", "socket"])
 async def test_online_reply_from_fake_model(
     monkeypatch: pytest.MonkeyPatch, transport: str

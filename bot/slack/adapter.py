@@ -275,6 +275,12 @@ class SlackAdapter:
         """Connect the configured transport and serve `ingress` until closed."""
         self._inbox, self._prompts = ingress.inbox, ingress.prompts
         app = self.build_app()
+        # One keep-alive session for every Web API call: without it the SDK opens (and in
+        # production TLS-handshakes) a connection per call. Closed in teardown; a call made
+        # after that (an outbox drain at shutdown) gets the SDK's session-per-call fallback.
+        self._client.session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self._client.timeout)
+        )
         try:
             if not await self._authenticate():
                 return  # closed while Slack was unreachable
@@ -377,6 +383,9 @@ class SlackAdapter:
             for task in still:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        session, self._client.session = self._client.session, None
+        if session is not None:
+            await session.close()
 
     async def idle(self) -> None:
         """Wait until the work started by acknowledged events and clicks has finished."""

@@ -243,6 +243,8 @@ class FakeSlack:
         self.socket_messages: list[dict[str, Any]] = []
         self.connection_count = 0
         self.connected = asyncio.Event()
+        # Client (host, port) pairs seen by the Web API: one per TCP connection the bot opened.
+        self.api_peers: set[tuple[str, int]] = set()
 
         self.host = "127.0.0.1"
         self.port = 0
@@ -608,6 +610,9 @@ class FakeSlack:
     async def _api(self, request: web.Request) -> web.Response:
         arrived = time.monotonic()
         method = request.match_info["method"]
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        if peer:
+            self.api_peers.add((str(peer[0]), int(peer[1])))
         args = await self._read_args(request)
         token = self._bearer(request) or (str(args["token"]) if args.get("token") else None)
         reply = self._dispatch(method, args, token)
