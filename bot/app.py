@@ -497,8 +497,9 @@ async def start_serving(runtime: Runtime) -> None:
     await runtime.campaigns.recover()
     runtime.lifecycle.push_async_callback(runtime.campaigns.close)
     await runtime.broker.schedule_expiries()
-    # Everything built so far lives as long as the process: keep it out of the cyclic
-    # collector, whose full passes over it stalled the event loop for 130–290 ms.
+    await runtime.memory.warm_up()
+    # Everything built so far (the embedder's model too) lives as long as the process: keep
+    # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
     gc.collect()
     gc.freeze()
     ingress = Ingress(runtime.service, runtime.broker)

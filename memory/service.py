@@ -86,6 +86,12 @@ class MemoryService:
             current.directory, current.embedder, self._source(), current.settings
         )
 
+    async def warm_up(self) -> None:
+        """Load the embedder's model now: loaded by the first turn that needs it instead, it
+        stalls that turn and leaves its objects to the cyclic collector's full passes."""
+        if self._index.embedder is not None:
+            await self._index.embedder.embed(["warm-up"])
+
     async def reindex(self) -> int:
         """Rebuild the index from SQLite (`raven-bot memory reindex`); the documents count."""
         current = self._index

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 
 from agents.harness import Harness
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
-from bot.app import build_runtime, serve
+from bot.app import build_runtime, serve, shutdown, start_serving
 from bot.channel import ChannelFeatures, Ingress
 from bot.settings import load_settings
 from core.ids import ConversationRef
@@ -25,6 +27,7 @@ from host.messages import InboundMessage, OutboundMessage, stored_inbound
 from host.outbox import Outbox
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
+from memory.embeddings import Vectors, normalize_rows
 from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.providers import TestProvider
@@ -211,3 +214,34 @@ async def test_shutdown_runs_in_reverse_start_order(isolated_env: Path) -> None:
     assert adapter.at_close == {"scheduler running": False, "lanes accepting": False}
     with pytest.raises(RuntimeError, match="not open"):
         await runtime.store.fetchone("SELECT 1")
+
+
+class CountingEmbedder:
+    """Counts encode calls; every text gets the same unit vector."""
+
+    name = "counting/4"
+    dimension = 4
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        self.calls += 1
+        return normalize_rows(np.ones((len(texts), 4), dtype=np.float32))
+
+
+async def test_the_embedder_is_loaded_before_serving_not_by_the_first_turn(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    # Loaded lazily, MiniLM stalled the first turn that wrote memory for about a second,
+    # and its objects, created after gc.freeze, made every full collection slower.
+    embedder = CountingEmbedder()
+    monkeypatch.setattr("bot.app.build_embedder", lambda settings: embedder)
+    adapter = FakeChatAdapter()
+    runtime = await build_runtime(load_settings(), [lambda: adapter])
+    try:
+        assert embedder.calls == 0
+        await start_serving(runtime)
+        assert embedder.calls == 1
+    finally:
+        await shutdown(runtime)
