@@ -7,6 +7,7 @@ recalls only the owner's shared partition, so a DM-only preference never surface
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 PROFILE_AFTER_NOTES = 3  # notes sharing a tag that (re)write its profile section
 SAME_EPISODE_SECONDS = 1800.0
+INDEX_SAVE_DELAY_SECONDS = 2.0  # index writes of a burst of turns coalesce into one save
 
 
 def partition(owner: str, scope: Scope) -> str:
@@ -60,12 +62,16 @@ class MemoryService:
         sources: Sequence[DocumentSource] = (),
         former: EpisodeFormer | None = None,
         clock: Callable[[], float] = time.time,
+        save_delay: float = INDEX_SAVE_DELAY_SECONDS,
     ) -> None:
         self._former = former or RuleFormer()
         self._archive = archive
         self._index = index
         self._sources = tuple(sources)  # other SQLite records a rebuild indexes (group memory)
         self._clock = clock
+        self._save_delay = save_delay
+        self._save_task: asyncio.Task[None] | None = None
+        self._save_now = asyncio.Event()
 
     @property
     def archive(self) -> Archive:
@@ -101,9 +107,34 @@ class MemoryService:
         return self._index.count()
 
     async def save_index(self) -> None:
-        """Write the index's changed partitions (at shutdown; it is derived, so a crash only
-        costs a re-encode of what changed)."""
-        await self._index.save()
+        """Write the index's changed partitions now (at shutdown; it is derived, so a crash
+        only costs a re-encode of what changed): a pending save runs at once instead."""
+        if self._save_task is None:
+            await self._index.save()
+            return
+        self._save_now.set()
+        try:
+            while (task := self._save_task) is not None:
+                await asyncio.gather(task, return_exceptions=True)
+        finally:
+            self._save_now.clear()
+
+    def _save_soon(self) -> None:
+        """Save within `save_delay`: per turn, the manifest of every owner was rewritten and
+        fsynced; a burst of turns now costs one save."""
+        if self._save_task is None:
+            self._save_task = asyncio.get_running_loop().create_task(
+                self._delayed_save(), name="memory-index-save"
+            )
+
+    async def _delayed_save(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._save_now.wait(), self._save_delay)
+        self._save_task = None  # what changes from here on gets the next save
+        try:
+            await self._index.save()
+        except Exception:
+            log.exception("memory: saving the recall index failed (it is rebuilt at start)")
 
     async def _source(self) -> AsyncIterator[Doc]:
         for doc in await self.documents():
@@ -119,7 +150,7 @@ class MemoryService:
             owner, text, tag="remembered", scope=scope, conversation_id=conversation_id
         )
         await self._index.add([Doc(f"note:{note.id}", partition(owner, scope), "note", text, None)])
-        await self._index.save()
+        self._save_soon()
         return note
 
     async def record_turn(
@@ -181,8 +212,8 @@ class MemoryService:
             docs.append(Doc(f"note:{note.id}", part, "note", note.text, None))
             await self._revise_profile(owner, turn.tag, docs)
         await self._index.add(docs)
-        # Derived, but saving now spares a re-encode of this turn at the next start.
-        await self._index.save()
+        # Derived, but saving soon spares a re-encode of this turn at the next start.
+        self._save_soon()
 
     async def _revise_profile(self, owner: str, tag: str, docs: list[Doc]) -> None:
         if not tag:

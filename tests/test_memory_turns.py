@@ -106,6 +106,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     yield Rig(service, channel, provider, memory, writer, broker, store)
     await service.close()
     await writer.close()
+    await memory.save_index()
     await store.close()
 
 
@@ -212,3 +213,39 @@ async def test_turns_a_crash_kept_from_memory_are_taken_in_once(rig: Rig) -> Non
     again = [f.text for e in await rig.memory.archive.episodes(owner) for f in e.facts]
     assert sorted(again) == sorted(facts)
     assert await rig.writer.recover() == 0
+
+
+async def test_a_burst_of_turns_costs_one_index_save_and_shutdown_writes_it(
+    tmp_path: Path,
+) -> None:
+    # Each turn rewrote and fsynced the manifest of every owner's partition.
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    try:
+        index = HybridIndex(None, tmp_path / "index")
+        saves: list[int] = []
+        save = index.save
+
+        async def counted() -> None:
+            saves.append(index.count())
+            await save()
+
+        index.save = counted  # type: ignore[method-assign]
+        memory = MemoryService(Archive(store), index, save_delay=3600)
+        for n in range(5):
+            await memory.record_turn(
+                "user:t:W:U1",
+                "alice",
+                f"I use rust {n}",
+                "ok",
+                conversation_id="c",
+                turn_id=f"t{n}",
+                dm=False,
+            )
+        await memory.remember("user:t:W:U1", "alice", "I like tea", dm=False)
+        assert saves == []  # nothing written yet: the save waits for the burst to end
+        await memory.save_index()
+        assert saves == [index.count()]  # one save, holding every record
+        assert (tmp_path / "index" / "manifest.json").exists()
+    finally:
+        await store.close()
