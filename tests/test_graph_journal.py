@@ -74,6 +74,24 @@ async def test_sync_writes_lines_and_views_and_close_writes_the_rest(tmp_path: P
     assert records.transcript == [{"type": "assistant", "text": "hi"}]
 
 
+async def test_a_view_that_cannot_be_written_fails_the_sync_after_the_lines_are_written(
+    tmp_path: Path,
+) -> None:
+    # Views and the journal append run in two threads at once: a failed view must still
+    # reach the sync's waiter, and only once the append has finished too.
+    files = RunFiles(tmp_path / "runs")
+    journal = files.open_journal("run_1")
+    blocker = tmp_path / "runs" / "run_1" / "outputs"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("a file where the outputs folder goes")
+    journal.record("prompt", "a", 1, text="Task <a>.")
+    journal.view(files.output_path("run_1", "a"), "the output")
+    with pytest.raises(OSError):
+        await guarded(journal.sync())
+    assert [r["kind"] for r in read_journal(files.journal_path("run_1"))] == ["prompt"]
+    await guarded(journal.close())
+
+
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     good = json.dumps({"kind": "output", "node": "a", "attempt": 1, "text": "kept"})

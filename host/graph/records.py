@@ -200,15 +200,24 @@ class RunJournal:
                 self._handle = None
 
     async def _write_now(self, items: list[_Line | _View | _Barrier]) -> None:
-        await asyncio.to_thread(self._write_batch, items)
-
-    def _write_batch(self, items: list[_Line | _View | _Barrier]) -> None:
         lines = [i.record for i in items if isinstance(i, _Line)]
+        views = [i for i in items if isinstance(i, _View)]
         # Written lines survive a kill -9 already; the fsync (for a power loss) is paid only
         # when somebody waits for it.
         durable = any(isinstance(i, _Barrier) for i in items)
-        self._write_views([i for i in items if isinstance(i, _View)], strict=True)
-        self._append(lines, durable)
+        append = asyncio.to_thread(self._append, lines, durable)
+        if not views:
+            await append
+            return
+        # Creating the view files and appending + fsyncing the journal run in two threads at
+        # once: neither needs the other, a sync needs both, and one after the other they
+        # were the serial step every settling node of a big run queued behind.
+        results = await asyncio.gather(
+            asyncio.to_thread(self._write_views, views, strict=True), append, return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     async def _write_later(self, items: list[_View]) -> None:
         await asyncio.to_thread(self._write_views, items)
