@@ -36,6 +36,7 @@ import math
 import os
 import platform
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -138,12 +139,13 @@ class Workload:
         )
 
 
-def duration_range_ms(size: int) -> tuple[float, float]:
-    """Uniform agent durations: 5–50 ms, scaled down to 1–10 ms for big graphs."""
-    return (5.0, 50.0) if size <= 500 else (1.0, 10.0)
+def duration_range_ms(size: int, *, scaled: bool = True) -> tuple[float, float]:
+    """Uniform agent durations: 5–50 ms, scaled down to 1–10 ms for big graphs (unless
+    `scaled` is false)."""
+    return (5.0, 50.0) if size <= 500 or not scaled else (1.0, 10.0)
 
 
-def make_workload(size: int, seed: int, dist: str = "uniform") -> Workload:
+def make_workload(size: int, seed: int, dist: str = "uniform", *, scaled: bool = True) -> Workload:
     """A layered random DAG: 10–40 layers; each node after the first layer depends on 1–3
     random earlier nodes, one of them in the layer just before (so layer = generation).
 
@@ -175,7 +177,7 @@ def make_workload(size: int, seed: int, dist: str = "uniform") -> Workload:
             order.append(node)
         earlier.extend(layer)
         previous = layer
-    lo, hi = duration_range_ms(size)
+    lo, hi = duration_range_ms(size, scaled=scaled)
     if dist == "uniform":
         durations = {node: rng.uniform(lo, hi) / 1000.0 for node in order}
         label = f"U {lo:g}-{hi:g}"
@@ -335,6 +337,8 @@ class RavenTiming:
     admit: float
     makespan: float
     cpu: float  # process CPU seconds (all threads) from start of run to `done`
+    user: float  # the same window: user-mode CPU seconds (getrusage)
+    system: float  # the same window: kernel CPU seconds (file creation, fsync, SQLite I/O)
     progress_calls: int
     progress_seconds: float  # summed wall time inside progress() (calls overlap)
     notifies: int
@@ -382,12 +386,14 @@ async def run_raven(
         submitted = await manager.submit(conv, submission, submitted_by="bench")
         admitted = time.perf_counter()
         cpu = time.process_time()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         run = submitted.run
         if run is None:
             raise RuntimeError(f"submission was not started: {submitted.status}")
         await run.done.wait()
         finished = time.perf_counter()
         cpu = time.process_time() - cpu
+        after = resource.getrusage(resource.RUSAGE_SELF)
         await manager.idle()
         states = {n.state for n in run.nodes.values()}
         if run.record.state != "completed" or states != {"completed"}:
@@ -396,6 +402,8 @@ async def run_raven(
             admit=admitted - started,
             makespan=finished - admitted,
             cpu=cpu,
+            user=after.ru_utime - usage.ru_utime,
+            system=after.ru_stime - usage.ru_stime,
             progress_calls=events.calls,
             progress_seconds=events.seconds,
             notifies=channel.notifies,
@@ -467,7 +475,8 @@ class Row:
     @property
     def name(self) -> str:
         """Short run name for the targets table."""
-        return f"{self.work.size} n, C={self.c_label}, {self.work.dist}"
+        name = f"{self.work.size} n, C={self.c_label}, {self.work.dist}"
+        return f"{name} {self.work.label}" if self.unbounded else name
 
     def cells(self) -> list[str]:
         """Makespan table cells in column order."""
@@ -592,6 +601,8 @@ ZERO_HEADERS = [
     "wall s",
     "ms/node",
     "cpu ms/n",
+    "user",
+    "sys",
     "ms/step",
     "edits",
     "flow ms/node",
@@ -606,6 +617,8 @@ Zero-duration agents (the same DAGs, every sleep 0): pure per-node overhead.
                 in SQLite, journal lines with batched fsync, output and memory record
                 files, judge call, progress announcements)
   cpu ms/n      process CPU time per node over the run (target <= 1 ms)
+  user / sys    the same split into user-mode and kernel time (getrusage): kernel time is
+                file creation and fsync, and varies with other I/O on the machine
   ms/step       wall / CP n: overhead per dependency step
   edits         status message edits of the run
   flow ms/node  wall / nodes for the plain-asyncio dataflow baseline (event-loop cost only)
@@ -623,6 +636,8 @@ def zero_cells(work: Workload, c: int, raven: RavenTiming, flow: float, step: fl
         f"{raven.makespan:.2f}",
         f"{raven.makespan / size * 1000:.2f}",
         f"{raven.cpu / size * 1000:.2f}",
+        f"{raven.user / size * 1000:.2f}",
+        f"{raven.system / size * 1000:.2f}",
         f"{raven.makespan / max(1, work.critical_nodes) * 1000:.1f}",
         f"{raven.edits}",
         f"{flow / size * 1000:.3f}",
@@ -665,8 +680,8 @@ def target_rows(
                 f"cpu {cpu:.2f} ms/node",
                 f"<= {TARGET_CPU_MS:g}",
                 verdict(cpu <= TARGET_CPU_MS),
-                "",
-                "",
+                f"user {raven.user / work.size * 1000:.2f}",
+                f"sys {raven.system / work.size * 1000:.2f}",
                 "",
             ]
         )
@@ -743,22 +758,44 @@ class Plan:
     announce: bool
     scratch: Path | None = None
 
-    def runs(self) -> list[tuple[int, str, int | None]]:
-        """(size, dist, C or None for unbounded) in run order."""
-        out: list[tuple[int, str, int | None]] = []
+    def runs(self) -> list[tuple[int, str, int | None, bool]]:
+        """(size, dist, C or None for unbounded, durations scaled) in run order. A big
+        unbounded run goes twice: scaled-down durations, then the small graphs' durations
+        (how far the makespan is from dataflow depends on agent time vs per-node cost)."""
+        out: list[tuple[int, str, int | None, bool]] = []
         for size in self.sizes:
             light = not self.full and size > LIGHT_ABOVE
             for dist in self.dists:
                 for c in [max(self.concurrency)] if light else self.concurrency:
-                    out.append((size, dist, c))
+                    out.append((size, dist, c, True))
         for size in self.unbounded:
             for dist in self.unbounded_dists:
-                out.append((size, dist, None))
+                out.append((size, dist, None, True))
+                if size > LIGHT_ABOVE:
+                    out.append((size, dist, None, False))
         return out
 
     def zero_sizes(self) -> list[int]:
         """Sizes that get a zero-duration run."""
         return [s for s in self.sizes if self.full or s <= LIGHT_ABOVE]
+
+
+async def run_zero(
+    plan: Plan, scratch: Path
+) -> tuple[list[list[str]], list[tuple[Workload, RavenTiming]]]:
+    """The zero-duration runs: their table rows and timings."""
+    zero_rows: list[list[str]] = []
+    zero_runs: list[tuple[Workload, RavenTiming]] = []
+    for size in plan.zero_sizes():
+        zero = make_workload(size, plan.seed).zeroed()
+        c = max(plan.concurrency)
+        raven = await run_raven(zero, c, scratch, announce=plan.announce)
+        flow = await run_dataflow(zero, c)
+        step = await run_superstep(zero, c)
+        zero_rows.append(zero_cells(zero, c, raven, flow, step))
+        zero_runs.append((zero, raven))
+        print(f"  {size} n, zero durations: raven {raven.makespan:.2f} s", flush=True)
+    return zero_rows, zero_runs
 
 
 async def bench(plan: Plan) -> None:
@@ -800,9 +837,12 @@ async def bench(plan: Plan) -> None:
         print("progress:", flush=True)
         # Warm-up (imports, regex and pydantic caches, SQLite): not reported.
         await run_raven(make_workload(20, plan.seed), max(plan.concurrency), scratch)
+        # First, before the big runs: deleting their run folders leaves the file system
+        # work (ext4 journal commits) that later fsyncs pay, in this process's kernel time.
+        zero_rows, zero_runs = await run_zero(plan, scratch)
         rows: list[Row] = []
-        for size, dist, limit in plan.runs():
-            work = make_workload(size, plan.seed, dist)
+        for size, dist, limit, scaled in plan.runs():
+            work = make_workload(size, plan.seed, dist, scaled=scaled)
             c = size if limit is None else limit
             raven = await run_raven(work, c, scratch, announce=plan.announce)
             superstep = await run_superstep(work, c)
@@ -814,17 +854,6 @@ async def bench(plan: Plan) -> None:
                 f"step {superstep:.2f} s",
                 flush=True,
             )
-        zero_rows: list[list[str]] = []
-        zero_runs: list[tuple[Workload, RavenTiming]] = []
-        for size in plan.zero_sizes():
-            zero = make_workload(size, plan.seed).zeroed()
-            c = max(plan.concurrency)
-            raven = await run_raven(zero, c, scratch, announce=plan.announce)
-            flow = await run_dataflow(zero, c)
-            step = await run_superstep(zero, c)
-            zero_rows.append(zero_cells(zero, c, raven, flow, step))
-            zero_runs.append((zero, raven))
-            print(f"  {size} n, zero durations: raven {raven.makespan:.2f} s", flush=True)
         print()
         if rows:
             print(LEGEND)
