@@ -7,6 +7,16 @@ open-loop target rates from a separate load-generator process, with Slack-style 
 (`X-Slack-Retry-Num: 1` / `2`) and exact duplicates delivered concurrently. Each mention is
 a new top-level thread, so every event has its own lane and lanes run in parallel.
 
+Both fakes run in one separate spawned process (each on its own 127.0.0.1 port), as Slack
+and Anthropic are remote in production: the bot's process holds only the bot and the
+bench's probes (loop lag, store writes, GC), so the fakes' CPU, request handling and
+recorded calls neither load its event loop nor lengthen its GC pauses. The bench asks that
+process over a Pipe (fresh message ts, the replies seen per thread with their arrival times,
+call counts, its CPU time); arrival times are time.monotonic() there and send times
+time.monotonic() in the generator (one system-wide CLOCK_MONOTONIC), so they compare.
+`--in-process-fakes` serves both fakes on the bot's own event loop instead (the old
+topology, which overstates the bot's ack latency), to compare; the header line says which.
+
 Prints ack latency per rate (POST sent → HTTP 200), reply latency, what the ack path costs
 in store writes (write units, batches, transactions), GC pauses, and at the end how many
 turns and replies each event produced, next to the target line. It asserts nothing about
@@ -14,6 +24,7 @@ time; it exits 1 only when some event produced more than one turn (a correctness
 Run from the repo root:
 
     .venv/bin/python bench/slack_ingress.py [--rates 10,25,50,100,200] [--seconds 3]
+        [--in-process-fakes]
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -182,21 +194,241 @@ class SlowAnthropic(FakeAnthropic):
 
 
 class Replies:
-    """Bot replies seen by FakeSlack, per (channel, thread_ts), read incrementally."""
+    """Bot replies seen by FakeSlack, per (channel, thread_ts), read incrementally.
 
-    def __init__(self, fake: FakeSlack) -> None:
-        self.fake = fake
+    `at` holds each reply's arrival time at the fake (`time.monotonic()` there: one
+    system-wide CLOCK_MONOTONIC, so comparable with the generator's `sent_mono` whichever
+    process the fake runs in).
+    """
+
+    def __init__(self, fakes: Fakes) -> None:
+        self.fakes = fakes
         self.at: dict[tuple[str, str], list[float]] = {}
         self._seen = 0
 
-    def update(self) -> None:
-        calls = self.fake.calls
-        for call in calls[self._seen :]:
+    async def update(self) -> None:
+        new: list[tuple[str, str, float]] = await self.fakes.ask("replies", self._seen)
+        for channel, thread, at in new:
+            self.at.setdefault((channel, thread), []).append(at)
+        self._seen += len(new)
+
+
+@dataclass(frozen=True)
+class FakesInfo:
+    """Where the fakes listen, sent back by the fakes' process once they serve."""
+
+    api_url: str  # FakeSlack's Web API (RAVEN_SLACK_API_URL)
+    model_url: str  # the model server (ANTHROPIC_BASE_URL)
+    bot_user_id: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class FakeCounts:
+    """What the fakes counted so far."""
+
+    model_calls: int  # /v1/messages answered
+    post_messages: int  # chat.postMessage calls, failed ones included
+    cpu: float  # time.process_time() of the fakes' process (the bot's when in process)
+
+
+class FakeHost:
+    """FakeSlack and SlowAnthropic together, and the questions the bench asks them.
+
+    It runs in whichever process serves the fakes; `answer` is the whole control protocol
+    (`ts` n → n fresh message timestamps, `replies` k → the replies after the first k,
+    `counts` → FakeCounts), so both placements answer the same way.
+    """
+
+    def __init__(self, delay: tuple[float, float], seed: int) -> None:
+        self.slack = FakeSlack()
+        self.model = SlowAnthropic(delay[0], delay[1], seed)
+        self._replies: list[tuple[str, str, float]] = []  # (channel, thread_ts, arrived)
+        self._post_messages = 0
+        self._scanned = 0
+
+    async def start(self) -> FakesInfo:
+        await self.slack.start()
+        await self.model.start()
+        for n, user in enumerate(USERS):
+            self.slack.add_user(user, f"user{n}", real_name=f"User {n}", display_name=f"user{n}")
+        return FakesInfo(
+            self.slack.api_url, self.model.base_url, self.slack.bot_user_id, os.getpid()
+        )
+
+    async def stop(self) -> None:
+        await self.model.stop()
+        await self.slack.stop()
+
+    def answer(self, command: str, arg: int) -> Any:
+        if command == "ts":
+            return [self.slack.next_ts() for _ in range(arg)]
+        self._scan()
+        if command == "replies":
+            return self._replies[arg:]
+        if command == "counts":
+            return FakeCounts(self.model.answered, self._post_messages, time.process_time())
+        raise ValueError(f"unknown fakes command {command!r}")
+
+    def _scan(self) -> None:
+        calls = self.slack.calls
+        for call in calls[self._scanned :]:
+            if call.method != "chat.postMessage":
+                continue
+            self._post_messages += 1
             thread = call.args.get("thread_ts")
-            if call.method == "chat.postMessage" and call.ok and thread:
-                key = (str(call.args.get("channel")), str(thread))
-                self.at.setdefault(key, []).append(call.at)
-        self._seen = len(calls)
+            if call.ok and thread:
+                self._replies.append((str(call.args.get("channel")), str(thread), call.at))
+        self._scanned = len(calls)
+
+
+class Fakes:
+    """The bench's handle on the fakes, wherever they run."""
+
+    separate = False
+    info: FakesInfo
+
+    @property
+    def where(self) -> str:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def ask(self, command: str, arg: int = 0) -> Any:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+
+class LocalFakes(Fakes):
+    """The fakes on the bot's own event loop (`--in-process-fakes`: the old topology)."""
+
+    def __init__(self, delay: tuple[float, float], seed: int) -> None:
+        self.host = FakeHost(delay, seed)
+
+    @property
+    def where(self) -> str:
+        return "in the bot process"
+
+    async def start(self) -> None:
+        self.info = await self.host.start()
+
+    async def ask(self, command: str, arg: int = 0) -> Any:
+        return self.host.answer(command, arg)
+
+    async def stop(self) -> None:
+        await self.host.stop()
+
+
+class ChildFakes(Fakes):
+    """The fakes in one spawned child process, asked over a Pipe.
+
+    The bot's side never blocks its event loop on the pipe: it waits for the answer with
+    `add_reader` (answers are small: one phase's replies at most). One question at a time.
+    """
+
+    separate = True
+
+    def __init__(self, delay: tuple[float, float], seed: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_conn = context.Pipe()
+        self._process = context.Process(
+            target=serve_fakes, args=(child_conn, delay, seed), name="bench-fakes", daemon=True
+        )
+        self._process.start()  # spawns now; start() waits for it to serve
+        child_conn.close()
+        self._lock = asyncio.Lock()
+
+    @property
+    def where(self) -> str:
+        return f"separate process, pid {self.info.pid}"
+
+    async def start(self) -> None:
+        self.info = await self._receive(within=60.0)  # spawn + imports: a few seconds
+
+    async def ask(self, command: str, arg: int = 0) -> Any:
+        async with self._lock:
+            self._conn.send((command, arg))
+            return await self._receive(within=30.0)
+
+    async def _receive(self, within: float) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+        fd = self._conn.fileno()
+
+        def readable() -> None:
+            loop.remove_reader(fd)
+            if future.done():
+                return
+            try:
+                future.set_result(self._conn.recv())
+            except (EOFError, OSError) as exc:
+                future.set_exception(RuntimeError(f"the fakes' process went away: {exc!r}"))
+
+        loop.add_reader(fd, readable)
+        try:
+            async with asyncio.timeout(within):
+                ok, value = await future
+        finally:
+            loop.remove_reader(fd)
+        if not ok:
+            raise RuntimeError(f"the fakes' process failed: {value}")
+        return value
+
+    async def stop(self) -> None:
+        if self._process.is_alive():
+            with contextlib.suppress(RuntimeError, TimeoutError, OSError):
+                await self.ask("stop")
+        await asyncio.to_thread(self._process.join, 10)
+        if self._process.is_alive():
+            self._process.terminate()
+            await asyncio.to_thread(self._process.join, 5)
+        self._conn.close()
+
+
+def serve_fakes(conn: Any, delay: tuple[float, float], seed: int) -> None:
+    """Child-process entry point: serve both fakes until told to stop (or the bench is gone)."""
+    asyncio.run(_serve_fakes(conn, delay, seed))
+
+
+async def _serve_fakes(conn: Any, delay: tuple[float, float], seed: int) -> None:
+    host = FakeHost(delay, seed)
+    try:
+        info = await host.start()
+    except Exception:
+        conn.send((False, traceback.format_exc()))
+        raise
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+
+    def readable() -> None:
+        try:
+            command, arg = conn.recv()
+        except (EOFError, OSError):  # the bench's process is gone
+            loop.remove_reader(conn.fileno())
+            stopping.set()
+            return
+        if command == "stop":
+            loop.remove_reader(conn.fileno())
+            stopping.set()  # answered once both fakes have stopped
+            return
+        try:
+            reply: tuple[bool, Any] = (True, host.answer(command, arg))
+        except Exception as exc:
+            reply = (False, repr(exc))
+        conn.send(reply)
+
+    loop.add_reader(conn.fileno(), readable)
+    conn.send((True, info))
+    try:
+        await stopping.wait()
+    finally:
+        await host.stop()
+    with contextlib.suppress(OSError):
+        conn.send((True, None))
+    conn.close()
 
 
 class LagMonitor:
@@ -399,6 +631,7 @@ class Phase:
     wall: float = 0.0
     drain: float = 0.0
     cpu: float = 0.0
+    fakes_cpu: float = math.nan  # the fakes' process, when they run in one of their own
     loop_lag: list[float] = field(default_factory=list)
     txn: TxnSamples = field(default_factory=TxnSamples)
     writes: WriteStats = field(default_factory=WriteStats)  # the store's counters, this phase
@@ -408,7 +641,8 @@ class Phase:
 
 def make_phase(
     rng: random.Random,
-    fake: FakeSlack,
+    timestamps: Sequence[str],
+    bot_user_id: str,
     events: list[Event],
     rate: float,
     count: int,
@@ -416,15 +650,19 @@ def make_phase(
     retry2_frac: float,
     dup_frac: float,
 ) -> Phase:
-    """`count` mentions at `rate`/s, with retries and concurrent duplicates mixed in."""
+    """`count` mentions at `rate`/s, with retries and concurrent duplicates mixed in.
+
+    `timestamps` are `count` fresh message ts issued by FakeSlack (so no reply it posts
+    shares one with a mention).
+    """
     phase = Phase(rate=rate, events=[], deliveries=[])
     dup_left = max(1, round(count * dup_frac))
     for i in range(count):
         index = len(events)
         user = USERS[index % len(USERS)]
         channel = CHANNELS[index % len(CHANNELS)]
-        ts = fake.next_ts()
-        text = f"<@{fake.bot_user_id}> question {index}: please summarise item {index}"
+        ts = timestamps[i]
+        text = f"<@{bot_user_id}> question {index}: please summarise item {index}"
         event = payloads.app_mention(channel, user, text, ts)
         body = json_body(payloads.event_callback(event, event_id=f"EvBENCH{index:06d}"))
         events.append(Event(channel, ts, body))
@@ -497,16 +735,18 @@ COST_HEADERS = [
     "loop99 ms",
     "loopmax ms",
     "cpu %",
+    "fakes cpu %",
     "reply p50 s",
     "reply p95 s",
     "drain s",
 ]
 
 COST_LEGEND = """\
-Where the time goes, per target rate (bot process = the bot, both fakes, SQLite threads).
+Where the time goes, per target rate (bot process = {bot_process}).
   lag99 ms     p99 of how late the generator started a POST vs its schedule (generator health)
   loop99/max   p99 and max event-loop lag in the bot's process (overshoot of a 10 ms sleep)
-  cpu %        bot process CPU time / phase wall time (200 % = both cores)
+  cpu %        bot process CPU time / phase wall time (200 % = both cores); fakes cpu % the
+               same for the fakes' own process ("shared" when they run in the bot's)
   reply p50/95 first delivery sent → the reply's chat.postMessage reached FakeSlack
   drain s      last send of the phase → last reply of the phase (lanes then empty)"""
 
@@ -559,7 +799,8 @@ The store's writer (Store.stats during the phase): how write units were grouped.
 GC_HEADERS = ["rate/s", "gc", "gen0/1/2", "total ms", "max ms", "gc2 max ms"]
 
 GC_LEGEND = """\
-Garbage collection in the bot's process (gc.callbacks; the event loop stands still meanwhile).
+Garbage collection in the bot's process (gc.callbacks; the event loop stands still meanwhile;
+{fakes_gc}).
   gc           collections of any generation during the phase; gen0/1/2 by generation
   total ms     sum of their pauses; max ms the longest; gc2 max ms the longest full one"""
 
@@ -592,6 +833,7 @@ def cost_row(phase: Phase) -> list[str]:
         ms(pct(phase.loop_lag, 0.99)),
         ms(max(phase.loop_lag, default=math.nan)),
         f"{phase.cpu * 100:.0f}",
+        "shared" if math.isnan(phase.fakes_cpu) else f"{phase.fakes_cpu * 100:.0f}",
         secs(pct(phase.reply_latency, 0.50)),
         secs(pct(phase.reply_latency, 0.95)),
         secs(phase.drain),
@@ -709,10 +951,11 @@ class Options:
     dup_frac: float
     seed: int
     in_process: bool
+    in_process_fakes: bool
     drain_within: float
 
 
-def configure_env(fake: FakeSlack, model: SlowAnthropic, home: Path, opts: Options) -> None:
+def configure_env(fakes: FakesInfo, home: Path, opts: Options) -> None:
     """The bot reads its configuration from the environment (no .env: see load_settings)."""
     for name in PROXY_VARS:
         os.environ.pop(name, None)  # slack_sdk and httpx would route loopback via a proxy
@@ -722,11 +965,11 @@ def configure_env(fake: FakeSlack, model: SlowAnthropic, home: Path, opts: Optio
             "RAVEN_LOG_LEVEL": "WARNING",
             "SLACK_BOT_TOKEN": BOT_TOKEN,
             "SLACK_SIGNING_SECRET": SECRET,
-            "RAVEN_SLACK_API_URL": fake.api_url,
+            "RAVEN_SLACK_API_URL": fakes.api_url,
             "RAVEN_SLACK_HTTP_HOST": "127.0.0.1",
             "RAVEN_SLACK_HTTP_PORT": "0",
             "ANTHROPIC_API_KEY": "sk-ant-bench",
-            "ANTHROPIC_BASE_URL": model.base_url,
+            "ANTHROPIC_BASE_URL": fakes.model_url,
             "RAVEN_MODEL_MAX_RETRIES": "0",
             "RAVEN_MODEL_TIMEOUT": "30",
             "RAVEN_LANE_QUEUE_CAP": "10000",
@@ -743,7 +986,7 @@ async def wait_replies(
     """Wait until each key has a reply; the monotonic time of the last first-reply, or None."""
     deadline = time.monotonic() + within
     while True:
-        replies.update()
+        await replies.update()
         if all(key in replies.at for key in keys):
             return max((replies.at[key][0] for key in keys), default=time.monotonic())
         if time.monotonic() >= deadline:
@@ -774,6 +1017,7 @@ class Rig:
     url: str
     events: list[Event]
     replies: Replies
+    fakes: Fakes
     monitor: LagMonitor
     probe: TxnProbe
     gc_probe: GcProbe
@@ -788,6 +1032,7 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     rig.probe.take()
     rig.gc_probe.take()
     writes_before = rig.store.stats
+    fakes_before = await rig.fakes.ask("counts") if rig.fakes.separate else None
     cpu = time.process_time()
     started = time.perf_counter()
     if rig.pool is None:
@@ -804,6 +1049,9 @@ async def run_phase(phase: Phase, rig: Rig) -> None:
     waited = [rig.events[i] for i in phase.events if i in accepted]
     done = await wait_replies(rig.replies, [(e.channel, e.ts) for e in waited], rig.within)
     phase.cpu = (time.process_time() - cpu) / (time.perf_counter() - started)
+    if fakes_before is not None:
+        fakes_after: FakeCounts = await rig.fakes.ask("counts")
+        phase.fakes_cpu = (fakes_after.cpu - fakes_before.cpu) / (time.perf_counter() - started)
     phase.loop_lag = rig.monitor.take()
     phase.txn = rig.probe.take()
     phase.writes = stats_delta(rig.store.stats, writes_before)
@@ -835,13 +1083,20 @@ async def bench(opts: Options) -> int:
         f"{opts.user_pool}, phases of ~{opts.seconds:g} s (at least {opts.min_events} events), "
         f"retries {opts.retry_frac:.0%} of events ({opts.retry2_frac:.0%} of those twice), "
         f"concurrent dups {opts.dup_frac:.0%} (≥1 per phase), generator: "
-        f"{'in the bot process' if opts.in_process else 'separate process'}"
+        f"{'in the bot process' if opts.in_process else 'separate process'}, fakes "
+        f"(FakeSlack + model server): "
+        f"{'in the bot process' if opts.in_process_fakes else 'separate process'}"
     )
-    fake = FakeSlack()
-    model = SlowAnthropic(opts.delay[0], opts.delay[1], opts.seed)
+    # Spawned first, so its start-up overlaps the generator's.
+    fakes: Fakes = (
+        LocalFakes(opts.delay, opts.seed)
+        if opts.in_process_fakes
+        else ChildFakes(opts.delay, opts.seed)
+    )
     events: list[Event] = []
     ran: list[Phase] = []  # the warm-up first, then one per rate
-    replies = Replies(fake)
+    replies = Replies(fakes)
+    counts = FakeCounts(0, 0, math.nan)
     probe = TxnProbe()
     probe.install()
     gc_probe = GcProbe()
@@ -851,11 +1106,8 @@ async def bench(opts: Options) -> int:
             context = multiprocessing.get_context("spawn")
             pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
             await asyncio.get_running_loop().run_in_executor(pool, ping)
-        await fake.start()
-        await model.start()
-        for n, user in enumerate(USERS):
-            fake.add_user(user, f"user{n}", real_name=f"User {n}", display_name=f"user{n}")
-        configure_env(fake, model, home, opts)
+        await fakes.start()
+        configure_env(fakes.info, home, opts)
         settings = load_settings(_env_file=None)
         runtime = await build_runtime(settings, [functools.partial(slack_adapter, settings)])
         adapter = runtime.adapters[0]
@@ -871,6 +1123,7 @@ async def bench(opts: Options) -> int:
                 url,
                 events,
                 replies,
+                fakes,
                 monitor,
                 probe,
                 gc_probe,
@@ -878,9 +1131,11 @@ async def bench(opts: Options) -> int:
                 opts.drain_within,
                 runtime.store,
             )
-            print("progress:", flush=True)
+            print(f"progress (fakes: {fakes.where}):", flush=True)
             # Warm-up (auth.test, users.info cache, SQLite, connections): not reported.
-            warm = make_phase(rng, fake, events, 10, 10, 0.0, 0.0, 0.0)
+            bot_user_id = fakes.info.bot_user_id
+            warm_ts = await fakes.ask("ts", 10)
+            warm = make_phase(rng, warm_ts, bot_user_id, events, 10, 10, 0.0, 0.0, 0.0)
             await run_phase(warm, rig)
             ran.append(warm)
             print(f"  warm-up: {len(warm.events)} events, drain {secs(warm.drain)} s", flush=True)
@@ -888,7 +1143,8 @@ async def bench(opts: Options) -> int:
                 count = max(opts.min_events, round(rate * opts.seconds))
                 phase = make_phase(
                     rng,
-                    fake,
+                    await fakes.ask("ts", count),
+                    bot_user_id,
                     events,
                     rate,
                     count,
@@ -906,21 +1162,21 @@ async def bench(opts: Options) -> int:
                 )
             # A late duplicate would show up after its twin's reply: give it a moment.
             await asyncio.sleep(1.5)
-            replies.update()
+            await replies.update()
         finally:
             lag_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await lag_task
             await adapter.close()
             await asyncio.wait_for(serving, 30)
+        counts = await fakes.ask("counts")
         turns = count_turns(home / "raven.db")
     finally:
         probe.uninstall()
         gc_probe.uninstall()
         if pool is not None:
             pool.shutdown()
-        await model.stop()
-        await fake.stop()
+        await fakes.stop()
         shutil.rmtree(home, ignore_errors=True)
 
     phases = ran[1:]
@@ -941,7 +1197,12 @@ async def bench(opts: Options) -> int:
     print()
     print(table(HEADERS, (phase_row(p) for p in phases)))
     print()
-    print(COST_LEGEND)
+    together = "the bot, both fakes, SQLite threads"
+    print(
+        COST_LEGEND.format(
+            bot_process=together if not fakes.separate else "the bot, SQLite threads"
+        )
+    )
     print()
     print(table(COST_HEADERS, (cost_row(p) for p in phases)))
     print()
@@ -958,7 +1219,8 @@ async def bench(opts: Options) -> int:
     print()
     print(table(BATCH_HEADERS, (batch_row(p) for p in phases)))
     print()
-    print(GC_LEGEND)
+    fakes_gc = "the fakes' objects count too" if not fakes.separate else "the fakes' do not"
+    print(GC_LEGEND.format(fakes_gc=fakes_gc))
     print()
     print(table(GC_HEADERS, (gc_row(p) for p in phases)))
     print()
@@ -970,8 +1232,8 @@ async def bench(opts: Options) -> int:
         shown = ", ".join(f"{s or 'error'}×{n}" for s, n in sorted(statuses.items()))
         print(f"non-200 statuses: {shown}")
     print(
-        f"events: {len(events)} (warm-up included), model calls: {model.answered}, "
-        f"chat.postMessage calls: {len(fake.calls_to('chat.postMessage'))}, "
+        f"events: {len(events)} (warm-up included), model calls: {counts.model_calls}, "
+        f"chat.postMessage calls: {counts.post_messages}, "
         f"events never acked 200: {never_acked}"
     )
     print(
@@ -1035,6 +1297,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         help="run the load generator on the bot's event loop instead of a child process",
     )
     parser.add_argument(
+        "--in-process-fakes",
+        action="store_true",
+        help="serve FakeSlack and the model server on the bot's event loop (the old topology) "
+        "instead of one child process",
+    )
+    parser.add_argument(
         "--drain-within",
         type=float,
         default=60.0,
@@ -1053,6 +1321,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         dup_frac=float(args.dup_frac),
         seed=int(args.seed),
         in_process=bool(args.in_process),
+        in_process_fakes=bool(args.in_process_fakes),
         drain_within=float(args.drain_within),
     )
 
