@@ -43,7 +43,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -198,9 +198,21 @@ class CountingNotifier:
     sent: int = 0
     edits: int = 0
 
-    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         """Count a notice."""
         self.sent += 1
+        if on_posted is not None:
+            await on_posted(idempotency_key)
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        """Every notice counts as posted under its key."""
         return idempotency_key
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:

@@ -37,6 +37,7 @@ from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.campaign_decider import ModelDecider
+from host.campaign_notices import LaneNotifier
 from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
@@ -321,12 +322,25 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         ),
         gates=PermissionGates(home, store),
     )
+
+    async def stop_campaigns(conversation_id: str) -> None:
+        # Late-bound: the engine is built after the lanes its notices enter.
+        await campaigns.stop_conversation(conversation_id)
+
+    lanes = LaneManager(
+        user_pool=settings.user_pool,
+        system_pool=settings.system_pool,
+        idle_seconds=settings.lane_idle_seconds,
+        queue_cap=settings.lane_queue_cap,
+        stop_hooks=(runs.stop_conversation, broker.cancel_conversation_id, stop_campaigns),
+    )
     campaigns = CampaignEngine(
         store=CampaignStore(store),
         machines=build_machines(machine_specs, DetachedSandbox(sandbox)),
         allocator=Allocator(machine_specs),
         scheduler=scheduler,
-        notifier=outbox,
+        # Notices are system work in the conversation's lane, recorded before they post.
+        notifier=LaneNotifier(conversation_log, outbox, lanes),
         decider=ModelDecider(provider),
         root=home / "campaigns",
     )
@@ -378,17 +392,6 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
-    )
-    lanes = LaneManager(
-        user_pool=settings.user_pool,
-        system_pool=settings.system_pool,
-        idle_seconds=settings.lane_idle_seconds,
-        queue_cap=settings.lane_queue_cap,
-        stop_hooks=(
-            runs.stop_conversation,
-            broker.cancel_conversation_id,
-            campaigns.stop_conversation,
-        ),
     )
     service = ConversationService(
         conversation_log=conversation_log,

@@ -49,7 +49,7 @@ from oncall.model import (
     MachineUnavailable,
     Measurement,
 )
-from oncall.ports import CAMPAIGN_WAKE
+from oncall.ports import CAMPAIGN_WAKE, PostedHook
 from oncall.report_gate import first_value, format_duration
 from oncall.store import CampaignRecord, CampaignStore, RoundRecord
 
@@ -594,12 +594,25 @@ class StderrNotifier:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     seen: set[str] = field(default_factory=set)
 
-    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+    ) -> None:
         """Print a notice once per key; the key serves as its message id."""
-        if idempotency_key not in self.seen:
-            self.seen.add(idempotency_key)
-            self._line(text)
-        return idempotency_key
+        if idempotency_key in self.seen:
+            return
+        self.seen.add(idempotency_key)
+        self._line(text)
+        if on_posted is not None:
+            await on_posted(idempotency_key)
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        """A printed notice's id is its key."""
+        return idempotency_key if idempotency_key in self.seen else None
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         """A status edit is printed as a new line."""

@@ -16,7 +16,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +41,7 @@ from oncall.model import (
 )
 from oncall.monitor import RoundWatch
 from oncall.policy import Decision, DecisionContext, RoundSummary, clamp_to_budget
-from oncall.ports import CAMPAIGN_WAKE, CampaignNotifier, WakeScheduler
+from oncall.ports import CAMPAIGN_WAKE, CampaignNotifier, PostedHook, WakeScheduler
 from oncall.report_gate import check_report, draft_report, format_duration
 from oncall.store import CampaignRecord, CampaignStore
 
@@ -83,6 +83,7 @@ class _Live:
     granted_seconds: float | None = None  # the round's time limit (read once, not per poll)
     last_edit: float = -math.inf
     unreachable_told: bool = False
+    final_shown: bool = False  # the round-end status edit was made (by the monitor)
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -173,9 +174,7 @@ class CampaignEngine:
         self, record: CampaignRecord, round_no: int, command: str | None = None
     ) -> None:
         spec = record.spec
-        remaining = self._remaining_wall(record)
-        requested = spec.round_time_limit_seconds or remaining
-        granted, note = clamp_to_budget(requested, remaining)
+        _, granted, note = self._grant(record)
         await self._store.start_round(record.id, round_no, granted, note)
         machine = self._machines[spec.machine]
         request = JobRequest(
@@ -202,14 +201,33 @@ class CampaignEngine:
         )
         if note:
             text += f"\n{note}"
-        posted = await self._notify(
-            record, text, key=f"campaign:{record.id}:round:{round_no}:status"
+        # Posted later, in the conversation's lane: the hook records the id for the edits.
+        await self._notify(
+            record,
+            text,
+            key=_status_key(record.id, round_no),
+            on_posted=self._status_posted(record.id, round_no),
         )
-        if posted is not None:
-            await self._store.update(record.id, status_message=posted)
         await self._schedule_wake(record, round_no, spec.wake_every_seconds)
         watch = RoundWatch(spec, record.baseline, handle.started_at)
         self._watch(record, round_no, handle, watch, granted)
+
+    def _grant(self, record: CampaignRecord) -> tuple[float, float, str | None]:
+        """A round's time limit: (requested, granted, note) within the remaining wall clock."""
+        remaining = self._remaining_wall(record)
+        requested = record.spec.round_time_limit_seconds or remaining
+        granted, note = clamp_to_budget(requested, remaining)
+        return requested, granted, note
+
+    def _status_posted(self, campaign_id: str, round_no: int) -> PostedHook:
+        """Records the round's status message id once it is posted (if still that round)."""
+
+        async def record(message_id: str) -> None:
+            current = await self._store.get(campaign_id)
+            if current is not None and current.round == round_no:
+                await self._store.update(campaign_id, status_message=message_id)
+
+        return record
 
     def _watch(
         self,
@@ -234,6 +252,9 @@ class CampaignEngine:
                 return
             reason = await self._observe_once(record, round_no, live)
             if reason is not None:
+                # Edits are throttled: the round's last values are shown once more, now.
+                await self._final_status(record, round_no, _REASON_TEXT[reason])
+                live.final_shown = True
                 await self._early_wake(record, round_no, reason)
                 return
             await asyncio.sleep(record.spec.poll_seconds)
@@ -301,24 +322,44 @@ class CampaignEngine:
         self, record: CampaignRecord, round_no: int, live: _Live, recorded: list[Measurement]
     ) -> None:
         now = self._clock()
-        if (
-            now - live.last_edit < self._settings.status_edit_seconds
-            or record.status_message is None
-        ):
+        if now - live.last_edit < self._settings.status_edit_seconds:
             return
-        live.last_edit = now
-        latest = ", ".join(f"{m.name}={m.value:g} (#{m.id})" for m in recorded[-3:])
+        if await self._show_status(
+            record, round_no, recorded, f"running on `{record.spec.machine}`", icon="▶️"
+        ):
+            live.last_edit = now
+
+    async def _final_status(self, record: CampaignRecord, round_no: int, ended: str) -> None:
+        """The round-end edit of the status message (never throttled): its last values."""
+        latest = [m for m in await self._store.measurements(record.id) if m.round == round_no]
+        await self._show_status(record, round_no, latest, ended, icon="🏁")
+
+    async def _show_status(
+        self,
+        record: CampaignRecord,
+        round_no: int,
+        measurements: Sequence[Measurement],
+        state: str,
+        *,
+        icon: str,
+    ) -> bool:
+        """Edit the round's status message; False when it is not posted yet."""
+        key = _status_key(record.id, round_no)
+        message_id = record.status_message
+        if message_id is None:
+            # Posted by a retry or by the redelivery after a restart: no hook ran.
+            message_id = await self._notifier.posted_id(record.conversation, key)
+            if message_id is None:
+                return False
+            await self._store.update(record.id, status_message=message_id)
+        latest = ", ".join(f"{m.name}={m.value:g} (#{m.id})" for m in measurements[-3:])
         text = (
-            f"▶️ Campaign `{record.id}` round {round_no} running on `{record.spec.machine}`: "
-            f"latest {latest}."
+            f"{icon} Campaign `{record.id}` round {round_no} {state}: "
+            f"latest {latest or 'none yet'}."
         )
         with contextlib.suppress(Exception):
-            await self._notifier.edit(
-                record.conversation,
-                record.status_message,
-                text,
-                key=f"campaign:{record.id}:round:{round_no}:status",
-            )
+            await self._notifier.edit(record.conversation, message_id, text, key=key)
+        return True
 
     # --------------------------------------------------------------------------- wakes
 
@@ -326,8 +367,12 @@ class CampaignEngine:
         self, record: CampaignRecord, round_no: int, after_seconds: float
     ) -> str:
         due = min(self._clock() + after_seconds, self._deadline(record))
-        wake_id = f"wake:{record.id}:{round_no}:{int(due * 1000)}"
-        await self._store.schedule_wake(wake_id, record.id, round_no, "scheduled", due)
+        # One pending wake-up per campaign: the one it replaces is cancelled in the same
+        # commit, then unscheduled (a stale job that still fires finds it cancelled).
+        wake_id, replaced = await self._store.replace_wake(record.id, round_no, due)
+        for old in replaced:
+            with contextlib.suppress(Exception):
+                await self._scheduler.cancel(old)
         await self._scheduler.schedule_at(
             wake_id,
             datetime.fromtimestamp(due, UTC),
@@ -643,6 +688,8 @@ class CampaignEngine:
         used = max(0.0, now - current.handle.started_at) * (record.spec.cpus or 1)
         fresh = await self._fresh(record)
         await self._store.update(record.id, compute_seconds=fresh.compute_seconds + used)
+        if live is None or not live.final_shown:
+            await self._final_status(fresh, record.round, "terminated")
 
     async def _close(
         self,
@@ -788,13 +835,16 @@ class CampaignEngine:
     def _remaining_wall(self, record: CampaignRecord) -> float:
         return max(0.0, self._deadline(record) - self._clock())
 
-    async def _notify(self, record: CampaignRecord, text: str, *, key: str) -> str | None:
+    async def _notify(
+        self, record: CampaignRecord, text: str, *, key: str, on_posted: PostedHook | None = None
+    ) -> None:
         try:
-            return await self._notifier.send(record.conversation, text, idempotency_key=key)
+            await self._notifier.send(
+                record.conversation, text, idempotency_key=key, on_posted=on_posted
+            )
         except Exception:
-            # Recorded by the outbox and retried; campaign state is already committed.
-            log.warning("campaign %s: a notice was not delivered yet", record.id, exc_info=True)
-            return None
+            # The campaign's state is committed already; a notice must not undo it.
+            log.warning("campaign %s: notice %s was not recorded", record.id, key, exc_info=True)
 
 
 _REASON_TEXT: Mapping[str, str] = {
@@ -806,6 +856,11 @@ _REASON_TEXT: Mapping[str, str] = {
     "vanished": "vanished (its process is gone without an exit code)",
     "budget": "used up its time budget",
 }
+
+
+def _status_key(campaign_id: str, round_no: int) -> str:
+    """The idempotency key of a round's status message (its edits use it too)."""
+    return f"campaign:{campaign_id}:round:{round_no}:status"
 
 
 async def _drain(machine: Machine, handle: JobHandle, offset: int) -> bytes:

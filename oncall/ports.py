@@ -3,7 +3,7 @@ the assembly root: oncall imports no host or chat code)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Protocol
 
@@ -13,6 +13,8 @@ from core.ids import ConversationRef
 CAMPAIGN_WAKE = "campaign_wake"
 
 JSONScalar = str | int | float | bool | None
+# Called with a notice's platform message id once it is posted (the status message's id).
+PostedHook = Callable[[str], Awaitable[None]]
 
 
 class WakeScheduler(Protocol):
@@ -38,8 +40,20 @@ class WakeScheduler(Protocol):
 class CampaignNotifier(Protocol):
     """Where campaign news goes: the campaign's thread (persisted first, posted once)."""
 
-    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
-        """Record, then post a message under `idempotency_key` (once); its platform id."""
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+    ) -> None:
+        """Record the notice durably, then post it once under `idempotency_key`, possibly
+        later (in the conversation's order); `on_posted` gets its platform id."""
+        ...
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        """The platform id of a posted notice; None while it is not posted."""
         ...
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:

@@ -176,8 +176,10 @@ class CampaignStore:
                 " started_at) VALUES (?, ?, 'submitting', ?, ?, ?)",
                 (campaign_id, round_no, granted, note, now),
             )
+            # The new round gets its own status message: edits must not reach the last one.
             db.execute(
-                "UPDATE campaigns SET round = ?, state = 'running', updated_at = ? WHERE id = ?",
+                "UPDATE campaigns SET round = ?, state = 'running', status_message = NULL,"
+                " updated_at = ? WHERE id = ?",
                 (round_no, now, campaign_id),
             )
 
@@ -277,6 +279,49 @@ class CampaignStore:
             " due_at) VALUES (?, ?, ?, ?, 'pending', ?)",
             (wake_id, campaign_id, round_no, reason, due_at),
         )
+
+    async def replace_wake(
+        self, campaign_id: str, round_no: int, due_at: float
+    ) -> tuple[str, list[str]]:
+        """Record the campaign's one scheduled wake-up, cancelling any pending one in the same
+        commit; (its id, the ids it replaced, to unschedule)."""
+
+        def replace(db: sqlite3.Connection) -> tuple[str, list[str]]:
+            replaced = [
+                str(r[0])
+                for r in db.execute(
+                    "SELECT id FROM campaign_wakeups WHERE campaign_id = ? AND state = 'pending'",
+                    (campaign_id,),
+                )
+            ]
+            db.execute(
+                "UPDATE campaign_wakeups SET state = 'cancelled'"
+                " WHERE campaign_id = ? AND state = 'pending'",
+                (campaign_id,),
+            )
+            # Ids are never reused (a reused one would be a fired or cancelled row): two waits
+            # clamped to the same deadline get a numbered suffix.
+            base = wake_id = f"wake:{campaign_id}:{round_no}:{int(due_at * 1000)}"
+            taken = {
+                str(r[0])
+                for r in db.execute(
+                    "SELECT id FROM campaign_wakeups WHERE id = ? OR id LIKE ?",
+                    (base, base + ".%"),
+                )
+            }
+            n = 1
+            while wake_id in taken:
+                n += 1
+                wake_id = f"{base}.{n}"
+            db.execute(
+                "INSERT INTO campaign_wakeups (id, campaign_id, round, reason, state, due_at)"
+                " VALUES (?, ?, ?, 'scheduled', 'pending', ?)",
+                (wake_id, campaign_id, round_no, due_at),
+            )
+            return wake_id, replaced
+
+        result: tuple[str, list[str]] = await self._store.write(replace)
+        return result
 
     async def claim_wake(
         self, wake_id: str, *, reason: WakeReason | None = None, fired_at: float

@@ -14,11 +14,11 @@ from agents.sandbox import DetachedSandbox
 from core.ids import ConversationRef
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine, Decider
+from oncall.engine import CampaignEngine, Decider, EngineSettings
 from oncall.machines.local import LocalMachine
 from oncall.machines.registry import Allocator
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
-from oncall.ports import JSONScalar
+from oncall.ports import JSONScalar, PostedHook
 from oncall.store import CampaignRecord, CampaignStore
 from tests.sandboxing import real_sandbox
 
@@ -52,16 +52,27 @@ class MemoryScheduler:
 
 @dataclass
 class RecordingNotifier:
-    """Every notice and edit, in order."""
+    """Every notice and edit, in order; a notice is posted at once, its key as its id."""
 
     posts: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
     edits: list[str] = field(default_factory=list)
 
-    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+    ) -> None:
         if any(key == idempotency_key for key, _ in self.posts):
-            return idempotency_key
+            return
         self.posts.append((idempotency_key, text))
-        return idempotency_key
+        if on_posted is not None:
+            await on_posted(idempotency_key)
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        return idempotency_key if any(k == idempotency_key for k, _ in self.posts) else None
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         self.edits.append(text)
@@ -80,6 +91,14 @@ class OncallKit:
     scheduler: MemoryScheduler
     notifier: RecordingNotifier
     root: Path
+    # Builds another engine on the same store, machine, scheduler and notifier (a restart).
+    new_engine: Callable[[], CampaignEngine]
+
+    async def restart(self) -> None:
+        """Close the engine (its jobs keep running, detached) and recover a new one."""
+        await self.engine.close()
+        self.engine = self.new_engine()
+        await self.engine.recover()
 
     async def until_final(self, campaign_id: str, within: float = WITHIN) -> CampaignRecord:
         """Wait until the campaign closed, failed or was cancelled (a hang guard)."""
@@ -131,6 +150,7 @@ async def oncall_kit(
     clock: Callable[[], float] | None = None,
     machine: Machine | None = None,
     decider: Decider | None = None,
+    settings: EngineSettings | None = None,
 ) -> AsyncIterator[OncallKit]:
     """An engine on a fresh database with one machine named `local`: by default the local
     machine of `slots` slots in the real sandbox."""
@@ -142,21 +162,31 @@ async def oncall_kit(
         machine = LocalMachine(local, DetachedSandbox(real_sandbox(hidden=(tmp / "hidden",))))
     scheduler = MemoryScheduler()
     notifier = RecordingNotifier()
-    options = {} if clock is None else {"clock": clock}
-    engine = CampaignEngine(
-        store=campaigns,
-        machines={"local": machine},
-        allocator=Allocator({"local": local}),
-        scheduler=scheduler,
-        notifier=notifier,
-        decider=decider or RuleBasedDecider(),
-        root=tmp / "campaigns",
-        **options,  # type: ignore[arg-type]
+    options: dict[str, object] = {}
+    if clock is not None:
+        options["clock"] = clock
+    if settings is not None:
+        options["settings"] = settings
+
+    def new_engine() -> CampaignEngine:
+        return CampaignEngine(
+            store=campaigns,
+            machines={"local": machine},
+            allocator=Allocator({"local": local}),
+            scheduler=scheduler,
+            notifier=notifier,
+            decider=decider or RuleBasedDecider(),
+            root=tmp / "campaigns",
+            **options,  # type: ignore[arg-type]
+        )
+
+    kit = OncallKit(
+        new_engine(), store, campaigns, scheduler, notifier, tmp / "campaigns", new_engine
     )
     try:
-        yield OncallKit(engine, store, campaigns, scheduler, notifier, tmp / "campaigns")
+        yield kit
     finally:
         for record in await campaigns.recent(active_only=True):
-            await engine.stop(record.id, by="test teardown")
-        await engine.close()
+            await kit.engine.stop(record.id, by="test teardown")
+        await kit.engine.close()
         await store.close()

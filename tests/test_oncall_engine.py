@@ -5,11 +5,12 @@ the report gate, and no model calls while waiting."""
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
 
-from oncall.engine import CampaignError
+from oncall.engine import CampaignError, EngineSettings
 from oncall.model import Budget
 from tests.oncall_kit import CONV, oncall_kit, spec
 
@@ -187,3 +188,42 @@ async def test_an_unreachable_machine_is_a_recorded_and_reported_failure(tmp_pat
         (round_,) = await kit.campaigns.rounds(record.id)
         assert round_.state == "failed" and round_.note is not None
         assert any("failed" in t and "127.0.0.1" in t for t in kit.notifier.texts())
+
+
+async def test_a_wait_replaces_the_pending_wake_up_instead_of_adding_one(tmp_path: Path) -> None:
+    now = time.time()  # frozen: two equal waits clamp to one due time
+    async with oncall_kit(tmp_path, clock=lambda: now) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=0.9; sleep 60"))
+
+        async def one_value() -> bool:
+            return len(await kit.campaigns.measurements(record.id)) == 1
+
+        await kit.until(one_value)
+        (first,) = kit.scheduler.jobs
+        (value,) = await kit.campaigns.measurements(record.id)
+        await kit.engine.wait(record.id, 60, value.id)
+        await kit.engine.wait(record.id, 60, value.id)  # the same due time again
+        pending = [w for w in await kit.campaigns.wakes(record.id) if w.state == "pending"]
+        assert len(pending) == 1, pending
+        assert list(kit.scheduler.jobs) == [pending[0].id]
+        assert first in kit.scheduler.cancelled
+        await kit.fire_scheduled(record.id)
+        fired = [w.id for w in await kit.campaigns.wakes(record.id) if w.state == "fired"]
+        assert fired == [pending[0].id]
+
+
+async def test_the_status_message_shows_the_rounds_last_value_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    command = 'for v in 0.9 0.8 0.7 0.6; do echo "loss=$v"; sleep 0.2; done'
+    # Edits throttled to one an hour: only the first value and the round-end edit show.
+    throttled = EngineSettings(status_edit_seconds=3600)
+    async with oncall_kit(tmp_path, settings=throttled) as kit:
+        record = await kit.engine.start("U1", CONV, spec(command))
+        await kit.until_final(record.id)
+        last = (await kit.campaigns.measurements(record.id))[-1]
+        assert last.value == 0.6
+        assert len(kit.notifier.edits) == 2, kit.notifier.edits
+        final = kit.notifier.edits[-1]
+        assert final.startswith(f"🏁 Campaign `{record.id}` round 1 finished")
+        assert f"loss=0.6 (#{last.id})" in final

@@ -1,6 +1,6 @@
 """Kill the bot with SIGKILL while a campaign waits: after the restart the missed wake-up
-fires once with its lateness recorded, and the round (which kept running, detached) is
-still monitored."""
+fires once with its lateness recorded and told in the thread, and the round (which kept
+running, detached) is still monitored."""
 
 from __future__ import annotations
 
@@ -82,6 +82,11 @@ async def test_a_missed_wake_up_fires_once_after_a_kill_and_the_job_is_still_wat
             home, "SELECT lateness, fired_at FROM campaign_wakeups WHERE id = ?", wake_id
         )
         assert float(lateness) >= 1.0  # type: ignore[arg-type]
+        # The thread was told, through its lane and the outbox: one late notice, posted.
+        late = "SELECT text, delivery FROM messages WHERE direction = 'out' AND text LIKE ?"
+        await _until(lambda: [d for _, d in _rows(home, late, "⏰%")] == ["sent"])
+        ((text, _),) = _rows(home, late, "⏰%")
+        assert "late" in str(text) and "fired" in str(text)
         # The detached round kept running through the kill, and the monitor re-attached.
         await _until(lambda: _measurements(home) > before + 2)
         ((handle,),) = _rows(home, "SELECT handle FROM campaign_rounds WHERE round = 1")
