@@ -2,9 +2,11 @@
 
     campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h
 
-Optional fields: `pattern: REGEX` (one group around the value), `wake: 5m`, `baseline: 1.2`,
-`rounds: 3`, `stall: 10m`, `margin: 0.5`, `poll: 5s`. The command may itself contain `|`:
-fields are split only before a known field name. Values are validated by the tool.
+Optional fields: `pattern: REGEX` (one group around the value), `json_key: KEY` (read the
+metric from JSON lines), `wake: 5m`, `baseline: 1.2`, `rounds: 3`, `stall: 10m`,
+`margin: 0.5`, `poll: 5s`, and for Slurm `partition: NAME`, `cpus: 4`, `time: 30m` (a
+round's time limit). The command may itself contain `|`: fields are split only before a
+known field name. Values are validated by the tool.
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ FIELDS = (
     "metric",
     "budget",
     "pattern",
+    "json_key",
     "wake",
     "baseline",
     "rounds",
     "stall",
     "margin",
     "poll",
+    "partition",
+    "cpus",
+    "time",
 )
 _START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
 _SPLIT = re.compile(r"\s+\|\s*(?=(?:" + "|".join(FIELDS) + r")\s*:)", re.IGNORECASE)
-_FIELD = re.compile(r"^(?P<key>[a-z]+)\s*:\s*(?P<value>.*?)\s*$", re.IGNORECASE | re.DOTALL)
+_FIELD = re.compile(r"^(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$", re.IGNORECASE | re.DOTALL)
 
 
 def parse_campaign(text: str) -> dict[str, str] | None:

@@ -86,6 +86,12 @@ _FLAGS: Final = {
     "baseline": "--baseline",
     "margin": "--margin",
     "divergence_margin": "--margin",
+    "json_key": "--json-key",
+    "metric.json_key": "--json-key",
+    "partition": "--partition",
+    "cpus": "--cpus",
+    "time": "--time",
+    "round_time_limit_seconds": "--time",
 }
 _FIELD = re.compile(r"^`([A-Za-z_.]+)(:?)( [^`]*)?`")
 _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -152,6 +158,12 @@ def _add_run_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]
     run.add_argument("--rounds", metavar="N", help="at most this many rounds (default 5)")
     run.add_argument("--baseline", metavar="X", help="the starting metric value")
     run.add_argument("--margin", metavar="X", help="worse than the baseline by this = diverged")
+    run.add_argument(
+        "--json-key", metavar="KEY", help="read the metric from JSON lines (a.b for nested)"
+    )
+    run.add_argument("--partition", metavar="NAME", help="Slurm: the partition to submit to")
+    run.add_argument("--cpus", metavar="N", help="cpus per round (Slurm: --cpus-per-task)")
+    run.add_argument("--time", metavar="DURATION", help="time limit of one round, e.g. 30m")
     run.add_argument("--json", action="store_true", help="print the final record as JSON")
 
 
@@ -541,6 +553,10 @@ def run_spec(args: argparse.Namespace) -> CampaignSpec:
                 stall=args.stall,
                 margin=args.margin,
                 poll=args.poll,
+                json_key=args.json_key,
+                partition=args.partition,
+                cpus=args.cpus,
+                time=args.time,
             )
         )
     except ValueError as exc:

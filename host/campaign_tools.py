@@ -7,13 +7,15 @@ measurement; `campaign_report` closes a campaign only through the report gate.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from agents.tools import Tool
 from host.turn import TurnContext
 from oncall.durations import parse_duration
 from oncall.engine import CampaignEngine, CampaignError
-from oncall.model import Budget, CampaignSpec, MetricSpec
+from oncall.model import Budget, CampaignSpec, MetricSpec, check_partition
 
+MAX_CPUS = 1024
 CAMPAIGN_SYNTAX = (
     "campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h"
 )
@@ -35,6 +37,12 @@ class StartCampaignInput(BaseModel):
     stall: str | None = Field(default=None, description="no output for this long = stalled")
     margin: str | None = Field(default=None, description="worse than baseline by this = diverged")
     poll: str | None = Field(default=None, description="how often the monitor reads output")
+    json_key: str | None = Field(
+        default=None, description="read the metric from JSON lines under this key (a.b for nested)"
+    )
+    partition: str | None = Field(default=None, description="Slurm: the partition to submit to")
+    cpus: str | None = Field(default=None, description="cpus per round (Slurm: --cpus-per-task)")
+    time: str | None = Field(default=None, description="time limit of one round, e.g. 30m")
 
 
 class CampaignRef(BaseModel):
@@ -94,6 +102,9 @@ def campaign_spec(args: StartCampaignInput) -> CampaignSpec:
         "poll_seconds": _duration("poll", args.poll, problems, required=False),
         "baseline": _number("baseline", args.baseline, problems),
         "divergence_margin": _number("margin", args.margin, problems),
+        "round_time_limit_seconds": _duration("time", args.time, problems, required=False),
+        "cpus": _cpus(args.cpus, problems),
+        "partition": _partition(args.partition, problems),
     }
     rounds = _number("rounds", args.rounds, problems)
     if problems:
@@ -103,15 +114,19 @@ def campaign_spec(args: StartCampaignInput) -> CampaignSpec:
             goal=args.goal,
             machine=args.machine,
             command=str(args.run),
-            metric=MetricSpec(name=name, pattern=args.pattern),
+            metric=MetricSpec(name=name, pattern=args.pattern, json_key=_text(args.json_key)),
             direction=direction,
             budget=Budget(wall_seconds=budget or 0, rounds=int(rounds) if rounds else 5),
             **{k: v for k, v in optional.items() if v is not None},
         )
     except ValidationError as exc:
-        raise ValueError(
-            _problems([f"`{'.'.join(map(str, e['loc']))}`: {e['msg']}" for e in exc.errors()])
-        ) from None
+        raise ValueError(_problems([_pydantic_problem(e) for e in exc.errors()])) from None
+
+
+def _pydantic_problem(error: ErrorDetails) -> str:
+    """One validation error as `field`: problem, without pydantic's "Value error, " prefix."""
+    where = ".".join(map(str, error["loc"]))
+    return f"`{where}`: {str(error['msg']).removeprefix('Value error, ')}"
 
 
 def _metric(raw: str | None, problems: list[str]) -> tuple[str, str]:
@@ -147,6 +162,36 @@ def _number(field: str, raw: str | None, problems: list[str]) -> float | None:
     except ValueError:
         problems.append(f"`{field}: {raw}` is not a number")
         return None
+
+
+def _cpus(raw: str | None, problems: list[str]) -> int | None:
+    if raw is None or not raw.strip():
+        return None
+    try:
+        cpus = int(raw)
+    except ValueError:
+        problems.append(f"`cpus: {raw}` is not a whole number of cpus, e.g. 4")
+        return None
+    if not 1 <= cpus <= MAX_CPUS:
+        problems.append(f"`cpus: {raw}`: between 1 and {MAX_CPUS}")
+        return None
+    return cpus
+
+
+def _partition(raw: str | None, problems: list[str]) -> str | None:
+    name = _text(raw)
+    if name is None:
+        return None
+    try:
+        return check_partition(name)
+    except ValueError as exc:
+        problems.append(f"`partition:` {exc}")
+        return None
+
+
+def _text(raw: str | None) -> str | None:
+    """An optional text field: None when absent or blank."""
+    return raw.strip() if raw is not None and raw.strip() else None
 
 
 def _problems(problems: list[str]) -> str:

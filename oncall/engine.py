@@ -136,6 +136,11 @@ class CampaignEngine:
                 f"Unknown machine {spec.machine!r}. Registered machines: {known} "
                 "(add one in RAVEN_HOME/machines.toml)."
             )
+        if spec.partition is not None and machine.spec.kind != "slurm":
+            raise CampaignError(
+                f"The partition `{spec.partition}` is for Slurm machines, and `{spec.machine}` "
+                f"is a {machine.spec.kind} machine: drop the partition or pick a slurm machine."
+            )
         campaign_id = self._new_id()
         record = await self._store.create(campaign_id, owner, conv, spec)
         await self._notify(

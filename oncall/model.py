@@ -7,6 +7,7 @@ value is refused with a message that names the field and how to fix it.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -24,6 +25,19 @@ JobState = Literal["running", "exited", "vanished", "unknown"]
 DecisionAction = Literal["wait", "resubmit", "terminate", "report"]
 
 
+_PARTITION = re.compile(r"[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*")
+
+
+def check_partition(value: str) -> str:
+    """`value` if it is a Slurm partition name (or a comma-separated list), else ValueError."""
+    if not _PARTITION.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Slurm partition name (letters, digits, `_`, `.`, `-`; "
+            "several separated by commas)"
+        )
+    return value
+
+
 class MetricSpec(BaseModel):
     """How to read one metric from a round's output: a regex with one group, or a JSON key."""
 
@@ -32,13 +46,16 @@ class MetricSpec(BaseModel):
     pattern: str | None = Field(
         default=None, description="regex whose first group is the value, e.g. `loss[=: ]+(\\S+)`"
     )
-    json_key: str | None = Field(default=None, description="key of a JSON-lines record")
+    json_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="key of a JSON-lines record (a dotted path for nested keys)",
+    )
 
     @field_validator("pattern")
     @classmethod
     def _one_group(cls, value: str | None) -> str | None:
-        import re
-
         if value is None:
             return None
         try:
@@ -49,12 +66,17 @@ class MetricSpec(BaseModel):
             raise ValueError("the pattern needs one capture group around the value, e.g. (\\S+)")
         return value
 
+    @field_validator("json_key")
+    @classmethod
+    def _one_key(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError(f"{value!r}: a JSON key has no spaces (write a.b for a nested key)")
+        return value
+
     def default_pattern(self) -> str:
         """The pattern in use: the given one, or `<name>` followed by a number."""
         if self.pattern is not None:
             return self.pattern
-        import re
-
         name = re.escape(self.name)
         return rf"\b{name}\b\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|-inf))"
 
@@ -86,9 +108,14 @@ class CampaignSpec(BaseModel):
         default=None, ge=0, description="wake when worse than baseline by more than this"
     )
     permitted_actions: tuple[DecisionAction, ...] = ("wait", "resubmit", "terminate", "report")
-    partition: str | None = Field(default=None, max_length=64)
+    partition: str | None = Field(default=None, max_length=64, description="Slurm partition")
     cpus: int | None = Field(default=None, ge=1, le=1024)
     round_time_limit_seconds: float | None = Field(default=None, gt=0)
+
+    @field_validator("partition")
+    @classmethod
+    def _partition_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_partition(value)
 
     @field_validator("baseline")
     @classmethod

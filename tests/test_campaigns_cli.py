@@ -91,6 +91,16 @@ async def test_a_decreasing_loss_closes_with_its_measurements_and_no_model_calls
     assert any(line[9:].startswith("📋") and "0.42" in line for line in notices)
 
 
+async def test_a_json_lines_metric_is_read_by_its_key(isolated_env: Path) -> None:
+    lines = "; ".join(f'echo \'{{"step": {i}, "loss": {v}}}\'' for i, v in enumerate((0.9, 0.6)))
+    code, out, err = await _run(*_run_args(lines, "--json-key", "loss"), env=_env(isolated_env))
+    assert code == 0, err
+    record = json.loads(out)
+    assert [m["value"] for m in record["measurements"]] == [0.9, 0.6]
+    assert record["spec"]["metric"]["json_key"] == "loss"
+    assert record["measurements"][0]["source_line"] == '{"step": 0, "loss": 0.9}'
+
+
 async def test_nan_divergence_terminates_the_round_and_reports(isolated_env: Path) -> None:
     command = "echo loss=0.8; echo loss=0.6; echo loss=nan; sleep 600; echo loss=0.1"
     code, out, err = await _run(*_run_args(command), env=_env(isolated_env))

@@ -227,3 +227,10 @@ async def test_the_status_message_shows_the_rounds_last_value_when_it_ends(
         final = kit.notifier.edits[-1]
         assert final.startswith(f"🏁 Campaign `{record.id}` round 1 finished")
         assert f"loss=0.6 (#{last.id})" in final
+
+
+async def test_a_partition_on_a_machine_that_is_not_slurm_is_refused(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        with pytest.raises(CampaignError, match="partition `debug` is for Slurm machines"):
+            await kit.engine.start("U1", CONV, spec("echo loss=1", partition="debug"))
+        assert await kit.campaigns.recent() == []
