@@ -179,8 +179,17 @@ class CampaignEngine:
         self, record: CampaignRecord, round_no: int, command: str | None = None
     ) -> None:
         spec = record.spec
-        _, granted, note = self._grant(record)
+        requested, granted, note = self._grant(record)
         await self._store.start_round(record.id, round_no, granted, note)
+        if note:
+            await self._store.record_decision(
+                record.id,
+                round_no,
+                "clamp",
+                None,
+                note,
+                {"by": "budget", "requested_seconds": requested, "granted_seconds": granted},
+            )
         machine = self._machines[spec.machine]
         request = JobRequest(
             campaign_id=record.id,
@@ -218,11 +227,23 @@ class CampaignEngine:
         self._watch(record, round_no, handle, watch, granted)
 
     def _grant(self, record: CampaignRecord) -> tuple[float, float, str | None]:
-        """A round's time limit: (requested, granted, note) within the remaining wall clock."""
+        """A round's time limit: (requested, granted, note) within the remaining wall clock
+        and the remaining compute minutes (spread over the round's cpus)."""
+        spec = record.spec
         remaining = self._remaining_wall(record)
-        requested = record.spec.round_time_limit_seconds or remaining
+        requested = spec.round_time_limit_seconds or remaining
         granted, note = clamp_to_budget(requested, remaining)
-        return requested, granted, note
+        if spec.budget.compute_minutes is None:
+            return requested, granted, note
+        cpus = spec.cpus or 1
+        left = max(0.0, spec.budget.compute_minutes * 60.0 - record.compute_seconds)
+        if granted <= left / cpus:
+            return requested, granted, note
+        compute_note = (
+            f"requested {format_duration(granted)}, granted {format_duration(left / cpus)}: the "
+            f"remaining compute budget ({left / 60.0:g} cpu-minute(s) over {cpus} cpu(s))"
+        )
+        return requested, left / cpus, "; ".join(filter(None, [note, compute_note]))
 
     def _status_posted(self, campaign_id: str, round_no: int) -> PostedHook:
         """Records the round's status message id once it is posted (if still that round)."""
@@ -548,6 +569,12 @@ class CampaignEngine:
             raise CampaignError(
                 f"The round budget is used up ({record.round}/{record.spec.budget.rounds}); "
                 "report instead."
+            )
+        compute = record.spec.budget.compute_minutes
+        if compute is not None and record.compute_seconds >= compute * 60.0:
+            raise CampaignError(
+                f"The compute budget is used up ({record.compute_seconds / 60.0:.1f} of "
+                f"{compute:g} cpu-minutes); report instead."
             )
         await self._stop_job(record)
         await self._store.record_decision(

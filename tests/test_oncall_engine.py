@@ -229,6 +229,26 @@ async def test_the_status_message_shows_the_rounds_last_value_when_it_ends(
         assert f"loss=0.6 (#{last.id})" in final
 
 
+async def test_a_round_is_clamped_to_the_remaining_compute_budget_per_cpu(tmp_path: Path) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start(
+            "U1",
+            CONV,
+            spec(
+                "echo loss=0.5; sleep 60",
+                budget=Budget(wall_seconds=600, compute_minutes=1, rounds=2),
+                cpus=4,
+            ),
+        )
+        (round_,) = await kit.campaigns.rounds(record.id)
+        assert round_.granted_seconds == 15  # 1 cpu-minute over 4 cpus
+        assert round_.note is not None and "compute budget" in round_.note
+        (clamp,) = [d for d in await kit.campaigns.decisions(record.id) if d.action == "clamp"]
+        assert clamp.reason == round_.note
+        assert clamp.detail["granted_seconds"] == 15 and clamp.detail["requested_seconds"] > 15
+        assert any("granted 15s" in t for t in kit.notifier.texts())
+
+
 async def test_a_partition_on_a_machine_that_is_not_slurm_is_refused(tmp_path: Path) -> None:
     async with oncall_kit(tmp_path) as kit:
         with pytest.raises(CampaignError, match="partition `debug` is for Slurm machines"):
