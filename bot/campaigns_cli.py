@@ -1,5 +1,6 @@
 """`raven-bot campaigns list|show|stop|run`: campaign records from the command line, and one
-campaign run headless in the foreground (scripts and CI) with the offline decision policy.
+campaign run headless in the foreground (scripts and CI) with the configured decider: the
+model with ANTHROPIC_API_KEY, else the offline rule-based policy.
 
 Reading commands open RAVEN_HOME/raven.db as `raven-bot runs` does. `stop` works while a bot
 (or a headless run) monitors the campaign in another process: it commits the cancelled state
@@ -28,18 +29,27 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from agents.models.provider import ModelProvider
+from agents.models.types import Message, ModelReply, ToolSpec
 from agents.sandbox import DetachedSandbox
-from bot.app import build_sandbox, load_machine_specs, on_campaign_wake
+from bot.app import (
+    build_provider,
+    build_sandbox,
+    close_provider,
+    load_machine_specs,
+    on_campaign_wake,
+)
 from bot.home import HomeError, check_home
 from bot.settings import Settings
 from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
+from host.campaign_decider import ModelDecider
 from host.campaign_tools import StartCampaignInput, campaign_spec
 from host.events import EventBus, subscribe_job
 from host.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine, CampaignError
+from oncall.engine import CampaignEngine, CampaignError, Decider
 from oncall.machines.registry import Allocator, build_machines
 from oncall.model import (
     FINAL_STATES,
@@ -99,11 +109,13 @@ _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 RUN_HELP = """\
 Run one campaign in the foreground until it reaches a final state, then print its record.
 
-Decisions are made by the offline rule-based policy (continue while improving within budget,
-stop on divergence or budget, resubmit a crash once), with or without ANTHROPIC_API_KEY:
-model-driven decisions happen in chat. Notices go to stderr, one line each; the record goes
-to stdout. Exit code 0 when the campaign closed, 1 when it failed or was cancelled, 2 for
-invalid arguments, 130 after Ctrl-C (the round is terminated and the campaign cancelled).
+Decisions are made by the model when ANTHROPIC_API_KEY is set (one call per wake-up, none
+while the campaign waits; the policy when a call fails), else by the offline rule-based
+policy (continue while improving within budget, stop on divergence or budget, resubmit a
+crash once). Notices go to stderr, one line each; the record goes to stdout (--json adds
+the model calls measured while the campaign waited). Exit code 0 when the campaign closed,
+1 when it failed or was cancelled, 2 for invalid arguments, 130 after Ctrl-C (the round is
+terminated and the campaign cancelled).
 """
 
 
@@ -142,7 +154,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _add_run_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = actions.add_parser(
         "run",
-        help="run one campaign in the foreground (offline rule-based decisions)",
+        help="run one campaign in the foreground (model or rule-based decisions)",
         description=RUN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -351,8 +363,8 @@ def describe(data: Mapping[str, Any]) -> str:
         f"Machine {spec['machine']}, metric {spec['metric']['name']} ({spec['direction']}), "
         f"budget {format_duration(spec['budget']['wall_seconds'])} and "
         f"{spec['budget']['rounds']} round(s); command: {spec['command']}",
-        f"Baseline {_value(data['baseline'])}{source}; model calls {data['model_calls']}; "
-        f"compute {data['compute_seconds']:.1f}s.",
+        f"Baseline {_value(data['baseline'])}{source}; model calls {data['model_calls']}"
+        f"{_while_waiting(data)}; compute {data['compute_seconds']:.1f}s.",
     ]
     lines += _section("Rounds", [_round_line(r) for r in data["rounds"]])
     lines += _section("Wake-ups", [_wake_line(w) for w in data["wakeups"]])
@@ -363,6 +375,12 @@ def describe(data: Mapping[str, Any]) -> str:
     if data["report"]:
         lines += ["Report:", *(f"  {line}" for line in str(data["report"]).splitlines())]
     return "\n".join(lines)
+
+
+def _while_waiting(data: Mapping[str, Any]) -> str:
+    if "model_calls_while_waiting" not in data:  # only a headless run measures it
+        return ""
+    return f" ({data['model_calls_while_waiting']} while waiting)"
 
 
 def _section(title: str, lines: list[str]) -> list[str]:
@@ -667,6 +685,45 @@ def _interrupts() -> Iterator[_Interrupt]:
 
 
 @dataclass
+class CountingProvider:
+    """The configured model, counting its calls: in all, and those made while the campaign
+    was not deciding (read from its record at each call; a waiting campaign makes none)."""
+
+    inner: ModelProvider
+    campaigns: CampaignStore
+    campaign_id: str
+    calls: int = 0
+    while_waiting: int = 0
+
+    @property
+    def name(self) -> str:
+        """The wrapped provider's name."""
+        return self.inner.name
+
+    @property
+    def offline(self) -> bool:
+        """Whether the wrapped provider is the offline stand-in."""
+        return self.inner.offline
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec] = (),
+        max_tokens: int = 4096,
+    ) -> ModelReply:
+        """Count the call against the campaign's recorded state, then make it."""
+        record = await self.campaigns.get(self.campaign_id)
+        self.calls += 1
+        if record is None or record.state != "deciding":
+            self.while_waiting += 1
+        return await self.inner.complete(
+            system=system, messages=messages, tools=tools, max_tokens=max_tokens
+        )
+
+
+@dataclass
 class Headless:
     """One headless campaign: the engine assembled as bot/app.py does, on its own bus."""
 
@@ -675,6 +732,7 @@ class Headless:
     machines: Mapping[str, Machine]
     notifier: StderrNotifier
     campaign_id: str
+    model: CountingProvider | None = None  # None: the rule-based policy decides
     # Wake-ups APScheduler fired in this process, by job id (the JSON marks them).
     fired: dict[str, FiredJob] = field(default_factory=dict)
 
@@ -686,7 +744,7 @@ class Headless:
 
 async def build_headless(settings: Settings, store: Store) -> Headless:
     """Machines, the detached sandbox, the slot allocator, APScheduler on a fresh bus, the
-    rule-based decider and a stderr notifier around one new campaign id."""
+    decider the bot would use and a stderr notifier around one new campaign id."""
     home = settings.home
     try:
         specs = await asyncio.to_thread(load_machine_specs, home)
@@ -706,17 +764,22 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
     )
     machines = build_machines(specs, DetachedSandbox(sandbox))
     notifier = StderrNotifier()
+    campaigns = CampaignStore(store)
+    # The bot's selection: the model with a key, the offline provider (so the policy) without.
+    provider = build_provider(settings)
+    model = None if provider.offline else CountingProvider(provider, campaigns, campaign_id)
+    decider: Decider = RuleBasedDecider() if model is None else ModelDecider(model)
     engine = CampaignEngine(
-        store=CampaignStore(store),
+        store=campaigns,
         machines=machines,
         allocator=Allocator(specs),
         scheduler=scheduler,
         notifier=notifier,
-        decider=RuleBasedDecider(),
+        decider=decider,
         root=home / "campaigns",
         new_id=lambda: campaign_id,
     )
-    headless = Headless(engine, scheduler, machines, notifier, campaign_id)
+    headless = Headless(engine, scheduler, machines, notifier, campaign_id, model)
     subscribe_job(bus, CAMPAIGN_WAKE, headless.on_wake)
     bus.freeze()
     return headless
@@ -733,6 +796,8 @@ async def run_headless(
         await store.open()
         stack.push_async_callback(store.close)
         headless = await build_headless(settings, store)
+        if headless.model is not None:
+            stack.push_async_callback(close_provider, headless.model.inner)
         await headless.scheduler.start()
         stack.push_async_callback(headless.scheduler.stop)
         stack.push_async_callback(headless.engine.close)
@@ -741,6 +806,11 @@ async def run_headless(
             await _unschedule(headless)
         data = await campaign_json(headless.engine.store, final)
     _mark_fired(data, headless.fired)
+    data["decider"] = "policy" if headless.model is None else "model"
+    # Measured at the provider, apart from the engine's own count (`model_calls`).
+    data["model_calls_while_waiting"] = (
+        0 if headless.model is None else headless.model.while_waiting
+    )
     out.write((json.dumps(data, indent=2) if as_json else describe(data)) + "\n")
     out.flush()
     if interrupt.signum is not None and final.state == "cancelled":

@@ -1,5 +1,6 @@
 """`raven-bot campaigns` as a real process: headless runs on the local machine (real sandbox,
-real APScheduler), argument errors, and list/show/stop of a campaign another process runs."""
+real APScheduler), decided by the rule-based policy or by a configured model (a loopback
+Anthropic API), argument errors, and list/show/stop of a campaign another process runs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from tests.fakes.anthropic_server import FakeAnthropic
 
 RAVEN = str(Path(sys.executable).with_name("raven-bot"))
 WITHIN = 90.0  # hang guard for one command
@@ -84,11 +87,35 @@ async def test_a_decreasing_loss_closes_with_its_measurements_and_no_model_calls
     assert [w["state"] for w in finished] == ["fired"]
     assert finished[0]["lateness"] == 0
     assert record["model_calls"] == 0
+    assert record["decider"] == "policy" and record["model_calls_while_waiting"] == 0
     assert "0.42" in record["report"] and "0.9" in record["report"]
     # Each notice is one line on stderr, after the time.
     notices = [line for line in err.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line)]
     assert any("woke early" in line and "finished" in line for line in notices)
     assert any(line[9:].startswith("📋") and "0.42" in line for line in notices)
+
+
+async def test_a_configured_model_decides_once_at_the_wake_up_and_never_while_waiting(
+    isolated_env: Path,
+) -> None:
+    key = "sk-ant-test-0123456789"
+    report = "From the baseline loss of 0.9 the loss reached 0.42."
+    async with FakeAnthropic(api_key=key) as fake:
+        fake.queue_tool_use("decide", {"action": "report", "reason": "done", "report": report})
+        env = _env(isolated_env) | {
+            "ANTHROPIC_API_KEY": key,
+            "ANTHROPIC_BASE_URL": fake.base_url,
+            "RAVEN_MODEL_MAX_RETRIES": "0",
+        }
+        code, out, err = await _run(*_run_args(DECREASING), env=env)
+        assert code == 0, err
+        record = json.loads(out)
+        assert len(fake.requests) == 1
+        assert fake.requests[0]["json"]["tools"][0]["name"] == "decide"
+    assert record["decider"] == "model" and record["state"] == "closed"
+    assert record["report"] == report
+    assert record["model_calls"] == 1  # the engine's count, the total
+    assert record["model_calls_while_waiting"] == 0  # measured at the provider
 
 
 async def test_a_json_lines_metric_is_read_by_its_key(isolated_env: Path) -> None:
@@ -258,3 +285,28 @@ async def _wait_listed(env: dict[str, str]) -> dict[str, Any]:
     await _until(running)
     (row,) = found
     return row
+
+
+async def test_the_model_call_count_tells_calls_while_waiting_from_decisions(
+    tmp_path: Path,
+) -> None:
+    from agents.models.offline import OfflineProvider
+    from agents.models.types import Message
+    from bot.campaigns_cli import CountingProvider
+    from memory.store import Store
+    from oncall.store import CampaignStore
+    from tests.oncall_kit import CONV, spec
+
+    store = Store(tmp_path / "raven.db")
+    await store.open()
+    try:
+        campaigns = CampaignStore(store)
+        await campaigns.create("cmp_1", "U1", CONV, spec("true"))
+        counting = CountingProvider(OfflineProvider(), campaigns, "cmp_1")
+        ask = [Message.user_text("hello")]
+        for state in ("waiting", "deciding", "running", "deciding"):
+            await campaigns.update("cmp_1", state=state)
+            await counting.complete(system="", messages=ask)
+        assert (counting.calls, counting.while_waiting) == (4, 2)
+    finally:
+        await store.close()
