@@ -80,7 +80,7 @@ from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
-from oncall.engine import CampaignEngine
+from oncall.engine import CampaignEngine, EngineSettings
 from oncall.machines.registry import Allocator, build_machines, load_machines
 from oncall.model import MachineSpec
 from oncall.ports import CAMPAIGN_WAKE
@@ -343,6 +343,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         notifier=LaneNotifier(conversation_log, outbox, lanes),
         decider=ModelDecider(provider),
         root=home / "campaigns",
+        settings=EngineSettings(report_tolerance=settings.campaign_report_tolerance),
     )
     memory_writer = MemoryWriter(memory, conversation_log)
     memory_commands = MemoryCommands(memory, broker, outbox)

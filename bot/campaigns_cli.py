@@ -49,7 +49,7 @@ from host.events import EventBus, subscribe_job
 from host.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine, CampaignError, Decider
+from oncall.engine import CampaignEngine, CampaignError, Decider, EngineSettings
 from oncall.machines.registry import Allocator, build_machines
 from oncall.model import (
     FINAL_STATES,
@@ -777,6 +777,7 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
         notifier=notifier,
         decider=decider,
         root=home / "campaigns",
+        settings=EngineSettings(report_tolerance=settings.campaign_report_tolerance),
         new_id=lambda: campaign_id,
     )
     headless = Headless(engine, scheduler, machines, notifier, campaign_id, model)

@@ -373,6 +373,16 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_PROMPT_EXPIRY_SECONDS",
         description="Approvals and clarifications expire (fail closed) after this long.",
     )
+    campaign_report_tolerance: float = Field(
+        default=1e-3,
+        ge=0,
+        le=1,
+        validation_alias="RAVEN_CAMPAIGN_REPORT_TOLERANCE",
+        description=(
+            "How far (relative) a campaign report's number may be from the recorded "
+            "measurement it claims (0.001 = 0.1%)."
+        ),
+    )
     scheduler_misfire_grace_seconds: int = Field(
         default=3600,
         gt=0,
