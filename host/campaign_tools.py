@@ -224,8 +224,12 @@ class CampaignTools:
 
     async def campaign_wait(self, ctx: TurnContext, args: WaitInput) -> str:
         """The `campaign_wait` tool."""
+        try:
+            seconds = parse_duration(args.until)
+        except ValueError as exc:
+            return f"Refused: `until`: {exc}"
         return await self._refusing(
-            self.engine.wait, args.campaign_id, parse_duration(args.until), args.cite, args.reason
+            self.engine.wait, args.campaign_id, seconds, args.cite, args.reason
         )
 
     async def campaign_resubmit(self, ctx: TurnContext, args: ResubmitInput) -> str:
