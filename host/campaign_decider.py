@@ -2,7 +2,8 @@
 
 It sees the campaign's goal, budget, rounds and recent measurements (the job's output lines
 fenced as untrusted data) and answers with one `decide` tool call. A failed call, a
-malformed answer or an offline provider falls back to the rule-based policy.
+malformed answer or an offline provider falls back to the rule-based policy; a decision the
+rules refuse is asked again once, with the refusal (the engine does that).
 """
 
 from __future__ import annotations
@@ -136,6 +137,12 @@ def campaign_brief(context: DecisionContext, *, recent: int = 20) -> str:
     lines.append(f"Recent measurements (newest last): {shown}")
     source = "\n".join(m.source_line for m in list(context.measurements)[-5:])
     lines.append(fence(source, source="the job's output lines", marker=marker))
+    if context.refused:
+        # The engine's own words (not job output): what the rules refused and how to fix it.
+        lines.append(
+            f"Your previous decision at this wake-up was refused: {context.refused}\n"
+            "Decide again with one call to `decide`, following that."
+        )
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -450,20 +450,36 @@ class CampaignEngine:
             if current is None or current.state in FINAL_STATES or current.round != round_no:
                 return
             await self._store.update(record.id, state="deciding")
-            context = await self._context(current, reason)
-            decision = await self._decider.decide(context)
-            if self._decider.model_backed:
-                await self._store.add_model_calls(record.id, 1)
+            await self._decide(current, await self._context(current, reason))
+
+    async def _decide(self, record: CampaignRecord, context: DecisionContext) -> None:
+        """Decide and apply; a refused model decision goes back to the model once with the
+        refusal, then the policy decides, so a woken campaign never stalls."""
+        by = "agent" if self._decider.model_backed else "policy"
+        try:
+            await self._apply(record, await self._ask(record, context), by=by)
+            return
+        except CampaignError as exc:
+            refusal = str(exc)
+        if self._decider.model_backed:
+            # Most refusals (a stale citation, a spent round budget) say how to fix them.
+            log.info("campaign %s: decision refused (%s); asking once more", record.id, refusal)
+            retry = await self._ask(record, replace(context, refused=refusal))
             try:
-                await self._apply(
-                    current, decision, by="agent" if self._decider.model_backed else "policy"
-                )
+                await self._apply(await self._fresh(record), retry, by=by)
+                return
             except CampaignError as exc:
-                # A decision the rules refuse (a stale citation, a spent budget): the
-                # rule-based policy decides instead, so a woken campaign never stalls.
-                log.warning("campaign %s: decision refused (%s); using the policy", record.id, exc)
-                fallback = await RuleBasedDecider().decide(context)
-                await self._apply(await self._fresh(current), fallback, by="policy")
+                refusal = str(exc)
+        # Refusals come before any change (the rules are checked first): the policy is safe.
+        log.warning("campaign %s: decision refused (%s); using the policy", record.id, refusal)
+        fallback = await RuleBasedDecider().decide(context)
+        await self._apply(await self._fresh(record), fallback, by="policy")
+
+    async def _ask(self, record: CampaignRecord, context: DecisionContext) -> Decision:
+        decision = await self._decider.decide(context)
+        if self._decider.model_backed:
+            await self._store.add_model_calls(record.id, 1)
+        return decision
 
     async def _context(self, record: CampaignRecord, reason: WakeReason) -> DecisionContext:
         return DecisionContext(

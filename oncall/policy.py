@@ -90,6 +90,7 @@ class DecisionContext:
     rounds_used: int
     reason: WakeReason
     now: float | None = None  # clock at the wake-up (None: the newest measurement's time)
+    refused: str | None = None  # why this wake-up's previous decision was refused (retry)
 
 
 def clamp_to_budget(requested_seconds: float, remaining_seconds: float) -> tuple[float, str | None]:

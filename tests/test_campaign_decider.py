@@ -89,3 +89,38 @@ async def test_a_failing_model_falls_back_to_the_policy(
         final = await kit.until_final(record.id)
         assert final.state == "closed" and final.model_calls == 1
     await provider.aclose()
+
+
+async def test_a_refused_model_decision_goes_back_to_the_model_once_with_the_refusal(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
+    provider = _provider(fake)
+    report = "From the baseline loss of 0.9 the loss reached 0.5."
+    # Measurement ids are 1 and 2: citing #1 is stale, and the engine says to cite #2.
+    fake.queue_tool_use("decide", {"action": "wait", "reason": "more", "cite": 1})
+    fake.queue_tool_use("decide", {"action": "report", "reason": "done", "report": report})
+    async with oncall_kit(tmp_path, decider=ModelDecider(provider)) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=0.9; echo loss=0.5"))
+        final = await kit.until_final(record.id)
+        assert final.state == "closed" and final.report == report
+        assert final.model_calls == 2 and len(fake.requests) == 2
+        first, second = (json.dumps(r["json"]) for r in fake.requests)
+        assert "was refused" not in first
+        assert "was refused" in second and "#2" in second
+    await provider.aclose()
+
+
+async def test_a_decision_refused_twice_is_made_by_the_policy(
+    tmp_path: Path, fake: FakeAnthropic
+) -> None:
+    provider = _provider(fake)
+    for _ in range(2):
+        fake.queue_tool_use("decide", {"action": "wait", "reason": "more", "cite": 1})
+    async with oncall_kit(tmp_path, decider=ModelDecider(provider)) as kit:
+        record = await kit.engine.start("U1", CONV, spec("echo loss=0.9; echo loss=0.5"))
+        final = await kit.until_final(record.id)
+        assert final.state == "closed"  # the policy's factual report after a finished round
+        assert final.report is not None and "0.5" in final.report
+        assert final.model_calls == 2 and len(fake.requests) == 2
+        assert [d.detail.get("by") for d in await kit.campaigns.decisions(record.id)] == ["policy"]
+    await provider.aclose()
