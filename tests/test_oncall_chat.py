@@ -144,7 +144,7 @@ async def test_a_notice_recorded_before_a_crash_is_posted_once_after_the_restart
     # A long turn holds the thread's lane, so the notice is recorded and its post queued.
     hold = asyncio.Event()
     rt.lanes.submit(CONV.id, hold.wait, kind="user", label="a long turn")
-    record = await rt.campaigns.start("U1", CONV, spec("echo loss=0.9; sleep 600"))
+    record = await rt.campaigns.start("U1", CONV, spec("echo loss=0.9; sleep 60"))
     key = f"campaign:{record.id}:started"
     query = f"SELECT delivery FROM messages WHERE idempotency_key = '{key}'"
     # On disk now exactly what a kill -9 here would leave: the notice, pending.

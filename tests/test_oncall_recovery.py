@@ -4,6 +4,7 @@ decisions are announced; the Host's tools refuse with the reason."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ from oncall.store import CampaignRecord, RoundRecord
 from tests.oncall_kit import CONV, OncallKit, oncall_kit, spec
 
 # Prints one value, then waits for a file in its round directory before printing the last.
-GATED = 'echo loss=0.9; while [ ! -e go ]; do sleep 0.05; done; echo loss=0.5'
+GATED = "echo loss=0.9; while [ ! -e go ]; do sleep 0.05; done; echo loss=0.5"
 
 
 async def _first_round(kit: OncallKit, record: CampaignRecord) -> RoundRecord:
@@ -163,7 +164,7 @@ async def test_the_campaign_tools_refuse_with_the_reason_instead_of_raising(
 
 def _exists(path: Path) -> object:
     async def check() -> bool:
-        return path.exists()
+        return await asyncio.to_thread(path.exists)
 
     return check
 
