@@ -42,7 +42,7 @@ from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.episode_former import ModelFormer
-from host.events import EventBus, subscribe_job
+from host.events import EventBus, subscribe_job, subscribe_stop
 from host.experience import ExperienceWriter
 from host.graph.executor import DispatchContext
 from host.graph.judge import CompletionJudge
@@ -322,17 +322,13 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         ),
         gates=PermissionGates(home, store),
     )
-
-    async def stop_campaigns(conversation_id: str) -> None:
-        # Late-bound: the engine is built after the lanes its notices enter.
-        await campaigns.stop_conversation(conversation_id)
-
+    # `stop` reaches runs, prompts and campaigns as ConversationStopped on the bus.
     lanes = LaneManager(
         user_pool=settings.user_pool,
         system_pool=settings.system_pool,
         idle_seconds=settings.lane_idle_seconds,
         queue_cap=settings.lane_queue_cap,
-        stop_hooks=(runs.stop_conversation, broker.cancel_conversation_id, stop_campaigns),
+        bus=bus,
     )
     campaigns = CampaignEngine(
         store=CampaignStore(store),
@@ -418,6 +414,12 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         group_writer.subscribe(bus)
     run_events.subscribe(bus)
     subscribe_decision_handlers(bus, runs, service, clarifier)
+    for stop in (
+        runs.stop_conversation,
+        broker.cancel_conversation_id,
+        campaigns.stop_conversation,
+    ):
+        subscribe_stop(bus, stop)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))

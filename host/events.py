@@ -35,6 +35,14 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ConversationStopped(Event):
+    """`stop` in a conversation cancelled its lane's turns; the owners of its other work
+    (graph runs, prompts, campaigns) cancel theirs."""
+
+    conversation_id: str
+
+
+@dataclass(frozen=True)
 class RunProgress(Event):
     """Node states of a run changed (committed)."""
 
@@ -147,6 +155,15 @@ def subscribe_job(bus: EventBus, kind: str, handler: Callable[[FiredJob], Awaita
         await handler(event.job)
 
     bus.subscribe(WakeUp, on_wake_up, topic=kind)
+
+
+def subscribe_stop(bus: EventBus, handler: Callable[[str], Awaitable[None]]) -> None:
+    """Run `handler` with the conversation id whenever `stop` ends a conversation's work."""
+
+    async def on_stopped(event: ConversationStopped) -> None:
+        await handler(event.conversation_id)
+
+    bus.subscribe(ConversationStopped, on_stopped)
 
 
 def subscribe_decision(

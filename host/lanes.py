@@ -10,16 +10,17 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
+
+from host.events import ConversationStopped, EventBus
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 LaneKind = Literal["user", "system"]
-StopHook = Callable[[str], Awaitable[None]]
 
 
 class LaneError(Exception):
@@ -94,7 +95,7 @@ class LaneManager:
         system_pool: int = 2,
         idle_seconds: float = 300.0,
         queue_cap: int = 50,
-        stop_hooks: Sequence[StopHook] = (),
+        bus: EventBus | None = None,
     ) -> None:
         if user_pool < 1 or system_pool < 1:
             raise ValueError("lane pools need at least one slot each")
@@ -108,7 +109,7 @@ class LaneManager:
         }
         self._idle_seconds = idle_seconds
         self._queue_cap = queue_cap
-        self._stop_hooks = tuple(stop_hooks)
+        self._bus = bus
         self._lanes: dict[str, _Lane] = {}
         self._closed = False
 
@@ -164,7 +165,7 @@ class LaneManager:
         return await self.submit(key, work, kind=kind, label=label)
 
     async def stop(self, key: str) -> int:
-        """Cancel the lane's running and queued turns, then run the stop hooks.
+        """Cancel the lane's running and queued turns, then publish ConversationStopped.
 
         Waits for the running turn to unwind; returns how many turns were cancelled.
         """
@@ -184,12 +185,9 @@ class LaneManager:
                 if running.future.cancel():
                     cancelled += 1
             lane.refresh_idle()
-        for hook in self._stop_hooks:
-            try:
-                await hook(key)
-            except Exception:
-                # One broken hook must not keep the others from cancelling their work.
-                log.exception("lane %s: stop hook %r failed", key, hook)
+        if self._bus is not None:
+            # The bus logs a failing subscriber and still calls the others.
+            await self._bus.publish(ConversationStopped(key))
         # A turn that calls stop() on its own lane must not wait for itself.
         if running_task is not None and running_task is not asyncio.current_task():
             await asyncio.wait({running_task})

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from host.events import EventBus, subscribe_stop
 from host.lanes import LaneBusy, LaneManager, LanesClosed, LaneStatus
 
 # Hang guard only: a broken lane manager fails fast instead of stalling the suite.
@@ -236,7 +237,7 @@ async def test_cancelling_waiter_of_queued_job_drops_it() -> None:
     await lanes.drain(0)
 
 
-async def test_stop_cancels_running_and_queued_and_calls_hooks() -> None:
+async def test_stop_cancels_running_and_queued_and_tells_the_bus() -> None:
     stopped: list[str] = []
 
     async def hook(key: str) -> None:
@@ -245,7 +246,10 @@ async def test_stop_cancels_running_and_queued_and_calls_hooks() -> None:
     async def broken_hook(key: str) -> None:
         raise RuntimeError("hook failed")
 
-    lanes = LaneManager(stop_hooks=[broken_hook, hook])
+    bus = EventBus()
+    subscribe_stop(bus, broken_hook)
+    subscribe_stop(bus, hook)
+    lanes = LaneManager(bus=bus)
     gate = Gate()
     running = lanes.submit("c1", gate.job("running"))
     queued = [lanes.submit("c1", gate.job(f"q{i}")) for i in range(2)]
