@@ -56,11 +56,10 @@ class LaneNotifier:
     async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
         """The platform id of a notice once it was posted (by the lane, a retry or a
         redelivery after a restart); None before."""
-        if await self._log.delivery_of(idempotency_key) != "sent":
+        message = await self._log.outbound(idempotency_key)
+        if message is None or message.delivery != "sent":
             return None
-        # The row exists (sent), so this is a read: the insert is ignored for a known key.
-        record = await self._log.record_outbound(conv, idempotency_key=idempotency_key, text="")
-        return record.platform_message_id
+        return message.platform_message_id
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         """Edit the round's status message in place, directly (failures are logged)."""

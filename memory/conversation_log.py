@@ -363,10 +363,15 @@ class ConversationLog:
 
     async def delivery_of(self, idempotency_key: str) -> Delivery | None:
         """The recorded delivery state of one outgoing message (None when unknown)."""
+        message = await self.outbound(idempotency_key)
+        return message.delivery if message is not None else None
+
+    async def outbound(self, idempotency_key: str) -> LoggedMessage | None:
+        """One outgoing message by its idempotency key (None when never recorded)."""
         row = await self._store.fetchone(
-            "SELECT delivery FROM messages WHERE idempotency_key = ?", (idempotency_key,)
+            "SELECT * FROM messages WHERE idempotency_key = ?", (idempotency_key,)
         )
-        return row["delivery"] if row is not None else None
+        return _message(row) if row is not None else None
 
     async def pending_outbound(
         self, platform: str, *, max_age_seconds: float = 86_400.0
