@@ -287,18 +287,7 @@ class CampaignStore:
         commit; (its id, the ids it replaced, to unschedule)."""
 
         def replace(db: sqlite3.Connection) -> tuple[str, list[str]]:
-            replaced = [
-                str(r[0])
-                for r in db.execute(
-                    "SELECT id FROM campaign_wakeups WHERE campaign_id = ? AND state = 'pending'",
-                    (campaign_id,),
-                )
-            ]
-            db.execute(
-                "UPDATE campaign_wakeups SET state = 'cancelled'"
-                " WHERE campaign_id = ? AND state = 'pending'",
-                (campaign_id,),
-            )
+            replaced = _cancel_pending_sync(db, campaign_id)
             # Ids are never reused (a reused one would be a fired or cancelled row): two waits
             # clamped to the same deadline get a numbered suffix.
             base = wake_id = f"wake:{campaign_id}:{round_no}:{int(due_at * 1000)}"
@@ -346,22 +335,9 @@ class CampaignStore:
     async def cancel_pending_wakes(self, campaign_id: str) -> list[str]:
         """Cancel the campaign's pending wake-ups; return their ids (to unschedule)."""
 
-        def cancel(db: sqlite3.Connection) -> list[str]:
-            ids = [
-                str(r[0])
-                for r in db.execute(
-                    "SELECT id FROM campaign_wakeups WHERE campaign_id = ? AND state = 'pending'",
-                    (campaign_id,),
-                )
-            ]
-            db.execute(
-                "UPDATE campaign_wakeups SET state = 'cancelled'"
-                " WHERE campaign_id = ? AND state = 'pending'",
-                (campaign_id,),
-            )
-            return ids
-
-        result: list[str] = await self._store.write(cancel)
+        result: list[str] = await self._store.write(
+            lambda db: _cancel_pending_sync(db, campaign_id)
+        )
         return result
 
     async def wakes(self, campaign_id: str) -> list[WakeRecord]:
@@ -493,3 +469,20 @@ def _decision(row: Row) -> DecisionRecord:
         reason=row["reason"],
         detail=json.loads(row["detail"]),
     )
+
+
+def _cancel_pending_sync(db: sqlite3.Connection, campaign_id: str) -> list[str]:
+    """Cancel the campaign's pending wake-ups (in the caller's transaction); their ids."""
+    ids = [
+        str(r[0])
+        for r in db.execute(
+            "SELECT id FROM campaign_wakeups WHERE campaign_id = ? AND state = 'pending'",
+            (campaign_id,),
+        )
+    ]
+    db.execute(
+        "UPDATE campaign_wakeups SET state = 'cancelled'"
+        " WHERE campaign_id = ? AND state = 'pending'",
+        (campaign_id,),
+    )
+    return ids
