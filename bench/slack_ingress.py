@@ -1116,7 +1116,8 @@ async def bench(opts: Options) -> int:
         monitor = LagMonitor()
         lag_task = asyncio.create_task(monitor.run())
         try:
-            async with asyncio.timeout(10):
+            # Startup loads the memory embedder first (importing torch takes seconds).
+            async with asyncio.timeout(180):
                 await adapter.ready.wait()
             url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
             rig = Rig(
