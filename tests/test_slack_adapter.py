@@ -1152,3 +1152,37 @@ async def test_thread_replies_sent_while_the_bot_was_down_are_read_back_once(
             await bot.send(payloads.event_callback(late))
             await bot.settle(root)
             assert len(bot.posts(root)) == 2
+
+
+async def test_mentions_and_dms_sent_while_the_bot_was_down_are_read_back_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Slack retries an event for minutes, not through an outage: without reading the
+    # channels back, a mention or a DM sent while the bot was down was never answered.
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            root, _ = await bot.mention("hello")
+            await bot.replies_in(root)
+            await bot.send(
+                payloads.event_callback(payloads.message_im("D0DM", "U1", "hi", bot.ts()))
+            )
+            await eventually(lambda: len(fake.posted_texts("D0DM")) == 1)
+        # Down: a new mention, a channel message not meant for the bot, and a DM.
+        missed = fake.add_channel_message(CHANNEL, "U2", "<@UBOT> help")
+        fake.add_channel_message(CHANNEL, "U2", "lunch anyone?")
+        fake.add_channel_message("D0DM", "U1", "help")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            (reply,) = await bot.replies_in(missed)  # answered in a thread of its own
+            assert "`stop`" in reply["text"]
+            await eventually(lambda: len(fake.posted_texts("D0DM")) == 2)
+            # The mention's event arriving late as well (a Slack retry) changes nothing.
+            late = payloads.app_mention(CHANNEL, "U2", "<@UBOT> help", missed)
+            await bot.send(payloads.event_callback(late))
+            await bot.settle(missed)
+            assert len(bot.posts(missed)) == 1
+            assert len(fake.posted_texts("D0DM")) == 2
+            # Nothing else was taken for a message to the bot.
+            assert {p.get("thread_ts") for p in bot.posts() if p["channel"] == CHANNEL} == {
+                root,
+                missed,
+            }

@@ -452,30 +452,74 @@ class SlackAdapter:
         await self._inbox.receive(msg)
 
     async def _catch_up(self) -> None:
-        """Read back the recent threads for replies sent while the bot was down (Slack
-        retries a delivery for minutes, not for an outage); duplicates are dropped by the
+        """Read back what was said while the bot was down (Slack retries a delivery for
+        minutes, not for an outage): replies in its recent threads, then new mentions and DM
+        messages in the channels of those conversations. Duplicates are dropped by the
         message-level dedup key, whichever way a message arrives."""
         assert self._inbox is not None
-        since = time.time() - CATCH_UP_SECONDS
+        recent = await self._inbox.recent(self.platform, time.time() - CATCH_UP_SECONDS)
         found = 0
-        for conv, last_ts in await self._inbox.recent(self.platform, since):
-            if conv.thread == DM_THREAD:
-                continue  # a DM's history is a channel read, not a thread read
-            try:
-                replies = await self._thread_messages(conv.channel, conv.thread)
-            except SlackApiError as exc:
-                log.warning("slack: reading back thread %s failed: %s", conv.thread, exc)
-                continue
-            for item in replies:
-                if float(item.get("ts", 0)) <= float(last_ts or 0):
-                    continue
-                event = {**item, "channel": conv.channel, "thread_ts": conv.thread}
-                body = {"team_id": conv.workspace, "event_id": f"read-back:{item.get('ts')}"}
-                mentioned = mentions(str(item.get("text", "")), self._bot_user_id)
-                await self._ingest(body, event, mentioned=mentioned)
-                found += 1
+        newest: dict[tuple[str, str], str] = {}
+        for conv, last_ts in recent:
+            if conv.thread != DM_THREAD:  # a DM's history is a channel read
+                found += await self._read_back_thread(conv, last_ts)
+            key = (conv.workspace, conv.channel)
+            if float(last_ts or 0) > float(newest.get(key, 0)):
+                newest[key] = last_ts
+        for (workspace, channel), oldest in newest.items():
+            found += await self._read_back_channel(workspace, channel, oldest)
         if found:
-            log.info("slack: %d thread message(s) from the downtime read back", found)
+            log.info("slack: %d message(s) from the downtime read back", found)
+
+    async def _read_back_thread(self, conv: ConversationRef, last_ts: str) -> int:
+        """The thread's replies after `last_ts`, taken in as events; how many."""
+        try:
+            replies = await self._thread_messages(conv.channel, conv.thread)
+        except SlackApiError as exc:
+            log.warning("slack: reading back thread %s failed: %s", conv.thread, exc)
+            return 0
+        found = 0
+        for item in replies:
+            if float(item.get("ts", 0)) <= float(last_ts or 0):
+                continue
+            event = {**item, "channel": conv.channel, "thread_ts": conv.thread}
+            body = {"team_id": conv.workspace, "event_id": f"read-back:{item.get('ts')}"}
+            mentioned = mentions(str(item.get("text", "")), self._bot_user_id)
+            await self._ingest(body, event, mentioned=mentioned)
+            found += 1
+        return found
+
+    async def _read_back_channel(self, workspace: str, channel: str, oldest: str) -> int:
+        """The channel's top-level messages after `oldest` that are meant for the bot (a
+        mention, each starting a thread; in a DM, every message), in order; how many."""
+        try:
+            messages = await self._channel_messages(channel, oldest)
+        except SlackApiError as exc:
+            log.warning("slack: reading back channel %s failed: %s", channel, exc)
+            return 0
+        found = 0
+        for item in reversed(messages):  # Slack pages newest first
+            dm = channel.startswith("D")
+            if not dm and not mentions(str(item.get("text", "")), self._bot_user_id):
+                continue
+            body = {"team_id": workspace, "event_id": f"read-back:{item.get('ts')}"}
+            await self._ingest(body, {**item, "channel": channel}, mentioned=True)
+            found += 1
+        return found
+
+    async def _channel_messages(self, channel: str, oldest: str) -> list[dict[str, Any]]:
+        """A channel's top-level messages after `oldest`, newest first (walks the cursor)."""
+        messages: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_REPLY_PAGES):
+            resp = await self._client.conversations_history(
+                channel=channel, oldest=oldest, limit=200, cursor=cursor
+            )
+            messages.extend(resp.get("messages") or [])
+            cursor = (resp.get("response_metadata") or {}).get("next_cursor") or None
+            if not resp.get("has_more") or not cursor:
+                break
+        return messages
 
     async def _refuse(self, ev: SlackEvent, reason: str) -> None:
         await self._call(

@@ -269,6 +269,7 @@ class FakeSlack:
             "chat.postEphemeral": self._chat_post_ephemeral,
             "reactions.add": self._reactions_add,
             "conversations.replies": self._conversations_replies,
+            "conversations.history": self._conversations_history,
             "users.info": self._users_info,
             "views.open": self._views_open,
             "apps.connections.open": self._apps_connections_open,
@@ -390,6 +391,15 @@ class FakeSlack:
         if files:
             message["files"] = files
             message["upload"] = False
+        self._messages.setdefault(channel, []).append(message)
+        return ts
+
+    def add_channel_message(self, channel: str, user: str, text: str) -> str:
+        """Seed a new top-level message of a channel (or DM) for `conversations.history`,
+        later than all others; returns its ts."""
+        ts = self.next_ts()
+        self._see_ts(ts)
+        message = {"type": "message", "user": user, "text": text, "ts": ts, "team": self.team_id}
         self._messages.setdefault(channel, []).append(message)
         return ts
 
@@ -752,6 +762,31 @@ class FakeSlack:
         limit = int(args.get("limit") or 1000)
         page = served[start : start + limit]
         rest = start + limit < len(served)
+        return _Reply(
+            {
+                "ok": True,
+                "messages": page,
+                "has_more": rest,
+                "response_metadata": {"next_cursor": str(start + limit) if rest else ""},
+            }
+        )
+
+    def _conversations_history(self, args: dict[str, Any], token: str) -> _Reply:
+        channel = args.get("channel")
+        if not channel:
+            return _error("channel_not_found")
+        oldest = float(args.get("oldest") or 0)
+        # Top-level messages only (thread parents included, replies not), newest first.
+        top = [
+            m
+            for m in self._messages.get(str(channel), [])
+            if m.get("thread_ts") in (None, m["ts"]) and float(m["ts"]) > oldest
+        ]
+        top.sort(key=_ts_key, reverse=True)
+        start = int(args.get("cursor") or 0)
+        limit = int(args.get("limit") or 100)
+        page = [dict(m) for m in top[start : start + limit]]
+        rest = start + limit < len(top)
         return _Reply(
             {
                 "ok": True,
