@@ -4,9 +4,9 @@ text, http(s) only, size and time capped, private network addresses refused) and
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import re
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -15,6 +15,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import BaseModel, Field
 
 from agents.tools import Tool
@@ -38,6 +39,8 @@ class WebConfig:
     timeout_seconds: float = 15.0
     # Tests talk to loopback servers; the bot never sets this.
     allow_private: bool = False
+    # Where names are looked up (aiohttp's threaded getaddrinfo; tests inject a stub).
+    resolver: Callable[[], AbstractResolver] = aiohttp.ThreadedResolver
 
 
 class WebError(ValueError):
@@ -83,20 +86,55 @@ class _Text(HTMLParser):
         return "\n".join(line for line in lines if line)
 
 
-async def _check_public(url: str, allow_private: bool) -> None:
+def _refusal(host: str, address: str) -> WebError | None:
+    """Why `address` (of `host`) must not be fetched: anything but a global unicast address
+    (private, loopback, link-local, shared, reserved, unspecified, multicast)."""
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    ip = mapped or ip
+    if ip.is_global and not ip.is_multicast:
+        return None
+    return WebError(
+        f"Refused: `{host}` resolves to a private network address ({ip}); only public pages "
+        "can be fetched."
+    )
+
+
+class PublicOnlyResolver(AbstractResolver):
+    """Looks names up, then refuses the answer if any address is not public. aiohttp then
+    connects to exactly these addresses: no second lookup a rebinding DNS could answer."""
+
+    def __init__(self, inner: AbstractResolver) -> None:
+        self._inner = inner
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """The inner resolver's answer, when every address in it is public."""
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            if (refused := _refusal(host, result["host"])) is not None:
+                raise refused
+        return results
+
+    async def close(self) -> None:
+        """Close the inner resolver."""
+        await self._inner.close()
+
+
+def _check_url(url: str, allow_private: bool) -> None:
+    """An http(s) URL; a literal IP address must be public (aiohttp does not resolve it)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebError(f"Refused: `{url}` is not an http(s) URL.")
     if allow_private:
         return
-    infos = await asyncio.get_running_loop().getaddrinfo(parts.hostname, parts.port or 443)
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0])
-        if address.is_private or address.is_loopback or address.is_link_local:
-            raise WebError(
-                f"Refused: `{parts.hostname}` resolves to a private network address "
-                f"({address}); only public pages can be fetched."
-            )
+    try:
+        refused = _refusal(parts.hostname, parts.hostname)
+    except ValueError:
+        return  # a name: checked by PublicOnlyResolver on the connection's own lookup
+    if refused is not None:
+        raise refused
 
 
 def page_text(body: str, content_type: str) -> str:
@@ -117,16 +155,22 @@ def web_tools(config: WebConfig) -> list[Tool[ToolContext]]:
     if config.fetch:
 
         async def web_fetch(ctx: ToolContext, args: WebFetchInput) -> str:
-            await _check_public(args.url, config.allow_private)
-            async with (
-                aiohttp.ClientSession(timeout=timeout) as session,
-                session.get(args.url, allow_redirects=False) as resp,
-            ):
-                if resp.status in (301, 302, 303, 307, 308):
-                    return f"HTTP {resp.status}: redirected to {resp.headers.get('Location')}"
-                data = await resp.content.read(MAX_PAGE_BYTES + 1)
-                kind = resp.headers.get("Content-Type", "")
-                status = resp.status
+            _check_url(args.url, config.allow_private)
+            inner = config.resolver()
+            resolver = inner if config.allow_private else PublicOnlyResolver(inner)
+            connector = aiohttp.TCPConnector(resolver=resolver)
+            try:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout, connector=connector) as session,
+                    session.get(args.url, allow_redirects=False) as resp,
+                ):
+                    if resp.status in (301, 302, 303, 307, 308):
+                        return f"HTTP {resp.status}: redirected to {resp.headers.get('Location')}"
+                    data = await resp.content.read(MAX_PAGE_BYTES + 1)
+                    kind = resp.headers.get("Content-Type", "")
+                    status = resp.status
+            finally:
+                await resolver.close()  # a resolver handed in is not the connector's to close
             text = page_text(data[:MAX_PAGE_BYTES].decode(errors="replace"), kind)
             cut = "\n…[page truncated]" if len(text) > MAX_PAGE_CHARS else ""
             return f"HTTP {status} {args.url}\n\n{text[:MAX_PAGE_CHARS]}{cut}"

@@ -4,11 +4,13 @@ SearXNG-style JSON endpoint, and research getting them only when configured."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from agents.models.types import ToolCall
 from agents.specialists import default_specialists
@@ -74,6 +76,46 @@ async def test_private_addresses_are_refused(site: str, tmp_path: Path) -> None:
     assert err and "private network address" in out
     out, err = await _call(WebConfig(fetch=True), "web_fetch", tmp_path, url="file:///etc/passwd")
     assert err and "not an http(s) URL" in out
+
+
+class StubResolver(AbstractResolver):
+    """Answers every name with one address (a DNS that points a public name inward)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.lookups: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.lookups.append(host)
+        return [
+            ResolveResult(
+                hostname=host, host=self.address, port=port, family=family, proto=0, flags=0
+            )
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_the_address_checked_is_the_address_connected_to(site: str, tmp_path: Path) -> None:
+    # The check resolved the name once and aiohttp again to connect: a DNS answering the
+    # second lookup with a private address (rebinding) reached the loopback service.
+    port = site.rsplit(":", 1)[1]
+    stub = StubResolver("127.0.0.1")
+    config = WebConfig(fetch=True, resolver=lambda: stub)
+    out, err = await _call(config, "web_fetch", tmp_path, url=f"http://public.test:{port}/page")
+    assert err and "private network address (127.0.0.1)" in out
+    assert stub.lookups == ["public.test"]  # one lookup, by the connection itself
+
+
+@pytest.mark.parametrize(
+    "host", ["100.64.0.1", "0.0.0.0", "[::ffff:127.0.0.1]", "169.254.169.254", "224.0.0.1"]
+)
+async def test_addresses_that_are_not_public_unicast_are_refused(host: str, tmp_path: Path) -> None:
+    out, err = await _call(WebConfig(fetch=True), "web_fetch", tmp_path, url=f"http://{host}/")
+    assert err and "private network address" in out
 
 
 async def test_search_lists_results(site: str, tmp_path: Path) -> None:
