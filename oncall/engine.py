@@ -168,10 +168,26 @@ class CampaignEngine:
     async def _start_queued(self, machine: str) -> None:
         """A slot freed on `machine`: start the oldest campaign waiting for it."""
         for record in reversed(await self._store.recent(active_only=True, limit=1000)):
-            if record.spec.machine == machine and record.state == "planning":
+            # One already holding a slot is being started by another caller: `acquire` would
+            # say yes again (it keeps a held slot) and its round would be submitted twice.
+            if (
+                record.spec.machine == machine
+                and record.state == "planning"
+                and record.id not in self._allocator.holders(machine)
+            ):
                 if await self._allocator.acquire(machine, record.id):
                     await self._submit_round(record, record.round + 1)
                 return
+
+    async def _closed_elsewhere(self, record: CampaignRecord) -> None:
+        """A campaign found final that this engine may not have closed (`campaigns stop`
+        from another process): free its slot for the campaigns queued behind it."""
+        machine = record.spec.machine
+        if record.id in self._allocator.holders(machine):
+            await self._allocator.release(machine, record.id)
+            self.changed.set()
+            self.changed = asyncio.Event()
+            await self._start_queued(machine)
 
     # --------------------------------------------------------------------------- rounds
 
@@ -274,7 +290,10 @@ class CampaignEngine:
         """Model-free: tail the round, record measurements, wake early on an event."""
         while not self._closed:
             record = await self._store.get(campaign_id)
-            if record is None or record.state in FINAL_STATES or record.round != round_no:
+            if record is not None and record.state in FINAL_STATES:
+                await self._closed_elsewhere(record)
+                return
+            if record is None or record.round != round_no:
                 return
             reason = await self._observe_once(record, round_no, live)
             if reason is not None:
@@ -427,6 +446,8 @@ class CampaignEngine:
     async def _early_wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
         current = await self._store.get(record.id)
         if current is None or current.state in FINAL_STATES:
+            if current is not None:
+                await self._closed_elsewhere(current)
             return  # stopped meanwhile: nothing to wake
         now = self._clock()
         for pending in await self._store.cancel_pending_wakes(record.id):

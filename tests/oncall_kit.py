@@ -93,6 +93,7 @@ class OncallKit:
     root: Path
     # Builds another engine on the same store, machine, scheduler and notifier (a restart).
     new_engine: Callable[[], CampaignEngine]
+    machine: Machine  # the machine named `local`
 
     async def restart(self) -> None:
         """Close the engine (its jobs keep running, detached) and recover a new one."""
@@ -181,7 +182,7 @@ async def oncall_kit(
         )
 
     kit = OncallKit(
-        new_engine(), store, campaigns, scheduler, notifier, tmp / "campaigns", new_engine
+        new_engine(), store, campaigns, scheduler, notifier, tmp / "campaigns", new_engine, machine
     )
     try:
         yield kit

@@ -4,12 +4,14 @@ the report gate, and no model calls while waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from pathlib import Path
 
 import pytest
 
+from bot.campaigns_cli import stop_campaign
 from oncall.engine import CampaignError, EngineSettings
 from oncall.model import Budget
 from tests.oncall_kit import CONV, oncall_kit, spec
@@ -111,6 +113,42 @@ async def test_one_slot_is_shared_across_two_campaigns(tmp_path: Path) -> None:
         assert await kit.engine.stop(first.id, by="U1")
         final = await kit.until_final(second.id)
         assert final.state == "closed"
+
+
+async def test_a_stop_from_another_process_frees_the_slot_for_the_next_campaign(
+    tmp_path: Path,
+) -> None:
+    # `raven-bot campaigns stop` commits the cancel and ends the round from its own process:
+    # the bot's engine saw a final campaign and stopped watching, but kept its slot, so the
+    # campaign queued behind it never started.
+    async with oncall_kit(tmp_path, slots=1) as kit:
+        first = await kit.engine.start("U1", CONV, spec("echo loss=0.5; sleep 60"))
+        second = await kit.engine.start("U2", CONV, spec(DECREASING))
+        assert (await kit.campaigns.get(second.id)).state == "planning"  # type: ignore[union-attr]
+        code, said = await stop_campaign(
+            kit.campaigns, {"local": kit.machine}, first.id, by="cli", grace_seconds=1
+        )
+        assert code == 0, said
+        final = await kit.until_final(second.id)
+        assert final.state == "closed"
+
+
+async def test_a_freed_slot_started_twice_at_once_submits_one_round(tmp_path: Path) -> None:
+    # Two callers freeing slots at once both picked the oldest waiting campaign; the second
+    # `acquire` said yes again (the slot was already its) and submitted a second round.
+    async with oncall_kit(tmp_path, slots=1) as kit:
+        first = await kit.engine.start("U1", CONV, spec("echo loss=0.5; sleep 60"))
+        second = await kit.engine.start("U2", CONV, spec("echo loss=0.5; sleep 60"))
+        # The slot frees (as when a campaign ends) and two callers start what waits for it.
+        await kit.engine._allocator.release("local", first.id)
+        await asyncio.gather(kit.engine._start_queued("local"), kit.engine._start_queued("local"))
+
+        async def started() -> bool:
+            record = await kit.campaigns.get(second.id)
+            return record is not None and record.round >= 1
+
+        await kit.until(started)
+        assert (await kit.campaigns.get(second.id)).round == 1  # type: ignore[union-attr]
 
 
 async def test_decisions_must_cite_the_newest_measurement(tmp_path: Path) -> None:
