@@ -115,7 +115,7 @@ async def test_decisions_are_announced_in_the_thread_with_their_citation(tmp_pat
         assert any(
             t.startswith(f"🔁 Campaign `{crashed.id}`: resubmitting") and f"cites #{first.id}" in t
             for t in kit.notifier.texts()
-        )
+        ), kit.notifier.texts()
         diverged = await kit.engine.start(
             "U1", CONV, spec("echo loss=0.8; echo loss=nan; sleep 60")
         )
@@ -123,7 +123,7 @@ async def test_decisions_are_announced_in_the_thread_with_their_citation(tmp_pat
         assert any(
             t.startswith(f"⏹️ Campaign `{diverged.id}`: round 1 terminated")
             for t in kit.notifier.texts()
-        )
+        ), kit.notifier.texts()
         waiting = await kit.engine.start("U1", CONV, spec("echo loss=0.7; sleep 60"))
         await _first_round(kit, waiting)
         (value,) = await kit.campaigns.measurements(waiting.id)
@@ -131,8 +131,9 @@ async def test_decisions_are_announced_in_the_thread_with_their_citation(tmp_pat
         assert any(
             t.startswith(f"⏸️ Campaign `{waiting.id}`: waiting 2m") and f"cites #{value.id}" in t
             for t in kit.notifier.texts()
-        )
-        assert any(t.startswith(f"📋 Campaign `{crashed.id}` report") for t in kit.notifier.texts())
+        ), kit.notifier.texts()
+        texts = kit.notifier.texts()
+        assert any(t.startswith(f"📋 Campaign `{crashed.id}` report") for t in texts), texts
 
 
 async def test_the_campaign_tools_refuse_with_the_reason_instead_of_raising(
