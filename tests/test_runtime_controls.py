@@ -10,9 +10,8 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import eventually, inbound
 
 AGENTS = """
 [agents.sleeper]
@@ -20,20 +19,6 @@ backend = "cli"
 description = "Sleeps (test agent)."
 command = ["sh", "-c", "sleep 60"]
 """
-
-
-def _msg(text: str, event: str, author: str = "U1") -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id=author,
-        author_name=f"user-{author}",
-        text=text,
-        event_id=event,
-    )
 
 
 def _write_agents(home: Path) -> None:
@@ -52,23 +37,23 @@ async def runtime(isolated_env: Path) -> Any:
 
 async def test_stop_cancels_running_graph_and_prompts(runtime: Any) -> None:
     rt, adapter = runtime
-    turn = await rt.service.accept(_msg("a: sleeper: wait a minute", "e1"))
+    turn = await rt.service.accept(inbound("a: sleeper: wait a minute", "e1"))
     assert turn is not None
     await turn
-    conv = _msg("x", "x").conversation
+    conv = inbound("x", "x").conversation
     await eventually(lambda: bool(rt.runs.live_runs(conv.id)))
     run = rt.runs.live_runs(conv.id)[0]
     await eventually(lambda: run.state("a") == "running")
-    prompt_turn = await rt.service.accept(_msg("b: sleeper: later\nconfirm", "e2"))
+    prompt_turn = await rt.service.accept(inbound("b: sleeper: later\nconfirm", "e2"))
     assert prompt_turn is not None
     await prompt_turn
     assert len(await rt.broker.pending(conv)) == 1
 
-    assert await rt.service.accept(_msg("status", "e3")) is None
+    assert await rt.service.accept(inbound("status", "e3")) is None
     status = adapter.texts[-1]
     assert f"run `{run.id}` running" in status and "waiting" in status
 
-    assert await rt.service.accept(_msg("stop", "e4")) is None
+    assert await rt.service.accept(inbound("stop", "e4")) is None
     await eventually(run.done.is_set)
     node = await rt.runs.store.node(conv.id, "a")
     assert node is not None and node.state == "cancelled"
@@ -78,11 +63,11 @@ async def test_stop_cancels_running_graph_and_prompts(runtime: Any) -> None:
 
 async def test_stranger_cannot_approve_by_typing(runtime: Any) -> None:
     rt, adapter = runtime
-    turn = await rt.service.accept(_msg("b: sleeper: later\nconfirm", "e1"))
+    turn = await rt.service.accept(inbound("b: sleeper: later\nconfirm", "e1"))
     assert turn is not None
     await turn
-    conv = _msg("x", "x").conversation
-    assert await rt.service.accept(_msg("Approve", "e2", author="U2")) is None
+    conv = inbound("x", "x").conversation
+    assert await rt.service.accept(inbound("Approve", "e2", author="U2")) is None
     assert adapter.private and adapter.private[-1][1] == "U2"
     assert len(await rt.broker.pending(conv)) == 1
     assert await rt.runs.store.runs(conv.id) == []

@@ -23,7 +23,7 @@ from host.conversations import HELP_TEXT, ConversationService
 from host.events import EventBus, TurnCompleted
 from host.host_agent import HostAgent
 from host.lanes import LaneManager
-from host.messages import InboundMessage, OutboundMessage, stored_inbound
+from host.messages import OutboundMessage, stored_inbound
 from host.outbox import Outbox
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog
@@ -32,21 +32,7 @@ from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
-from tests.helpers import eventually
-
-
-def _msg(text: str, event: str, *, author: str = "U1") -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id=author,
-        author_name=f"user-{author}",
-        text=text,
-        event_id=event,
-    )
+from tests.helpers import eventually, inbound
 
 
 class EchoProvider(TestProvider):
@@ -139,7 +125,7 @@ async def test_context_sources_harness_and_subscribers_see_the_turns_author_and_
     seam_service: tuple[ConversationService, RecordingChannel, Recorder],
 ) -> None:
     service, _, recorder = seam_service
-    turn = await service.accept(_msg("hello there", "e1", author="U7"))
+    turn = await service.accept(inbound("hello there", "e1", author="U7"))
     assert turn is not None
     await turn
     assert [c.author_id for c in recorder.contexts] == ["U7"]
@@ -151,7 +137,7 @@ async def test_context_sources_harness_and_subscribers_see_the_turns_author_and_
         "hello there",
         "echo: hello there",
     )
-    await service.system_turn(_msg("x", "x").conversation, "run report", key="r1")
+    await service.system_turn(inbound("x", "x").conversation, "run report", key="r1")
     await eventually(lambda: len(recorder.completed) == 2)
     assert recorder.completed[1].origin == "system"
     assert recorder.harnessed[1].origin == "system"
@@ -163,12 +149,12 @@ async def test_a_platform_user_whose_id_looks_like_the_system_still_gets_a_user_
     # Before origins were typed, this author id alone made the message a system turn:
     # control words and typed prompt answers were skipped for it.
     service, channel, _ = seam_service
-    await service.accept(_msg("help", "e1", author="raven-system"))
+    await service.accept(inbound("help", "e1", author="raven-system"))
     assert channel.texts == [HELP_TEXT]
 
 
 def test_a_system_message_recorded_before_origins_existed_is_read_as_a_system_turn() -> None:
-    typed = _msg("report", "e1", author="raven-system")
+    typed = inbound("report", "e1", author="raven-system")
     assert typed.origin == "user"  # a platform never makes a system turn
     legacy = typed.model_dump(mode="json", exclude={"origin"})
     assert stored_inbound(json.dumps(legacy)).origin == "system"
