@@ -30,10 +30,10 @@ def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:
     )
 
 
-def db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
     """Rows of one query against the bot's raven.db (read from outside the bot)."""
     with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql))
+        return list(db.execute(sql, params))
 
 
 async def eventually(

@@ -5,7 +5,6 @@ fallback, status messages edited in place, and `stop`."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from core.ids import ConversationRef
 from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot, shared_fake
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually
 
 AGENTS = """
 [agents.echo]
@@ -33,11 +32,6 @@ PLAN = "a: echo: hello world\nconfirm"
 def _write_agents(home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "agents.toml").write_text(AGENTS)
-
-
-def _rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as conn:
-        return conn.execute(sql).fetchall()
 
 
 def _buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -157,7 +151,7 @@ async def test_a_second_click_is_a_friendly_no_op(
         await _click(bot, thread, message, 1, ALICE)
         await bot.fake.wait_for(lambda: any("Already answered" in t for t in _ephemeral_texts(bot)))
         await bot.settle(thread)
-        assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
+        assert db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
 
 
 async def test_a_click_after_expiry_says_expired(
@@ -176,7 +170,7 @@ async def test_a_click_after_expiry_says_expired(
         edited = _current(bot, thread, message["id"])
         assert "Expired" in edited["content"] and all(b.get("disabled") for b in _buttons(edited))
         await bot.settle(thread)
-        assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
+        assert db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
 
 
 async def test_buttons_work_after_a_restart(
@@ -274,13 +268,14 @@ async def test_stop_cancels_a_running_graph(
         await bot.fake.wait_for(lambda: thread in bot.fake.threads)
         await eventually(
             lambda: (
-                _rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'") == [("running",)]
+                db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'") == [("running",)]
             )
         )
         await bot.say(thread, "stop")
         await eventually(
             lambda: (
-                _rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'") == [("cancelled",)]
+                db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
+                == [("cancelled",)]
             )
         )
         await bot.fake.wait_for(lambda: any("Stopped" in t for t in bot.texts(thread)))
@@ -323,7 +318,7 @@ async def test_a_click_on_a_prompt_decided_while_the_bot_was_down(
             edited = _current(bot, thread, message["id"])
             assert all(b.get("disabled") for b in _buttons(edited))
             await bot.settle(thread)
-            assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
+            assert db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
 
 
 async def test_an_interaction_delivered_twice_is_answered_once(
@@ -339,4 +334,4 @@ async def test_an_interaction_delivered_twice_is_answered_once(
         await bot.settle(thread)
         answered = [c for c in bot.fake.interaction_callbacks if c["id"] == payload["id"]]
         assert len(answered) == 1
-        assert _rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]
+        assert db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(1,)]

@@ -12,6 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from tests.helpers import db_rows
 from tests.test_cli_end_to_end import RAVEN, _env
 
 WITHIN = 60.0
@@ -21,11 +22,6 @@ LINE = (
     f"campaign: survive a restart | machine: local | run: {JOB} | metric: loss min "
     "| budget: 10m | wake: 2s | poll: 0.1s | stall: 60s\n"
 )
-
-
-def _rows(home: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
-    with sqlite3.connect(home / "raven.db") as db:
-        return list(db.execute(sql, args))
 
 
 async def _until(cond: object, within: float = WITHIN) -> None:
@@ -48,7 +44,7 @@ async def _bot(home: Path) -> asyncio.subprocess.Process:
 
 def _measurements(home: Path) -> int:
     try:
-        return int(_rows(home, "SELECT COUNT(*) FROM campaign_measurements")[0][0])  # type: ignore[call-overload]
+        return int(db_rows(home, "SELECT COUNT(*) FROM campaign_measurements")[0][0])  # type: ignore[call-overload]
     except sqlite3.OperationalError:
         return 0
 
@@ -65,7 +61,7 @@ async def test_a_missed_wake_up_fires_once_after_a_kill_and_the_job_is_still_wat
     os.kill(first.pid, signal.SIGKILL)
     await first.wait()
     before = _measurements(home)
-    ((wake_id, due_at),) = _rows(
+    ((wake_id, due_at),) = db_rows(
         home, "SELECT id, due_at FROM campaign_wakeups WHERE state = 'pending'"
     )
     # Down past the wake-up's due time: it is missed, not fired.
@@ -74,27 +70,27 @@ async def test_a_missed_wake_up_fires_once_after_a_kill_and_the_job_is_still_wat
     try:
         await _until(
             lambda: (
-                _rows(home, "SELECT state FROM campaign_wakeups WHERE id = ?", wake_id)
+                db_rows(home, "SELECT state FROM campaign_wakeups WHERE id = ?", wake_id)
                 == [("fired",)]
             )
         )
-        ((lateness, fired),) = _rows(
+        ((lateness, fired),) = db_rows(
             home, "SELECT lateness, fired_at FROM campaign_wakeups WHERE id = ?", wake_id
         )
         assert float(lateness) >= 1.0  # type: ignore[arg-type]
         # The thread was told, through its lane and the outbox: one late notice, posted.
         late = "SELECT text, delivery FROM messages WHERE direction = 'out' AND text LIKE ?"
-        await _until(lambda: [d for _, d in _rows(home, late, "⏰%")] == ["sent"])
-        ((text, _),) = _rows(home, late, "⏰%")
+        await _until(lambda: [d for _, d in db_rows(home, late, "⏰%")] == ["sent"])
+        ((text, _),) = db_rows(home, late, "⏰%")
         assert "late" in str(text) and "fired" in str(text)
         # The detached round kept running through the kill, and the monitor re-attached.
         await _until(lambda: _measurements(home) > before + 2)
-        ((handle,),) = _rows(home, "SELECT handle FROM campaign_rounds WHERE round = 1")
+        ((handle,),) = db_rows(home, "SELECT handle FROM campaign_rounds WHERE round = 1")
         assert json.loads(str(handle))["job_id"]
-        rounds = _rows(home, "SELECT COUNT(*) FROM campaign_rounds")
+        rounds = db_rows(home, "SELECT COUNT(*) FROM campaign_rounds")
         assert rounds == [(1,)]
         # Fired once: APScheduler's own catch-up and the engine's recovery share the ledger.
-        fired_rows = _rows(
+        fired_rows = db_rows(
             home,
             "SELECT COUNT(*) FROM campaign_wakeups WHERE state = 'fired' AND reason = 'scheduled'"
             " AND due_at <= ?",
@@ -105,6 +101,6 @@ async def test_a_missed_wake_up_fires_once_after_a_kill_and_the_job_is_still_wat
         assert second.stdin is not None
         second.stdin.write(b"stop\n")
         await second.stdin.drain()
-        await _until(lambda: _rows(home, "SELECT state FROM campaigns") == [("cancelled",)])
+        await _until(lambda: db_rows(home, "SELECT state FROM campaigns") == [("cancelled",)])
         second.stdin.close()
         await asyncio.wait_for(second.wait(), WITHIN)

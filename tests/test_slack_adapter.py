@@ -25,7 +25,7 @@ from bot.slack.doctor import check_slack, required_scopes
 from bot.slack.factory import slack_adapter
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually
 from tests.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
 
 ECHO_AGENTS = """
@@ -48,11 +48,6 @@ def _write_agents(home: Path) -> None:
 
 def _read(path: Path) -> bytes:
     return path.read_bytes()
-
-
-def _db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(home / "raven.db") as conn:
-        return conn.execute(sql).fetchall()
 
 
 def _user_texts(fake: FakeAnthropic) -> list[str]:
@@ -175,7 +170,7 @@ async def test_bad_signature_is_refused_and_not_processed(monkeypatch: pytest.Mo
         assert [c.args.get("thread_ts") for c in later if c.method == "chat.postMessage"] == [
             sentinel
         ]
-        assert _db_rows(
+        assert db_rows(
             bot.runtime.settings.home, "SELECT COUNT(*) FROM messages WHERE direction = 'in'"
         ) == [(1,)]
 
@@ -422,7 +417,7 @@ async def test_ok_false_is_an_error_recorded_not_silent(
         home = bot.runtime.settings.home
         await eventually(
             lambda: (
-                _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+                db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
                 == [("failed",)]
             )
         )
@@ -486,7 +481,7 @@ async def test_redelivery_after_crash_does_not_post_twice(monkeypatch: pytest.Mo
             # Recovery resolves the pending record (found in the thread, so not re-posted).
             await eventually(
                 lambda: (
-                    _db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+                    db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
                     == [("sent",)]
                 )
             )
@@ -578,7 +573,7 @@ async def test_second_click_is_a_friendly_no_op(
         assert "Already answered" in call.args["text"]
         # Both clicks were handled after their acks: wait for that work, then count.
         await bot.settle(thread)
-        rows = _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs")
+        rows = db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs")
         assert rows == [(1,)]
 
 
@@ -597,7 +592,7 @@ async def test_click_after_expiry_says_expired_and_denies(
             lambda: any("not approved (expired" in p["text"] for p in bot.posts(thread))
         )
         await bot.settle(thread)
-        assert _db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
+        assert db_rows(bot.runtime.settings.home, "SELECT COUNT(*) FROM graph_runs") == [(0,)]
 
 
 async def test_click_after_restart_still_works(
@@ -682,8 +677,7 @@ async def test_stop_cancels_a_running_graph(
         home = bot.runtime.settings.home
         await eventually(
             lambda: (
-                _db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
-                == [("running",)]
+                db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'") == [("running",)]
             )
         )
         stop = payloads.thread_message(CHANNEL, "U1", "<@UBOT> stop", bot.ts(), ts)
@@ -694,7 +688,7 @@ async def test_stop_cancels_a_running_graph(
         )
         await eventually(
             lambda: (
-                _db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
+                db_rows(home, "SELECT state FROM graph_nodes WHERE node_id = 's'")
                 == [("cancelled",)]
             )
         )
@@ -792,7 +786,7 @@ async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
         home = bot.runtime.settings.home
         # Decided and fully handled (the close attempt comes before the handler) ...
         await eventually(
-            lambda: _db_rows(home, "SELECT state, handled FROM prompts") == [("answered", 1)]
+            lambda: db_rows(home, "SELECT state, handled FROM prompts") == [("answered", 1)]
         )
         # ... yet nothing could close a message whose id the bot has not seen.
         assert [c for c in bot.fake.calls_to("chat.update") if c.args["ts"] == prompt_ts] == []
@@ -1132,7 +1126,7 @@ async def test_stop_right_after_a_mention_leaves_the_bot_working(
         (reply,) = await bot.replies_in(fresh)
         assert "offline mode" in reply["text"]
         home = bot.runtime.settings.home
-        assert _db_rows(home, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == [(0,)]
+        assert db_rows(home, "SELECT COUNT(*) FROM turns WHERE status = 'running'") == [(0,)]
 
 
 async def test_thread_replies_sent_while_the_bot_was_down_are_read_back_once(
