@@ -182,12 +182,15 @@ class CampaignEngine:
     async def _closed_elsewhere(self, record: CampaignRecord) -> None:
         """A campaign found final that this engine may not have closed (`campaigns stop`
         from another process): free its slot for the campaigns queued behind it."""
-        machine = record.spec.machine
-        if record.id in self._allocator.holders(machine):
-            await self._allocator.release(machine, record.id)
-            self.changed.set()
-            self.changed = asyncio.Event()
-            await self._start_queued(machine)
+        if record.id in self._allocator.holders(record.spec.machine):
+            await self._free_slot(record)
+
+    async def _free_slot(self, record: CampaignRecord) -> None:
+        """Release the campaign's slot and start the oldest campaign waiting for it."""
+        await self._allocator.release(record.spec.machine, record.id)
+        self.changed.set()
+        self.changed = asyncio.Event()
+        await self._start_queued(record.spec.machine)
 
     # --------------------------------------------------------------------------- rounds
 
@@ -774,10 +777,7 @@ class CampaignEngine:
         await self._store.update(
             record.id, state=state, report=report, error=error, closed_at=self._clock()
         )
-        await self._allocator.release(record.spec.machine, record.id)
-        self.changed.set()
-        self.changed = asyncio.Event()
-        await self._start_queued(record.spec.machine)
+        await self._free_slot(record)
 
     async def _fail(self, record: CampaignRecord, why: str) -> None:
         await self._close(record, "failed", error=why)
