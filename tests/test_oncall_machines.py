@@ -140,7 +140,7 @@ async def test_a_round_runs_its_log_is_read_incrementally_and_its_code_lands(
     assert first == b"loss 0.9\n"
     assert (await local.poll(handle)).state == "running"
     assert await local.read_log(handle, len(first)) == b""
-    (workdir / "go").touch()
+    (workdir / "work" / "go").touch()
     status = await _until_state(local, handle, "exited")
     assert status.exit_code == 0
     assert await local.read_log(handle, len(first)) == b"loss 0.5\n"
@@ -244,7 +244,7 @@ async def test_a_round_survives_its_parent_and_a_fresh_machine_finds_it(
     size = log.stat().st_size
     await eventually(lambda: log.stat().st_size > size)  # still writing, parent dead
     assert (await local.poll(handle)).state == "running"
-    (workdir / "go").touch()
+    (workdir / "work" / "go").touch()
     status = await _until_state(local, handle, "exited")
     assert status.exit_code == 0
     assert (await local.read_log(handle, 0)).endswith(b"loss 0.1\n")
@@ -293,7 +293,7 @@ async def test_the_detached_sandbox_hides_raven_home_and_the_bots_environment(
     assert FAKE_HOME_SECRET not in log and "\nsecrets\n" not in log  # neither read nor listed
     assert FAKE_TOKEN not in log and "SLACK_BOT_TOKEN" not in log
     assert not (home / "leak.txt").exists()
-    assert (workdir / "inside.txt").read_text() == "made\n"
+    assert (workdir / "work" / "inside.txt").read_text() == "made\n"
 
 
 def test_round_env_keeps_base_variables_and_drops_secrets() -> None:
@@ -390,7 +390,7 @@ async def test_ssh_remote_scripts_run_poll_read_and_terminate(
     assert handle.log_path == str(workdir / "round.log")
     first = await _log_contains(loopback_ssh, handle, b"loss 0.7\n")
     assert (await loopback_ssh.poll(handle)).state == "running"
-    (workdir / "go").touch()
+    (workdir / "work" / "go").touch()
     status = await _until_state(loopback_ssh, handle, "exited")
     assert status.exit_code == 5
     assert await loopback_ssh.read_log(handle, len(first)) == b"loss 0.3\n"

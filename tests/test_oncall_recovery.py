@@ -42,7 +42,7 @@ async def test_a_round_that_ended_while_no_engine_watched_is_detected_at_recover
         round_ = await _first_round(kit, record)
         assert round_.handle is not None
         await kit.engine.close()  # the bot is down; the detached round keeps running
-        (kit.root / record.id / "round-1" / "go").touch()
+        (kit.root / record.id / "round-1" / "work" / "go").touch()
         exit_file = Path(round_.handle.exit_path)
         await kit.until(_exists(exit_file))
         assert (await kit.campaigns.get(record.id)).state == "running"  # type: ignore[union-attr]

@@ -57,11 +57,11 @@ def test_sbatch_command_and_script(tmp_path: Path) -> None:
     argv = sbatch_argv(SPEC, request, tmp_path)
     assert argv[:2] == ["sbatch", "--parsable"]
     joined = " ".join(argv)
-    assert "--job-name raven-c1-1" in joined and f"--chdir {tmp_path}" in joined
+    assert "--job-name raven-c1-1" in joined and f"--chdir {tmp_path}/work" in joined
     assert f"--output {tmp_path}/round.log" in joined
     assert "--partition gpu" in joined and "--time 2" in joined  # 61 s: 2 minutes, rounded up
     assert "--cpus-per-task 2" in joined and argv[-1] == str(tmp_path / "round.sbatch")
-    script = batch_script("echo 'it''s'", tmp_path / "exit_code")
+    script = batch_script("echo 'it''s'", tmp_path)
     assert script.startswith("#!/bin/sh\n") and "mv -f" in script
     assert exit_code_of("3:0") == 3 and exit_code_of("0:15") == 143 and exit_code_of("") is None
 
@@ -81,7 +81,7 @@ async def test_a_round_prints_decreasing_loss_read_as_it_runs(
     assert losses == sorted(losses, reverse=True) == [0.9, 0.7, 0.5]
     status = await slurm.poll(handle)
     assert status.state == "running" and "RUNNING" in status.detail
-    (workdir / "go").touch()
+    (workdir / "work" / "go").touch()
     status = await _until(slurm, handle, "exited")
     assert status.exit_code == 0
     assert await slurm.read_log(handle, len(first)) == b"loss 0.2\n"

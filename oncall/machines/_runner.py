@@ -5,6 +5,10 @@ then exits, so the bot never waits on the round. The leader starts a session of 
 a child subreaper (anything the command leaves behind, including a sandbox whose outer bwrap
 died, is re-parented to it rather than lost), runs ARGV with stdout and stderr appended to LOG,
 and once nothing of the round is left writes the exit code to EXIT atomically. Stdlib only.
+
+The leader runs outside the sandbox, as the bot's user: it opens LOG and writes EXIT relative to
+their directory's descriptor without following symlinks (O_NOFOLLOW, O_EXCL for the temporary
+file), so nothing planted in the round directory can make it write to another file.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ import contextlib
 import ctypes
 import os
 import signal
+import stat
 import subprocess
 import sys
-from typing import Final
+from typing import BinaryIO, Final
 
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _EXEC_FAILED: Final = 127
@@ -35,7 +40,7 @@ def run(log: str, exit_path: str, argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, lambda *_: None)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    with open(log, "ab", buffering=0) as out:
+    with _open_log(log) as out:
         try:
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         except OSError as exc:
@@ -60,11 +65,38 @@ def _reap_all(first: int) -> int:
             code = 128 - code if code < 0 else code  # killed by signal N: 128+N, as sh does
 
 
+def _open_log(log: str) -> BinaryIO:
+    """LOG opened to append: created if missing, refused if not a regular file with one link."""
+    directory, name = os.path.split(log)
+    dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        fd = os.open(name, flags | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(f"{log} is not a regular file with a single link: refusing to write it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab", buffering=0)
+
+
 def _record(exit_path: str, code: int) -> int:
-    tmp = f"{exit_path}.tmp"
-    with open(tmp, "w", encoding="ascii") as out:
-        out.write(f"{code}\n")
-    os.replace(tmp, exit_path)
+    """Write the code to a fresh temporary file, then rename it over EXIT (no symlink followed)."""
+    directory, name = os.path.split(exit_path)
+    tmp = f"{name}.tmp"
+    dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)  # unlink never follows a symlink
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(f"{code}\n")
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     return 0
 
 

@@ -1,16 +1,23 @@
 """What every machine shares: the round's file names, its environment, bounded log reads.
 
-A round's directory holds `round.log` (stdout and stderr, appended) and `exit_code`, written
+A round's directory holds `round.log` (stdout and stderr, appended), `exit_code`, written
 atomically (a temporary file renamed into place) when the command ends, so a reader never sees a
-partial code and a job's end is known even after its scheduler or parent has forgotten it.
+partial code and a job's end is known even after its scheduler or parent has forgotten it, and
+`work/`, the command's working directory and the only place it may write. The control files sit
+beside `work/`, where the sandboxed command cannot reach them; the bot still opens them without
+following symlinks and reads only a regular file with a single link (a FIFO, a symlink or a hard
+link planted there is ignored), because a round run without a sandbox could have planted one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import math
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
@@ -19,6 +26,9 @@ from oncall.model import JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 LOG_NAME: Final = "round.log"
 EXIT_NAME: Final = "exit_code"
+WORK_NAME: Final = "work"  # the command's working directory: the only path it may write
+# Left by an interrupted write of the exit code; removed before a round starts.
+EXIT_TMP_NAME: Final = f"{EXIT_NAME}.tmp"
 # One read_log call returns at most this much; the monitor calls again for the rest.
 MAX_LOG_CHUNK: Final = 1 << 20
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
@@ -48,22 +58,107 @@ def round_dir(spec: MachineSpec, request: JobRequest) -> PurePosixPath:
     return PurePosixPath(spec.workdir) / request.campaign_id / f"round-{request.round}"
 
 
-def read_chunk(path: Path, offset: int, limit: int = MAX_LOG_CHUNK) -> bytes:
-    """Up to `limit` bytes of `path` from `offset`; empty when missing or nothing new (blocking)."""
+def work_dir(directory: Path) -> Path:
+    """The command's working directory inside a round directory."""
+    return directory / WORK_NAME
+
+
+def prepare_round_dir(directory: Path) -> Path:
+    """Create the round directory and its `work/` (blocking); the directory's absolute path.
+
+    Drops an exit code left by an earlier run and anything in place of a control file that is
+    not a plain file, without following a symlink; a `work` that is not a real directory (a
+    symlink would make the sandbox bind its target writable) is replaced by an empty one.
+    """
+    directory = directory.resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        with path.open("rb") as log:
-            log.seek(max(offset, 0))
-            return log.read(limit)
+        for name in (EXIT_NAME, EXIT_TMP_NAME):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=fd)
+        if not _plain_file(fd, LOG_NAME):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(LOG_NAME, dir_fd=fd)
+        try:
+            info = os.stat(WORK_NAME, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            os.unlink(WORK_NAME, dir_fd=fd)
+            info = None
+        if info is None:
+            os.mkdir(WORK_NAME, dir_fd=fd)
+    finally:
+        os.close(fd)
+    return directory
+
+
+def _plain_file(dir_fd: int, name: str) -> bool:
+    """Whether `name` is missing or a regular file with one link (not followed if a symlink)."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
+        return True
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+
+
+def open_control(path: Path) -> int | None:
+    """A read-only descriptor of the control file `path`, or None when it is missing or is not
+    a regular file with a single link (blocking; the caller closes the descriptor).
+
+    The last component is opened relative to its directory without following a symlink and
+    without blocking on a FIFO, then checked with fstat: nothing in the round directory can
+    redirect the read to another file, or hang the bot.
+    """
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        fd = os.open(path.name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO, errno.ENOTDIR):
+            return None  # missing, or a symlink (ELOOP under O_NOFOLLOW), or a socket
+        raise
+    finally:
+        os.close(dir_fd)
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        return fd
+    os.close(fd)
+    return None
+
+
+def read_chunk(path: Path, offset: int, limit: int = MAX_LOG_CHUNK) -> bytes:
+    """Up to `limit` bytes of `path` from `offset` (blocking); empty when missing, not a plain
+    file (see `open_control`), or nothing new."""
+    fd = open_control(path)
+    if fd is None:
         return b""
+    try:
+        return os.pread(fd, limit, max(offset, 0))
+    finally:
+        os.close(fd)
+
+
+# An exit-code file holds a number and a newline; anything longer is garbled anyway.
+_EXIT_FILE_LIMIT: Final = 64
 
 
 def read_exit_file(path: Path) -> str | None:
-    """The text of an exit-code file, or None while the job has not ended (blocking)."""
-    try:
-        return path.read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
+    """The text of an exit-code file, or None while the job has not ended (blocking).
+
+    A control file that is not a plain file (see `open_control`) counts as not written yet.
+    """
+    fd = open_control(path)
+    if fd is None:
         return None
+    try:
+        return os.pread(fd, _EXIT_FILE_LIMIT, 0).decode("ascii", errors="replace")
+    finally:
+        os.close(fd)
 
 
 def exited(text: str, *, detail: str = "") -> JobStatus:

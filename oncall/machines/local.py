@@ -3,7 +3,8 @@
 The sandbox arrives by dependency injection (`CommandWrapper`): oncall does not know agents.
 The round's leader (`_runner.py`) is outside the sandbox, in a session of its own, re-parented
 to init as soon as it starts, so a bot restart does not touch it; it records the exit code in
-the round directory, which is how `poll` learns the end even after a restart.
+the round directory, which is how `poll` learns the end even after a restart. The sandbox's only
+writable path is the round's `work/`: the log and the exit code beside it are out of its reach.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from oncall.machines.common import (
     EXIT_NAME,
     LOG_NAME,
     exited,
+    prepare_round_dir,
     read_chunk,
     read_exit_file,
     round_dir,
     round_env,
     split_job_id,
+    work_dir,
 )
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
@@ -75,8 +78,8 @@ class LocalMachine:
 
     async def submit(self, request: JobRequest) -> JobHandle:
         """Start the round detached in its directory; `MachineUnavailable` if refused."""
-        workdir = await asyncio.to_thread(_prepare, Path(round_dir(self._spec, request)))
-        log, exit_path = workdir / LOG_NAME, workdir / EXIT_NAME
+        directory = await asyncio.to_thread(prepare_round_dir, Path(round_dir(self._spec, request)))
+        log, exit_path, workdir = directory / LOG_NAME, directory / EXIT_NAME, work_dir(directory)
         env = round_env(os.environ if self._environ is None else self._environ)
         try:
             wrapped = self._wrapper.wrap(["sh", "-c", request.command], workspace=workdir, env=env)
@@ -186,14 +189,6 @@ class LocalMachine:
             return
         await asyncio.to_thread(_proc.send, [_proc.Proc(pid, 0, "R", start)], signal.SIGKILL)
         await _until(leader_gone, _KILL_WAIT_SECONDS)
-
-
-def _prepare(workdir: Path) -> Path:
-    """Create the round directory (its absolute path); drop an exit code left in it earlier."""
-    workdir = workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / EXIT_NAME).unlink(missing_ok=True)
-    return workdir
 
 
 async def _until(cond: Callable[[], bool], within: float) -> bool:

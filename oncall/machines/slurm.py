@@ -4,6 +4,12 @@ on a filesystem the compute nodes share with the bot.
 
 With accounting off (`sacct` knows nothing), Slurm forgets a job some minutes after it ends;
 the job's own `exit_code` file (written by the batch script) is what tells its end after that.
+
+The batch script runs the command confined (`confine.py`): a scrubbed environment, bubblewrap
+with its own PID namespace, RAVEN_HOME and the bot's working directory covered, the round's
+`work/` the only writable path. A node without bubblewrap shares the bot's filesystem, so its
+rounds are refused unless the bot runs with RAVEN_UNSANDBOXED=1. sbatch itself gets only the
+base variables and SLURM_CONF, so nothing else of the bot's environment reaches the job.
 """
 
 from __future__ import annotations
@@ -19,15 +25,19 @@ from typing import Final
 
 from oncall.machines.common import (
     EXIT_NAME,
+    EXIT_TMP_NAME,
     LOG_NAME,
     exited,
     minutes,
+    prepare_round_dir,
     read_chunk,
     read_exit_file,
     round_dir,
     round_env,
     run_client,
+    work_dir,
 )
+from oncall.machines.confine import BwrapMissing, bot_paths, confine_function, opted_out
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 Clock = Callable[[], float]
@@ -59,18 +69,29 @@ ACTIVE_STATES: Final = frozenset(
 _UNKNOWN_JOB: Final = "Invalid job id"
 
 
-def batch_script(command: str, exit_path: Path) -> str:
-    """The batch script: the command, then its exit code written atomically to `exit_path`."""
-    done = shlex.quote(str(exit_path))
-    tmp = shlex.quote(f"{exit_path}.tmp")
+def batch_script(
+    command: str,
+    directory: Path,
+    *,
+    hidden: Sequence[str] = (),
+    without_bwrap: BwrapMissing = "refuse",
+) -> str:
+    """The batch script: the command confined to `directory`/work, then its exit code
+    written atomically to `directory`/exit_code (out of the command's reach)."""
+    done = shlex.quote(str(directory / EXIT_NAME))
+    tmp = shlex.quote(str(directory / EXIT_TMP_NAME))
+    work = shlex.quote(str(work_dir(directory)))
     # The trap (not an ignore, so the command keeps the default) lets the script outlive a
-    # scancel's SIGTERM long enough to record the command's code.
+    # scancel's SIGTERM long enough to record the command's code. The code is written to a
+    # file created afresh (noclobber) and renamed over the old one, never through a link.
     return (
         "#!/bin/sh\n"
         "trap : TERM\n"
-        f"sh -c {shlex.quote(command)}\n"
+        + confine_function(hidden, without_bwrap=without_bwrap)
+        + f"raven_confined {work} {shlex.quote(command)}\n"
         "code=$?\n"
-        f"printf '%s\\n' \"$code\" >{tmp} && mv -f -- {tmp} {done}\n"
+        f"rm -f -- {tmp}\n"
+        f"(set -C && printf '%s\\n' \"$code\" >{tmp}) && rm -f -- {done} && mv -f -- {tmp} {done}\n"
         'exit "$code"\n'
     )
 
@@ -83,7 +104,7 @@ def sbatch_argv(spec: MachineSpec, request: JobRequest, directory: Path) -> list
         "--job-name",
         f"raven-{request.campaign_id}-{request.round}",
         "--chdir",
-        str(directory),
+        str(work_dir(directory)),
         "--output",
         str(directory / LOG_NAME),
         "--open-mode=append",
@@ -126,10 +147,20 @@ class SlurmMachine:
         *,
         clock: Clock = time.time,
         environ: Mapping[str, str] | None = None,
+        hidden: Sequence[Path] | None = None,
+        unsandboxed: bool | None = None,
     ) -> None:
+        """`hidden`: directories the round must not see (default: RAVEN_HOME and the bot's
+        working directory); `unsandboxed`: run on a node without bubblewrap anyway (default:
+        RAVEN_UNSANDBOXED in `environ`)."""
         self._spec = spec
         self._clock = clock
         self._environ = environ
+        bot_env = os.environ if environ is None else environ
+        self._hidden = tuple(str(p) for p in (bot_paths(bot_env) if hidden is None else hidden))
+        if unsandboxed is None:
+            unsandboxed = opted_out(bot_env)
+        self._without_bwrap: BwrapMissing = "scrubbed" if unsandboxed else "refuse"
 
     @property
     def spec(self) -> MachineSpec:
@@ -150,9 +181,12 @@ class SlurmMachine:
 
     async def submit(self, request: JobRequest) -> JobHandle:
         """Submit the round with sbatch; `MachineUnavailable` with sbatch's words if refused."""
-        directory = Path(round_dir(self._spec, request))
+        directory = await asyncio.to_thread(prepare_round_dir, Path(round_dir(self._spec, request)))
         exit_path = directory / EXIT_NAME
-        await asyncio.to_thread(_prepare, directory, batch_script(request.command, exit_path))
+        script = batch_script(
+            request.command, directory, hidden=self._hidden, without_bwrap=self._without_bwrap
+        )
+        await asyncio.to_thread(_write_script, directory, script)
         code, out, err = await self._run(sbatch_argv(self._spec, request, directory))
         job_id = out.strip().split(";", 1)[0]
         if code != 0 or not job_id.isdigit():
@@ -248,8 +282,10 @@ class SlurmMachine:
         return True
 
 
-def _prepare(directory: Path, script: str) -> None:
-    """The round directory with its batch script; no exit code left from an earlier run."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / EXIT_NAME).unlink(missing_ok=True)
-    (directory / SCRIPT_NAME).write_text(script)
+def _write_script(directory: Path, script: str) -> None:
+    """The batch script, written afresh (whatever was at its name is replaced, not followed)."""
+    path = directory / SCRIPT_NAME
+    path.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(path, flags, 0o700), "w", encoding="utf-8") as out:
+        out.write(script)

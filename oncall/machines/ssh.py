@@ -2,7 +2,13 @@
 
 Every call is one `ssh -o BatchMode=yes` invocation running a small POSIX sh script (no agent
 prompts, no password prompts: a host that needs one is unavailable, and says so). The remote
-round directory holds the same `round.log` and `exit_code` as a local round.
+round directory holds the same `round.log`, `exit_code` and `work/` as a local round.
+
+The command runs confined (`confine.py`): `env -i` with nothing of the bot's or the login's
+environment, inside bubblewrap when the host has it (its own PID namespace, `work/` the only
+writable path); a host without bubblewrap runs it with the scrubbed environment only, since
+the host holds nothing of the bot's. The remote scripts read the control files only when they
+are regular files, never through a symlink.
 """
 
 from __future__ import annotations
@@ -12,18 +18,20 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Final
 
 from oncall.machines.common import (
     EXIT_NAME,
     LOG_NAME,
     MAX_LOG_CHUNK,
+    WORK_NAME,
     exited,
     round_env,
     run_client,
     split_job_id,
 )
+from oncall.machines.confine import bot_paths, confine_function
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 Clock = Callable[[], float]
@@ -33,33 +41,65 @@ _SSH_FAILED: Final = 255  # ssh's own exit code: it could not connect or authent
 _SSH_ENV: Final = ("SSH_AUTH_SOCK",)
 _EXTRA_SECONDS: Final = 30.0  # beyond connect time and grace: a remote command that hangs
 
-# The leader, remotely: ignores SIGTERM itself (a trap, so the command gets the default) to
-# outlive the command and record its code; $1 log, $2 exit file, $3 the command.
-LEADER_SCRIPT: Final = """\
-trap : TERM HUP
-sh -c "$3" >>"$1" 2>&1 </dev/null
-code=$?
-printf '%s\\n' "$code" >"$2.tmp" && mv -f -- "$2.tmp" "$2"
+# A control file the scripts may read or replace: a regular file, not a symlink, one link.
+_PLAIN: Final = """\
+plain() {
+  [ -f "$1" ] && [ ! -L "$1" ] || return 1
+  links=$(ls -ld -- "$1" 2>/dev/null) || return 1
+  set -- $links
+  [ "$2" = 1 ]
+}
 """
+# Writes $2 to the file $1 afresh (noclobber, then renamed over it): never through a link.
+_RECORD: Final = """\
+record() {
+  rm -f -- "$1.tmp"
+  (set -C && printf '%s\\n' "$2" >"$1.tmp") && rm -f -- "$1" && mv -f -- "$1.tmp" "$1"
+}
+"""
+# The leader, remotely (after `raven_confined`): ignores SIGTERM itself (a trap, so the command
+# gets the default) to outlive the command and record its code; $1 log, $2 exit file, $3 the
+# work dir, $4 the command.
+_LEADER_TAIL: Final = (
+    _RECORD
+    + """\
+trap : TERM HUP
+raven_confined "$3" "$4" >>"$1" 2>&1 </dev/null
+record "$2" "$?"
+"""
+)
+
+
+def leader_script(hidden: Sequence[str]) -> str:
+    """The remote leader, with `hidden` covered by the sandbox when they exist there."""
+    return confine_function(hidden, without_bwrap="scrubbed") + _LEADER_TAIL
+
+
 # $1 round dir, $2 leader script, $3 command. Prints "<pid> <starttime|-> <absolute dir>".
-SUBMIT_SCRIPT: Final = """\
+SUBMIT_SCRIPT: Final = (
+    _PLAIN
+    + f"""\
 set -e
-command -v setsid >/dev/null 2>&1 || { echo "no setsid on this host (util-linux)" >&2; exit 3; }
+command -v setsid >/dev/null 2>&1 || {{ echo "no setsid on this host (util-linux)" >&2; exit 3; }}
 mkdir -p -- "$1"
 cd -- "$1"
 dir=$(pwd -P)
-rm -f -- exit_code exit_code.tmp
-setsid sh -c "$2" raven-round "$dir/round.log" "$dir/exit_code" "$3" </dev/null >/dev/null 2>&1 &
+rm -f -- {EXIT_NAME} {EXIT_NAME}.tmp
+[ -d {WORK_NAME} ] && [ ! -L {WORK_NAME} ] || {{ rm -f -- {WORK_NAME}; mkdir -- {WORK_NAME}; }}
+if [ -L {LOG_NAME} ] || {{ [ -e {LOG_NAME} ] && ! plain {LOG_NAME}; }}; then rm -f -- {LOG_NAME}; fi
+setsid sh -c "$2" raven-round "$dir/{LOG_NAME}" "$dir/{EXIT_NAME}" "$dir/{WORK_NAME}" "$3" \
+  </dev/null >/dev/null 2>&1 &
 pid=$!
 start=-
 if [ -r "/proc/$pid/stat" ]; then
   read -r st <"/proc/$pid/stat"
-  set -- ${st##*) }
+  set -- ${{st##*) }}
   shift 19
   start=$1
 fi
 printf '%s %s %s\\n' "$pid" "$start" "$dir"
 """
+)
 # Shared by poll and terminate: is $pid (started at $start, "-" if unknown) still that process?
 _SAME_PROCESS: Final = """\
 same() {
@@ -74,22 +114,27 @@ same() {
 # $1 pid, $2 start, $3 exit file. Prints "exited <code>", "running" or "vanished".
 POLL_SCRIPT: Final = (
     _SAME_PROCESS
+    + _PLAIN
     + """\
 pid=$1 start=$2 done=$3
-if [ -f "$done" ]; then printf 'exited %s\\n' "$(cat -- "$done")"; exit 0; fi
+if plain "$done"; then printf 'exited %s\\n' "$(head -c 64 -- "$done")"; exit 0; fi
 if same; then echo running; exit 0; fi
-if [ -f "$done" ]; then printf 'exited %s\\n' "$(cat -- "$done")"; exit 0; fi
+if plain "$done"; then printf 'exited %s\\n' "$(head -c 64 -- "$done")"; exit 0; fi
 echo vanished
 """
 )
 # $1 path, $2 offset, $3 max bytes.
-READ_SCRIPT: Final = """\
-[ -f "$1" ] || exit 0
+READ_SCRIPT: Final = (
+    _PLAIN
+    + """\
+plain "$1" || exit 0
 tail -c +"$(($2 + 1))" -- "$1" | head -c "$3"
 """
+)
 # $1 pid, $2 start, $3 exit file, $4 grace in ticks of 0.2 s. setsid made pid the group id.
 TERMINATE_SCRIPT: Final = (
     _SAME_PROCESS
+    + _RECORD
     + """\
 pid=$1 start=$2 done=$3 ticks=$4
 same || exit 0
@@ -102,7 +147,7 @@ done
 kill -s 0 -- "-$pid" 2>/dev/null || exit 0
 kill -s KILL -- "-$pid" 2>/dev/null
 # The leader died with the rest, before it could record the code: 128 + SIGKILL.
-[ -f "$done" ] || { printf '137\\n' >"$done.tmp" && mv -f -- "$done.tmp" "$done"; }
+[ -f "$done" ] || record "$done" 137
 """
 )
 
@@ -142,12 +187,19 @@ class SshMachine:
         connect_timeout: float = 10,
         clock: Clock = time.time,
         environ: Mapping[str, str] | None = None,
+        hidden: Sequence[Path] | None = None,
     ) -> None:
+        """`hidden`: directories the round must not see should they exist on the host
+        (default: RAVEN_HOME and the bot's working directory)."""
         self._spec = spec
         self._ssh = ssh
         self._connect_timeout = connect_timeout
         self._clock = clock
         self._environ = environ
+        bot_env = os.environ if environ is None else environ
+        self._leader = leader_script(
+            [str(p) for p in (bot_paths(bot_env) if hidden is None else hidden)]
+        )
 
     @property
     def spec(self) -> MachineSpec:
@@ -183,7 +235,7 @@ class SshMachine:
         """Start the round detached under the host's workdir; `MachineUnavailable` if not."""
         base = PurePosixPath(self._spec.workdir or DEFAULT_WORKDIR)
         directory = base / request.campaign_id / f"round-{request.round}"
-        raw = await self.run(SUBMIT_SCRIPT, str(directory), LEADER_SCRIPT, request.command)
+        raw = await self.run(SUBMIT_SCRIPT, str(directory), self._leader, request.command)
         out = raw.decode(errors="replace")
         fields = out.strip().split(" ", 2)
         if len(fields) != 3 or not fields[0].isdigit():
