@@ -14,6 +14,7 @@ from host.graph.run_store import RunRecord
 from host.skill_store import ExperienceStore
 from skills.catalog import LocalCatalog
 from skills.model import SkillHit
+from skills.names import name_key
 from skills.router import SkillRouter, render_selected
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,9 @@ class NodeSkills:
         except Exception:
             log.exception("skill selection for a %s node failed", agent)
             return []  # skills help; they never fail a node
-        return [h for h in selection.selected if h.name not in have]
+        # A default skill is not repeated under a name that reads alike.
+        have_keys = {name_key(name) for name in have}
+        return [h for h in selection.selected if name_key(h.name) not in have_keys]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 SourceName = Literal["local", "memory", "hub"]
 
@@ -63,4 +63,14 @@ class SkillSource(Protocol):
 
     async def search(self, query: str, k: int, history: Sequence[str] = ()) -> list[SkillHit]:
         """Up to k hits, best first (a source may ignore `history`)."""
+        ...
+
+
+@runtime_checkable
+class SkillCatalog(Protocol):
+    """A source that can list all its skills (the local catalog): the router reserves their
+    names, so no other source can pass a skill off as one of them."""
+
+    async def skills(self) -> list[Skill]:
+        """Every skill of the source."""
         ...

@@ -433,7 +433,7 @@ async def test_extract_update_makes_one_call_and_validates_its_operations() -> N
     ((system, user),) = model.calls
     assert "JSON list" in system and "succeeded" in system
     assert "intent: deploy a service" in user
-    assert "[0] name: deploy" in user and "confidence: 0.60" in user
+    assert "\nname: deploy\n" in user and "[0] confidence: 0.60" in user
     assert "B" * 10 + " …[truncated]" in user and "B" * 11 not in user
     assert "case c3" in user and "case c4" in user and "case c2" not in user  # last two
     assert "A" * 8 + " …[truncated]" in user
