@@ -19,13 +19,17 @@ from pydantic import BaseModel, Field
 
 from agents.process import describe_exit, run_process, scrub_env
 from agents.sandbox import SandboxUnavailable
+from agents.secret_paths import is_secret_path
 from agents.tools import Tool
 from agents.workspace_tools import (
     SKIP_DIRS,
     ShellPolicy,
     ToolContext,
     WorkspaceError,
+    gated_target,
+    read_bytes_nofollow,
     resolve_in_workspace,
+    write_text_nofollow,
 )
 
 MAX_SEARCH_MATCHES: Final = 200
@@ -50,17 +54,16 @@ class EditFileInput(BaseModel):
 
 async def edit_file(ctx: ToolContext, args: EditFileInput) -> str:
     """Replace exact text in a workspace file (refused when it is missing or ambiguous)."""
-    refused = await ctx.refusal("edit_file", args.path)
-    if refused is not None:
-        return refused
-    return await asyncio.to_thread(_edit_file, ctx, args)
+    target = await gated_target(ctx, "edit_file", args.path)
+    if isinstance(target, str):
+        return target
+    return await asyncio.to_thread(_edit_file, target, args)
 
 
-def _edit_file(ctx: ToolContext, args: EditFileInput) -> str:
-    target = resolve_in_workspace(ctx.workspace, args.path)
+def _edit_file(target: Path, args: EditFileInput) -> str:
     if not target.is_file():
         raise WorkspaceError(f"`{args.path}` does not exist; create it with write_file.")
-    text = target.read_text(encoding="utf-8", errors="replace")
+    text = read_bytes_nofollow(target).decode("utf-8", errors="replace")
     count = text.count(args.old)
     if count == 0:
         raise WorkspaceError(
@@ -72,7 +75,7 @@ def _edit_file(ctx: ToolContext, args: EditFileInput) -> str:
             f"The text occurs {count} times in `{args.path}`; include more surrounding lines "
             "to make it unique, or set replace_all."
         )
-    target.write_text(text.replace(args.old, args.new), encoding="utf-8")
+    write_text_nofollow(target, text.replace(args.old, args.new))
     return f"replaced {count if args.replace_all else 1} occurrence(s) in {args.path}"
 
 
@@ -93,11 +96,13 @@ async def search_files(ctx: ToolContext, args: SearchFilesInput) -> str:
         pattern = re.compile(args.pattern)
     except re.error as exc:
         raise WorkspaceError(f"`{args.pattern}` is not a valid regular expression: {exc}") from None
-    return await asyncio.to_thread(_search, ctx, args, pattern)
+    base = await gated_target(ctx, "search_files", args.path)
+    if isinstance(base, str):
+        return base
+    return await asyncio.to_thread(_search, ctx, base, args, pattern)
 
 
-def _search(ctx: ToolContext, args: SearchFilesInput, pattern: re.Pattern[str]) -> str:
-    base = resolve_in_workspace(ctx.workspace, args.path)
+def _search(ctx: ToolContext, base: Path, args: SearchFilesInput, pattern: re.Pattern[str]) -> str:
     root = ctx.workspace.resolve()
     matches: list[str] = []
     for file in _files(base, args.glob):
@@ -106,6 +111,8 @@ def _search(ctx: ToolContext, args: SearchFilesInput, pattern: re.Pattern[str]) 
         except OSError:
             continue
         if not real.is_relative_to(root):  # a symlink leading out is never read
+            continue
+        if is_secret_path(real.relative_to(root).as_posix()):  # `.env` & co are never shown
             continue
         matches += _matches(real, root, pattern, MAX_SEARCH_MATCHES - len(matches))
         if len(matches) >= MAX_SEARCH_MATCHES:

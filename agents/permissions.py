@@ -12,7 +12,6 @@ import difflib
 import logging
 import posixpath
 import re
-import shlex
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,9 @@ from typing import Annotated, Any, Final, Literal, Protocol, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from agents.secret_paths import SECRETS_WHAT, command_reaches_secret, is_secret_path
+from agents.shell_programs import code_runner, programs
+from agents.shell_words import ShellParseError, Word, tokenize
 from agents.workspace_tools import denied_reason
 
 log = logging.getLogger(__name__)
@@ -366,42 +368,57 @@ def _git_read(args: list[str]) -> bool:
 
 _READ_ONLY_COMMANDS: Final[Mapping[str, Callable[[list[str]], bool]]] = MappingProxyType(
     {
-        **dict.fromkeys(
-            ("ls", "cat", "head", "tail", "wc", "grep", "pwd", "echo", "pytest"), lambda _: True
-        ),
-        "rg": lambda args: not _any_arg(args, "--pre"),  # --pre runs a program on every file
+        **dict.fromkeys(("ls", "cat", "head", "tail", "wc", "grep", "pwd", "echo"), lambda _: True),
+        # --pre and --hostname-bin run a program.
+        "rg": lambda args: not _any_arg(args, "--pre", "--hostname-bin"),
         "find": lambda args: not _FIND_ACTIONS.intersection(args),
         "git": _git_read,
-        "python": lambda args: args[:2] == ["-m", "pytest"],
-        "python3": lambda args: args[:2] == ["-m", "pytest"],
     }
 )
+# Commands whose options can run programs: a glob or brace list could spell such an option
+# from a file name the agent created (`find . -ex?c …` with a file called `-exec`).
+_OPTION_SENSITIVE: Final = frozenset({"rg", "find", "git"})
 
 
 def _read_only_command(command: str) -> bool:
+    """Only a command on the read-only list, as written: no chaining or redirection, no
+    variables or `~` (what they name is unknown), and not a path to some other program.
+    Interpreters, test runners and build tools run code from the workspace, so they are not
+    on the list (a `conftest.py` written a moment ago runs with `pytest`)."""
     if _CHAIN_OR_REDIRECT.search(command):
         return False
     try:
-        words = shlex.split(command)
-    except ValueError:  # unbalanced quotes: what would run is unclear
+        tokens = tokenize(command)
+    except ShellParseError:  # what would run is unclear
         return False
-    check = _READ_ONLY_COMMANDS.get(words[0]) if words else None
-    return check is not None and check(words[1:])
+    words = [t for t in tokens if isinstance(t, Word)]
+    if not words or len(words) != len(tokens) or any(w.expands for w in words):
+        return False
+    program, args = words[0], words[1:]
+    check = _READ_ONLY_COMMANDS.get(program.text) if program.plain else None
+    if check is None:
+        return False
+    if program.text in _OPTION_SENSITIVE and any(w.globbed for w in args):
+        return False
+    return check([w.text for w in args])
+
+
+def _lexically_inside(path: str) -> bool:
+    # Lexical only (the gate does not know the workspace root): the file tools pass the path
+    # they resolved (symlinks followed) relative to the workspace. Absolute paths ask.
+    norm = normalize_path(path)
+    return not norm.startswith("/") and norm.split("/", 1)[0] != ".."
 
 
 def _inside_workspace(path: str) -> bool:
-    # Lexical only (the gate does not know the workspace root; the file tools still resolve
-    # symlinks and refuse paths outside). Absolute paths cannot be judged here, so they ask.
-    norm = normalize_path(path)
-    first = norm.split("/", 1)[0]
-    # .git hooks and config run code on the next git command.
-    return not norm.startswith("/") and first not in ("..", ".git")
+    # .git hooks and config (of this repository or a nested one) run code on a git command.
+    return _lexically_inside(path) and ".git" not in normalize_path(path).split("/")
 
 
 def risk(tool: str, subject: str) -> Risk:
     """How smart mode sees a call: "low" runs without asking, "high" asks first."""
     if tool in READ_ONLY_TOOLS:
-        return "low"
+        return "low" if _lexically_inside(subject) else "high"
     if tool in WRITE_TOOLS:
         return "low" if _inside_workspace(subject) else "high"
     if tool == "run_shell":
@@ -409,23 +426,46 @@ def risk(tool: str, subject: str) -> Risk:
     return "high"
 
 
+def runs_code(tool: str, subject: str) -> str | None:
+    """Why a call executes code beyond what it shows (for the approval question), or None."""
+    if tool == "run_python":
+        return "`run_python` runs the program it is given"
+    if tool != "run_shell":
+        return None
+    try:
+        names = programs(subject)
+    except ShellParseError:
+        return "the command does not parse, so what it would run is unclear"
+    reasons = [r for r in (code_runner(name) for name in names) if r is not None]
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
 # -- builtin deny ----------------------------------------------------------------------------
 
-# The bot's secrets and records: .env files (not .env.example & co), the database, and any
-# process's environment (the bot's own holds its tokens even though tool shells are scrubbed).
+# The bot's secrets and records, as text: .env files (not .env.example & co), the database,
+# ssh keys and any process's environment. Path tools are judged on their resolved path and
+# shell words on what the shell expands them to; this text check covers the rest (Python code,
+# URLs) and catches what a shell word check might miss (`F=.env; cat $F`).
 _SECRETS: Final = re.compile(
     r"(?<![\w.-])\.env(?![\w-])(?!\.(?:example|sample|template)(?![\w-]))"
+    r"|(?<![\w.-])\.ssh(?![\w.-])"
     r"|\braven\.db\b"
     r"|/proc/[^/\s]+/environ\b"
 )
-_SECRETS_WHAT: Final = "reading the bot's secrets (.env files, raven.db, process environments)"
+_QUOTING: Final = re.compile(r"[\\'\"]")
 
 
 def _builtin_deny(call: ToolCallRequest) -> str | None:
     """What builtin deny rule the call breaks, or None."""
+    if call.tool in PATH_TOOLS:
+        return SECRETS_WHAT if is_secret_path(normalize_path(call.subject)) else None
     if _SECRETS.search(call.subject):
-        return _SECRETS_WHAT
+        return SECRETS_WHAT
     if call.tool == "run_shell":
+        # Quotes and backslashes vanish before a program sees its arguments (`".e"nv`).
+        unquoted = _QUOTING.sub("", call.subject)
+        if _SECRETS.search(unquoted) or command_reaches_secret(call.subject):
+            return SECRETS_WHAT
         return denied_reason(call.subject)
     return None
 
@@ -621,6 +661,9 @@ class PermissionGate:
 
     async def _ask(self, asker: Asker, call: ToolCallRequest, shown: str, level: Risk) -> Decision:
         question = f"Allow {shown}? Approval is needed because {self._needs_approval()}."
+        why = runs_code(call.tool, call.subject)
+        if why is not None:
+            question += f" It runs code: {why}."
         started = self._clock()
         try:
             async with asyncio.timeout(self._ask_timeout):

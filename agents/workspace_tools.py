@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from agents.process import describe_exit, run_process, scrub_env
 from agents.sandbox import Refusing, Sandbox, SandboxUnavailable
+from agents.secret_paths import SECRETS_WHAT, is_secret_path, secret_targets
 from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool
 
 READ_CHUNK_CHARS: Final = 16_000
@@ -38,7 +39,7 @@ class Permission(Protocol):
 @dataclass(frozen=True)
 class ToolContext:
     """What workspace tools act on: the agent's workspace, who can answer questions, and
-    the permission gate that shell, Python and file writes pass."""
+    the permission gate that shell, Python and every file tool pass."""
 
     workspace: Path
     # Asks the requester a clarifying question and returns the answer; None if nobody can.
@@ -78,6 +79,63 @@ def _display(workspace: Path, target: Path) -> str:
     return rel or "."
 
 
+def _outside(path: str) -> WorkspaceError:
+    return WorkspaceError(
+        f"Refused: `{path}` is outside the workspace. Use paths relative to the workspace "
+        "root (no `..`, no absolute paths elsewhere, no symlinks leading out)."
+    )
+
+
+def _locate(workspace: Path, path: str) -> tuple[Path, Path]:
+    root = workspace.resolve()
+    return root, (root / path).resolve()
+
+
+async def gated_target(ctx: ToolContext, tool: str, path: str) -> Path | str:
+    """Where `path` really is (symlinks followed) once the permission gate allowed `tool` on
+    it, or the refusal text. The gate sees the resolved path, relative to the workspace, so
+    its rules and secret checks judge the file that would be touched, not the name used.
+
+    Raises `WorkspaceError` for a path outside the workspace; one that resolves to a secret
+    goes to the gate first, so the attempt is refused by it and recorded.
+    """
+    root, target = await asyncio.to_thread(_locate, ctx.workspace, path)
+    inside = target == root or target.is_relative_to(root)
+    if inside:
+        subject = target.relative_to(root).as_posix()
+    elif ctx.permit is not None and is_secret_path(str(target)):
+        subject = str(target)
+    else:
+        raise _outside(path)
+    refused = await ctx.refusal(tool, subject)
+    if refused is not None:
+        return refused
+    if not inside:
+        raise _outside(path)
+    return target
+
+
+def read_bytes_nofollow(target: Path) -> bytes:
+    """The file's bytes, refusing a symlink swapped in after the path was resolved."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise WorkspaceError(f"`{target.name}` cannot be read: {exc.strerror}.") from None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def write_text_nofollow(target: Path, text: str, *, append: bool = False) -> None:
+    """Write (or append) text, refusing a symlink swapped in after the path was resolved."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:
+        raise WorkspaceError(f"`{target.name}` cannot be written: {exc.strerror}.") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 # -- file tools ------------------------------------------------------------------------------
 
 
@@ -105,16 +163,18 @@ class ListFilesInput(BaseModel):
 
 async def read_file(ctx: ToolContext, args: ReadFileInput) -> str:
     """Read a text file from the workspace, a chunk at a time."""
+    target = await gated_target(ctx, "read_file", args.path)
+    if isinstance(target, str):
+        return target
     # File I/O runs in a thread so a large file never stalls the bot's event loop.
-    return await asyncio.to_thread(_read_file, ctx, args)
+    return await asyncio.to_thread(_read_file, target, args)
 
 
-def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
-    target = resolve_in_workspace(ctx.workspace, args.path)
+def _read_file(target: Path, args: ReadFileInput) -> str:
     if not target.is_file():
         kind = "a directory" if target.is_dir() else "not found"
         raise WorkspaceError(f"`{args.path}` is {kind}; use list_files to see what exists.")
-    data = target.read_bytes()
+    data = read_bytes_nofollow(target)
     if b"\0" in data[:8192]:
         return f"`{args.path}` is a binary file ({len(data)} bytes); not shown."
     text = data.decode(errors="replace")
@@ -127,30 +187,30 @@ def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
 
 async def write_file(ctx: ToolContext, args: WriteFileInput) -> str:
     """Write (or append to) a text file in the workspace, creating parent directories."""
-    refused = await ctx.refusal("write_file", args.path)
-    if refused is not None:
-        return refused
-    return await asyncio.to_thread(_write_file, ctx, args)
+    target = await gated_target(ctx, "write_file", args.path)
+    if isinstance(target, str):
+        return target
+    return await asyncio.to_thread(_write_file, ctx, target, args)
 
 
-def _write_file(ctx: ToolContext, args: WriteFileInput) -> str:
-    target = resolve_in_workspace(ctx.workspace, args.path)
+def _write_file(ctx: ToolContext, target: Path, args: WriteFileInput) -> str:
     if target.is_dir():
         raise WorkspaceError(f"`{args.path}` is a directory.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a" if args.append else "w", encoding="utf-8") as handle:
-        handle.write(args.content)
+    write_text_nofollow(target, args.content, append=args.append)
     verb = "appended" if args.append else "wrote"
     return f"{verb} {len(args.content)} characters to {_display(ctx.workspace, target)}"
 
 
 async def list_files(ctx: ToolContext, args: ListFilesInput) -> str:
     """List a workspace directory (directories end with `/`, files show their size)."""
-    return await asyncio.to_thread(_list_files, ctx, args)
+    base = await gated_target(ctx, "list_files", args.path)
+    if isinstance(base, str):
+        return base
+    return await asyncio.to_thread(_list_files, ctx, base, args)
 
 
-def _list_files(ctx: ToolContext, args: ListFilesInput) -> str:
-    base = resolve_in_workspace(ctx.workspace, args.path)
+def _list_files(ctx: ToolContext, base: Path, args: ListFilesInput) -> str:
     if not base.is_dir():
         raise WorkspaceError(f"`{args.path}` is not a directory.")
     lines: list[str] = []
@@ -304,9 +364,18 @@ def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
         refused = await ctx.refusal("run_shell", args.command)
         if refused is not None:
             return refused
+        workspace = await asyncio.to_thread(ctx.workspace.resolve)
+        # The gate reads the text; here the words are resolved against the files they name
+        # (a symlink to `.env`, a glob that matches one).
+        reached = await asyncio.to_thread(secret_targets, args.command, workspace)
+        if reached:
+            return (
+                f"Refused: `{reached[0]}` in this command is, or leads to, one of the bot's "
+                f"secrets, and {SECRETS_WHAT} is never allowed here (builtin deny rule). "
+                "Leave those files out of the command."
+            )
         limit = rules.timeout_seconds
         timeout = min(args.timeout_seconds or limit, limit)
-        workspace = await asyncio.to_thread(ctx.workspace.resolve)
         environ = rules.environ if rules.environ is not None else os.environ
         try:
             result = await run_process(

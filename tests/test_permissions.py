@@ -365,8 +365,8 @@ async def test_ask_everything_asks_even_for_read_only_calls() -> None:
         ("run_shell", "git status", "low"),
         ("run_shell", "git log --oneline -5", "low"),
         ("run_shell", "git show HEAD", "low"),
-        ("run_shell", "python -m pytest -q tests", "low"),
-        ("run_shell", "pytest -x", "low"),
+        ("run_shell", "python -m pytest -q tests", "high"),  # runs conftest.py & tests
+        ("run_shell", "pytest -x", "high"),
         ("run_shell", "ls; rm -rf x", "high"),
         ("run_shell", "ls && rm -rf x", "high"),
         ("run_shell", "ls || rm -rf x", "high"),
