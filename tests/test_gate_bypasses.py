@@ -226,6 +226,16 @@ async def test_quoting_globs_and_variables_do_not_hide_a_secret(
     assert full_access.decisions("run_shell") == [(command, False, "builtin")]
 
 
+@pytest.mark.parametrize(
+    "command", ["ls *", "cat *.md", "cat .env.example", "ls -a", "echo .envrc", "cat README.md"]
+)
+async def test_lookalikes_and_plain_globs_still_run(full_access: Bench, command: str) -> None:
+    (full_access.workspace / ".env.example").write_text("KEY=\n")
+    out = await full_access.call("run_shell", command=command)
+    assert out.startswith("exit code 0") and "xoxb-FAKE" not in out
+    assert full_access.decisions("run_shell") == [(command, True, "mode")]
+
+
 async def test_a_symlink_to_a_secret_is_refused_to_the_shell(full_access: Bench) -> None:
     (full_access.workspace / "notes.txt").symlink_to(".env")
     out = await full_access.call("run_shell", command="cat notes.txt")
