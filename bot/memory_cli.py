@@ -14,6 +14,8 @@ from bot.home import check_home
 from bot.settings import Settings
 from memory.archive import Archive
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
+from memory.erasure import UserErasure
+from memory.group_store import GroupStore
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
@@ -65,7 +67,14 @@ async def _run(
     store = Store(settings.home / "raven.db")
     await store.open()
     try:
-        memory = MemoryService(Archive(store), HybridIndex(embedder, settings.home / "index"))
+        # Assembled as the bot assembles it: a rebuild keeps group memory's records, and
+        # `forget` erases everything derived from the user (memory.erasure).
+        memory = MemoryService(
+            Archive(store),
+            HybridIndex(embedder, settings.home / "index"),
+            sources=(GroupStore(store),) if settings.group_memory else (),
+            erasure=UserErasure(store, runs_root=settings.home / "runs"),
+        )
         await memory.load_index()
         code = await _ACTIONS[args.memory_command](memory, args, out)
         await memory.save_index()
@@ -160,7 +169,10 @@ async def _forget(memory: MemoryService, args: argparse.Namespace, out: TextIO) 
     if owner is None:
         return 2
     count = await memory.forget(owner)
-    out.write(f"forgot {count} record(s) of {owner} (and their index entries)\n")
+    out.write(
+        f"forgot {count} record(s) of {owner}; their messages, turns, runs and run records"
+        " were erased too and the index rebuilt\n"
+    )
     return 0
 
 

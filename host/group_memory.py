@@ -8,6 +8,11 @@
 - Before a turn the author's host library and the agents' libraries are recalled (Eq. 33);
   a dispatched node gets its host library's closest records and the most recent verdicts
   about its agent (Eq. 34). User libraries never enter.
+
+Scopes: a round that ran in a DM lives in the DM partition of its submitter's host library,
+recalled only in that person's DMs. A verdict's body (the Host's prose, which may quote the
+task) reaches only turns and nodes of the conversation its round ran in; everywhere else a
+verdict is its header: agent, round and outcome label, never one user's text.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from host.turn import TurnContext
 from memory.group import (
     Attribution,
     RoundNode,
+    Verdict,
     agent_outcomes,
     blocks_for_round,
     close_verdicts,
@@ -31,7 +37,14 @@ from memory.group import (
     outcome_entry,
     round_summary,
 )
-from memory.group_store import GroupStore, PendingRound, agent_library, host_library, verdict_doc
+from memory.group_store import (
+    GroupStore,
+    PendingRound,
+    agent_library,
+    audience_library,
+    host_library,
+    verdict_docs,
+)
 from memory.index import Doc
 from memory.service import MemoryService
 
@@ -108,10 +121,12 @@ class GroupMemoryWriter:
             for n in run.nodes.values()
         ]
         outcomes = agent_outcomes(nodes)
-        library = host_library(owner_of(run.record.conversation, run.record.submitted_by))
+        conv = run.record.conversation
+        scope = await self._store.conversation_scope(conv.id)
+        library = host_library(owner_of(conv, run.record.submitted_by), scope)
         summary = round_summary(run.id, nodes, outcomes)
         summary_id = await self._store.deposit_round(
-            run.id, run.record.conversation.id, library, nodes, outcomes, summary
+            run.id, conv.id, library, nodes, outcomes, summary, scope
         )
         if summary_id is not None:
             await self._index([Doc(f"round:{summary_id}", library, "note", summary)])
@@ -125,23 +140,25 @@ class GroupMemoryWriter:
         closing = await self._store.pending(conv, "awaiting_close")
         sole = len(reassess) + len(closing) == 1
         for r in reassess:
-            await self._reassess(r, blocks_for_round(event.attributions, r.run_id, sole_round=sole))
+            blocks = blocks_for_round(event.attributions, r.run_id, sole_round=sole)
+            await self._reassess(r, blocks, conv)
         for r in closing:
-            await self._close(r, blocks_for_round(event.attributions, r.run_id, sole_round=sole))
+            blocks = blocks_for_round(event.attributions, r.run_id, sole_round=sole)
+            await self._close(r, blocks, conv)
 
-    async def _close(self, r: PendingRound, blocks: dict[str, Attribution]) -> None:
+    async def _close(self, r: PendingRound, blocks: dict[str, Attribution], conv: str) -> None:
         verdicts = close_verdicts(r.run_id, r.nodes, r.outcomes, blocks)
         ids = await self._store.close_round(r.run_id, verdicts)
         if ids is not None:
-            await self._index([verdict_doc(i, v) for i, v in zip(ids, verdicts, strict=True)])
+            await self._index(_docs(ids, verdicts, conv))
 
-    async def _reassess(self, r: PendingRound, blocks: dict[str, Attribution]) -> None:
+    async def _reassess(self, r: PendingRound, blocks: dict[str, Attribution], conv: str) -> None:
         verdicts = feedback_verdicts(r.run_id, r.nodes, r.outcomes, blocks)
         ids = await self._store.reassess_round(r.run_id, verdicts, r.outcomes)
         if ids is None or not verdicts:
             return  # released without a reassessment: only the close verdicts remain
         labels = [(v.agent, v.outcome, r.outcomes[v.agent]) for v in verdicts]
-        docs = [verdict_doc(i, v) for i, v in zip(ids, verdicts, strict=True)]
+        docs = _docs(ids, verdicts, conv)
         if r.library:  # empty once its user said `forget everything`
             entry = outcome_entry(r.run_id, labels)
             docs.append(Doc(f"outcome:{r.run_id}", r.library, "note", entry))
@@ -150,6 +167,14 @@ class GroupMemoryWriter:
     async def _index(self, docs: list[Doc]) -> None:
         await self._memory.index.add(docs)
         await self._memory.index.save()
+
+
+def _docs(ids: Sequence[int], verdicts: Sequence[Verdict], conversation_id: str) -> list[Doc]:
+    return [
+        doc
+        for i, v in zip(ids, verdicts, strict=True)
+        for doc in verdict_docs(i, v, conversation_id)
+    ]
 
 
 @dataclass(frozen=True)
@@ -175,7 +200,8 @@ class AssessmentRequest:
 
 @dataclass(frozen=True)
 class GroupContext:
-    """Context source (Eq. 33): the author's host library and the agents' libraries."""
+    """Context source (Eq. 33): the author's host library (its DM partition only in a DM),
+    the agents' libraries (verdict headers) and this conversation's own full verdicts."""
 
     memory: MemoryService
     agents: Sequence[str]
@@ -186,7 +212,11 @@ class GroupContext:
         """Recalled round summaries and verdicts for this request ("" when none)."""
         if ctx.origin != "user" or not ctx.text.strip():
             return ""
-        libraries = [host_library(owner_of(ctx.conversation, ctx.author_id))]
+        owner = owner_of(ctx.conversation, ctx.author_id)
+        libraries = [host_library(owner)]
+        if ctx.is_dm:
+            libraries.append(host_library(owner, "dm"))
+        libraries.append(audience_library(ctx.conversation.id))
         libraries += [agent_library(a) for a in self.agents]
         lines: list[str] = []
         for library in libraries:
@@ -203,7 +233,8 @@ class GroupContext:
 @dataclass(frozen=True)
 class GroupPrefetch:
     """Dispatch prefetch (Eq. 34): for a node, the submitter's host library records closest
-    to its task and the most recent verdicts about its agent, fenced within a budget."""
+    to its task (the DM partition too when the run is in a DM) and the most recent verdicts
+    about its agent (whole only when from this run's conversation), fenced within a budget."""
 
     memory: MemoryService
     store: GroupStore
@@ -213,13 +244,19 @@ class GroupPrefetch:
 
     async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
         """The block appended to the node's task ("" when there is nothing to add)."""
-        library = host_library(owner_of(run.conversation, run.submitted_by))
+        owner = owner_of(run.conversation, run.submitted_by)
+        libraries = [host_library(owner)]
+        if await self.store.conversation_scope(run.conversation.id) == "dm":
+            libraries.append(host_library(owner, "dm"))
         lines = [
             f"[host] {hit.doc.text}"
+            for library in libraries
             for hit in await self.memory.index.search(library, task[:2000], self.k_group)
         ]
+        conv = run.conversation.id
         lines += [
-            f"[verdict] {v.text()}" for v in await self.store.recent_verdicts(agent, self.k_verdict)
+            f"[verdict] {v.text_for(conv)}"
+            for v in await self.store.recent_verdicts(agent, self.k_verdict)
         ]
         return fenced_block(
             "## Experience from earlier rounds (the Host's notes and its verdicts on you)",

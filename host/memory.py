@@ -188,7 +188,9 @@ class MemoryCommands:
                 conversation=msg.conversation,
                 kind="approval",
                 question=f"Forget everything I remember about {msg.author_name}? This "
-                "deletes your notes, episodes and facts and cannot be undone.",
+                "deletes your notes, episodes and facts, erases the text of your messages, "
+                "turns and runs (and of our DMs) wherever it is stored, deletes your runs' "
+                "records, and cannot be undone.",
                 requester=msg.author_id,
                 purpose=FORGET_PURPOSE,
                 payload={"owner": owner},

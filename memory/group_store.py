@@ -1,6 +1,12 @@
 """Group memory records in SQLite: round summaries, outcome entries and the verdict ledger
 (append-only). The recall index gets the same text under the host's and agents' libraries.
 
+Scopes (SPEC §10, §12: user ⊂ DM | channel). A round summary quotes its tasks, so it lives in
+its submitter's host library, and in the DM partition of it when the round ran in a DM: a
+channel turn never recalls it. A verdict's body is the Host's prose about a round and may
+quote the task, so it stays with the conversation the round ran in (its audience); what any
+other turn sees of a verdict is its header: agent, round and outcome label, no user text.
+
 A round moves through three phases, each change committed with the verdicts it produces:
 `awaiting_close` (deposited when its run finished) → `awaiting_feedback` (close verdicts from
 the Host's next reply) → `released` (after the one reassessment on the next user turn).
@@ -20,26 +26,50 @@ from memory.index import Doc
 from memory.store import Row, Store
 
 Phase = Literal["awaiting_close", "awaiting_feedback", "released"]
+Scope = Literal["any", "dm"]
 
 
-def host_library(user_owner: str) -> str:
-    """The host's shared library for one user (an owner derived from the user's)."""
-    return f"host:{user_owner}"
+def host_library(user_owner: str, scope: Scope = "any") -> str:
+    """The host's library for one user: shared by their channel turns, or (`dm`) recalled
+    only in their DMs."""
+    return f"host:{user_owner}#dm" if scope == "dm" else f"host:{user_owner}"
 
 
 def agent_library(agent: str) -> str:
-    """An agent's library (verdicts about it)."""
+    """An agent's library: verdict headers about it (labels only, recalled for anyone)."""
     return f"agent:{agent}"
 
 
+def audience_library(conversation_id: str) -> str:
+    """What only one conversation's turns recall: the full verdicts of its rounds."""
+    return f"audience:{conversation_id}"
+
+
 def verdict_doc(verdict_id: int, verdict: Verdict) -> Doc:
-    """A verdict as an index document in its agent's library (header first)."""
-    return Doc(
-        f"verdict:{verdict_id}",
-        agent_library(verdict.agent),
-        "verdict",
-        f"{verdict.header()} {verdict.body}",
-    )
+    """A verdict's header as an index document in its agent's library (no user text)."""
+    return Doc(f"verdict:{verdict_id}", agent_library(verdict.agent), "verdict", verdict.header())
+
+
+def verdict_docs(verdict_id: int, verdict: Verdict, conversation_id: str) -> list[Doc]:
+    """A verdict as index documents: its header in the agent's library (anyone may recall
+    it), header and body in its conversation's audience library."""
+    return _verdict_docs(verdict_id, verdict.agent, verdict.header(), verdict.body, conversation_id)
+
+
+def _verdict_docs(
+    verdict_id: int, agent: str, header: str, body: str, conversation_id: str | None
+) -> list[Doc]:
+    docs = [Doc(f"verdict:{verdict_id}", agent_library(agent), "verdict", header)]
+    if conversation_id:
+        docs.append(
+            Doc(
+                f"verdict-body:{verdict_id}",
+                audience_library(conversation_id),
+                "verdict",
+                f"{header} {body}",
+            )
+        )
+    return docs
 
 
 @dataclass(frozen=True)
@@ -53,10 +83,20 @@ class StoredVerdict:
     outcome: str
     body: str
     created_at: float
+    conversation_id: str | None = None
+
+    def header(self) -> str:
+        """Author, subject, round, phase and outcome: no user text."""
+        return verdict_header(self.agent, self.run_id, self.phase, self.outcome)
 
     def text(self) -> str:
         """Header and body, as deposited."""
-        return f"{verdict_header(self.agent, self.run_id, self.phase, self.outcome)} {self.body}"
+        return f"{self.header()} {self.body}"
+
+    def text_for(self, conversation_id: str) -> str:
+        """What a turn or node of `conversation_id` may see: the whole verdict in the
+        conversation its round ran in, the header alone anywhere else."""
+        return self.text() if conversation_id == self.conversation_id else self.header()
 
 
 @dataclass(frozen=True)
@@ -85,6 +125,7 @@ class GroupStore:
         nodes: Sequence[RoundNode],
         outcomes: Mapping[str, Outcome],
         summary: str,
+        scope: Scope = "any",
     ) -> int | None:
         """Record a finished round, awaiting its close verdicts (None when already recorded)."""
         encoded = json.dumps([[n.id, n.agent, n.status, list(n.deps), n.task] for n in nodes])
@@ -93,14 +134,24 @@ class GroupStore:
         def insert(db: sqlite3.Connection) -> int | None:
             cur = db.execute(
                 "INSERT OR IGNORE INTO round_summaries (run_id, conversation_id, outcome,"
-                " summary, created_at, phase, nodes, library)"
-                " VALUES (?, ?, ?, ?, ?, 'awaiting_close', ?, ?)",
-                (*row, encoded, library),
+                " summary, created_at, phase, nodes, library, scope)"
+                " VALUES (?, ?, ?, ?, ?, 'awaiting_close', ?, ?, ?)",
+                (*row, encoded, library, scope),
             )
             return int(cur.lastrowid or 0) if cur.rowcount else None
 
         result: int | None = await self._store.write(insert)
         return result
+
+    async def conversation_scope(self, conversation_id: str) -> Scope:
+        """`dm` when the conversation is a direct message (its messages say so), else `any`."""
+        row = await self._store.fetchone(
+            "SELECT 1 FROM messages WHERE conversation_id = ? AND direction = 'in' AND"
+            " CASE WHEN json_valid(payload) THEN json_extract(payload, '$.is_dm') END = 1"
+            " LIMIT 1",
+            (conversation_id,),
+        )
+        return "dm" if row is not None else "any"
 
     async def pending(self, conversation_id: str, phase: Phase) -> list[PendingRound]:
         """The conversation's rounds in `phase`, oldest first."""
@@ -169,14 +220,16 @@ class GroupStore:
         return [_stored_verdict(r) for r in rows]
 
     async def forget_owner(self, owner: str) -> list[str]:
-        """`forget everything`: the user's host library goes (round summaries quote their
-        tasks); the rounds stay, unlinked, so verdicts about agents keep their round."""
-        library = host_library(owner)
+        """`forget everything` without a full erasure: the user's host libraries go (round
+        summaries quote their tasks); the rounds stay, unlinked, so verdicts about agents
+        keep their round. (memory.erasure does this and everything else in one commit.)"""
+        libraries = [host_library(owner), host_library(owner, "dm")]
         await self._store.execute(
-            "UPDATE round_summaries SET summary = '(forgotten)', library = '' WHERE library = ?",
-            (library,),
+            "UPDATE round_summaries SET summary = '[forgotten]', library = ''"
+            " WHERE library IN (?, ?)",
+            libraries,
         )
-        return [library]
+        return libraries
 
     async def documents(self) -> list[Doc]:
         """Every group record as an index document (what a rebuild indexes)."""
@@ -187,10 +240,8 @@ class GroupStore:
             )
         ]
         verdicts = await self._store.fetchall("SELECT * FROM verdicts ORDER BY id")
-        for stored in map(_stored_verdict, verdicts):
-            docs.append(
-                Doc(f"verdict:{stored.id}", agent_library(stored.agent), "verdict", stored.text())
-            )
+        for s in map(_stored_verdict, verdicts):
+            docs += _verdict_docs(s.id, s.agent, s.header(), s.body, s.conversation_id)
         docs += [
             Doc(f"outcome:{run_id}", library, "note", text)
             for run_id, library, text in await self._outcome_texts()
@@ -243,6 +294,7 @@ def _stored_verdict(r: Row) -> StoredVerdict:
         outcome=r["outcome"],
         body=r["body"],
         created_at=r["created_at"],
+        conversation_id=r["conversation_id"],
     )
 
 

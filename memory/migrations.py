@@ -433,4 +433,22 @@ ALTER TABLE agent_cases ADD COLUMN revised INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX agent_cases_unrevised ON agent_cases(revised) WHERE revised = 0
 """,
     ),
+    (
+        11,
+        "memory scopes: a round's host library is DM-scoped when its conversation is a DM "
+        "(earlier DM rounds moved to the DM partition); erasures (`forget everything`) are "
+        "recorded until finished, so a crash mid-way is completed at the next start",
+        """
+ALTER TABLE round_summaries ADD COLUMN scope TEXT NOT NULL DEFAULT 'any';
+UPDATE round_summaries SET scope = 'dm', library = CASE WHEN library = '' THEN ''
+    ELSE library || '#dm' END
+    WHERE conversation_id IN (SELECT conversation_id FROM messages WHERE direction = 'in'
+        AND CASE WHEN json_valid(payload) THEN json_extract(payload, '$.is_dm') END = 1);
+CREATE TABLE memory_erasures (
+    owner           TEXT PRIMARY KEY,
+    requested_at    REAL NOT NULL,
+    finished_at     REAL
+)
+""",
+    ),
 )

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from memory.archive import Archive, Note, Scope
 from memory.episodes import EpisodeFormer, RuleFormer, content_words, overlap
+from memory.erasure import UserErasure
 from memory.index import Doc, Hit, HybridIndex
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,12 @@ class MemoryService:
         former: EpisodeFormer | None = None,
         clock: Callable[[], float] = time.time,
         save_delay: float = INDEX_SAVE_DELAY_SECONDS,
+        erasure: UserErasure | None = None,
     ) -> None:
         self._former = former or RuleFormer()
+        # `forget everything` through it erases every row and run record derived from the
+        # user (memory.erasure lists them); without it only memory's own records go.
+        self._erasure = erasure
         self._archive = archive
         self._index = index
         self._sources = tuple(sources)  # other SQLite records a rebuild indexes (group memory)
@@ -86,6 +91,13 @@ class MemoryService:
     async def load_index(self) -> None:
         """Open the derived index from its files, rebuilt from SQLite when they are missing,
         corrupt or built with another embedder (after the store is open)."""
+        await self._load()
+        if self._erasure is not None:
+            # An erasure a crash (or a live run) left unfinished is finished before serving.
+            for owner in await self._erasure.unfinished():
+                await self._erase(owner, self._erasure)
+
+    async def _load(self) -> None:
         current = self._index
         assert current.directory is not None, "the index needs a directory to load from"
         self._index = await HybridIndex.load(
@@ -103,7 +115,7 @@ class MemoryService:
         current = self._index
         assert current.directory is not None
         await asyncio.to_thread(shutil.rmtree, current.directory, True)
-        await self.load_index()
+        await self._load()
         return self._index.count()
 
     async def save_index(self) -> None:
@@ -256,7 +268,10 @@ class MemoryService:
 
     async def forget(self, owner: str, containing: str | None = None) -> int:
         """Delete the owner's records (all, or those containing `containing`) and their
-        index entries; return how many records went."""
+        index entries; return how many records went. Everything (`containing` None) with an
+        erasure: every row and run record derived from the user, then a rebuilt index."""
+        if containing is None and self._erasure is not None:
+            return await self._erase(owner, self._erasure)
         gone = await self._archive.forget(owner, containing=containing)
         if containing is None:
             partitions = [owner, partition(owner, "dm")]
@@ -267,6 +282,17 @@ class MemoryService:
         elif gone:
             await self._index.remove(gone)
         return len(gone)
+
+    async def _erase(self, owner: str, erasure: UserErasure) -> int:
+        erased = await erasure.erase(owner)
+        # Rebuilt, not patched: derived documents of the user live in many partitions
+        # (their own, their host libraries, conversations' verdict audiences).
+        await self.reindex()
+        if erased.complete:
+            await erasure.finish(owner)
+        else:
+            log.info("memory: a run of %s is still going; its erasure finishes later", owner)
+        return erased.records
 
     async def documents(self) -> list[Doc]:
         """Every record as an index document (what a rebuild indexes)."""

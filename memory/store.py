@@ -378,6 +378,14 @@ class Store:
             finally:
                 self._txn_owner = None
 
+    async def checkpoint(self) -> None:
+        """Copy the write-ahead log into the database file and truncate it: after an
+        erasure, the log's older frames would still hold what was erased."""
+        self._require(self._writer)
+        async with self._txn_lock, self._write_lock:
+            db = self._require(self._writer)
+            await run_to_completion(db.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
+
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement as a write unit; return rows changed."""
 

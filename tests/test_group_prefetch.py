@@ -16,7 +16,7 @@ from host.group_memory import GroupPrefetch, fenced_block
 from host.memory import owner_of
 from memory.archive import Archive
 from memory.group import RoundNode, Verdict, agent_outcomes, round_summary
-from memory.group_store import GroupStore, host_library, verdict_doc
+from memory.group_store import GroupStore, audience_library, host_library, verdict_doc
 from memory.index import Doc, HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
@@ -118,8 +118,12 @@ async def test_a_rebuilt_index_keeps_every_group_record(rig: Rig) -> None:
     before = rig.memory.index.count()
     count = await rig.memory.reindex()
     assert count >= before and count == len(await rig.group.documents())
-    hits = await rig.memory.index.search("agent:research", "outdated versions", 5)
+    # The body (the Host's prose) stays with the round's conversation; the agent's library
+    # holds the label for everyone.
+    hits = await rig.memory.index.search(audience_library(CONV.id), "outdated versions", 5)
     assert any("feedback: rejected" in h.doc.text for h in hits)
+    labels = await rig.memory.index.search("agent:research", "research feedback", 5)
+    assert any(h.doc.text.endswith("feedback: rejected]") for h in labels)
     outcome = await rig.memory.index.search(host_library(owner_of(CONV, "U1")), "feedback", 5)
     assert any("research rejected (was adopted)" in h.doc.text for h in outcome)
 
