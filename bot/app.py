@@ -76,6 +76,7 @@ from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
 from memory.episodes import RuleFormer
+from memory.erasure import UserErasure
 from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
@@ -297,6 +298,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         former=ModelFormer(provider)
         if settings.memory_episodes == "model" and not provider.offline
         else RuleFormer(),
+        erasure=UserErasure(store, runs_root=home / "runs"),
     )
     group = settings.group_memory
     catalog = local_catalog(settings)
