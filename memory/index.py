@@ -40,7 +40,9 @@ log = logging.getLogger(__name__)
 DocKind = Literal["episode", "fact", "note", "profile", "case", "verdict"]
 Channel = Literal["lex", "dense"]
 ALL_CHANNELS: frozenset[Channel] = frozenset({"lex", "dense"})
-MANIFEST_VERSION = 1
+# 2: verdict bodies moved to their conversation's audience library and DM rounds to the DM
+# partition of a host library (migration 11): an index of version 1 is rebuilt at start.
+MANIFEST_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 
