@@ -137,7 +137,8 @@ async def test_history_labels_authors(conversation_log: ConversationLog) -> None
     first = provider.seen[-1][0].content[0]
     last = provider.seen[-1][-1].content[0]
     assert isinstance(first, TextBlock) and first.text.startswith("user-U1 (U1):")
-    assert isinstance(last, TextBlock) and last.text.startswith("user-U2 (U2):")
+    assert isinstance(last, TextBlock)
+    assert last.text.startswith("Message to answer, from user-U2 (U2):")
     await lanes.drain(1)
 
 

@@ -237,8 +237,8 @@ async def test_a_mention_in_a_thread_rereads_it_with_authors(
             await bot.settle(thread_id)
             assert len(model.requests) == 1  # the unaddressed messages were not turns
             text = _user_texts(model)[-1]
-            assert "Bob: I think we should use @Alice's data" in text
-            assert "Alice: agreed, the CSV one" in text
+            assert f"Bob ({BOB}): I think we should use @Alice's data" in text
+            assert f"Alice ({ALICE}): agreed, the CSV one" in text
             assert text.rstrip().endswith("what do you think?")
             assert bot.texts(thread_id) == ["here is my view"]
 

@@ -315,8 +315,8 @@ async def test_thread_reread_labels_other_authors(monkeypatch: pytest.MonkeyPatc
             await bot.mention("what do you think?", thread_ts=root, user="U1")
             await bot.replies_in(root, 2)
             text = _user_texts(model)[-1]
-            assert "bob: I think we should use @alice's data" in text
-            assert "alice: agreed, the CSV one" in text
+            assert "bob (U2): I think we should use @alice's data" in text
+            assert "alice (U1): agreed, the CSV one" in text
             assert text.rstrip().endswith("what do you think?")
             assert "alice (U1):" in text
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.campaign_syntax import parse_campaign
+from agents.models.requester_text import requester_text
 from agents.models.types import (
     Message,
     ModelReply,
@@ -58,12 +59,16 @@ class OfflineProvider:
         tools: Sequence[ToolSpec] = (),
         max_tokens: int = 4096,
     ) -> ModelReply:
-        """Answer deterministically from the last message; see the module docstring."""
+        """Answer deterministically from the last message; see the module docstring.
+
+        Control syntax is read only from what the requester wrote: never from earlier
+        messages or thread context merged into the same user message.
+        """
         last = messages[-1] if messages else Message.user_text("")
         results = [b for b in last.content if isinstance(b, ToolResult)]
         if results:
             return _text(_describe_results(results, messages))
-        text = "\n".join(b.text for b in last.content if isinstance(b, TextBlock))
+        text = requester_text("\n".join(b.text for b in last.content if isinstance(b, TextBlock)))
         campaign = parse_campaign(text)
         if campaign is not None and any(tool.name == START_CAMPAIGN for tool in tools):
             return _call(START_CAMPAIGN, campaign)

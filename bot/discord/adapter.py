@@ -36,6 +36,7 @@ from bot.prompt_ui import (
 )
 from core.ids import ConversationRef
 from core.keyed import KeyedSerial
+from host.author_labels import context_line, display_name, left_out_note
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import ChannelError
 from host.prompt_model import Prompt
@@ -425,7 +426,8 @@ class DiscordAdapter:
         )
 
     async def _thread_context(self, msg: InboundMessage) -> str:
-        """Recent messages by other people in the thread, oldest first, labelled by author."""
+        """Recent messages by other people in the thread, oldest first, each under its
+        author's label; messages by people the access policy refuses are left out."""
         limit = self.config.thread_context_messages
         client = self._client
         if limit <= 0 or client is None or client.user is None:
@@ -438,12 +440,19 @@ class DiscordAdapter:
             log.warning("discord: re-reading thread %s failed: %s", msg.thread, exc)
             return ""
         lines = []
+        refused = 0
         for item in reversed(history):
             if item.author.id == client.user.id or item.author.bot:
                 continue
+            if self._refusal(item) is not None:
+                refused += 1  # someone refused here must not speak to the bot through others
+                continue
             if any(u.id == client.user.id for u in item.mentions):
                 continue  # messages that addressed the bot were turns: already in history
-            lines.append(f"{item.author.display_name}: {readable_text(item, client.user.id)}")
+            body = readable_text(item, client.user.id)
+            lines.append(context_line(item.author.display_name, str(item.author.id), body))
+        if refused:
+            lines.append(left_out_note(refused))
         return "\n".join(lines)
 
     # -- interactivity -----------------------------------------------------------------
@@ -727,7 +736,7 @@ def readable_text(message: discord.Message, bot_id: int) -> str:
     """The message text with the bot's mention removed and other mentions shown by name."""
     text = message.content.replace(f"<@{bot_id}>", "").replace(f"<@!{bot_id}>", "")
     for user in message.mentions:
-        name = f"@{user.display_name}"
+        name = f"@{display_name(user.display_name)}"
         text = text.replace(f"<@{user.id}>", name).replace(f"<@!{user.id}>", name)
     for role in message.role_mentions:
         text = text.replace(f"<@&{role.id}>", f"@{role.name}")

@@ -55,6 +55,7 @@ from bot.slack.normalize import (
     to_inbound,
 )
 from core.ids import ConversationRef
+from host.author_labels import context_line, display_name, left_out_note
 from host.messages import Attachment, InboundMessage, OutboundMessage
 from host.ports import ChannelError
 from host.prompt_model import Prompt
@@ -552,7 +553,7 @@ class SlackAdapter:
         author_name = msg.author_name
         if author_name == msg.author_id:
             author_name = await self._name(msg.author_id)
-        names = {uid: await self._name(uid) for uid in set(mentioned_users(msg.text))}
+        names = {uid: display_name(await self._name(uid)) for uid in set(mentioned_users(msg.text))}
         text = replace_mentions(msg.text, names)
         context = ""
         if msg.reread_thread:
@@ -590,6 +591,8 @@ class SlackAdapter:
         return messages
 
     async def _thread_context(self, msg: InboundMessage) -> str:
+        """Recent messages by other people in the thread, oldest first, each under its
+        author's label; messages by people the access policy refuses are left out."""
         limit = self.config.thread_context_messages
         if limit <= 0:
             return ""
@@ -599,18 +602,25 @@ class SlackAdapter:
             log.warning("slack: conversations.replies failed: %s", exc)
             return ""
         lines = []
+        refused = 0
         for item in thread[-(limit + 1) :]:
             if item.get("ts") == msg.message_id or item.get("bot_id"):
                 continue
-            if item.get("user") == self._bot_user_id:
+            user = str(item.get("user", "?"))
+            if user == self._bot_user_id:
+                continue
+            if self._policy.refusal(user, msg.channel, is_dm=msg.is_dm) is not None:
+                refused += 1  # someone refused here must not speak to the bot through others
                 continue
             body = str(item.get("text", ""))
             if mentions(body, self._bot_user_id):
                 continue  # messages that addressed the bot were turns: already in history
-            author = await self._name(str(item.get("user", "?")))
-            names = {uid: await self._name(uid) for uid in set(mentioned_users(body))}
-            lines.append(f"{author}: {replace_mentions(body, names)}")
-        return "\n".join(lines[-limit:])
+            names = {uid: display_name(await self._name(uid)) for uid in set(mentioned_users(body))}
+            lines.append(context_line(await self._name(user), user, replace_mentions(body, names)))
+        lines = lines[-limit:]
+        if refused:
+            lines.append(left_out_note(refused))
+        return "\n".join(lines)
 
     async def _download(self, msg: InboundMessage, attachment: Attachment) -> Attachment:
         target = attachment_path(self._workspace(msg.conversation), msg.message_id, attachment.name)
