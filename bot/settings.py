@@ -383,6 +383,19 @@ class Settings(BaseSettings):
             "measurement it claims (0.001 = 0.1%)."
         ),
     )
+    campaign_max_budget_hours: float = Field(
+        default=168.0,
+        gt=0,
+        le=90 * 24,
+        validation_alias="RAVEN_CAMPAIGN_MAX_BUDGET_HOURS",
+        description="The longest wall-clock budget one campaign may ask for, in hours.",
+    )
+    campaign_max_per_user: int = Field(
+        default=5,
+        ge=1,
+        validation_alias="RAVEN_CAMPAIGN_MAX_PER_USER",
+        description="How many active campaigns one person may have at once (admins: no limit).",
+    )
     scheduler_misfire_grace_seconds: int = Field(
         default=3600,
         gt=0,

@@ -6,16 +6,24 @@ measurement; `campaign_report` closes a campaign only through the report gate.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from agents.tools import Tool
+from core.ids import ConversationRef
 from host.turn import TurnContext
+from oncall.access import Requester
 from oncall.durations import parse_duration
 from oncall.engine import CampaignEngine, CampaignError
 from oncall.model import Budget, CampaignSpec, MetricSpec, check_partition
+from oncall.store import CampaignRecord
 
 MAX_CPUS = 1024
+# The monitor reads a round's output at most this often: a faster poll only burns a core.
+MIN_POLL_SECONDS = 1.0
 CAMPAIGN_SYNTAX = (
     "campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h"
 )
@@ -107,6 +115,12 @@ def campaign_spec(args: StartCampaignInput) -> CampaignSpec:
         "partition": _partition(args.partition, problems),
     }
     rounds = _number("rounds", args.rounds, problems)
+    poll = optional["poll_seconds"]
+    if isinstance(poll, float) and poll < MIN_POLL_SECONDS:
+        problems.append(
+            f"`poll: {args.poll}`: at least {MIN_POLL_SECONDS:g}s (the monitor reads output at "
+            "most once a second)"
+        )
     if problems:
         raise ValueError(_problems(problems))
     try:
@@ -199,18 +213,56 @@ def _problems(problems: list[str]) -> str:
     return f"The campaign was not started:\n{lines}\nThe syntax is: `{CAMPAIGN_SYNTAX}`"
 
 
-class CampaignTools:
-    """The campaign tool implementations, bound to one engine."""
+# Tells one person something privately (conversation, user id, text).
+PrivateNote = Callable[[ConversationRef, str, str], Awaitable[object]]
 
-    def __init__(self, engine: CampaignEngine) -> None:
+
+@dataclass(frozen=True)
+class CampaignRoles:
+    """Who besides a campaign's owner may act on it."""
+
+    admins: Collection[str] = ()
+    approvers: Collection[str] = ()
+
+    def privileged(self, user_id: str) -> bool:
+        """Admins and approvers act on anyone's campaigns."""
+        return user_id in self.admins or user_id in self.approvers
+
+
+class CampaignTools:
+    """The campaign tool implementations, bound to one engine.
+
+    Only a person's own message starts a campaign; only its owner, an approver or an admin,
+    from the campaign's own conversation, reads its details or decides on it. Others are
+    refused privately as well as in the tool's answer."""
+
+    def __init__(
+        self,
+        engine: CampaignEngine,
+        *,
+        roles: CampaignRoles = CampaignRoles(),
+        private: PrivateNote | None = None,
+    ) -> None:
         self.engine = engine
+        self._roles = roles
+        self._private = private
 
     async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
         """The `start_campaign` tool."""
+        if ctx.origin != "user":
+            return "Refused: a campaign starts only from a person's own message."
+        who = Requester(ctx.author_id, ctx.roles, admin=ctx.author_id in self._roles.admins)
         try:
-            record = await self.engine.start(ctx.author_id, ctx.conversation, campaign_spec(args))
+            spec = campaign_spec(args)
+            record = await self.engine.start(ctx.author_id, ctx.conversation, spec, requester=who)
         except (ValueError, CampaignError) as exc:
             return str(exc)
+        if record.state == "approval":
+            return (
+                f"Campaign `{record.id}` waits for approval: I showed its exact command in the "
+                f"thread, and nothing runs until {ctx.author_name}, an approver or an admin "
+                "approves it."
+            )
         return (
             f"Campaign `{record.id}` started on `{record.spec.machine}`; it is watched without "
             "model calls and reports in this thread."
@@ -220,10 +272,13 @@ class CampaignTools:
         """The `campaign_status` tool."""
         if args.campaign_id is None:
             return await self.engine.status(ctx.conversation) or "No campaigns in this thread."
-        return await self.engine.describe(args.campaign_id)
+        refusal = await self._refusal(ctx, args.campaign_id, "see the details of", read=True)
+        return refusal or await self.engine.describe(args.campaign_id)
 
     async def campaign_wait(self, ctx: TurnContext, args: WaitInput) -> str:
         """The `campaign_wait` tool."""
+        if refusal := await self._refusal(ctx, args.campaign_id, "decide on"):
+            return refusal
         try:
             seconds = parse_duration(args.until)
         except ValueError as exc:
@@ -234,17 +289,48 @@ class CampaignTools:
 
     async def campaign_resubmit(self, ctx: TurnContext, args: ResubmitInput) -> str:
         """The `campaign_resubmit` tool."""
+        if refusal := await self._refusal(ctx, args.campaign_id, "resubmit"):
+            return refusal
         return await self._refusing(
             self.engine.resubmit, args.campaign_id, args.cite, args.reason, args.changes
         )
 
     async def campaign_terminate(self, ctx: TurnContext, args: TerminateInput) -> str:
         """The `campaign_terminate` tool."""
+        if refusal := await self._refusal(ctx, args.campaign_id, "terminate"):
+            return refusal
         return await self._refusing(self.engine.terminate, args.campaign_id, args.reason, args.cite)
 
     async def campaign_report(self, ctx: TurnContext, args: ReportInput) -> str:
         """The `campaign_report` tool."""
+        if refusal := await self._refusal(ctx, args.campaign_id, "close"):
+            return refusal
         return await self._refusing(self.engine.report, args.campaign_id, args.text)
+
+    async def _refusal(
+        self, ctx: TurnContext, campaign_id: str, action: str, *, read: bool = False
+    ) -> str | None:
+        """Why this turn may not act on the campaign (also told to its author privately)."""
+        record = await self.engine.store.get(campaign_id)
+        if record is None:
+            return f"Refused: No campaign `{campaign_id}`."
+        reason = self._why_not(ctx, record, read=read)
+        if reason is None:
+            return None
+        text = f"You may not {action} campaign `{campaign_id}`: {reason}"
+        if self._private is not None and ctx.origin == "user":
+            await self._private(ctx.conversation, ctx.author_id, text)
+        return f"Refused: {text}"
+
+    def _why_not(self, ctx: TurnContext, record: CampaignRecord, *, read: bool) -> str | None:
+        if record.conversation.id != ctx.conversation.id:
+            return "it belongs to another conversation; act on it from its own thread."
+        if ctx.origin != "user":
+            return None if read else "only a person's own message decides on a campaign."
+        privileged = self._roles.privileged(ctx.author_id)
+        if self.engine.may_act(record, ctx.author_id, privileged=privileged):
+            return None
+        return f"only its owner ({record.owner}), an approver or an admin can."
 
     async def _refusing(self, operation: object, *args: object) -> str:
         try:
@@ -253,9 +339,14 @@ class CampaignTools:
             return f"Refused: {exc}"
 
 
-def build_campaign_tools(engine: CampaignEngine) -> list[Tool[TurnContext]]:
+def build_campaign_tools(
+    engine: CampaignEngine,
+    *,
+    roles: CampaignRoles = CampaignRoles(),
+    private: PrivateNote | None = None,
+) -> list[Tool[TurnContext]]:
     """The campaign tools, bound to `engine`."""
-    t = CampaignTools(engine)
+    t = CampaignTools(engine, roles=roles, private=private)
     return [
         Tool(
             "start_campaign",

@@ -47,6 +47,9 @@ class InboundMessage(BaseModel):
     )
     timestamp: float = Field(default_factory=time.time)
     is_dm: bool = False
+    # The author's roles where the platform has them (Discord role ids): machines.toml may
+    # open a machine to a role.
+    roles: tuple[str, ...] = ()
     context: str = Field(
         default="", description="recent thread messages by other people, labelled by author"
     )

@@ -23,3 +23,4 @@ class TurnContext:
     origin: TurnOrigin = "user"
     text: str = ""  # the message this turn answers (context sources recall against it)
     is_dm: bool = False
+    roles: tuple[str, ...] = ()  # the author's platform roles (Discord), for machine access

@@ -20,10 +20,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
+from oncall.access import CampaignLimits, Requester, machine_refusal, user_slots
 from oncall.citations import check_citation
 from oncall.deciders import RuleBasedDecider
 from oncall.machines.registry import Allocator
@@ -35,13 +36,21 @@ from oncall.model import (
     JobRequest,
     JobStatus,
     Machine,
+    MachineSpec,
     MachineUnavailable,
     Measurement,
     WakeReason,
 )
 from oncall.monitor import RoundWatch
 from oncall.policy import Decision, DecisionContext, RoundSummary, clamp_to_budget
-from oncall.ports import CAMPAIGN_WAKE, CampaignNotifier, PostedHook, WakeScheduler
+from oncall.ports import (
+    CAMPAIGN_WAKE,
+    CampaignNotifier,
+    CommandApproval,
+    CommandApprovals,
+    PostedHook,
+    WakeScheduler,
+)
 from oncall.report_gate import check_report, draft_report, format_duration
 from oncall.store import CampaignRecord, CampaignStore
 
@@ -72,6 +81,7 @@ class EngineSettings:
     report_tolerance: float = 1e-3
     terminate_grace_seconds: float = 10.0
     status_edit_seconds: float = 5.0  # at most one status edit per round this often
+    limits: CampaignLimits = field(default_factory=CampaignLimits)
 
 
 @dataclass
@@ -103,7 +113,11 @@ class CampaignEngine:
         settings: EngineSettings = EngineSettings(),
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "cmp_" + uuid.uuid4().hex[:10],
+        approvals: CommandApprovals | None = None,
     ) -> None:
+        # Without `approvals` (`raven-bot campaigns run`) the operator typed the command in
+        # their own shell: that is the approval, and a changed command cannot be asked about.
+        self._approvals = approvals
         self._store = store
         self._machines = machines
         self._allocator = allocator
@@ -127,8 +141,20 @@ class CampaignEngine:
 
     # --------------------------------------------------------------------------- start
 
-    async def start(self, owner: str, conv: ConversationRef, spec: CampaignSpec) -> CampaignRecord:
-        """Record a campaign and submit its first round (or queue it for a machine slot)."""
+    async def start(
+        self,
+        owner: str,
+        conv: ConversationRef,
+        spec: CampaignSpec,
+        *,
+        requester: Requester | None = None,
+    ) -> CampaignRecord:
+        """Record a campaign; ask for its command's approval, or (already approved: the
+        operator's own shell) submit its first round or queue it for a machine slot.
+
+        Without `requester` the caller is the operator (`campaigns run`, tests of the engine),
+        who may use every machine; chat passes the person asking."""
+        who = requester or Requester(owner, admin=True)
         machine = self._machines.get(spec.machine)
         if machine is None:
             known = ", ".join(sorted(self._machines)) or "none"
@@ -141,28 +167,174 @@ class CampaignEngine:
                 f"The partition `{spec.partition}` is for Slurm machines, and `{spec.machine}` "
                 f"is a {machine.spec.kind} machine: drop the partition or pick a slurm machine."
             )
+        await self._check_limits(who, machine.spec, spec)
         campaign_id = self._new_id()
-        record = await self._store.create(campaign_id, owner, conv, spec)
+        if self._approvals is None:
+            record = await self._store.create(campaign_id, owner, conv, spec)
+            await self._announce(record)
+            await self._begin_or_queue(record)
+            return record
+        record = await self._store.create(campaign_id, owner, conv, spec, state="approval")
+        await self._approvals.request(self._approval(record, "start", spec.command))
+        return record
+
+    async def _check_limits(self, who: Requester, machine: MachineSpec, spec: CampaignSpec) -> None:
+        """Refuse, naming the limit, what this person may not start."""
+        refusal = machine_refusal(machine, who)
+        if refusal is not None:
+            raise CampaignError(refusal)
+        limits = self._settings.limits
+        if spec.budget.wall_seconds > limits.max_budget_seconds:
+            raise CampaignError(
+                f"A budget of {format_duration(spec.budget.wall_seconds)} is over the limit of "
+                f"{format_duration(limits.max_budget_seconds)} (RAVEN_CAMPAIGN_MAX_BUDGET_HOURS): "
+                "ask for less, or continue with a new campaign later."
+            )
+        if who.admin:
+            return
+        active = [
+            r for r in await self._store.recent(active_only=True, limit=10_000) if r.owner == who.id
+        ]
+        if len(active) >= limits.max_active_per_user:
+            raise CampaignError(
+                f"You already have {len(active)} active campaign(s), the most one person may "
+                f"run at once (RAVEN_CAMPAIGN_MAX_PER_USER = {limits.max_active_per_user}): "
+                "stop or finish one first."
+            )
+
+    def _approval(
+        self,
+        record: CampaignRecord,
+        kind: Literal["start", "resubmit"],
+        command: str,
+        *,
+        cite: int | None = None,
+        reason: str = "",
+    ) -> CommandApproval:
+        spec = record.spec
+        machine = self._machines[spec.machine].spec
+        if machine.kind == "local":
+            workdir = f"a new directory per round under campaigns/{record.id}/"
+        else:
+            workdir = (
+                f"{machine.workdir or 'the login directory'}/{record.id}/round-N on {machine.kind}"
+            )
+        rounds = f"{spec.budget.rounds} round(s)"
+        compute = spec.budget.compute_minutes
+        budget = f"{format_duration(spec.budget.wall_seconds)} wall clock, {rounds}" + (
+            f", {compute:g} cpu-minutes" if compute is not None else ""
+        )
+        return CommandApproval(
+            campaign_id=record.id,
+            kind=kind,
+            command=command,
+            requester=record.owner,
+            conversation=record.conversation,
+            machine=machine,
+            goal=spec.goal,
+            workdir=workdir,
+            budget=budget,
+            cite=cite,
+            reason=reason,
+        )
+
+    async def _announce(self, record: CampaignRecord) -> None:
+        spec = record.spec
         await self._notify(
             record,
-            f"🛰️ Campaign `{campaign_id}` started: {spec.goal}\nMachine `{spec.machine}`, "
+            f"🛰️ Campaign `{record.id}` started: {spec.goal}\nMachine `{spec.machine}`, "
             f"metric `{spec.metric.name}` ({spec.direction}), budget "
             f"{format_duration(spec.budget.wall_seconds)} and {spec.budget.rounds} round(s). "
             "I watch it without model calls and report here.",
-            key=f"campaign:{campaign_id}:started",
+            key=f"campaign:{record.id}:started",
         )
-        await self._begin_or_queue(record)
-        return record
+
+    async def approved(
+        self,
+        campaign_id: str,
+        *,
+        kind: Literal["start", "resubmit"],
+        command: str,
+        by: str,
+        cite: int | None = None,
+        reason: str = "",
+    ) -> str:
+        """A person approved the command: start the campaign or run the changed round.
+
+        The command that runs is the one shown in the prompt; if the campaign changed since
+        (another command, a final state), nothing runs."""
+        async with self._locks.hold(campaign_id):
+            record = await self._store.get(campaign_id)
+            if record is None or record.state in FINAL_STATES:
+                return f"Campaign `{campaign_id}` has ended; nothing ran."
+            if kind == "start":
+                if record.state != "approval" or record.spec.command != command:
+                    return f"Campaign `{campaign_id}` was already decided; nothing more ran."
+                # The budget's clock starts now, not when the approval was asked for.
+                await self._store.update(record.id, state="planning", created_at=self._clock())
+                record = await self._fresh(record)
+                await self._store.record_decision(
+                    record.id, 0, "approve", None, f"approved by {by}", {"by": by}
+                )
+                await self._announce(record)
+                await self._begin_or_queue(record)
+                return f"Campaign `{record.id}` started."
+        return await self._resubmit(
+            record, cite, reason or "approved change", command, by, approved=True
+        )
+
+    async def not_approved(
+        self, campaign_id: str, *, kind: Literal["start", "resubmit"], outcome: str
+    ) -> None:
+        """Denied, expired or cancelled: nothing runs; say so in the thread."""
+        async with self._locks.hold(campaign_id):
+            record = await self._store.get(campaign_id)
+            if record is None:
+                return
+            if kind == "start":
+                if record.state != "approval":
+                    return
+                await self._store.record_decision(record.id, 0, "cancel", None, outcome, {})
+                await self._close(record, "cancelled")
+                text = f"🚫 Campaign `{record.id}` not started ({outcome}): nothing ran."
+            else:
+                text = (
+                    f"🚫 Campaign `{record.id}`: the changed command was not approved "
+                    f"({outcome}); nothing new ran."
+                )
+        await self._notify(
+            record, text, key=f"campaign:{record.id}:not-approved:{kind}:{record.round}"
+        )
 
     async def _begin_or_queue(self, record: CampaignRecord) -> None:
-        if await self._allocator.acquire(record.spec.machine, record.id):
+        share = await self._over_share(record)
+        if share is None and await self._allocator.acquire(record.spec.machine, record.id):
             await self._submit_round(record, record.round + 1)
             return
+        why = share or "every slot is held by another campaign"
         await self._notify(
             record,
             f"⏳ Campaign `{record.id}` waits for a free slot on `{record.spec.machine}` "
-            "(every slot is held by another campaign); it starts when one frees.",
+            f"({why}); it starts when one frees.",
             key=f"campaign:{record.id}:queued",
+        )
+
+    async def _over_share(self, record: CampaignRecord) -> str | None:
+        """Why the owner may not take another slot on the machine now (their share is held)."""
+        machine = self._machines.get(record.spec.machine)
+        if machine is None:
+            return None
+        holders = self._allocator.holders(record.spec.machine) - {record.id}
+        mine = 0
+        for campaign_id in holders:
+            held = await self._store.get(campaign_id)
+            mine += held is not None and held.owner == record.owner
+        share = user_slots(machine.spec)
+        if mine < share:
+            return None
+        return (
+            f"its owner's campaigns already hold {mine} of its {machine.spec.slots} slot(s), "
+            f"the most one person may hold there (user_slots = {share})"
         )
 
     async def _start_queued(self, machine: str) -> None:
@@ -174,6 +346,7 @@ class CampaignEngine:
                 record.spec.machine == machine
                 and record.state == "planning"
                 and record.id not in self._allocator.holders(machine)
+                and await self._over_share(record) is None
             ):
                 if await self._allocator.acquire(machine, record.id):
                     await self._submit_round(record, record.round + 1)
@@ -602,9 +775,21 @@ class CampaignEngine:
         return text
 
     async def _resubmit(
-        self, record: CampaignRecord, cite: int | None, reason: str, command: str | None, by: str
+        self,
+        record: CampaignRecord,
+        cite: int | None,
+        reason: str,
+        command: str | None,
+        by: str,
+        *,
+        approved: bool = False,
     ) -> str:
-        await self._cite(record, cite, "resubmit")
+        if not approved:
+            await self._cite(record, cite, "resubmit")
+        if command is not None and command.strip() == record.spec.command.strip():
+            command = None  # the approved command: no new approval needed
+        if command is not None and not approved:
+            return await self._ask_change(record, cite, reason, command)
         if record.round >= record.spec.budget.rounds:
             raise CampaignError(
                 f"The round budget is used up ({record.round}/{record.spec.budget.rounds}); "
@@ -627,6 +812,31 @@ class CampaignEngine:
         )
         await self._submit_round(await self._fresh(record), record.round + 1, command)
         return f"Round {record.round + 1} submitted."
+
+    async def _ask_change(
+        self, record: CampaignRecord, cite: int | None, reason: str, command: str
+    ) -> str:
+        """A changed command runs only once a person approves it; the round goes on until."""
+        if self._approvals is None:
+            raise CampaignError(
+                "A changed command needs a person's approval, and nobody can be asked here: "
+                "resubmit without changes, or start a new campaign with the new command."
+            )
+        await self._store.record_decision(
+            record.id,
+            record.round,
+            "resubmit",
+            cite,
+            f"asked approval for a changed command: {reason}",
+            {"command": command, "state": "awaiting approval"},
+        )
+        await self._approvals.request(
+            self._approval(record, "resubmit", command, cite=cite, reason=reason)
+        )
+        return (
+            "The changed command needs approval first: I asked in the thread. Round "
+            f"{record.round} keeps running until someone allowed to approve it does."
+        )
 
     async def _terminate(
         self, record: CampaignRecord, cite: int | None, reason: str, by: str
@@ -732,10 +942,29 @@ class CampaignEngine:
         )
         return True
 
-    async def stop_conversation(self, conversation_id: str) -> None:
-        """`stop` in a thread cancels its campaigns."""
+    async def stop_conversation(
+        self, conversation_id: str, *, by: str = "stop", privileged: bool = True
+    ) -> list[CampaignRecord]:
+        """`stop` in a thread cancels the campaigns there that `by` may act on.
+
+        Returns the active campaigns it left running (someone else's to stop)."""
+        left: list[CampaignRecord] = []
         for record in await self._store.of_conversation(conversation_id):
-            await self.stop(record.id, by="stop")
+            if record.state in FINAL_STATES:
+                continue
+            if self.may_act(record, by, privileged=privileged):
+                await self.stop(record.id, by=by)
+            else:
+                left.append(record)
+        return left
+
+    def may_act(self, record: CampaignRecord, actor: str, *, privileged: bool) -> bool:
+        """Whether `actor` may act on the campaign: its owner, an approver or admin
+        (`privileged`), or one of its machine's approvers."""
+        if privileged or actor == record.owner:
+            return True
+        machine = self._machines.get(record.spec.machine)
+        return machine is not None and actor in machine.spec.approvers
 
     async def _stop_job(self, record: CampaignRecord) -> None:
         live = self._live.pop(record.id, None)
@@ -800,7 +1029,7 @@ class CampaignEngine:
         """At startup: hold slots again, re-attach monitors, fire overdue wake-ups once."""
         active = await self._store.recent(active_only=True, limit=10_000)
         for record in active:
-            if record.state != "planning":
+            if record.state not in ("planning", "approval"):
                 self._allocator.restore([(record.spec.machine, record.id)])
         for record in active:
             await self._reattach(record)
@@ -817,6 +1046,8 @@ class CampaignEngine:
                 )
 
     async def _reattach(self, record: CampaignRecord) -> None:
+        if record.state == "approval":
+            return  # its prompt is pending: the decision starts it (or not)
         if record.state == "planning":
             await self._begin_or_queue(record)
             return

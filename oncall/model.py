@@ -13,8 +13,17 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# `approval`: its command awaits a person's approval; nothing has run.
 CampaignState = Literal[
-    "planning", "running", "waiting", "deciding", "reporting", "closed", "failed", "cancelled"
+    "approval",
+    "planning",
+    "running",
+    "waiting",
+    "deciding",
+    "reporting",
+    "closed",
+    "failed",
+    "cancelled",
 ]
 FINAL_STATES: frozenset[str] = frozenset({"closed", "failed", "cancelled"})
 Direction = Literal["min", "max"]
@@ -163,6 +172,14 @@ class MachineSpec(BaseModel):
     )
     partition: str | None = Field(default=None, description="slurm: default partition")
     ssh_options: tuple[str, ...] = ()
+    # Who may run rounds here: user ids ("*" for everyone the access policy admits) and
+    # roles. None (unset) means everyone on a local machine and admins only on a remote one.
+    users: tuple[str, ...] | None = None
+    roles: tuple[str, ...] = ()
+    # Whose approval a command on this machine also needs (besides the requester's).
+    approvers: tuple[str, ...] = ()
+    # How many of its slots one person's campaigns may hold at once (None: half, at least 1).
+    user_slots: int | None = Field(default=None, ge=1, le=4096)
 
 
 class JobRequest(BaseModel):

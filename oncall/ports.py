@@ -4,10 +4,12 @@ the assembly root: oncall imports no host or chat code)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from core.ids import ConversationRef
+from oncall.model import MachineSpec
 
 # The scheduler job kind of a campaign's scheduled wake-up.
 CAMPAIGN_WAKE = "campaign_wake"
@@ -58,4 +60,30 @@ class CampaignNotifier(Protocol):
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         """Edit the round's status message in place."""
+        ...
+
+
+@dataclass(frozen=True)
+class CommandApproval:
+    """A command that will run only once a person allowed to approve it says yes."""
+
+    campaign_id: str
+    kind: Literal["start", "resubmit"]
+    command: str
+    requester: str
+    conversation: ConversationRef
+    machine: MachineSpec
+    goal: str
+    workdir: str  # where the round runs, as the person should see it
+    budget: str  # the campaign's limits in words
+    cite: int | None = None  # resubmit: the measurement the decision cited
+    reason: str = ""
+
+
+class CommandApprovals(Protocol):
+    """Asks people to approve a campaign's command (the host's prompt broker satisfies it);
+    the decision comes back through `CampaignEngine.approved` / `not_approved`."""
+
+    async def request(self, approval: CommandApproval) -> str:
+        """Show the approval prompt (persisted first); the prompt's id."""
         ...

@@ -92,9 +92,18 @@ class CampaignStore:
     # ----------------------------------------------------------------------- campaigns
 
     async def create(
-        self, campaign_id: str, owner: str, conv: ConversationRef, spec: CampaignSpec
+        self,
+        campaign_id: str,
+        owner: str,
+        conv: ConversationRef,
+        spec: CampaignSpec,
+        *,
+        state: CampaignState = "planning",
     ) -> CampaignRecord:
-        """Record a new campaign in `planning` (its conversation row created if missing)."""
+        """Record a new campaign in `state` (its conversation row created if missing).
+
+        `approval` for one whose command awaits a person's approval: in the same commit, so a
+        crash in between can never leave it startable without one."""
         now = self._clock()
 
         def insert(db: sqlite3.Connection) -> None:
@@ -105,8 +114,17 @@ class CampaignStore:
             )
             db.execute(
                 "INSERT INTO campaigns (id, owner, conversation_id, spec, state, baseline,"
-                " created_at, updated_at) VALUES (?,?,?,?, 'planning', ?, ?, ?)",
-                (campaign_id, owner, conv.id, spec.model_dump_json(), spec.baseline, now, now),
+                " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    campaign_id,
+                    owner,
+                    conv.id,
+                    spec.model_dump_json(),
+                    state,
+                    spec.baseline,
+                    now,
+                    now,
+                ),
             )
 
         await self._store.write(insert)
@@ -146,6 +164,7 @@ class CampaignStore:
             "report",
             "error",
             "closed_at",
+            "created_at",
         }
         unknown = set(fields) - allowed
         if unknown:

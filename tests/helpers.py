@@ -67,3 +67,21 @@ def wake_up_bus(handlers: Mapping[str, JobHandler]) -> EventBus:
     for kind, handler in handlers.items():
         subscribe_job(bus, kind, handler)
     return bus
+
+
+async def approve_campaigns(broker: Any, by: str = "U1", *, within: float = 10.0) -> list[Prompt]:
+    """Wait for a pending campaign-command approval, approve every one pending (as `by`);
+    the prompts answered."""
+
+    async def pending() -> list[Prompt]:
+        return [p for p in await broker.pending() if p.purpose == "campaign_command"]
+
+    async def any_pending() -> bool:
+        return bool(await pending())
+
+    await eventually(any_pending, within=within)
+    prompts = await pending()
+    for prompt in prompts:
+        outcome = await broker.answer(prompt.id, prompt.nonce, by, "Approve")
+        assert outcome.status == "accepted", outcome.message
+    return prompts

@@ -17,7 +17,7 @@ from core.ids import ConversationRef
 from host.lanes import LaneKind
 from host.messages import InboundMessage
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import db_rows, eventually
+from tests.helpers import approve_campaigns, db_rows, eventually
 from tests.oncall_kit import spec
 
 CONV = ConversationRef("test", "W", "C", "T")
@@ -25,7 +25,7 @@ CONV = ConversationRef("test", "W", "C", "T")
 CAMPAIGN = (
     "campaign: watch the toy training | machine: local | "
     'run: for v in 0.9 0.6 0.45; do echo "loss $v"; done | metric: loss min | budget: 10m '
-    "| poll: 0.05s"
+    "| poll: 1s"
 )
 
 
@@ -57,6 +57,7 @@ async def test_an_offline_campaign_runs_from_a_thread_and_reports_there(runtime:
     turn = await rt.service.accept(_msg(CAMPAIGN, "e1"))
     assert turn is not None
     await turn
+    await approve_campaigns(rt.broker)
     await eventually(lambda: any(t.startswith("🛰️ Campaign `cmp_") for t in adapter.texts))
     await eventually(lambda: any(t.startswith("📋 Campaign") for t in adapter.texts), within=60)
     report = next(t for t in adapter.texts if t.startswith("📋 Campaign"))
@@ -87,9 +88,10 @@ async def test_stop_in_the_thread_cancels_its_campaign(runtime: Any) -> None:
     turn = await rt.service.accept(_msg(line, "e1"))
     assert turn is not None
     await turn
+    await approve_campaigns(rt.broker)
     await rt.service.accept(_msg("stop", "e2"))
     (record,) = await rt.campaigns.store.recent()
-    await eventually(lambda: any("cancelled by stop" in t for t in adapter.texts))
+    await eventually(lambda: any(f"`{record.id}` cancelled by" in t for t in adapter.texts))
     assert (await rt.campaigns.store.get(record.id)).state == "cancelled"  # type: ignore[union-attr]
 
 
@@ -102,10 +104,15 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
     real_submit, real_post = rt.lanes.submit, adapter.post
 
     def spy(
-        key: str, work: Callable[[], Awaitable[Any]], *, kind: LaneKind = "user", label: str = ""
+        key: str,
+        work: Callable[[], Awaitable[Any]],
+        *,
+        kind: LaneKind = "user",
+        label: str = "",
+        owner: str = "",
     ) -> Any:
         submitted.append((key, kind, label))
-        return real_submit(key, work, kind=kind, label=label)
+        return real_submit(key, work, kind=kind, label=label, owner=owner)
 
     async def post(conv: ConversationRef, message: Any) -> str:
         running_when_posted[message.idempotency_key] = rt.lanes.status(conv.id).running
@@ -116,6 +123,7 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
     turn = await rt.service.accept(_msg(CAMPAIGN, "e1"))
     assert turn is not None
     await turn
+    await approve_campaigns(rt.broker)
     await eventually(lambda: any(t.startswith("📋 Campaign") for t in adapter.texts), within=60)
     (record,) = await rt.campaigns.store.recent()
     started = f"campaign:{record.id}:started"
@@ -145,10 +153,11 @@ async def test_a_notice_recorded_before_a_crash_is_posted_once_after_the_restart
     hold = asyncio.Event()
     rt.lanes.submit(CONV.id, hold.wait, kind="user", label="a long turn")
     record = await rt.campaigns.start("U1", CONV, spec("echo loss=0.9; sleep 60"))
+    await approve_campaigns(rt.broker)
     key = f"campaign:{record.id}:started"
     query = f"SELECT delivery FROM messages WHERE idempotency_key = '{key}'"
     # On disk now exactly what a kill -9 here would leave: the notice, pending.
-    assert db_rows(isolated_env, query) == [("pending",)]
+    await eventually(lambda: db_rows(isolated_env, query) == [("pending",)])
     await shutdown(rt)
     assert not any(m.idempotency_key == key for _, m in first.posts)
     assert db_rows(isolated_env, query) == [("pending",)]

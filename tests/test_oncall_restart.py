@@ -20,7 +20,8 @@ WITHIN = 60.0
 JOB = 'i=0; while [ $i -lt 40 ]; do echo "loss $((1000-i))"; i=$((i+1)); sleep 0.3; done'
 LINE = (
     f"campaign: survive a restart | machine: local | run: {JOB} | metric: loss min "
-    "| budget: 10m | wake: 2s | poll: 0.1s | stall: 60s\n"
+    "| budget: 10m | wake: 2s | poll: 1s | stall: 60s\n"
+    "1\n"  # approve the command (the console shows the prompt as numbered choices)
 )
 
 

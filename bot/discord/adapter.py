@@ -392,6 +392,7 @@ class DiscordAdapter:
             timestamp=message.created_at.timestamp(),
             is_dm=message.guild is None,
             reread_thread=mentioned and isinstance(message.channel, discord.Thread),
+            roles=tuple(str(r.id) for r in getattr(author, "roles", ())),
         )
 
     async def _refuse(self, message: discord.Message, reason: str) -> None:

@@ -10,6 +10,8 @@
     user = "train"
     workdir = "/scratch/raven"
     ssh_options = ["IdentityFile=~/.ssh/raven"]
+    users = ["U0123", "U0456"]   # remote machines are for admins only unless they say who
+    approvers = ["U0999"]        # whose approval every command here also needs
 
     [machines.cluster]
     kind = "slurm"
@@ -17,7 +19,8 @@
     workdir = "/shared/raven-rounds"   # on a filesystem the compute nodes share
     slots = 8
 
-Without the file there is one machine, `local`, with 2 slots.
+Without the file there is one machine, `local`, with 2 slots, open to everyone the access
+policy admits. `user_slots` caps the slots one person's campaigns hold (default: half).
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from oncall.model import Machine, MachineSpec
 FILE_NAME: Final = "machines.toml"
 DEFAULT_LOCAL_SLOTS: Final = 2
 # The fields each kind uses; any other field set for it is a mistake worth naming.
+# Who may use a machine (users, roles, approvers, user_slots) applies to every kind.
+_ACCESS_FIELDS: Final = frozenset({"users", "roles", "approvers", "user_slots"})
 _KIND_FIELDS: Final = {
-    "local": frozenset({"name", "kind", "slots", "workdir"}),
-    "ssh": frozenset({"name", "kind", "slots", "host", "user", "port", "workdir", "ssh_options"}),
-    "slurm": frozenset({"name", "kind", "slots", "workdir", "partition"}),
+    "local": frozenset({"name", "kind", "slots", "workdir"}) | _ACCESS_FIELDS,
+    "ssh": frozenset({"name", "kind", "slots", "host", "user", "port", "workdir", "ssh_options"})
+    | _ACCESS_FIELDS,
+    "slurm": frozenset({"name", "kind", "slots", "workdir", "partition"}) | _ACCESS_FIELDS,
 }
 # How to fix a bad value, per field (after pydantic's own words).
 _HINTS: Final = {
@@ -52,6 +58,10 @@ _HINTS: Final = {
     "host": 'set host to the ssh host name, e.g. host = "gpu1.example.org"',
     "workdir": 'set workdir to a directory path, e.g. workdir = "/scratch/raven"',
     "ssh_options": 'write ssh -o options as a list of "Key=Value", e.g. ["IdentityFile=~/.ssh/k"]',
+    "users": 'list the user ids who may run rounds here, e.g. users = ["U0123"] ("*": everyone)',
+    "roles": 'list the role ids whose members may run rounds here, e.g. roles = ["1234"]',
+    "approvers": 'list the user ids who must also approve commands here, e.g. approvers = ["U9"]',
+    "user_slots": "set user_slots to how many slots one person may hold, e.g. user_slots = 1",
 }
 Clock = Callable[[], float]
 

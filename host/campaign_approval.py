@@ -1,0 +1,154 @@
+"""A campaign's command runs only after a person allowed to approve it says yes (SPEC §12).
+
+The engine asks through `PromptCommandApprovals` (an approval prompt that shows the exact
+command, where it runs, its budget and what it can see); the decision comes back as a
+`PromptDecided` event and `handle_campaign_command` tells the engine. A machine with
+`approvers` in machines.toml needs one of them too: a second prompt only they (or an admin)
+can answer, unless one of them gave the first approval.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection
+from typing import Literal, cast
+
+from host.prompt_model import Prompt
+from host.prompts import PromptBroker
+from oncall.engine import CampaignEngine, CampaignError
+from oncall.model import MachineSpec
+from oncall.ports import CommandApproval
+
+log = logging.getLogger(__name__)
+
+CAMPAIGN_COMMAND = "campaign_command"
+_SANDBOX_VIEW = (
+    "the system read-only, its own round directory as the only writable path, a fresh "
+    "`/tmp` and `$HOME`; not `RAVEN_HOME` (database, other campaigns, workspaces), not the "
+    "bot's working directory (`.env`) and nothing of the bot's environment. The network is "
+    "not cut off."
+)
+
+
+def visibility(machine: MachineSpec) -> str:
+    """What a round on `machine` can see, in words for the person approving it."""
+    if machine.kind == "local":
+        return f"this host, sandboxed (bubblewrap): {_SANDBOX_VIEW}"
+    where = (
+        f"Slurm partition `{machine.partition}`"
+        if machine.kind == "slurm" and machine.partition
+        else "the Slurm cluster"
+        if machine.kind == "slurm"
+        else f"`{machine.host}`" + (f" as `{machine.user}`" if machine.user else "")
+    )
+    return (
+        f"{where}, with a scrubbed environment (nothing of the bot's) and, where bubblewrap is "
+        f"installed there, sandboxed: {_SANDBOX_VIEW} Without bubblewrap on that host it can "
+        "read whatever that account can."
+    )
+
+
+def code_block(text: str) -> str:
+    """`text` as a Markdown code block that nothing inside it can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def approval_question(approval: CommandApproval) -> str:
+    """The prompt: the exact command, where it runs, its budget and what it can see."""
+    machine = approval.machine
+    if approval.kind == "start":
+        head = f"Start campaign `{approval.campaign_id}` ({approval.goal[:200]}) with this command?"
+    else:
+        cited = f"; cites #{approval.cite}" if approval.cite is not None else ""
+        why = approval.reason[:300] or "a changed command"
+        head = (
+            f"Campaign `{approval.campaign_id}` wants to resubmit with a changed command "
+            f"({why}{cited}). Run this?"
+        )
+    return (
+        f"{head}\n{code_block(approval.command)}\n"
+        f"- Machine: `{machine.name}` ({machine.kind})\n"
+        f"- Runs in: {approval.workdir}\n"
+        f"- Budget: {approval.budget}\n"
+        f"- It can see: {visibility(machine)}\n"
+        "Exactly this command runs, in every round, and nothing runs unless approved."
+    )
+
+
+class PromptCommandApprovals:
+    """The engine's `CommandApprovals`, as approval prompts through the broker."""
+
+    def __init__(self, broker: PromptBroker) -> None:
+        self._broker = broker
+
+    async def request(self, approval: CommandApproval) -> str:
+        """Persist and show the first approval prompt; its id."""
+        prompt = await self._broker.create(
+            conversation=approval.conversation,
+            kind="approval",
+            question=approval_question(approval),
+            requester=approval.requester,
+            purpose=CAMPAIGN_COMMAND,
+            payload=_payload(approval, stage=1),
+        )
+        return prompt.id
+
+
+def _payload(approval: CommandApproval, *, stage: int) -> dict[str, object]:
+    return {
+        "campaign_id": approval.campaign_id,
+        "kind": approval.kind,
+        "command": approval.command,
+        "cite": approval.cite,
+        "reason": approval.reason,
+        "stage": stage,
+        "machine_approvers": list(approval.machine.approvers),
+    }
+
+
+async def handle_campaign_command(
+    prompt: Prompt, engine: CampaignEngine, broker: PromptBroker, admins: Collection[str]
+) -> None:
+    """Tell the engine what was decided; ask the machine's approvers when they must agree."""
+    payload = prompt.payload
+    campaign_id = str(payload["campaign_id"])
+    kind = cast(Literal["start", "resubmit"], str(payload["kind"]))
+    if not prompt.approved:
+        who = f" by {prompt.answered_by}" if prompt.answered_by else ""
+        outcome = f"denied{who}" if prompt.state == "answered" else str(prompt.state)
+        await engine.not_approved(campaign_id, kind=kind, outcome=outcome)
+        return
+    machine_approvers = [str(a) for a in payload.get("machine_approvers") or ()]
+    by = prompt.answered_by or "?"
+    if (
+        payload.get("stage") == 1
+        and machine_approvers
+        and by not in machine_approvers
+        and by not in admins
+    ):
+        await broker.create(
+            conversation=prompt.conversation,
+            kind="approval",
+            question=f"{by} approved; the machine's approvers must agree too.\n{prompt.question}",
+            requester=prompt.requester,
+            purpose=CAMPAIGN_COMMAND,
+            payload={**payload, "stage": 2},
+            responders=machine_approvers,
+        )
+        return
+    cite = payload.get("cite")
+    try:
+        await engine.approved(
+            campaign_id,
+            kind=kind,
+            command=str(payload["command"]),
+            by=by,
+            cite=int(cite) if isinstance(cite, int) else None,
+            reason=str(payload.get("reason") or ""),
+        )
+    except CampaignError as exc:
+        # Approved, but the campaign moved on (round budget used up, say): nothing ran.
+        await engine.not_approved(campaign_id, kind=kind, outcome=f"approved, but refused: {exc}")

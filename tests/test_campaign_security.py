@@ -1,0 +1,359 @@
+"""Campaigns are safe in a crowd (issue 17, findings 1, 4 and 10), on the assembled bot with
+its default settings (Skill Forge, group memory and the default embedder on):
+
+- nothing a campaign would run runs before a person allowed to approve that exact command
+  approves it (start and a changed resubmit alike); machines say who may use them, remote
+  ones are closed to everyone but admins unless configured, and a machine's approvers must
+  agree too;
+- only the owner, an approver or an admin, from the campaign's own thread, reads its details
+  or decides on it; others are refused privately;
+- a poll faster than a second, a budget over the limit, too many campaigns for one person and
+  one person holding every slot of a machine are refused or held back with the limit named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.app import Runtime, build_runtime, shutdown, start_serving
+from bot.settings import load_settings
+from core.ids import ConversationRef
+from host.campaign_tools import (
+    CampaignRef,
+    CampaignRoles,
+    CampaignTools,
+    ResubmitInput,
+    StartCampaignInput,
+    TerminateInput,
+)
+from host.messages import InboundMessage
+from host.prompt_model import Prompt
+from host.turn import TurnContext
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import approve_campaigns, db_rows, eventually
+
+CONV = ConversationRef("test", "W", "C", "T")
+OTHER_THREAD = ConversationRef("test", "W", "C", "T2")
+LONG = "echo loss 1; sleep 60"
+COMMAND_PURPOSE = "campaign_command"
+
+
+def _line(run: str, *, machine: str = "local", extra: str = "") -> str:
+    return (
+        f"campaign: try it | machine: {machine} | run: {run} | metric: loss min | budget: 10m "
+        f"| poll: 1s{extra}"
+    )
+
+
+def _msg(text: str, event: str, author: str = "U2") -> InboundMessage:
+    return InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread="T",
+        message_id=event,
+        author_id=author,
+        author_name=f"user-{author}",
+        text=text,
+        event_id=event,
+    )
+
+
+@pytest.fixture
+def defaults(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Path:
+    """The product defaults: Skill Forge, the default embedder and episode former on."""
+    for name in ("RAVEN_SKILLS", "RAVEN_MEMORY_EMBEDDER", "RAVEN_MEMORY_EPISODES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RAVEN_ADMINS", "U9")
+    return isolated_env
+
+
+async def _runtime(home: Path, machines: str | None = None) -> tuple[Runtime, FakeChatAdapter]:
+    if machines is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "machines.toml").write_text(machines)
+    adapter = FakeChatAdapter()
+    rt = await build_runtime(load_settings(), [lambda: adapter])
+    await start_serving(rt)
+    return rt, adapter
+
+
+@pytest.fixture
+async def bot(defaults: Path) -> AsyncIterator[tuple[Runtime, FakeChatAdapter]]:
+    rt, adapter = await _runtime(defaults)
+    yield rt, adapter
+    await shutdown(rt)
+
+
+async def _say(rt: Runtime, text: str, event: str, author: str = "U2") -> None:
+    turn = await rt.service.accept(_msg(text, event, author))
+    assert turn is not None
+    await turn
+
+
+async def _pending(rt: Runtime) -> list[Prompt]:
+    return [p for p in await rt.broker.pending() if p.purpose == COMMAND_PURPOSE]
+
+
+def _rounds(home: Path) -> int:
+    return int(db_rows(home, "SELECT COUNT(*) FROM campaign_rounds")[0][0])  # type: ignore[call-overload]
+
+
+async def test_a_campaign_line_runs_nothing_until_its_exact_command_is_approved(
+    bot: tuple[Runtime, FakeChatAdapter], defaults: Path
+) -> None:
+    rt, adapter = bot
+    await _say(rt, _line("touch ran-it; " + LONG), "e1")
+    (prompt,) = await _pending(rt)
+    (record,) = await rt.campaigns.store.recent()
+    # Shown exactly, with where it runs, its budget and what it can see; recorded (audit).
+    assert "```\ntouch ran-it; echo loss 1; sleep 60\n```" in prompt.question
+    for part in ("Machine: `local`", "Runs in:", "Budget: 10m", "It can see:", "RAVEN_HOME"):
+        assert part in prompt.question, prompt.question
+    assert prompt.requester == "U2"
+    assert [a["action"] for a in await rt.broker.audit(prompt.id)] == ["created", "shown"]
+    assert record.state == "approval"
+    assert _rounds(defaults) == 0
+    assert not (defaults / "campaigns" / record.id).exists()
+    # Someone else in the channel cannot approve it.
+    stranger = await rt.broker.answer(prompt.id, prompt.nonce, "U3", "Approve")
+    assert stranger.status == "not_allowed"
+    # Denied: nothing ran, and the thread is told.
+    await rt.broker.answer(prompt.id, prompt.nonce, "U2", "Deny")
+    await eventually(lambda: any("not started (denied by U2)" in t for t in adapter.texts))
+    cancelled = await rt.campaigns.store.get(record.id)
+    assert cancelled is not None and cancelled.state == "cancelled"
+    assert _rounds(defaults) == 0
+    # Approved: the approved command runs.
+    await _say(rt, _line(LONG), "e2")
+    await approve_campaigns(rt.broker, by="U2")
+    await eventually(lambda: _rounds(defaults) == 1)
+    assert any("started: try it" in t for t in adapter.texts)
+
+
+async def test_an_expired_approval_runs_nothing(defaults: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAVEN_PROMPT_EXPIRY_SECONDS", "1")
+    rt, adapter = await _runtime(defaults)
+    try:
+        await _say(rt, _line(LONG), "e1")
+        (record,) = await rt.campaigns.store.recent()
+
+        async def cancelled() -> bool:
+            await rt.broker.expire_due()
+            current = await rt.campaigns.store.get(record.id)
+            return current is not None and current.state == "cancelled"
+
+        await eventually(cancelled)
+        assert _rounds(defaults) == 0
+        await eventually(lambda: any("not started (expired)" in t for t in adapter.texts))
+    finally:
+        await shutdown(rt)
+
+
+async def test_a_changed_command_runs_only_once_approved(
+    bot: tuple[Runtime, FakeChatAdapter], defaults: Path
+) -> None:
+    rt, adapter = bot
+    await _say(rt, _line(LONG), "e1", author="U2")
+    await approve_campaigns(rt.broker, by="U2")
+    (record,) = await rt.campaigns.store.recent()
+
+    async def measured() -> bool:
+        return bool(await rt.campaigns.store.measurements(record.id))
+
+    await eventually(measured, within=30)
+    (value,) = await rt.campaigns.store.measurements(record.id)
+    tools = CampaignTools(rt.campaigns)
+    ctx = TurnContext(CONV, "turn-x", "U2", "user-U2")
+    asked = await tools.campaign_resubmit(
+        ctx,
+        ResubmitInput(campaign_id=record.id, cite=value.id, changes="echo changed; " + LONG),
+    )
+    assert "needs approval" in asked
+    (prompt,) = await _pending(rt)
+    assert "```\necho changed; echo loss 1; sleep 60\n```" in prompt.question
+    assert "resubmit" in prompt.question
+    # Denied: round 1 goes on, nothing new ran.
+    await rt.broker.answer(prompt.id, prompt.nonce, "U2", "Deny")
+    await eventually(lambda: any("changed command was not approved" in t for t in adapter.texts))
+    assert _rounds(defaults) == 1
+    # Approved: round 2 runs exactly the approved command.
+    await tools.campaign_resubmit(
+        ctx, ResubmitInput(campaign_id=record.id, cite=value.id, changes="echo changed; " + LONG)
+    )
+    await approve_campaigns(rt.broker, by="U2")
+    await eventually(lambda: _rounds(defaults) == 2, within=30)
+    log = defaults / "campaigns" / record.id / "round-2"
+
+    async def said_changed() -> bool:
+        found = await asyncio.to_thread(
+            lambda: [p.read_text() for p in log.rglob("round.log") if p.is_file()]
+        )
+        return any("changed" in text for text in found)
+
+    await eventually(said_changed, within=30)
+
+
+MACHINES = """
+[machines.local]
+kind = "local"
+slots = 2
+
+[machines.cluster]
+kind = "slurm"
+workdir = "{home}/cluster"
+
+[machines.team]
+kind = "local"
+users = ["U2"]
+
+[machines.guarded]
+kind = "local"
+approvers = ["U7"]
+"""
+
+
+async def test_machines_say_who_may_use_them_and_remote_ones_are_for_admins(
+    defaults: Path,
+) -> None:
+    rt, adapter = await _runtime(defaults, MACHINES.format(home=defaults))
+    try:
+        await _say(rt, _line(LONG, machine="cluster"), "e1", author="U2")
+        assert "open only to admins" in adapter.texts[-1]
+        await _say(rt, _line(LONG, machine="team"), "e2", author="U3")
+        assert "You may not use machine `team`: it is open to U2 and admins" in adapter.texts[-1]
+        assert await rt.campaigns.store.recent() == []
+        # The admin may use the remote machine, and still approves the exact command first.
+        await _say(rt, _line(LONG, machine="cluster"), "e3", author="U9")
+        (prompt,) = await _pending(rt)
+        assert "Machine: `cluster` (slurm)" in prompt.question
+        assert "scrubbed environment" in prompt.question
+        await _say(rt, _line(LONG, machine="team"), "e4", author="U2")
+        assert len(await _pending(rt)) == 2
+    finally:
+        await shutdown(rt)
+
+
+async def test_a_machines_approvers_must_agree_too(defaults: Path) -> None:
+    rt, adapter = await _runtime(defaults, MACHINES.format(home=defaults))
+    try:
+        await _say(rt, _line(LONG, machine="guarded"), "e1", author="U2")
+        (first,) = await _pending(rt)
+        await rt.broker.answer(first.id, first.nonce, "U2", "Approve")
+
+        async def second_prompt() -> bool:
+            return len(await _pending(rt)) == 1 and (await _pending(rt))[0].id != first.id
+
+        await eventually(second_prompt)
+        (second,) = await _pending(rt)
+        assert second.allowed_responders == ("U7",)
+        refused = await rt.broker.answer(second.id, second.nonce, "U2", "Approve")
+        assert refused.status == "not_allowed"
+        assert _rounds(defaults) == 0
+        await rt.broker.answer(second.id, second.nonce, "U7", "Approve")
+        await eventually(lambda: _rounds(defaults) == 1)
+    finally:
+        await shutdown(rt)
+
+
+async def test_only_a_persons_own_message_starts_a_campaign(
+    bot: tuple[Runtime, FakeChatAdapter],
+) -> None:
+    rt, _ = bot
+    tools = CampaignTools(rt.campaigns)
+    system = TurnContext(CONV, "turn-s", "system", "raven", origin="system")
+    args = StartCampaignInput(goal="x", run=LONG, metric="loss min", budget="10m")
+    answer = await tools.start_campaign(system, args)
+    assert answer.startswith("Refused:")
+    assert await rt.campaigns.store.recent() == []
+
+
+async def test_only_the_owner_an_approver_or_an_admin_acts_on_a_campaign_from_its_thread(
+    bot: tuple[Runtime, FakeChatAdapter],
+) -> None:
+    rt, adapter = bot
+    await _say(rt, _line(LONG), "e1", author="U1")
+    await approve_campaigns(rt.broker, by="U1")
+    (record,) = await rt.campaigns.store.recent()
+    tools = CampaignTools(
+        rt.campaigns, roles=CampaignRoles(admins=("U9",)), private=rt.broker.notify_private
+    )
+    elsewhere = TurnContext(OTHER_THREAD, "t1", "U1", "user-U1")
+    stranger = TurnContext(CONV, "t2", "U3", "user-U3")
+    ref = CampaignRef(campaign_id=record.id)
+    stop = TerminateInput(campaign_id=record.id, reason="mine now")
+    for ctx in (elsewhere, stranger):
+        assert (await tools.campaign_status(ctx, ref)).startswith("Refused:")
+        assert (await tools.campaign_terminate(ctx, stop)).startswith("Refused:")
+        changed = ResubmitInput(campaign_id=record.id, cite=1, changes="rm -rf ~")
+        assert (await tools.campaign_resubmit(ctx, changed)).startswith("Refused:")
+    # Told privately, naming who can.
+    notes = [text for _, user, text in adapter.private if user == "U3"]
+    assert notes and all("only its owner (U1), an approver or an admin" in n for n in notes)
+    assert await _pending(rt) == []
+    current = await rt.campaigns.store.get(record.id)
+    assert current is not None and current.state not in ("cancelled", "reporting")
+    # The owner and an admin may.
+    admin = TurnContext(CONV, "t3", "U9", "admin")
+    assert "Campaign `" in await tools.campaign_status(admin, ref)
+    owner = TurnContext(CONV, "t4", "U1", "user-U1")
+    assert "Campaign `" in await tools.campaign_status(owner, ref)
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        (" | poll: 0.0001s", "at least 1s"),
+        (" | poll: 0.5s", "at least 1s"),
+    ],
+)
+async def test_a_poll_faster_than_a_second_is_refused(
+    bot: tuple[Runtime, FakeChatAdapter], extra: str, problem: str
+) -> None:
+    rt, adapter = bot
+    await _say(rt, _line(LONG, extra="").replace(" | poll: 1s", extra), "e1")
+    assert problem in adapter.texts[-1]
+    assert await rt.campaigns.store.recent() == []
+
+
+async def test_budgets_and_campaigns_per_person_are_bounded(
+    defaults: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAVEN_CAMPAIGN_MAX_PER_USER", "2")
+    rt, adapter = await _runtime(defaults)
+    try:
+        await _say(rt, _line(LONG).replace("budget: 10m", "budget: 90d"), "e1")
+        assert "over the limit of 7d" in adapter.texts[-1]
+        assert "RAVEN_CAMPAIGN_MAX_BUDGET_HOURS" in adapter.texts[-1]
+        await _say(rt, _line(LONG), "e2")
+        await _say(rt, _line(LONG), "e3")
+        await _say(rt, _line(LONG), "e4")
+        assert "RAVEN_CAMPAIGN_MAX_PER_USER = 2" in adapter.texts[-1]
+        assert len(await rt.campaigns.store.recent()) == 2
+        # An admin is not bound by the per-person count.
+        await _say(rt, _line(LONG), "e5", author="U9")
+        assert len(await rt.campaigns.store.recent()) == 3
+    finally:
+        await shutdown(rt)
+
+
+async def test_one_person_cannot_hold_every_slot_of_a_machine(
+    bot: tuple[Runtime, FakeChatAdapter], defaults: Path
+) -> None:
+    rt, adapter = bot
+    await _say(rt, _line(LONG), "e1", author="U2")
+    await _say(rt, _line(LONG), "e2", author="U2")
+    await approve_campaigns(rt.broker, by="U2")
+    await eventually(lambda: any("user_slots = 1" in t for t in adapter.texts))
+    assert _rounds(defaults) == 1
+    # Someone else still gets the second slot of `local`.
+    await _say(rt, _line(LONG), "e3", author="U3")
+    await approve_campaigns(rt.broker, by="U3")
+    await eventually(lambda: _rounds(defaults) == 2)
+    states: Any = sorted(r.state for r in await rt.campaigns.store.recent())
+    assert states.count("planning") == 1
