@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Final
 
 from agents.models.requester_text import ANSWER_HEADER
@@ -18,10 +19,9 @@ from agents.models.requester_text import ANSWER_HEADER
 NAME_CAP: Final = 64
 UNNAMED: Final = "unnamed"
 CONTEXT_INDENT: Final = "    "
-# A body line that reads like a header: `name (id):` on its own, or the answer header.
-_HEADER_LIKE = re.compile(
-    rf"^[ \t]*(?:{re.escape(ANSWER_HEADER.strip())}\b.*|.*\([^()\n]*\)[ \t]*:[ \t]*)$"
-)
+# A body line that reads like the answer header, or like any header: `name (id):` alone.
+_ANSWER_LIKE = re.compile(rf"^[ \t]*{re.escape(ANSWER_HEADER.strip())}\b")
+_HEADER_LIKE = re.compile(r"^.*\([^()\n]*\)[ \t]*:[ \t]*$")
 
 
 def _visible(text: str) -> str:
@@ -51,7 +51,17 @@ def author_label(name: str, author_id: str) -> str:
 def quote_header_lines(body: str) -> str:
     """`body` with every line that reads like a message header quoted (`> `), so a message
     cannot fake another author's message after it."""
-    return "\n".join(f"> {line}" if _HEADER_LIKE.match(line) else line for line in body.split("\n"))
+    return _quote(body, lambda line: bool(_ANSWER_LIKE.match(line) or _HEADER_LIKE.match(line)))
+
+
+def quote_answer_headers(body: str) -> str:
+    """`body` with lines that read like the answer header quoted; other lines are left as
+    written (the answered message's plan and campaign lines must reach the parser intact)."""
+    return _quote(body, lambda line: bool(_ANSWER_LIKE.match(line)))
+
+
+def _quote(body: str, looks_like_header: Callable[[str], bool]) -> str:
+    return "\n".join(f"> {x}" if looks_like_header(x) else x for x in body.split("\n"))
 
 
 def context_line(name: str, author_id: str, body: str) -> str:

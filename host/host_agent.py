@@ -12,7 +12,7 @@ from agents.models.provider import ModelProvider
 from agents.models.requester_text import answer_header
 from agents.models.types import Message, TextBlock
 from agents.tools import ToolRegistry
-from host.author_labels import author_label, quote_header_lines
+from host.author_labels import author_label, quote_answer_headers, quote_header_lines
 from host.graph.render import fence, new_marker
 from host.turn import TurnContext
 from memory.conversation_log import LoggedMessage
@@ -151,7 +151,8 @@ def build_messages(
             pairs.append(("user", f"{label}:\n{quote_header_lines(item.text)}"))
         else:
             pairs.append(("assistant", item.text))
-    current = f"{answer_header(author_label(ctx.author_name, ctx.author_id))}\n{text}"
+    label = author_label(ctx.author_name, ctx.author_id)
+    current = f"{answer_header(label)}\n{quote_answer_headers(text)}"
     if thread_context:
         fenced = fence(thread_context, source="thread context", marker=new_marker())
         current = f"{THREAD_CONTEXT_HEADING}\n{fenced}\n\n{current}"
