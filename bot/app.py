@@ -42,7 +42,7 @@ from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.episode_former import ModelFormer
-from host.events import EventBus, subscribe_job, subscribe_stop
+from host.events import ConversationStopped, EventBus, StoppedItem, subscribe_job
 from host.experience import ExperienceWriter
 from host.graph.executor import DispatchContext
 from host.graph.judge import CompletionJudge
@@ -83,7 +83,7 @@ from memory.service import MemoryService
 from memory.store import Store
 from oncall.engine import CampaignEngine, EngineSettings
 from oncall.machines.registry import Allocator, build_machines, load_machines
-from oncall.model import MachineSpec
+from oncall.model import FINAL_STATES, MachineSpec
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
 from skills.catalog import LocalCatalog
@@ -174,6 +174,25 @@ def load_machine_specs(home: Path) -> dict[str, MachineSpec]:
         return load_machines(home)
     except ValueError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+async def stop_campaigns(campaigns: CampaignEngine, event: ConversationStopped) -> None:
+    """`stop` hook for campaigns: the engine cancels those the stopper may act on and
+    returns the rest; both go into the stop's tally."""
+    active = [
+        record
+        for record in await campaigns.store.of_conversation(event.conversation_id)
+        if record.state not in FINAL_STATES
+    ]
+    left = await campaigns.stop_conversation(
+        event.conversation_id, by=event.by, privileged=event.privileged
+    )
+    kept = {record.id for record in left}
+    for record in active:
+        if record.id not in kept:
+            event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=True)
+    for record in left:
+        event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=False)
 
 
 async def on_campaign_wake(campaigns: CampaignEngine, job: FiredJob) -> None:
@@ -402,6 +421,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         dedup_ttl_seconds=settings.dedup_ttl_seconds,
         history_messages=settings.history_messages,
         broker=broker,
+        admins=settings.admins,
+        approvers=settings.approvers,
         status_sources=(runs.status, broker.status, campaigns.status),
         background_idle=runs.idle,
         enrichers=MappingProxyType(
@@ -416,12 +437,13 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         group_writer.subscribe(bus)
     run_events.subscribe(bus)
     subscribe_decision_handlers(bus, runs, service, clarifier)
+    # Each owner of work cancels only what the stopper may stop and tallies the rest.
     for stop in (
         runs.stop_conversation,
         broker.cancel_conversation_id,
-        campaigns.stop_conversation,
+        functools.partial(stop_campaigns, campaigns),
     ):
-        subscribe_stop(bus, stop)
+        bus.subscribe(ConversationStopped, stop)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))

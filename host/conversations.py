@@ -8,7 +8,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Protocol
@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 from agents.models.types import ModelError
 from core.ids import ConversationRef
 from core.keyed import KeyedSerial
-from host.events import EventBus, TurnCompleted
+from host.events import EventBus, StoppedItem, StopTally, TurnCompleted
 from host.host_agent import HostAgent
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage, stored_inbound
@@ -38,7 +38,8 @@ _CONTROL = re.compile(r"^\s*(stop|status|help)\s*[.!?]*\s*$", re.IGNORECASE)
 
 HELP_TEXT = """\
 **raven-bot** — mention me with a request and I answer in this thread.
-- `stop` cancels what I'm doing in this thread (running turn, queued requests).
+- `stop` cancels what you asked for in this thread (your running and queued requests, \
+graph runs, questions and campaigns); approvers and admins stop everything here.
 - `status` shows what is running or waiting here.
 - `help` shows this message.
 Explicit plans work even offline, one node per line: `id: agent: task [after a, b]`."""
@@ -56,6 +57,77 @@ class TurnOutcome:
 def _consume_outcome(turn: asyncio.Future[TurnOutcome]) -> None:
     if not turn.cancelled() and (exc := turn.exception()) is not None:
         log.debug("turn ended with %r (reported in its thread)", exc)
+
+
+# How many recent messages of a thread are searched for the names of work owners.
+_NAME_LOOKBACK = 500
+# Kept from a display name: nothing that could mention or ping anyone, or format text.
+_UNSAFE_NAME = re.compile(r"[^\w .'-]+")
+_KIND_ORDER = ("request", "report", "run", "question", "campaign")
+
+
+def stop_reply(tally: StopTally, *, by: str, privileged: bool, names: Mapping[str, str]) -> str:
+    """The answer to `stop`: what it cancelled, then what it left running by owner.
+
+    Owners are named by display name when known (else by id), never mentioned."""
+
+    def name(owner: str) -> str:
+        shown = _UNSAFE_NAME.sub("", names.get(owner, "")).strip()[:40]
+        return shown or f"`{owner}`"
+
+    cancelled = _describe(tally.cancelled, by=by, name=name)
+    text = (
+        f"Stopped: cancelled {', '.join(cancelled)}."
+        if cancelled
+        else "Stopped: nothing was running in this thread."
+        if privileged
+        else "Stopped: nothing of yours was running in this thread."
+    )
+    left: list[str] = []
+    for owner in dict.fromkeys(item.owner for item in tally.left):
+        items = [item for item in tally.left if item.owner == owner]
+        things = _join(_describe(items, by=owner, name=name))
+        pronoun = "it" if len(items) == 1 else "them"
+        if owner:
+            who = name(owner)
+            left.append(f"{things} by {who} — {who}, an approver or an admin can stop {pronoun}")
+        else:
+            left.append(f"{things} — an approver or an admin can stop {pronoun}")
+    if left:
+        text += f"\nStill running (not yours to stop): {'; '.join(left)}."
+    return text
+
+
+def _describe(items: Sequence[StoppedItem], *, by: str, name: Callable[[str], str]) -> list[str]:
+    """One phrase per run, question or campaign, and one for the requests and the reports;
+    an owner other than `by` is named."""
+    phrases: list[str] = []
+    for kind in _KIND_ORDER:
+        of_kind = [item for item in items if item.kind == kind]
+        if not of_kind:
+            continue
+        if kind == "report":
+            phrases.append(f"{len(of_kind)} report(s) of mine")
+            continue
+        if kind == "request":
+            owners = list(dict.fromkeys(item.owner for item in of_kind))
+            whose = (
+                "" if owners == [by] else f" (of {_join([_whose(o, by, name) for o in owners])})"
+            )
+            phrases.append(f"{len(of_kind)} request(s) in this thread{whose}")
+            continue
+        for item in of_kind:
+            owner = f" by {name(item.owner)}" if item.owner != by else ""
+            phrases.append(f"{kind} `{item.ref}`{owner}")
+    return phrases
+
+
+def _whose(owner: str, by: str, name: Callable[[str], str]) -> str:
+    return "you" if owner == by else name(owner) if owner else "me"
+
+
+def _join(parts: Sequence[str]) -> str:
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
 
 
 def control_word(text: str) -> ControlWord | None:
@@ -95,6 +167,8 @@ class ConversationService:
         ),
         busy_notice_seconds: float = BUSY_NOTICE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        admins: Collection[str] = (),
+        approvers: Collection[str] = (),
     ) -> None:
         self._log = conversation_log
         self._lanes = lanes
@@ -112,6 +186,8 @@ class ConversationService:
         self._enrichers = enrichers
         self._busy_notice_seconds = busy_notice_seconds
         self._clock = clock
+        # Their `stop` cancels everyone's work in a thread; anyone else's only their own.
+        self._privileged = frozenset(admins) | frozenset(approvers)
         # (conversation, author) → when that author was last told the lane is full.
         self._busy_told: dict[tuple[str, str], float] = {}
         # What one conversation receives is dispatched in order, off the ingress path.
@@ -213,6 +289,7 @@ class ConversationService:
                 lambda: self._run_turn(msg, message_id, turn_id),
                 kind=msg.origin,
                 label=f"turn {turn_id} for {msg.author_name}",
+                owner="" if system else msg.author_id,
             )
         except LanesClosed:
             # Shutting down: the message stays unhandled and runs after the restart.
@@ -285,7 +362,14 @@ class ConversationService:
             inbound_message_id=message_id,
         )
         ctx = TurnContext(
-            conv, turn_id, msg.author_id, msg.author_name, msg.origin, msg.text, msg.is_dm
+            conv,
+            turn_id,
+            msg.author_id,
+            msg.author_name,
+            msg.origin,
+            msg.text,
+            msg.is_dm,
+            roles=msg.roles,
         )
         if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.
@@ -348,16 +432,7 @@ class ConversationService:
     async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:
         conv = msg.conversation
         if word == "stop":
-            # Durable first: what this stop cancels must not come back after a restart.
-            await self._log.handle_stop(conv.id, message_id)
-            cancelled = await self._lanes.stop(conv.id)
-            text = (
-                f"Stopped: cancelled {cancelled} request(s) in this thread; graph runs and "
-                "pending questions here are cancelled too."
-                if cancelled
-                else "Stopped: no request was running; any graph runs and pending questions "
-                "in this thread are cancelled."
-            )
+            text = await self._stop(msg, message_id)
         elif word == "status":
             await self._log.mark_handled(message_id)
             status = self._lanes.status(conv.id)
@@ -370,6 +445,24 @@ class ConversationService:
             await self._log.mark_handled(message_id)
             text = HELP_TEXT
         await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
+
+    async def _stop(self, msg: InboundMessage, message_id: int) -> str:
+        """Cancel what the typist may stop (everything when privileged); the reply says
+        what was cancelled and what was left running, and whose it is."""
+        conv, by = msg.conversation, msg.author_id
+        privileged = by in self._privileged
+        # Durable first: what this stop cancels must not come back after a restart.
+        await self._log.handle_stop(conv.id, message_id, by=by, privileged=privileged)
+        tally = StopTally()
+        await self._lanes.stop(conv.id, by=by, privileged=privileged, tally=tally)
+        # Only now: a crash before this line runs the same stop again at the next start.
+        await self._log.mark_handled(message_id)
+        names = {
+            m.author_id: m.author_name
+            for m in await self._log.history(conv.id, limit=_NAME_LOOKBACK)
+            if m.direction == "in"
+        }
+        return stop_reply(tally, by=by, privileged=privileged, names=names)
 
     async def _delivery_status(self, conv: ConversationRef) -> str:
         failed = await self._log.undelivered(conv.id)

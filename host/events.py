@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from core.ids import ConversationRef
@@ -34,12 +34,49 @@ class Event:
         return None
 
 
+StoppedKind = Literal["request", "report", "run", "question", "campaign"]
+
+
+@dataclass(frozen=True)
+class StoppedItem:
+    """One piece of a conversation's work that a `stop` saw: what it is and whose."""
+
+    kind: StoppedKind
+    # The run, prompt or campaign id; "" for a request (a turn in the lane).
+    ref: str
+    # The user id of who asked for it; "" for the bot's own work (reports, notices).
+    owner: str
+
+
+@dataclass
+class StopTally:
+    """What one `stop` cancelled and what it left running, filled in by every owner of
+    work in the conversation so the reply can say both."""
+
+    cancelled: list[StoppedItem] = field(default_factory=list)
+    left: list[StoppedItem] = field(default_factory=list)
+
+    def record(self, item: StoppedItem, *, cancelled: bool) -> None:
+        """Add `item` to what was cancelled (True) or what was left running (False)."""
+        (self.cancelled if cancelled else self.left).append(item)
+
+
 @dataclass(frozen=True)
 class ConversationStopped(Event):
-    """`stop` in a conversation cancelled its lane's turns; the owners of its other work
-    (graph runs, prompts, campaigns) cancel theirs."""
+    """`stop` in a conversation cancelled its lane's turns that `by` may stop; the owners
+    of its other work (graph runs, prompts, campaigns) cancel theirs by the same rule.
+
+    `by` may stop what they requested; `privileged` (an approver or admin) may stop
+    everything. Each subscriber records what it cancelled and what it left in `tally`."""
 
     conversation_id: str
+    by: str
+    privileged: bool
+    tally: StopTally = field(default_factory=StopTally)
+
+    def may_stop(self, owner: str) -> bool:
+        """Whether this stop cancels work requested by `owner`."""
+        return self.privileged or (bool(owner) and owner == self.by)
 
 
 @dataclass(frozen=True)
@@ -158,7 +195,10 @@ def subscribe_job(bus: EventBus, kind: str, handler: Callable[[FiredJob], Awaita
 
 
 def subscribe_stop(bus: EventBus, handler: Callable[[str], Awaitable[None]]) -> None:
-    """Run `handler` with the conversation id whenever `stop` ends a conversation's work."""
+    """Run `handler` with the conversation id whenever `stop` ends a conversation's work.
+
+    Only for work that belongs to the conversation as a whole: work with an owner must
+    subscribe to `ConversationStopped` itself and cancel only what `may_stop` allows."""
 
     async def on_stopped(event: ConversationStopped) -> None:
         await handler(event.conversation_id)

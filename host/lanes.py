@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from host.events import ConversationStopped, EventBus
+from host.events import ConversationStopped, EventBus, StoppedItem, StopTally
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class _Job(Generic[T]):
     kind: LaneKind
     label: str
     future: asyncio.Future[T]
+    # Who asked for it (the user id); "" for the bot's own work. `stop` goes by it.
+    owner: str = ""
     # Set (synchronously) when the worker starts the job; None while it is queued.
     task: asyncio.Task[T] | None = None
 
@@ -79,6 +81,10 @@ class _Lane:
             self.idle.clear()
         else:
             self.idle.set()
+
+
+def _item(job: _Job[Any]) -> StoppedItem:
+    return StoppedItem("request" if job.kind == "user" else "report", "", job.owner)
 
 
 def _user_jobs(lane: _Lane) -> int:
@@ -125,10 +131,13 @@ class LaneManager:
         *,
         kind: LaneKind = "user",
         label: str = "",
+        owner: str = "",
     ) -> asyncio.Future[T]:
         """Queue `work` on the lane for `key`; the future resolves with its outcome.
 
-        Cancelling the future cancels the job. Raises `LaneBusy` or `LanesClosed` immediately.
+        `owner` is who asked for it ("" for the bot's own work): a `stop` that is not
+        privileged cancels only its typist's turns. Cancelling the future cancels the job.
+        Raises `LaneBusy` or `LanesClosed` immediately.
         """
         if self._closed:
             raise LanesClosed()
@@ -146,7 +155,7 @@ class LaneManager:
             self._lanes[key] = lane
             log.debug("lane %s: opened", key)
         future: asyncio.Future[T] = loop.create_future()
-        job = _Job(work=work, kind=kind, label=label, future=future)
+        job = _Job(work=work, kind=kind, label=label, future=future, owner=owner)
         future.add_done_callback(functools.partial(self._on_future_done, lane, job))
         lane.queue.append(job)
         lane.refresh_idle()
@@ -160,34 +169,55 @@ class LaneManager:
         *,
         kind: LaneKind = "user",
         label: str = "",
+        owner: str = "",
     ) -> T:
         """Submit `work` and wait for its result (cancelling this call cancels the job)."""
-        return await self.submit(key, work, kind=kind, label=label)
+        return await self.submit(key, work, kind=kind, label=label, owner=owner)
 
-    async def stop(self, key: str) -> int:
-        """Cancel the lane's running and queued turns, then publish ConversationStopped.
+    async def stop(
+        self,
+        key: str,
+        *,
+        by: str = "",
+        privileged: bool = True,
+        tally: StopTally | None = None,
+    ) -> int:
+        """Cancel the lane's running and queued turns that `by` may stop (their own, or
+        every one when `privileged`), then publish ConversationStopped with the same rule.
 
-        Waits for the running turn to unwind; returns how many turns were cancelled.
+        What was cancelled and what was left goes into `tally` (the subscribers add
+        theirs). Waits for a cancelled running turn to unwind; returns how many turns
+        were cancelled.
         """
+        event = ConversationStopped(
+            key, by, privileged, tally if tally is not None else StopTally()
+        )
         cancelled = 0
         running_task: asyncio.Task[Any] | None = None
         lane = self._lanes.get(key)
         if lane is not None:
-            queued = list(lane.queue)
-            lane.queue.clear()
-            for job in queued:
-                if job.future.cancel():
+            for job in list(lane.queue):
+                if job.future.done():
+                    continue
+                stoppable = event.may_stop(job.owner)
+                event.tally.record(_item(job), cancelled=stoppable)
+                # A cancelled queued job leaves the queue through its done-callback.
+                if stoppable and job.future.cancel():
                     cancelled += 1
             running = lane.running
             if running is not None and running.task is not None:
-                running_task = running.task
-                # The future's done-callback cancels the task itself.
-                if running.future.cancel():
-                    cancelled += 1
+                if running.future.done() or event.may_stop(running.owner):
+                    running_task = running.task
+                    # The future's done-callback cancels the task itself.
+                    if running.future.cancel():
+                        event.tally.record(_item(running), cancelled=True)
+                        cancelled += 1
+                else:
+                    event.tally.record(_item(running), cancelled=False)
             lane.refresh_idle()
         if self._bus is not None:
             # The bus logs a failing subscriber and still calls the others.
-            await self._bus.publish(ConversationStopped(key))
+            await self._bus.publish(event)
         # A turn that calls stop() on its own lane must not wait for itself.
         if running_task is not None and running_task is not asyncio.current_task():
             await asyncio.wait({running_task})

@@ -24,7 +24,7 @@ import aiosqlite
 
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
-from host.events import EventBus, PromptDecided
+from host.events import ConversationStopped, EventBus, PromptDecided, StoppedItem
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.scheduling import FiredJob, Scheduler
@@ -425,15 +425,22 @@ class PromptBroker:
             log.warning("scheduling the expiry of prompt %s failed", prompt.id, exc_info=True)
 
     async def cancel_conversation(
-        self, conversation: ConversationRef, *, actor: str = "system"
+        self, conversation: ConversationRef, *, actor: str = "system", requester: str | None = None
     ) -> int:
-        """Cancel every pending prompt of a conversation (for `stop`); return how many."""
+        """Cancel the pending prompts of a conversation (for `stop`): every one, or only
+        those `requester` asked for when given; return how many."""
+        return len(await self._cancel_pending(conversation, actor=actor, requester=requester))
+
+    async def _cancel_pending(
+        self, conversation: ConversationRef, *, actor: str, requester: str | None
+    ) -> list[Prompt]:
         now = self._clock()
         won: list[str] = []
         async with self._store.transaction() as db:
             cur = await db.execute(
-                "SELECT id FROM prompts WHERE conversation_id = ? AND state = 'pending'",
-                (conversation.id,),
+                "SELECT id FROM prompts WHERE conversation_id = ? AND state = 'pending'"
+                " AND (? IS NULL OR requester = ?)",
+                (conversation.id, requester, requester),
             )
             ids = [str(r["id"]) for r in await cur.fetchall()]
             for prompt_id in ids:
@@ -447,8 +454,7 @@ class PromptBroker:
                     await _audit(
                         db, prompt_id, "cancelled", by=actor, at=now, detail="conversation stopped"
                     )
-        await self._finish_all(won)
-        return len(won)
+        return await self._finish_all(won)
 
     async def _finish_all(self, prompt_ids: Iterable[str]) -> list[Prompt]:
         done: list[Prompt] = []
@@ -561,9 +567,22 @@ class PromptBroker:
         row = await self._store.fetchone("SELECT * FROM prompts WHERE id = ?", (prompt_id,))
         return _prompt(row) if row is not None else None
 
-    async def cancel_conversation_id(self, conversation_id: str) -> None:
-        """`cancel_conversation` by id (the lanes' stop hook)."""
-        await self.cancel_conversation(ConversationRef.parse(conversation_id))
+    async def cancel_conversation_id(self, event: ConversationStopped) -> None:
+        """`stop` hook: cancel the conversation's pending prompts its typist may stop
+        (those they requested, or all when privileged); record both in the tally."""
+        conversation = ConversationRef.parse(event.conversation_id)
+        if event.privileged or event.by:
+            requester = None if event.privileged else event.by
+            for prompt in await self._cancel_pending(
+                conversation, actor=event.by or "system", requester=requester
+            ):
+                event.tally.record(
+                    StoppedItem("question", prompt.id, prompt.requester), cancelled=True
+                )
+        for prompt in await self.pending(conversation):
+            event.tally.record(
+                StoppedItem("question", prompt.id, prompt.requester), cancelled=False
+            )
 
     async def status(self, conversation: ConversationRef) -> str:
         """The conversation's pending prompts, one line each, for `status`."""

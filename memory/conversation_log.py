@@ -161,19 +161,23 @@ class ConversationLog:
             (turn_id, message_id),
         )
 
-    async def handle_stop(self, conversation_id: str, stop_message_id: int) -> int:
-        """Mark a `stop` message handled and every earlier unhandled inbound message of its
-        conversation stopped, in one transaction; return how many were stopped.
+    async def handle_stop(
+        self, conversation_id: str, stop_message_id: int, *, by: str, privileged: bool
+    ) -> int:
+        """Mark every earlier unhandled inbound message of the conversation that the `stop`
+        may cancel (those `by` wrote; every one when `privileged`) stopped, in one
+        transaction; return how many were stopped.
 
-        Done before the lane is cancelled, so a crash in between cannot resurrect them.
+        Done before anything is cancelled, so a crash in between cannot resurrect them.
+        The stop message itself stays unhandled until the caller has cancelled the rest
+        (`mark_handled`): a crash before that runs the same stop again at the next start.
         """
 
         def stop(db: sqlite3.Connection) -> int:
-            db.execute("UPDATE messages SET handled = 1 WHERE id = ?", (stop_message_id,))
             cur = db.execute(
                 "UPDATE messages SET handled = 1, stopped = 1 WHERE conversation_id = ?"
-                " AND direction = 'in' AND handled = 0 AND id < ?",
-                (conversation_id, stop_message_id),
+                " AND direction = 'in' AND handled = 0 AND id < ? AND (? OR author_id = ?)",
+                (conversation_id, stop_message_id, int(privileged), by),
             )
             return int(cur.rowcount)
 

@@ -18,7 +18,7 @@ from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
-from host.events import EventBus
+from host.events import ConversationStopped, EventBus, StoppedItem
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
 from host.graph.executor import (
     ConversationCapacity,
@@ -339,10 +339,15 @@ class RunManager:
             await run.cancel(reason="cancelled by the user")
         return [r.id for r in runs]
 
-    async def stop_conversation(self, conversation_id: str) -> None:
-        """Lane stop hook: cancel every run of the conversation."""
-        for run in self.live_runs(conversation_id):
-            await run.cancel(reason="stopped")
+    async def stop_conversation(self, event: ConversationStopped) -> None:
+        """`stop` hook: cancel the conversation's runs its typist may stop (those they
+        submitted, or all when privileged); record both kinds in the event's tally."""
+        for run in self.live_runs(event.conversation_id):
+            owner = run.record.submitted_by
+            stoppable = event.may_stop(owner)
+            event.tally.record(StoppedItem("run", run.id, owner), cancelled=stoppable)
+            if stoppable:
+                await run.cancel(reason="stopped")
 
     async def status(self, conv: ConversationRef) -> str:
         """Recent runs of the conversation with node counts."""
