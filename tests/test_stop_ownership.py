@@ -12,16 +12,25 @@ from pathlib import Path
 
 import pytest
 
+from agents.models.offline import OfflineProvider
+from agents.tools import ToolRegistry
 from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.conversations import TurnOutcome
+from host.conversations import ConversationService, TurnOutcome
+from host.events import ConversationStopped, EventBus
 from host.graph.executor import GraphRun
+from host.host_agent import HostAgent
+from host.lanes import LaneManager
 from host.messages import OutboundMessage
+from host.outbox import Outbox
 from host.prompt_model import Prompt
+from host.turn import TurnContext
+from memory.conversation_log import ConversationLog
 from oncall.model import FINAL_STATES
 from oncall.store import CampaignRecord
 from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import approve_campaigns, db_rows, eventually, inbound
 
 ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"
@@ -218,3 +227,50 @@ async def test_a_recorded_stop_keeps_only_the_stoppers_messages_from_resuming(
     assert bobs_queued.cancelled() and not alices_queued.done()
     adapter.release.set()
     assert (await alices_queued).status == "completed"
+
+
+async def test_a_stop_cut_short_by_a_crash_runs_again_by_the_same_rule(
+    conversation_log: ConversationLog,
+) -> None:
+    # The stop is recorded before anything is cancelled, and counts as handled only once
+    # every owner of work has cancelled its part: a crash in between (here: shutdown while
+    # a campaign is being terminated) runs the same stop, for the same person, next start.
+    seen: list[ConversationStopped] = []
+    terminating = asyncio.Event()
+
+    async def slow_owner(event: ConversationStopped) -> None:
+        seen.append(event)
+        terminating.set()
+        await asyncio.Event().wait()  # until the process goes away
+
+    async def owner(event: ConversationStopped) -> None:
+        seen.append(event)
+
+    def service(hook: object) -> tuple[ConversationService, LaneManager, RecordingChannel]:
+        bus = EventBus()
+        bus.subscribe(ConversationStopped, hook)  # type: ignore[arg-type]
+        lanes = LaneManager(bus=bus)
+        channel = RecordingChannel()
+        built = ConversationService(
+            conversation_log=conversation_log,
+            lanes=lanes,
+            host=HostAgent(OfflineProvider(), ToolRegistry[TurnContext]()),
+            outbox=Outbox(conversation_log, {channel.platform: channel}),
+            dedup_ttl_seconds=60,
+        )
+        return built, lanes, channel
+
+    first, lanes, _ = service(slow_owner)
+    assert await first.receive(inbound("stop", "s1", BOB))
+    await terminating.wait()
+    await first.close()
+    await lanes.drain(0)
+
+    restarted, lanes, channel = service(owner)
+    await restarted.recover("test")
+    await restarted.quiesce(CONV)
+    assert [e.conversation_id for e in seen] == [CONV.id, CONV.id]
+    assert [(e.by, e.privileged) for e in seen] == [(BOB, False), (BOB, False)]
+    assert channel.texts == ["Stopped: nothing of yours was running in this thread."]
+    assert await conversation_log.unhandled_inbound("test") == []
+    await lanes.drain(1)
