@@ -36,13 +36,24 @@ from bot.home import check_home, workspace_for
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
+from host.campaign_approval import (
+    CAMPAIGN_COMMAND,
+    PromptCommandApprovals,
+    handle_campaign_command,
+)
 from host.campaign_decider import ModelDecider
 from host.campaign_notices import LaneNotifier
-from host.campaign_tools import build_campaign_tools
+from host.campaign_tools import CampaignRoles, build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.episode_former import ModelFormer
-from host.events import ConversationStopped, EventBus, StoppedItem, subscribe_job
+from host.events import (
+    ConversationStopped,
+    EventBus,
+    StoppedItem,
+    subscribe_decision,
+    subscribe_job,
+)
 from host.experience import ExperienceWriter
 from host.graph.executor import DispatchContext
 from host.graph.judge import CompletionJudge
@@ -81,8 +92,14 @@ from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
+from oncall.access import CampaignLimits
 from oncall.engine import CampaignEngine, EngineSettings
-from oncall.machines.registry import Allocator, build_machines, load_machines
+from oncall.machines.registry import (
+    Allocator,
+    Confinement,
+    build_machines,
+    load_machines,
+)
 from oncall.model import FINAL_STATES, MachineSpec
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
@@ -140,7 +157,17 @@ def build_provider(settings: Settings) -> ModelProvider:
 
 def build_sandbox(settings: Settings) -> Sandbox:
     """The sandbox for agent subprocesses; hides the data dir and this working dir (`.env`)."""
-    return select_sandbox(hidden=(settings.home, Path.cwd()), unsandboxed=settings.unsandboxed)
+    return select_sandbox(hidden=hidden_paths(settings), unsandboxed=settings.unsandboxed)
+
+
+def hidden_paths(settings: Settings) -> tuple[Path, ...]:
+    """What no sandboxed command may see: the data dir and this working dir (`.env`)."""
+    return (settings.home, Path.cwd())
+
+
+def confinement(settings: Settings) -> Confinement:
+    """How remote (Slurm, ssh) rounds are confined: the same hidden paths as the sandbox."""
+    return Confinement(hidden=hidden_paths(settings), unsandboxed=settings.unsandboxed)
 
 
 def backend_factory(
@@ -353,14 +380,23 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     )
     campaigns = CampaignEngine(
         store=CampaignStore(store),
-        machines=build_machines(machine_specs, DetachedSandbox(sandbox)),
+        machines=build_machines(
+            machine_specs, DetachedSandbox(sandbox), confinement=confinement(settings)
+        ),
         allocator=Allocator(machine_specs),
         scheduler=scheduler,
         # Notices are system work in the conversation's lane, recorded before they post.
         notifier=LaneNotifier(conversation_log, outbox, lanes),
         decider=ModelDecider(provider),
         root=home / "campaigns",
-        settings=EngineSettings(report_tolerance=settings.campaign_report_tolerance),
+        settings=EngineSettings(
+            report_tolerance=settings.campaign_report_tolerance,
+            limits=CampaignLimits(
+                max_budget_seconds=settings.campaign_max_budget_hours * 3600,
+                max_active_per_user=settings.campaign_max_per_user,
+            ),
+        ),
+        approvals=PromptCommandApprovals(broker),
     )
     memory_writer = MemoryWriter(memory, conversation_log)
     memory_commands = MemoryCommands(memory, broker, outbox)
@@ -384,7 +420,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         results_reach_users=provider.offline,
         request_attribution=group,
     )
-    host_tools = build_host_tools(tool_deps) + build_campaign_tools(campaigns)
+    host_tools = build_host_tools(tool_deps) + build_campaign_tools(
+        campaigns,
+        roles=CampaignRoles(admins=settings.admins, approvers=settings.approvers),
+        private=broker.notify_private,
+    )
     skill_sources = (
         (
             SkillContext(
@@ -437,6 +477,13 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         group_writer.subscribe(bus)
     run_events.subscribe(bus)
     subscribe_decision_handlers(bus, runs, service, clarifier)
+    subscribe_decision(
+        bus,
+        CAMPAIGN_COMMAND,
+        functools.partial(
+            handle_campaign_command, engine=campaigns, broker=broker, admins=settings.admins
+        ),
+    )
     # Each owner of work cancels only what the stopper may stop and tallies the rest.
     for stop in (
         runs.stop_conversation,

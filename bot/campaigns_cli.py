@@ -36,6 +36,7 @@ from bot.app import (
     build_provider,
     build_sandbox,
     close_provider,
+    confinement,
     load_machine_specs,
     on_campaign_wake,
 )
@@ -762,7 +763,7 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
         bus,
         misfire_grace_seconds=settings.scheduler_misfire_grace_seconds,
     )
-    machines = build_machines(specs, DetachedSandbox(sandbox))
+    machines = build_machines(specs, DetachedSandbox(sandbox), confinement=confinement(settings))
     notifier = StderrNotifier()
     campaigns = CampaignStore(store)
     # The bot's selection: the model with a key, the offline provider (so the policy) without.

@@ -9,51 +9,37 @@ can answer, unless one of them gave the first approval.
 
 from __future__ import annotations
 
-import logging
-import re
 from collections.abc import Collection
 from typing import Literal, cast
 
+from host.clarify import code_block, sandbox_view
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from oncall.engine import CampaignEngine, CampaignError
 from oncall.model import MachineSpec
 from oncall.ports import CommandApproval
 
-log = logging.getLogger(__name__)
-
 CAMPAIGN_COMMAND = "campaign_command"
-_SANDBOX_VIEW = (
-    "the system read-only, its own round directory as the only writable path, a fresh "
-    "`/tmp` and `$HOME`; not `RAVEN_HOME` (database, other campaigns, workspaces), not the "
-    "bot's working directory (`.env`) and nothing of the bot's environment. The network is "
-    "not cut off."
-)
 
 
 def visibility(machine: MachineSpec) -> str:
     """What a round on `machine` can see, in words for the person approving it."""
+    view = sandbox_view("its round directory")
     if machine.kind == "local":
-        return f"this host, sandboxed (bubblewrap): {_SANDBOX_VIEW}"
-    where = (
-        f"Slurm partition `{machine.partition}`"
-        if machine.kind == "slurm" and machine.partition
-        else "the Slurm cluster"
-        if machine.kind == "slurm"
-        else f"`{machine.host}`" + (f" as `{machine.user}`" if machine.user else "")
-    )
+        return f"this host, sandboxed (bubblewrap): {view}"
+    if machine.kind == "slurm":
+        where = f"partition `{machine.partition}`" if machine.partition else "the default partition"
+        return (
+            f"a Slurm job on {where}, with a scrubbed environment (nothing of the bot's), "
+            f"sandboxed by bubblewrap on the node: {view} A node without bubblewrap refuses "
+            "the round."
+        )
+    account = f" as `{machine.user}`" if machine.user else ""
     return (
-        f"{where}, with a scrubbed environment (nothing of the bot's) and, where bubblewrap is "
-        f"installed there, sandboxed: {_SANDBOX_VIEW} Without bubblewrap on that host it can "
-        "read whatever that account can."
+        f"`{machine.host}`{account}, with a scrubbed environment (nothing of the bot's) and, "
+        f"where bubblewrap is installed there, sandboxed: {view} Without bubblewrap on that "
+        "host it can read whatever that account can."
     )
-
-
-def code_block(text: str) -> str:
-    """`text` as a Markdown code block that nothing inside it can close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}"
 
 
 def approval_question(approval: CommandApproval) -> str:

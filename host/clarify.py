@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
 from core.ids import ConversationRef
+from host.author_labels import context_line
 from host.graph.render import fence, new_marker
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
@@ -60,13 +61,31 @@ PERMISSION_ANSWERS = {
 }
 
 
+def sandbox_view(writable: str) -> str:
+    """What a sandboxed command can see (SPEC §12), shown in every command approval."""
+    return (
+        f"the system read-only, {writable} as the only writable path, a fresh `/tmp` and "
+        "`$HOME`; not `RAVEN_HOME` (database, runs, other workspaces), not the bot's working "
+        "directory (`.env`) and nothing of the bot's environment. The network is not cut off."
+    )
+
+
+def code_block(text: str) -> str:
+    """`text` as a Markdown code block: its fence is longer than any backtick run inside,
+    so nothing in it can close the block."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 def command_question(node_id: str, command: str) -> str:
     """The approval question for a command: the exact command, fenced as code."""
-    longest = max((len(run) for run in re.findall(r"`+", command)), default=0)
-    fence_ = "`" * max(3, longest + 1)  # longer than any backtick run inside, so it cannot close
     return (
         f"The `{node_id}` node wants to run this command in its sandboxed workspace:\n"
-        f"{fence_}\n{command}\n{fence_}\nRun it?"
+        f"{code_block(command)}\n"
+        "- Runs in: this conversation's workspace, on the bot's host, with a time limit\n"
+        f"- It can see: {sandbox_view('the workspace')}\n"
+        "Exactly this command runs. Run it?"
     )
 
 
@@ -197,7 +216,8 @@ class Clarifier:
         self, conv: ConversationRef, question: str
     ) -> tuple[str | None, str]:
         history = await self._log.history(conv.id, limit=self._history)
-        snapshot = "\n".join(f"{m.author_name}: {m.text}" for m in history)
+        # Labelled as the Host sees authors: a display name cannot pass for another person.
+        snapshot = "\n".join(context_line(m.author_name, m.author_id, m.text) for m in history)
         marker = new_marker()
         body = (
             fence(question, source="worker question", marker=marker)

@@ -111,8 +111,12 @@ class PromptBroker:
         payload: Mapping[str, Any] | None = None,
         expires_in: float | None = None,
         extra_responders: Sequence[str] = (),
+        responders: Sequence[str] | None = None,
     ) -> Prompt:
-        """Persist a pending prompt, then show it; a failed show leaves it answerable by text."""
+        """Persist a pending prompt, then show it; a failed show leaves it answerable by text.
+
+        `responders` replaces who may answer (admins always may): a second approval that the
+        requester must not be able to give themselves."""
         if kind not in _KINDS:
             raise ValueError(f"unknown prompt kind {kind!r}")
         if not question.strip():
@@ -132,7 +136,11 @@ class PromptBroker:
             raise ValueError("expires_in must be positive")
         allowed = _unique(
             [requester, *(self._approvers if kind == "approval" else ()), *extra_responders]
+            if responders is None
+            else responders
         )
+        if not allowed:
+            raise ValueError("a prompt needs at least one person who may answer it")
         now = self._clock()
         prompt = Prompt(
             id=self._new_id(),
@@ -323,7 +331,9 @@ class PromptBroker:
         return responder_id in prompt.allowed_responders or responder_id in self._admins
 
     async def _refuse(self, prompt: Prompt, responder_id: str) -> AnswerOutcome:
-        if prompt.kind == "approval":
+        if prompt.requester not in prompt.allowed_responders:
+            text = f"Only {', '.join(prompt.allowed_responders)} or an admin can answer this."
+        elif prompt.kind == "approval":
             text = f"Only {prompt.requester} or an approver can answer this."
         elif len(prompt.allowed_responders) > 1:
             text = f"Only {prompt.requester} or the people they asked can answer this."
@@ -334,15 +344,20 @@ class PromptBroker:
             " VALUES (?, ?, ?, 'refused', ?)",
             (prompt.id, self._clock(), responder_id, "not an allowed responder"),
         )
-        notified = False
-        surface = self._surfaces.get(prompt.conversation.platform)
-        if surface is not None:
-            try:
-                await surface.notify_private(prompt.conversation, responder_id, text)
-                notified = True
-            except Exception:
-                log.exception("private refusal for prompt %s failed", prompt.id)
+        notified = await self.notify_private(prompt.conversation, responder_id, text)
         return AnswerOutcome("not_allowed", text, prompt, notified=notified)
+
+    async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> bool:
+        """Tell one person something only they see; False when it could not be said."""
+        surface = self._surfaces.get(conv.platform)
+        if surface is None:
+            return False
+        try:
+            await surface.notify_private(conv, user_id, text)
+        except Exception:
+            log.exception("a private note to %s in %s failed", user_id, conv.id)
+            return False
+        return True
 
     async def _duplicate(self, prompt: Prompt, responder_id: str, raw: str) -> AnswerOutcome:
         await self._store.execute(

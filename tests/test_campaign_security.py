@@ -34,8 +34,10 @@ from host.campaign_tools import (
 from host.messages import InboundMessage
 from host.prompt_model import Prompt
 from host.turn import TurnContext
+from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, db_rows, eventually
+from tests.slurm_cluster import SlurmCluster
 
 CONV = ConversationRef("test", "W", "C", "T")
 OTHER_THREAD = ConversationRef("test", "W", "C", "T2")
@@ -75,8 +77,8 @@ def defaults(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Path:
 
 async def _runtime(home: Path, machines: str | None = None) -> tuple[Runtime, FakeChatAdapter]:
     if machines is not None:
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "machines.toml").write_text(machines)
+        await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread((home / "machines.toml").write_text, machines)
     adapter = FakeChatAdapter()
     rt = await build_runtime(load_settings(), [lambda: adapter])
     await start_serving(rt)
@@ -136,7 +138,9 @@ async def test_a_campaign_line_runs_nothing_until_its_exact_command_is_approved(
     assert any("started: try it" in t for t in adapter.texts)
 
 
-async def test_an_expired_approval_runs_nothing(defaults: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_expired_approval_runs_nothing(
+    defaults: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RAVEN_PROMPT_EXPIRY_SECONDS", "1")
     rt, adapter = await _runtime(defaults)
     try:
@@ -240,7 +244,7 @@ async def test_machines_say_who_may_use_them_and_remote_ones_are_for_admins(
 
 
 async def test_a_machines_approvers_must_agree_too(defaults: Path) -> None:
-    rt, adapter = await _runtime(defaults, MACHINES.format(home=defaults))
+    rt, _ = await _runtime(defaults, MACHINES.format(home=defaults))
     try:
         await _say(rt, _line(LONG, machine="guarded"), "e1", author="U2")
         (first,) = await _pending(rt)
@@ -357,3 +361,27 @@ async def test_one_person_cannot_hold_every_slot_of_a_machine(
     await eventually(lambda: _rounds(defaults) == 2)
     states: Any = sorted(r.state for r in await rt.campaigns.store.recent())
     assert states.count("planning") == 1
+
+
+async def test_an_approved_campaign_runs_on_the_real_slurm_for_its_allowed_user(
+    defaults: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster: SlurmCluster
+) -> None:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    machines = (
+        f'[machines.cluster]\nkind = "slurm"\nworkdir = "{defaults}/cluster"\nusers = ["U2"]\n'
+    )
+    rt, adapter = await _runtime(defaults, machines)
+    try:
+        run = 'for v in 0.9 0.5; do echo "loss $v"; done'
+        await _say(rt, _line(run, machine="cluster"), "e1", author="U3")
+        assert "You may not use machine `cluster`" in adapter.texts[-1]
+        await _say(rt, _line(run, machine="cluster"), "e2", author="U2")
+        assert _rounds(defaults) == 0
+        await approve_campaigns(rt.broker, by="U2")
+        await eventually(lambda: any(t.startswith("📋 Campaign") for t in adapter.texts), 120)
+        (record,) = await rt.campaigns.store.recent()
+        assert record.state == "closed", slurm_cluster.log_tail()
+        values = [m.value for m in await rt.campaigns.store.measurements(record.id)]
+        assert values == [0.9, 0.5]
+    finally:
+        await shutdown(rt)

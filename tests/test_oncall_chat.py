@@ -101,6 +101,7 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
     rt, adapter = runtime
     submitted: list[tuple[str, LaneKind, str]] = []
     running_when_posted: dict[str, str | None] = {}
+    ids: dict[str, str] = {}
     real_submit, real_post = rt.lanes.submit, adapter.post
 
     def spy(
@@ -116,7 +117,9 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
 
     async def post(conv: ConversationRef, message: Any) -> str:
         running_when_posted[message.idempotency_key] = rt.lanes.status(conv.id).running
-        return str(await real_post(conv, message))
+        posted_id = str(await real_post(conv, message))
+        ids[message.idempotency_key] = posted_id
+        return posted_id
 
     monkeypatch.setattr(rt.lanes, "submit", spy)
     monkeypatch.setattr(adapter, "post", post)
@@ -139,7 +142,8 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
     # The status message's id was recorded when its lane job posted it, for in-place edits.
     status_at = keys.index(f"campaign:{record.id}:round:1:status")
     current = await rt.campaigns.store.get(record.id)
-    assert current is not None and current.status_message == f"m{status_at + 1}"
+    assert current is not None and current.status_message == f"m{status_at + 1}", (keys, ids)
+    assert current.status_message == ids[f"campaign:{record.id}:round:1:status"]
 
 
 async def test_a_notice_recorded_before_a_crash_is_posted_once_after_the_restart(

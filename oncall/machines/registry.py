@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -166,25 +167,47 @@ def _check_kind(spec: MachineSpec, given: set[str]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Confinement:
+    """What remote rounds must not see, and whether a node without bubblewrap may run one."""
+
+    hidden: tuple[Path, ...] = ()  # RAVEN_HOME and the bot's working directory
+    unsandboxed: bool = False  # RAVEN_UNSANDBOXED: run on a Slurm node without bubblewrap
+
+
 def build_machine(
-    spec: MachineSpec, wrapper: CommandWrapper, *, clock: Clock = time.time
+    spec: MachineSpec,
+    wrapper: CommandWrapper,
+    *,
+    clock: Clock = time.time,
+    confinement: Confinement | None = None,
 ) -> Machine:
-    """The machine for `spec`; local rounds run inside `wrapper` (the sandbox, detached)."""
+    """The machine for `spec`; local rounds run inside `wrapper` (the sandbox, detached),
+    remote ones confined as `confinement` says (default: from the process environment)."""
+    hidden = confinement.hidden if confinement is not None else None
     machine: Machine
     if spec.kind == "local":
         machine = LocalMachine(spec, wrapper, clock=clock)
     elif spec.kind == "ssh":
-        machine = SshMachine(spec, clock=clock)
+        machine = SshMachine(spec, clock=clock, hidden=hidden)
     else:
-        machine = SlurmMachine(spec, clock=clock)
+        unsandboxed = confinement.unsandboxed if confinement is not None else None
+        machine = SlurmMachine(spec, clock=clock, hidden=hidden, unsandboxed=unsandboxed)
     return machine
 
 
 def build_machines(
-    specs: Mapping[str, MachineSpec], wrapper: CommandWrapper, *, clock: Clock = time.time
+    specs: Mapping[str, MachineSpec],
+    wrapper: CommandWrapper,
+    *,
+    clock: Clock = time.time,
+    confinement: Confinement | None = None,
 ) -> dict[str, Machine]:
     """Every registered machine, by name."""
-    return {name: build_machine(spec, wrapper, clock=clock) for name, spec in specs.items()}
+    return {
+        name: build_machine(spec, wrapper, clock=clock, confinement=confinement)
+        for name, spec in specs.items()
+    }
 
 
 class Allocator:

@@ -25,7 +25,7 @@ class RecordingPromptSurface:
         self.fail_show = fail_show
         self.fail_close = fail_close
         self.on_show = on_show
-        self._ids = itertools.count(1)
+        self._prompt_ids = itertools.count(1)
 
     async def show_prompt(self, prompt: Prompt) -> str:
         if self.on_show is not None:
@@ -33,7 +33,7 @@ class RecordingPromptSurface:
         if self.fail_show:
             raise ConnectionError("platform unavailable")
         self.shown.append(prompt)
-        return f"pm{next(self._ids)}"
+        return f"pm{next(self._prompt_ids)}"
 
     async def close_prompt(self, prompt: Prompt) -> None:
         if self.fail_close:
