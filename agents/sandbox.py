@@ -23,24 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
+from core.sandbox_view import HIDDEN_FILES, SYSTEM_PATHS
+
 SandboxKind = Literal["bwrap", "unsandboxed", "refusing"]
 Which = Callable[[str], str | None]
 _T = TypeVar("_T")
 
-# The read-only system view: enough to run shells, interpreters and installed CLIs.
-SYSTEM_PATHS: Final = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-)
-# Files under a bound system path that can hold credentials; replaced by an empty file.
-HIDDEN_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 INSTALL_HINT: Final = (
     "Install bubblewrap (`apt-get install bubblewrap`), or set RAVEN_UNSANDBOXED=1 to run agent "
     "commands without a sandbox (unsafe: they can then read the bot's secrets and files)."

@@ -31,12 +31,17 @@ from host.campaign_tools import (
     StartCampaignInput,
     TerminateInput,
 )
-from host.messages import InboundMessage
 from host.prompt_model import Prompt
 from host.turn import TurnContext
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import approve_campaigns, db_rows, eventually
+from tests.helpers import (
+    approve_campaigns,
+    db_rows,
+    eventually,
+    inbound,
+    use_product_defaults,
+)
 from tests.slurm_cluster import SlurmCluster
 
 CONV = ConversationRef("test", "W", "C", "T")
@@ -52,25 +57,10 @@ def _line(run: str, *, machine: str = "local", extra: str = "") -> str:
     )
 
 
-def _msg(text: str, event: str, author: str = "U2") -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T",
-        message_id=event,
-        author_id=author,
-        author_name=f"user-{author}",
-        text=text,
-        event_id=event,
-    )
-
-
 @pytest.fixture
 def defaults(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Path:
     """The product defaults: Skill Forge, the default embedder and episode former on."""
-    for name in ("RAVEN_SKILLS", "RAVEN_MEMORY_EMBEDDER", "RAVEN_MEMORY_EPISODES"):
-        monkeypatch.delenv(name, raising=False)
+    use_product_defaults(monkeypatch)
     monkeypatch.setenv("RAVEN_ADMINS", "U9")
     return isolated_env
 
@@ -93,7 +83,7 @@ async def bot(defaults: Path) -> AsyncIterator[tuple[Runtime, FakeChatAdapter]]:
 
 
 async def _say(rt: Runtime, text: str, event: str, author: str = "U2") -> None:
-    turn = await rt.service.accept(_msg(text, event, author))
+    turn = await rt.service.accept(inbound(text, event, author))
     assert turn is not None
     await turn
 

@@ -10,10 +10,11 @@ import pytest
 from bot.app import build_runtime, shutdown, start_serving
 from bot.campaigns_cli import build_headless
 from bot.settings import SettingsError, load_settings
+from host.prompts import PromptBroker
 from memory.store import Store
 from oncall.engine import CampaignEngine
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import approve_campaigns, eventually
 from tests.oncall_kit import CONV, spec
 
 # Measured 0.4; the report says 0.42: 5% off, outside the default 0.1% and inside 10%.
@@ -30,8 +31,10 @@ def test_the_tolerance_is_read_and_validated(monkeypatch: pytest.MonkeyPatch) ->
             load_settings()
 
 
-async def _near_report(engine: CampaignEngine) -> str:
+async def _near_report(engine: CampaignEngine, approve: PromptBroker | None = None) -> str:
     record = await engine.start("U1", CONV, spec("echo loss=0.9; echo loss=0.4; sleep 60"))
+    if approve is not None:
+        await approve_campaigns(approve)
 
     async def measured() -> bool:
         return len(await engine.store.measurements(record.id)) == 2
@@ -50,7 +53,8 @@ async def test_the_bot_holds_reports_to_the_configured_tolerance(
     rt = await build_runtime(load_settings(), [FakeChatAdapter])
     await start_serving(rt)
     try:
-        assert (await _near_report(rt.campaigns)).startswith("Report accepted")
+        # The bot asks a person to approve the command first.
+        assert (await _near_report(rt.campaigns, approve=rt.broker)).startswith("Report accepted")
     finally:
         await shutdown(rt)
 

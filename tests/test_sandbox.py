@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import sqlite3
 import sys
@@ -113,8 +114,11 @@ _BOT_SIDE = textwrap.dedent(
             AgentTask(node_id="n1", agent=entry, prompt="go", workspace=workspace)
         )
         tools = default_specialists(shell=ShellPolicy(sandbox=sandbox))["code"].tools(workspace)
+        # From a script file, as an agent would hide it: the permission gate (which refuses
+        # these paths when they are spelled out) cannot see inside; the sandbox must hold.
+        (workspace / "probe.sh").write_text(shell_script)
         shell = await tools.dispatch(
-            ToolCall(id="t", name="run_shell", input={"command": shell_script}),
+            ToolCall(id="t", name="run_shell", input={"command": "sh probe.sh"}),
             ToolContext(workspace=workspace),
         )
         print(json.dumps({
@@ -178,7 +182,9 @@ async def test_commands_cannot_read_the_bots_secrets_or_write_outside(tmp_path: 
         for marker in ("RELATIVE_ENV_VISIBLE", "ENV_VISIBLE", "DB_VISIBLE"):
             assert marker not in text, f"{kind}: {marker}\n{text}"
         assert "WROTE_OUTSIDE" not in text, text
-        assert "ppid=1" in text  # its parent is the sandbox's init, not the bot
+        # Its parent is inside the sandbox's own PID namespace (the init, or the `sh` that
+        # runs the shell's script file), never the bot.
+        assert re.search(r"^ppid=[12]$", text, re.M), text
         assert "WROTE_INSIDE" in text, text
         assert (workspace / f"inside-{kind}.txt").read_text() == "ok\n"
         # Writes to /tmp land in the sandbox's own /tmp, never on the host.
@@ -368,7 +374,11 @@ async def test_a_venv_inside_the_hidden_working_dir_stays_usable(tmp_path: Path)
     bwrap = real_sandbox()
     assert isinstance(bwrap, Bubblewrap)
     sandbox = Bubblewrap(bwrap.bwrap, hidden=(botdir, Path("/")), readonly=(venv,))
-    out = await _run_shell(sandbox, ws, f"sh {venv}/tool.sh; cat {botdir}/.env; echo x > /tmp/t")
+    # A script file, so the permission gate (which refuses `.env` when it is spelled out in a
+    # command) does not stop it first: the sandbox itself must hide the file.
+    script = f"sh {venv}/tool.sh; cat {botdir}/.env; echo x > /tmp/t\n"
+    await asyncio.to_thread((ws / "probe.sh").write_text, script)
+    out = await _run_shell(sandbox, ws, "sh probe.sh")
     assert "tool ran" in out and FAKE_ANTHROPIC not in out
     assert "No such file" in out  # .env is not there at all
     assert "Read-only" not in out  # /tmp stays writable

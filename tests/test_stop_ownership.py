@@ -31,7 +31,13 @@ from oncall.model import FINAL_STATES
 from oncall.store import CampaignRecord
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.recording_channel import RecordingChannel
-from tests.helpers import approve_campaigns, db_rows, eventually, inbound
+from tests.helpers import (
+    approve_campaigns,
+    db_rows,
+    eventually,
+    inbound,
+    use_product_defaults,
+)
 
 ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"
 CONV = inbound("x", "x").conversation
@@ -80,8 +86,7 @@ async def bot(
 ) -> AsyncIterator[tuple[Runtime, SlowPlatform]]:
     # The product defaults (Skill Forge, the default embedder and episode former), with
     # one admin configured.
-    for name in ("RAVEN_SKILLS", "RAVEN_MEMORY_EMBEDDER", "RAVEN_MEMORY_EPISODES"):
-        monkeypatch.delenv(name, raising=False)
+    use_product_defaults(monkeypatch)
     monkeypatch.setenv("RAVEN_ADMINS", ADMIN)
     await asyncio.to_thread(isolated_env.mkdir, parents=True, exist_ok=True)
     await asyncio.to_thread((isolated_env / "agents.toml").write_text, AGENTS)

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal
 
+from core.sandbox_view import HIDDEN_FILES, SYSTEM_PATHS
+
 # "refuse": no sandbox, no round (a node that shares the bot's filesystem); "scrubbed": run with
 # the scrubbed environment only (a host that holds nothing of the bot's).
 BwrapMissing = Literal["refuse", "scrubbed"]
@@ -44,19 +46,6 @@ JOB_VARIABLES: Final = (
     "SLURM_JOB_GPUS",
     "CUDA_VISIBLE_DEVICES",
 )
-# The same read-only system view as the local sandbox (agents/sandbox.py).
-SYSTEM_PATHS: Final = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc",
-    "/opt",
-)
-HIDDEN_FILES: Final = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers")
 # GPUs stay usable in the sandbox (bwrap's --dev /dev has none); missing ones are skipped.
 DEVICES: Final = ("/dev/nvidia*", "/dev/dri", "/dev/kfd")
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
