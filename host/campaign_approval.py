@@ -71,7 +71,16 @@ class PromptCommandApprovals:
         self._broker = broker
 
     async def request(self, approval: CommandApproval) -> str:
-        """Persist and show the first approval prompt; its id."""
+        """Persist and show the first approval prompt; its id.
+
+        Asked again at startup for a campaign still awaiting approval (the bot may have died
+        between recording it and asking): a start that was already asked is not asked twice."""
+        if approval.kind == "start":
+            asked = await self._broker.with_payload(
+                CAMPAIGN_COMMAND, "campaign_id", approval.campaign_id
+            )
+            if any(p.payload.get("kind") == "start" for p in asked):
+                return asked[0].id
         prompt = await self._broker.create(
             conversation=approval.conversation,
             kind="approval",

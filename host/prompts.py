@@ -604,6 +604,15 @@ class PromptBroker:
         pending = await self.pending(conversation)
         return "\n".join(f"- prompt `{p.id}` waiting: {p.question[:80]}" for p in pending)
 
+    async def with_payload(self, purpose: str, key: str, value: str) -> list[Prompt]:
+        """Every prompt of `purpose` (any state) whose payload's `key` is `value`, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM prompts WHERE purpose = ? AND json_extract(payload, ?) = ?"
+            " ORDER BY created_at, rowid",
+            (purpose, f"$.{key}", value),
+        )
+        return [_prompt(r) for r in rows]
+
     async def pending(self, conversation: ConversationRef | None = None) -> list[Prompt]:
         """Pending prompts, oldest first; of one conversation when given."""
         return await self._pending_rows(conversation, newest_first=False)

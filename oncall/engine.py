@@ -1047,7 +1047,11 @@ class CampaignEngine:
 
     async def _reattach(self, record: CampaignRecord) -> None:
         if record.state == "approval":
-            return  # its prompt is pending: the decision starts it (or not)
+            # Its prompt's decision starts it (or not); asked again in case the bot died
+            # before asking (the port does not ask twice).
+            if self._approvals is not None:
+                await self._approvals.request(self._approval(record, "start", record.spec.command))
+            return
         if record.state == "planning":
             await self._begin_or_queue(record)
             return

@@ -30,6 +30,7 @@ from host.campaign_tools import (
     ResubmitInput,
     StartCampaignInput,
     TerminateInput,
+    campaign_spec,
 )
 from host.prompt_model import Prompt
 from host.turn import TurnContext
@@ -375,3 +376,23 @@ async def test_an_approved_campaign_runs_on_the_real_slurm_for_its_allowed_user(
         assert values == [0.9, 0.5]
     finally:
         await shutdown(rt)
+
+
+async def test_a_campaign_recorded_before_a_crash_is_asked_about_once_after_the_restart(
+    defaults: Path,
+) -> None:
+    rt, _ = await _runtime(defaults)
+    line = StartCampaignInput(goal="g", run=LONG, metric="loss min", budget="10m", poll="1s")
+    # What a kill -9 between recording the campaign and asking leaves: no prompt yet.
+    record = await rt.campaigns.store.create(
+        "cmp_crashed", "U2", CONV, campaign_spec(line), state="approval"
+    )
+    await shutdown(rt)
+    for _ in range(2):  # asked at the first restart, not again at the second
+        rt, _ = await _runtime(defaults)
+        try:
+            (prompt,) = await _pending(rt)
+            assert prompt.payload["campaign_id"] == record.id and prompt.requester == "U2"
+            assert _rounds(defaults) == 0
+        finally:
+            await shutdown(rt)
