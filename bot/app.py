@@ -43,7 +43,7 @@ from host.campaign_approval import (
 )
 from host.campaign_decider import ModelDecider
 from host.campaign_notices import LaneNotifier
-from host.campaign_tools import CampaignRoles, build_campaign_tools
+from host.campaign_tools import build_campaign_tools
 from host.clarify import Clarifier
 from host.conversations import ConversationService
 from host.episode_former import ModelFormer
@@ -74,6 +74,7 @@ from host.permission_gate import PermissionGates
 from host.ports import Channel, PromptSurface
 from host.prompt_handlers import subscribe_decision_handlers
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
+from host.roles import Roles
 from host.run_events import ConversationRunEvents
 from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.scheduling import FiredJob
@@ -419,10 +420,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         registry=registry,
         results_reach_users=provider.offline,
         request_attribution=group,
+        roles=Roles(admins=settings.admins, approvers=settings.approvers),
     )
     host_tools = build_host_tools(tool_deps) + build_campaign_tools(
         campaigns,
-        roles=CampaignRoles(admins=settings.admins, approvers=settings.approvers),
+        roles=Roles(admins=settings.admins, approvers=settings.approvers),
         private=broker.notify_private,
     )
     skill_sources = (

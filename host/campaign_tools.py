@@ -6,14 +6,14 @@ measurement; `campaign_report` closes a campaign only through the report gate.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from agents.tools import Tool
 from core.ids import ConversationRef
+from host.roles import Roles
 from host.turn import TurnContext
 from oncall.access import Requester
 from oncall.durations import parse_duration
@@ -217,18 +217,6 @@ def _problems(problems: list[str]) -> str:
 PrivateNote = Callable[[ConversationRef, str, str], Awaitable[object]]
 
 
-@dataclass(frozen=True)
-class CampaignRoles:
-    """Who besides a campaign's owner may act on it."""
-
-    admins: Collection[str] = ()
-    approvers: Collection[str] = ()
-
-    def privileged(self, user_id: str) -> bool:
-        """Admins and approvers act on anyone's campaigns."""
-        return user_id in self.admins or user_id in self.approvers
-
-
 class CampaignTools:
     """The campaign tool implementations, bound to one engine.
 
@@ -240,11 +228,11 @@ class CampaignTools:
         self,
         engine: CampaignEngine,
         *,
-        roles: CampaignRoles = CampaignRoles(),
+        roles: Roles | None = None,
         private: PrivateNote | None = None,
     ) -> None:
         self.engine = engine
-        self._roles = roles
+        self._roles = roles or Roles()
         self._private = private
 
     async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
@@ -342,7 +330,7 @@ class CampaignTools:
 def build_campaign_tools(
     engine: CampaignEngine,
     *,
-    roles: CampaignRoles = CampaignRoles(),
+    roles: Roles | None = None,
     private: PrivateNote | None = None,
 ) -> list[Tool[TurnContext]]:
     """The campaign tools, bound to `engine`."""

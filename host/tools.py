@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
@@ -16,10 +16,12 @@ from agents.tools import Tool
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
 from host.graph.model import GraphSubmission
+from host.graph.run_store import RunRecord
 from host.graph.runs import RunManager, submission_json
 from host.group_memory import close_request
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
+from host.roles import Roles
 from host.turn import TurnContext
 
 GUIDE_FLAG = "orchestration_guide_pinned"
@@ -102,6 +104,8 @@ class HostToolDeps:
     results_reach_users: bool = False
     # Group memory: a foreground report asks for the attribution blocks of its round.
     request_attribution: bool = False
+    # Who besides a run's submitter may read its report or act on it.
+    roles: Roles = field(default_factory=Roles)
 
 
 def _node_id_for(agent: str) -> str:
@@ -234,6 +238,8 @@ class HostTools:
 
     async def resolve_exception(self, ctx: TurnContext, args: ResolveInput) -> str:
         """The `resolve_exception` tool: continue, abandon or replan a suspended node."""
+        if refusal := await self._run_refusal(ctx, args.run_id, "decide on"):
+            return refusal
         if args.action == "replan" and args.graph is not None and args.graph.get("confirm"):
             return await self.replan_with_approval(ctx, args)
         text, run = await self.runs.resolve(
@@ -252,15 +258,48 @@ class HostTools:
     async def run_status(self, ctx: TurnContext, args: RunRef) -> str:
         """The `run_status` tool."""
         if args.run_id:
+            if refusal := await self._run_refusal(ctx, args.run_id, "see the report of"):
+                return refusal
             return await self.runs.report(args.run_id)
         return await self.runs.status(ctx.conversation)
 
     async def cancel_run(self, ctx: TurnContext, args: RunRef) -> str:
-        """The `cancel_run` tool."""
-        cancelled = await self.runs.cancel(ctx.conversation, args.run_id)
+        """The `cancel_run` tool: the runs here that this turn's author may cancel."""
+        if args.run_id and (refusal := await self._run_refusal(ctx, args.run_id, "cancel")):
+            return refusal
+        live = [
+            r
+            for r in self.runs.live_runs(ctx.conversation.id)
+            if (args.run_id is None or r.id == args.run_id) and self._may_act(ctx, r.record)
+        ]
+        cancelled = [c for r in live for c in await self.runs.cancel(ctx.conversation, r.id)]
         if not cancelled:
-            return "No matching run is executing in this conversation."
+            return "No matching run of yours is executing in this conversation."
         return f"Cancelled: {', '.join(f'`{r}`' for r in cancelled)}."
+
+    def _may_act(self, ctx: TurnContext, record: RunRecord) -> bool:
+        """The run's submitter, an approver or an admin; or the bot's own turn about it."""
+        return (
+            ctx.origin == "system"
+            or ctx.author_id == record.submitted_by
+            or self.deps.roles.privileged(ctx.author_id)
+        )
+
+    async def _run_refusal(self, ctx: TurnContext, run_id: str, action: str) -> str | None:
+        """Why this turn may not act on the run (its author is also told privately)."""
+        record = await self.runs.store.run(run_id)
+        if record is None:
+            return f"Refused: No run `{run_id}`."
+        if record.conversation.id != ctx.conversation.id:
+            reason = "it belongs to another conversation; act on it from its own thread."
+        elif not self._may_act(ctx, record):
+            reason = f"only its submitter ({record.submitted_by}), an approver or an admin can."
+        else:
+            return None
+        text = f"You may not {action} run `{run_id}`: {reason}"
+        if ctx.origin == "user":
+            await self.broker.notify_private(ctx.conversation, ctx.author_id, text)
+        return f"Refused: {text}"
 
     async def ask_user(self, ctx: TurnContext, args: AskInput) -> str:
         """The `ask_user` tool: a prompt to the requester, answered later."""

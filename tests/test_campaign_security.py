@@ -1,5 +1,5 @@
-"""Campaigns are safe in a crowd (issue 17, findings 1, 4 and 10), on the assembled bot with
-its default settings (Skill Forge, group memory and the default embedder on):
+"""Campaigns and runs are safe in a crowd (issue 17, findings 1, 4 and 10), on the assembled
+bot with its default settings (Skill Forge, group memory and the default embedder on):
 
 - nothing a campaign would run runs before a person allowed to approve that exact command
   approves it (start and a changed resubmit alike); machines say who may use them, remote
@@ -25,7 +25,6 @@ from bot.settings import load_settings
 from core.ids import ConversationRef
 from host.campaign_tools import (
     CampaignRef,
-    CampaignRoles,
     CampaignTools,
     ResubmitInput,
     StartCampaignInput,
@@ -33,6 +32,8 @@ from host.campaign_tools import (
     campaign_spec,
 )
 from host.prompt_model import Prompt
+from host.roles import Roles
+from host.tools import HostToolDeps, HostTools, RunRef
 from host.turn import TurnContext
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
@@ -276,7 +277,7 @@ async def test_only_the_owner_an_approver_or_an_admin_acts_on_a_campaign_from_it
     await approve_campaigns(rt.broker, by="U1")
     (record,) = await rt.campaigns.store.recent()
     tools = CampaignTools(
-        rt.campaigns, roles=CampaignRoles(admins=("U9",)), private=rt.broker.notify_private
+        rt.campaigns, roles=Roles(admins=("U9",)), private=rt.broker.notify_private
     )
     elsewhere = TurnContext(OTHER_THREAD, "t1", "U1", "user-U1")
     stranger = TurnContext(CONV, "t2", "U3", "user-U3")
@@ -396,3 +397,37 @@ async def test_a_campaign_recorded_before_a_crash_is_asked_about_once_after_the_
             assert _rounds(defaults) == 0
         finally:
             await shutdown(rt)
+
+
+async def test_only_the_submitter_an_approver_or_an_admin_acts_on_a_run_from_its_thread(
+    bot: tuple[Runtime, FakeChatAdapter],
+) -> None:
+    rt, adapter = bot
+    # Alice's run waits on her approval of its command: live, and hers.
+    await _say(rt, "s1: shell: sleep 30", "e1", author="U1")
+
+    async def live() -> bool:
+        return bool(rt.runs.live_runs(CONV.id))
+
+    await eventually(live)
+    (run,) = rt.runs.live_runs(CONV.id)
+    tools = HostTools(
+        HostToolDeps(
+            runs=rt.runs, broker=rt.broker, registry=rt.registry, roles=Roles(admins=("U9",))
+        )
+    )
+    ref = RunRef(run_id=run.id)
+    stranger = TurnContext(CONV, "t1", "U3", "user-U3")
+    elsewhere = TurnContext(OTHER_THREAD, "t2", "U1", "user-U1")
+    for ctx in (stranger, elsewhere):
+        assert (await tools.run_status(ctx, ref)).startswith("Refused:")
+        assert (await tools.cancel_run(ctx, ref)).startswith("Refused:")
+    # Without an id, a stranger's cancel reaches only their own runs: none here.
+    assert "No matching run of yours" in await tools.cancel_run(stranger, RunRef())
+    assert rt.runs.live_runs(CONV.id)
+    notes = [text for _, user, text in adapter.private if user == "U3"]
+    assert notes and all("only its submitter (U1), an approver or an admin" in n for n in notes)
+    admin = TurnContext(CONV, "t3", "U9", "admin")
+    assert not (await tools.run_status(admin, ref)).startswith("Refused:")
+    owner = TurnContext(CONV, "t4", "U1", "user-U1")
+    assert f"`{run.id}`" in await tools.cancel_run(owner, ref)
