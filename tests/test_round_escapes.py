@@ -23,6 +23,7 @@ from agents.sandbox import DetachedSandbox
 from oncall.machines import LocalMachine, SlurmMachine, SshMachine
 from oncall.model import JobHandle, JobRequest, JobStatus, Machine, MachineSpec
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
+from tests.helpers import eventually
 from tests.oncall_kit import CONV, oncall_kit, spec
 from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster
@@ -46,18 +47,20 @@ def _plant(name: str, target: Path) -> str:
 
 
 async def _until_exited(machine: Machine, handle: JobHandle, within: float = 60.0) -> JobStatus:
-    """Poll until the round has ended (a hang guard, not a timing)."""
-    async with asyncio.timeout(within):
-        # Polling: the round lives in processes (or a Slurm job) this test does not own.
-        while (status := await machine.poll(handle)).state != "exited":  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-    return status
+    """Wait until the round has ended (a hang guard, not a timing); its final status."""
+
+    async def ended() -> bool:
+        return (await machine.poll(handle)).state == "exited"
+
+    await eventually(ended, within=within)
+    return await machine.poll(handle)
 
 
 async def _log_contains(machine: Machine, handle: JobHandle, text: bytes) -> None:
-    async with asyncio.timeout(60):
-        while text not in await machine.read_log(handle, 0):  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
+    async def logged() -> bool:
+        return text in await machine.read_log(handle, 0)
+
+    await eventually(logged, within=60)
 
 
 @pytest.fixture
