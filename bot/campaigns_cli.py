@@ -576,7 +576,9 @@ def run_spec(args: argparse.Namespace) -> CampaignSpec:
                 partition=args.partition,
                 cpus=args.cpus,
                 time=args.time,
-            )
+            ),
+            # The operator acting in their own shell: the chat's abuse bound does not apply.
+            min_poll_seconds=0.0,
         )
     except ValueError as exc:
         problems += [_flagged(line[2:]) for line in str(exc).splitlines() if line.startswith("- ")]

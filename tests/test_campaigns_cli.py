@@ -57,7 +57,7 @@ def _run_args(command: str, *extra: str) -> list[str]:
         "--budget",
         "10m",
         "--poll",
-        "1s",
+        "0.1s",
         "--json",
         *extra,
     ]
@@ -189,7 +189,7 @@ async def test_list_show_and_stop_a_campaign_running_in_another_process(
     env = _env(isolated_env)
     runner = await asyncio.create_subprocess_exec(
         RAVEN,
-        *_run_args(LONG, "--poll", "1s"),
+        *_run_args(LONG, "--poll", "0.2s"),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -250,7 +250,7 @@ async def test_ctrl_c_terminates_the_round_cancels_and_exits_130(isolated_env: P
     env = _env(isolated_env)
     runner = await asyncio.create_subprocess_exec(
         RAVEN,
-        *_run_args(LONG, "--poll", "1s"),
+        *_run_args(LONG, "--poll", "0.2s"),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
