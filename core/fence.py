@@ -38,18 +38,99 @@ def untrusted_preface(marker: str) -> str:
     )
 
 
-# Any closing fence tag inside fenced content is neutralized, whatever its marker: one
-# pattern compiled once, tolerant of case, spacing and quoting (a model reads those alike).
-_CLOSING_TAG = re.compile(r"<(\s*/\s*untrusted-data\b[^>]*>)", re.IGNORECASE)
+# Any closing fence tag inside fenced content is escaped, whatever its marker: tolerant of
+# case, spacing and quoting (a model reads those alike). The escape is reversible, so people
+# can be shown the content exactly: `<` becomes `&lt;`, and a tag already written as
+# `&lt;`, `&amp;lt;`, … gains one more `amp;` (so `unfence` can tell the two apart).
+_TAG_REST = r"(?=\s*/\s*(?i:untrusted-data)\b[^>]*>)"
+_ESCAPABLE = re.compile(r"(?:<|&((?:amp;)*)lt;)" + _TAG_REST)
+_ESCAPED = re.compile(r"&((?:amp;)*)lt;" + _TAG_REST)
+_AMP = "amp;"
+# What `fence` writes around content, and the preface line, as `unfence` reads them back.
+_OPENING = re.compile(r'<untrusted-data id="(?P<marker>[^"\s<>]{1,64})" source="[^"\n]*">\n')
+_PREFACE_LINE = re.compile(
+    "^"
+    + re.escape(untrusted_preface("\0"))
+    .replace(re.escape("\0"), r'(?P<marker>[^"\s<>]{1,64})', 1)
+    .replace(re.escape("\0"), "(?P=marker)", 1)
+    + "$",
+    re.MULTILINE,
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    amps = match.group(1)
+    return "&lt;" if amps is None else f"&{_AMP}{amps}lt;"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    amps = match.group(1)
+    return "<" if not amps else f"&{amps[len(_AMP) :]}lt;"
 
 
 def fence(content: str, *, source: str, marker: str) -> str:
-    """Wrap `content` in an untrusted-data block; a forged closing tag inside is neutralized."""
-    safe = _CLOSING_TAG.sub(r"&lt;\1", content)
+    """Wrap `content` in an untrusted-data block; a forged closing tag inside is escaped."""
+    safe = _ESCAPABLE.sub(_escape, content)
     attr = source.replace('"', "'").replace("\n", " ").replace("\r", " ")
     return (
         f'<untrusted-data id="{marker}" source="{attr}">\n{safe}\n</untrusted-data id="{marker}">'
     )
 
 
-__all__ = ["Markers", "fence", "new_marker", "untrusted_preface"]
+def unfence(text: str) -> str:
+    """`text` for people: every fence block becomes its content, exactly as it was fenced,
+    and preface lines are dropped. Models get fenced data; people never see the markers.
+
+    A block ends only at its own marker's closing tag, which fenced content cannot hold (it
+    is escaped), so a forged closing tag inside is shown as written and nothing after it is
+    lost or moved. An opening tag without its closing tag is left as written. Content is
+    unfenced in turn (a block quoted inside another loses its markers too), to a bounded
+    depth so that hostile nesting cannot exhaust the stack."""
+    return _unfence(text, _MAX_DEPTH)
+
+
+_MAX_DEPTH = 16
+
+
+def _unfence(text: str, depth: int) -> str:
+    if depth <= 0:
+        return text
+    parts: list[str] = []
+    position = 0
+    opening = _OPENING.search(text)
+    preface = _PREFACE_LINE.search(text)
+    while True:
+        if preface is not None and (opening is None or preface.start() < opening.start()):
+            parts.append(text[position : preface.start()])
+            position = _after_line(text, preface.start(), preface.end())
+        elif opening is None:
+            parts.append(text[position:])
+            return "".join(parts)
+        else:
+            close_tag = f'\n</untrusted-data id="{opening["marker"]}">'
+            closing = text.find(close_tag, opening.end())
+            if closing < 0:
+                parts.append(text[position : opening.end()])
+                position = opening.end()
+            else:
+                content = _ESCAPED.sub(_unescape, text[opening.end() : closing])
+                parts += [text[position : opening.start()], _unfence(content, depth - 1)]
+                position = closing + len(close_tag)
+        # The next of each kind at or after `position` (a cached match still ahead is kept).
+        if opening is not None and opening.start() < position:
+            opening = _OPENING.search(text, position)
+        if preface is not None and preface.start() < position:
+            preface = _PREFACE_LINE.search(text, position)
+
+
+def _after_line(text: str, start: int, end: int) -> int:
+    """Where text resumes after a dropped line: its line break goes with it, and so does a
+    blank line that would otherwise double the one before it."""
+    if text.startswith("\n", end):
+        end += 1
+        if text.startswith("\n", end) and text[max(0, start - 2) : start] == "\n\n":
+            end += 1
+    return end
+
+
+__all__ = ["Markers", "fence", "new_marker", "unfence", "untrusted_preface"]
