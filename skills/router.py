@@ -4,6 +4,10 @@ Optional query rewriter, concurrent over-fetching from every source, weighted RR
 display name with a native-score representative, policy filtering without refill, an LLM
 compatibility gate with its fallback (prompts and rendering: `skills.prompts`).
 
+Without the gate (no model, `gate_enabled` off, or a failed gate call) a pool entry is selected
+only with lexical evidence that it applies (`skills.evidence`), at most `k_sel` of them
+(`k_fb` after a failed call): a fused rank alone is no reason to inject a skill.
+
 One departure from the paper: a local (bundled or user) skill is never shadowed. Names are
 compared by `skills.names.name_key` (case, spacing, punctuation and look-alike letters
 ignored); a hub or experience skill named like any local skill is dropped before fusion, and
@@ -22,7 +26,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from skills.model import SkillCatalog, SkillHit, SkillSource
+from skills.evidence import evident
+from skills.model import Skill, SkillCatalog, SkillHit, SkillSource
 from skills.names import name_key
 from skills.prompts import (
     GATE_SYSTEM,
@@ -301,11 +306,11 @@ class SkillRouter:
         need, query = await self._rewrite(request, history)
         if not need:
             return Selection(query=query, candidates=[], pool=[], selected=[], skipped=True)
-        fused, errors = await self._retrieve(query, history)
+        fused, errors, local = await self._retrieve(query, history)
         candidates = fused[: self._settings.k_pool]
         # Filtering happens after Take_k_pool: a removed entry is not replaced (no refill).
         pool = [c.hit for c in candidates if admitted(c.hit, self._settings)]
-        selected, plan, failed = await self._gate(query, pool, tools, specialists)
+        selected, plan, failed = await self._gate(query, pool, tools, specialists, local)
         return Selection(
             query=query,
             candidates=candidates,
@@ -318,7 +323,7 @@ class SkillRouter:
 
     async def search(self, query: str) -> list[FusedCandidate]:
         """Fusion only (no rewriter, filter or gate), every fused name: for `skills search`."""
-        fused, errors = await self._retrieve(query, ())
+        fused, errors, _ = await self._retrieve(query, ())
         for source, error in errors.items():
             log.warning("skill source %s failed: %s", source, error)
         return fused
@@ -342,13 +347,15 @@ class SkillRouter:
 
     async def _retrieve(
         self, query: str, history: Sequence[str]
-    ) -> tuple[list[FusedCandidate], dict[str, str]]:
+    ) -> tuple[list[FusedCandidate], dict[str, str], list[Skill]]:
+        """(fused candidates, source errors, every local skill: [] when not listable)."""
         k = self._settings.over_fetch * self._settings.k_pool
         history = tuple(history)
         searches = asyncio.gather(
             *(self._query_one(source, query, k, history) for source in self._sources)
         )
-        results, local_keys = await asyncio.gather(searches, self._local_keys())
+        results, local = await asyncio.gather(searches, self._local_skills())
+        local_keys = None if local is None else frozenset(name_key(s.name) for s in local)
         lists: list[tuple[str, float, Sequence[SkillHit]]] = []
         errors: dict[str, str] = {}
         for source, (hits, error) in zip(self._sources, results, strict=True):
@@ -356,11 +363,11 @@ class SkillRouter:
                 errors[source.name] = error
             kept = _unshadowed(source.name, hits, local_keys, errors)
             lists.append((source.name, self._settings.weights.get(source.name, 1.0), kept))
-        return rrf_fuse(lists, self._settings.c_rrf), errors
+        return rrf_fuse(lists, self._settings.c_rrf), errors, local or []
 
-    async def _local_keys(self) -> frozenset[str] | None:
-        """`name_key` of every local skill (retrieved or not), or None when a local catalog
-        cannot be listed: then no other source may contribute (fail closed)."""
+    async def _local_skills(self) -> list[Skill] | None:
+        """Every local skill (retrieved or not), or None when a local catalog cannot be
+        listed: then no other source may contribute (fail closed)."""
         catalogs = [s for s in self._sources if s.name == "local" and isinstance(s, SkillCatalog)]
         try:
             async with asyncio.timeout(self._settings.source_timeout):
@@ -368,7 +375,7 @@ class SkillRouter:
         except Exception as exc:
             log.warning("cannot list the local skills, leaving other sources out: %s", exc)
             return None
-        return frozenset(name_key(skill.name) for skills in listed for skill in skills)
+        return [skill for skills in listed for skill in skills]
 
     async def _query_one(
         self, source: SkillSource, query: str, k: int, history: Sequence[str]
@@ -391,13 +398,15 @@ class SkillRouter:
         pool: list[SkillHit],
         tools: Sequence[str],
         specialists: Sequence[str],
+        local: Sequence[Skill],
     ) -> tuple[list[SkillHit], str, bool]:
-        """Eq. 73: (selected, plan, gate_failed)."""
+        """Eq. 73: (selected, plan, gate_failed); without a model's judgement, only the pool
+        entries with lexical evidence (`local` weighs the words), at most k_sel / k_fb."""
         s = self._settings
         if not pool:  # every branch of Eq. 73 yields nothing: spare the model call
             return [], "", False
         if not s.gate_enabled or self._completer is None:
-            return list(pool), "", False
+            return (await asyncio.to_thread(evident, query, pool, local))[: s.k_sel], "", False
         try:
             answer = await self._completer.complete(
                 GATE_SYSTEM,
@@ -413,7 +422,7 @@ class SkillRouter:
             ids, plan = parse_gate(answer)
         except Exception as exc:
             log.warning("skill gate failed, falling back to the top %d: %s", s.k_fb, exc)
-            return pool[: s.k_fb], "", True
+            return (await asyncio.to_thread(evident, query, pool, local))[: s.k_fb], "", True
         # An id as shown in the prompt (one line, capped) names its hit as well as the real one.
         by_id = {**{shown_id(hit): hit for hit in pool}, **{hit.qid: hit for hit in pool}}
         # Lookup keeps order and repeats and drops ids outside the pool; then Take_k_sel.

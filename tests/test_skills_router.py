@@ -212,7 +212,7 @@ async def test_a_raising_source_contributes_nothing_and_is_reported() -> None:
     local = local_pool("A", "B")
     memory = FakeSource("memory", error=RuntimeError("db locked"))
     selection = await router(local, memory, gate_enabled=False).select("q")
-    assert names(selection.selected) == ["A", "B"]
+    assert names(selection.pool) == ["A", "B"]
     assert selection.source_errors == {"memory": "RuntimeError: db locked"}
 
 
@@ -223,7 +223,7 @@ async def test_a_slow_source_times_out_while_the_others_are_used() -> None:
     selection = await router(local, hub, memory, gate_enabled=False, source_timeout=0.05).select(
         "q"
     )
-    assert names(selection.selected) == ["A", "M"]
+    assert names(selection.pool) == ["A", "M"]
     assert set(selection.source_errors) == {"hub"}
     assert "timed out" in selection.source_errors["hub"]
 
@@ -258,7 +258,7 @@ async def test_sources_are_queried_concurrently() -> None:
         Waiting("local"), Starting("memory"), gate_enabled=False, source_timeout=5.0
     ).select("q")
     assert selection.source_errors == {}
-    assert names(selection.selected) == ["W", "S"]
+    assert names(selection.pool) == ["W", "S"]
 
 
 # --- policy filter -------------------------------------------------------------------------
@@ -271,7 +271,6 @@ async def test_blocked_names_are_removed_after_fusion_without_refill() -> None:
     ).select("q")
     assert [c.name for c in selection.candidates] == ["A", "B", "C"]
     assert names(selection.pool) == ["A", "C"]  # D (rank 4) does not take B's place
-    assert names(selection.selected) == ["A", "C"]
 
 
 async def test_a_qualified_id_can_be_blocked_too() -> None:
@@ -354,12 +353,50 @@ async def test_gate_prompt_says_when_rosters_are_not_supplied() -> None:
     assert gate.calls[0][1].count("(none supplied)") == 2
 
 
-async def test_gate_call_failure_falls_back_to_the_top_k_fb() -> None:
+class FakeCatalog(FakeSource):
+    """A local source that can list its skills: the retrieved ones and a background of
+    unrelated skills (the corpus lexical evidence is weighed over)."""
+
+    def __init__(self, hits: Sequence[SkillHit], background: int = 10) -> None:
+        super().__init__("local", hits)
+        self._all = [h.skill for h in hits] + [
+            hit("local", f"other-{i}", description=f"Handles chore number {i}.").skill
+            for i in range(background)
+        ]
+
+    async def skills(self) -> list[Skill]:
+        return list(self._all)
+
+
+def deploy_pool(*skill_names: str, unrelated: Sequence[str] = ()) -> FakeCatalog:
+    """A catalog whose named skills say they apply to deploying (the `unrelated` ones do
+    not), ranked in the order given."""
+    ordered = [*skill_names, *unrelated]
+    return FakeCatalog(
+        [
+            hit(
+                "local",
+                name,
+                1.0 - i / 10,
+                description="Use to deploy a web app." if name not in unrelated else "Other.",
+            )
+            for i, name in enumerate(ordered)
+        ]
+    )
+
+
+async def test_gate_call_failure_falls_back_to_the_top_k_fb_with_evidence() -> None:
     gate = FakeCompleter(RuntimeError("API down"))
-    selection = await router(local_pool("A", "B", "C", "D"), completer=gate).select("q")
+    pool = deploy_pool("A", "B", "C", "D")
+    selection = await router(pool, completer=gate).select("deploy the app")
     assert names(selection.selected) == ["A", "B", "C"]
     assert selection.gate_failed
     assert selection.plan == ""
+    # Nothing in the pool says it applies: the fallback injects nothing.
+    gate = FakeCompleter(RuntimeError("API down"))
+    selection = await router(deploy_pool("A", "B"), completer=gate).select("echo one")
+    assert selection.selected == [] and names(selection.pool) == ["A", "B"]
+    assert selection.gate_failed
 
 
 @pytest.mark.parametrize(
@@ -374,7 +411,8 @@ async def test_gate_call_failure_falls_back_to_the_top_k_fb() -> None:
 )
 async def test_unparseable_gate_answers_fall_back(answer: str) -> None:
     gate = FakeCompleter(answer)
-    selection = await router(local_pool("A", "B", "C", "D"), completer=gate, k_fb=2).select("q")
+    pool = deploy_pool("A", "B", "C", "D")
+    selection = await router(pool, completer=gate, k_fb=2).select("deploy the app")
     assert names(selection.selected) == ["A", "B"]
     assert selection.gate_failed
 
@@ -397,16 +435,44 @@ async def test_gate_answers_in_fences_or_prose_are_parsed() -> None:
     assert names(sel_prose.selected) == ["A"]
 
 
-async def test_gate_disabled_or_without_a_completer_selects_the_whole_pool() -> None:
+async def test_without_the_gate_only_skills_that_say_they_apply_are_selected() -> None:
     gate = FakeCompleter()
-    disabled = await router(
-        local_pool("A", "B", "C", "D", "E", "F"), completer=gate, gate_enabled=False
-    ).select("q")
-    assert names(disabled.selected) == ["A", "B", "C", "D", "E"]  # the k_pool pool
+    pool = deploy_pool("A", "B", "C", unrelated=("X",))
+    disabled = await router(pool, completer=gate, gate_enabled=False).select("deploy it")
+    assert names(disabled.pool) == ["A", "B", "C", "X"]
+    assert names(disabled.selected) == ["A", "B"]  # at most k_sel, in pool order
     assert gate.calls == []
-    no_model = await router(local_pool("A", "B", "C")).select("q")
-    assert names(no_model.selected) == ["A", "B", "C"]
+    ranked_first = deploy_pool("A", unrelated=("X", "Y"))
+    no_model = await router(ranked_first).select("deploy it")
+    assert names(no_model.selected) == ["A"]
     assert not no_model.gate_failed
+
+
+async def test_without_the_gate_a_request_matching_no_description_selects_nothing() -> None:
+    # Every fake body says "Step one": a word in the bodies is no reason.
+    selection = await router(deploy_pool("A", "B", "C")).select("echo one")
+    assert names(selection.pool) == ["A", "B", "C"] and selection.selected == []
+    selection = await router(local_pool("A", "B", "C"), gate_enabled=False).select("q")
+    assert names(selection.pool) == ["A", "B", "C"] and selection.selected == []
+
+
+async def test_a_word_most_skills_share_is_no_evidence() -> None:
+    # "app" is in every description of a small catalog: it tells the skills apart no better
+    # than chance, so nothing is selected; a rarer word selects its skill.
+    hits = [
+        hit("local", "A", 0.9, description="Use to deploy an app."),
+        hit("local", "B", 0.8, description="Use to test an app."),
+        hit("local", "C", 0.7, description="Use to lint an app."),
+    ]
+    catalog = FakeCatalog(hits, background=0)
+    assert (await router(catalog).select("the app")).selected == []
+    assert names((await router(catalog).select("lint the app")).selected) == ["C"]
+
+
+async def test_one_letter_terms_are_no_evidence() -> None:
+    hits = [hit("local", "A", 0.9, description="Runs x and s checks.")]
+    selection = await router(FakeCatalog(hits)).select("what's test_x")
+    assert names(selection.pool) == ["A"] and selection.selected == []
 
 
 # --- the rewriter --------------------------------------------------------------------------
