@@ -422,7 +422,10 @@ class GraphRun:
             prompt = self._render(spec, entry)
         except RenderError as exc:
             return f"the prompt could not be rendered: {exc}"
-        prompt = await self._prefetched(spec, prompt)
+        if not entry.runs_commands:
+            # Context is prose for a reader; a command agent's task is the command that is
+            # approved and run byte for byte, so nothing is added to it.
+            prompt = await self._prefetched(spec, prompt)
         record = self.nodes[node_id]
         attempt = record.attempts + 1
         prompt, request, continuation = self._continued(spec, entry, record, prompt)
@@ -450,7 +453,9 @@ class GraphRun:
     ) -> tuple[str, str, str | None]:
         """(prompt, request, continuation) of an attempt, given the Host's message if any."""
         continuation = record.continuation
-        if continuation is None:
+        if continuation is None or entry.runs_commands:
+            # A command runs again as written: the Host's words never join it (a replan
+            # changes a command, and is approved again like any other).
             return prompt, prompt, None
         if entry.stateful and spec.instance and spec.id in self._in_session:
             # The session holds the previous attempt: the message alone continues it.
@@ -699,6 +704,7 @@ class GraphRun:
             file_capable=entry.file_capable,
             memory_paths=self._memory_paths(spec.id) if entry.file_capable else (),
             marker=self._markers(),
+            command=entry.runs_commands,
         )
         return rendered.text
 

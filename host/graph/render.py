@@ -2,10 +2,15 @@
 
 Implements the paper's Render (Eq. 30) plus the memory path block (§3.3 Eq. 32). Content
 taken from files or other agents is fenced as untrusted data under a random per-render marker.
+
+A command node's template (an agent whose task is its shell command) renders differently: each
+placeholder becomes its raw value, shell-quoted as one word, and nothing else is added, so the
+command shown for approval is exactly the command that runs and pasted data stays data.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,12 +67,32 @@ class _Render:
     artifacts: Mapping[str, Artifact]
     workspace: Path
     marker: str
+    # The template is a shell command: placeholders become raw values, shell-quoted.
+    command: bool = False
     fenced: bool = False
     consumed: list[str] = field(default_factory=list)
 
     def _fence(self, content: str, source: str) -> str:
         self.fenced = True
         return fence(content, source=source, marker=self.marker)
+
+    def _content(self, text: str, full_path: Path, source: str) -> str:
+        """Content for the prompt: fenced for a model; for a command, the raw text whole (a
+        cut would change the data, so a text too long for one argument is refused)."""
+        if not self.command:
+            return self._fence(_cap(text, full_path), source)
+        if len(text) > CONTENT_CAP:
+            raise RenderError(
+                f"node `{self.node.id}` runs its task as a command, and the {source} is "
+                f"{len(text):,} characters, more than the {CONTENT_CAP:,} a command may carry; "
+                "have that data written to a file in the workspace and the command read it"
+            )
+        if "\0" in text:
+            raise RenderError(
+                f"node `{self.node.id}` runs its task as a command, and the {source} contains a "
+                "NUL character, which no command argument can hold"
+            )
+        return text
 
     def _artifact(self, node_id: str) -> Artifact:
         artifact = self.artifacts.get(node_id)
@@ -99,12 +124,13 @@ class _Render:
         except OSError as exc:
             raise RenderError(f"node `{self.node.id}`: cannot read `{raw}`: {exc}") from None
         rel = path.relative_to(self.workspace.resolve()).as_posix()
-        return self._fence(_cap(text, path), f"file {rel}")
+        return self._content(text, path, f"file {rel}")
 
     def _output_content(self, node_id: str) -> str:
         artifact = self._artifact(node_id)
-        text = _cap(artifact.output, self._artifact_path(artifact))
-        return self._fence(text, f"node {node_id} output")
+        return self._content(
+            artifact.output, self._artifact_path(artifact), f"node {node_id} output"
+        )
 
     def _binding(self, name: str) -> InputBinding:
         binding = self.node.inputs.get(name)
@@ -113,7 +139,12 @@ class _Render:
         return binding
 
     def substitute(self, ph: Placeholder) -> str:
-        """The text that replaces one placeholder."""
+        """The text that replaces one placeholder (in a command: one shell word)."""
+        value = self._value(ph)
+        # One word whatever it holds: quotes, `$(`, newlines and fences stay data.
+        return shlex.quote(value) if self.command else value
+
+    def _value(self, ph: Placeholder) -> str:
         if ph.kind == "output":
             return self._output_content(ph.target)
         if ph.kind == "output_path":
@@ -132,7 +163,8 @@ class _Render:
         raise RenderError(f"node `{self.node.id}`: text input `{ph.target}` has no path")
 
     def input_content(self, binding: InputBinding) -> str:
-        """Content of an input: text as written (the Host's own words), the rest fenced."""
+        """Content of an input: text as written (the Host's own words), the rest fenced
+        (raw in a command)."""
         if isinstance(binding, TextInput):
             return binding.text
         if isinstance(binding, FileInput):
@@ -156,11 +188,14 @@ def render_prompt(
     file_capable: bool,
     memory_paths: Sequence[Path | str] = (),
     marker: str | None = None,
+    command: bool = False,
 ) -> RenderedPrompt:
     """Render `node`'s task prompt; raises RenderError when a needed artifact or file is gone.
 
-    `memory_paths`: one line each in the memory block (a path, or a listing of several)."""
-    state = _Render(node, artifacts, workspace, marker or new_marker())
+    `memory_paths`: one line each in the memory block (a path, or a listing of several).
+    `command`: the template is a shell command (placeholders become shell-quoted raw values,
+    nothing is appended, no fence preface)."""
+    state = _Render(node, artifacts, workspace, marker or new_marker(), command=command)
     try:
         placeholders = parse_placeholders(node.template)
     except PlaceholderSyntaxError as exc:
@@ -177,7 +212,17 @@ def render_prompt(
     body = "".join(parts)
 
     used = {ph.target for ph in placeholders if ph.kind in ("input", "input_path")}
-    extra = [state.appended(k, b) for k, b in node.inputs.items() if k not in used]
+    unused = [k for k in node.inputs if k not in used]
+    if command:
+        if unused:
+            # Appended text would become part of the command: refuse instead.
+            names = ", ".join(f"`{k}`" for k in unused)
+            raise RenderError(
+                f"node `{node.id}` runs its task as a command, and its input(s) {names} do not "
+                f"appear in it; place each where it belongs, e.g. `{{{{inputs.{unused[0]}}}}}`"
+            )
+        return RenderedPrompt(text=body, marker=state.marker, consumed=tuple(state.consumed))
+    extra = [state.appended(k, node.inputs[k]) for k in unused]
     if extra:
         body += f"\n\n{INPUTS_HEADING}\n" + "\n".join(extra)
     if file_capable and memory_paths:

@@ -20,7 +20,7 @@ from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSp
 from agents.registry import AgentEntry, AgentRegistry, default_registry
 from core.ids import ConversationRef
 from host.events import EventBus, RunException, RunFinished, RunProgress
-from host.graph.executor import GraphRun
+from host.graph.executor import DispatchContext, GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunStore
@@ -576,6 +576,7 @@ async def open_kit_parts(
     provider: ScriptedJudgeProvider | None = None,
     registry: AgentRegistry | None = None,
     clock: FakeClock | None = None,
+    prefetch: DispatchContext | None = None,
 ) -> GraphKit:
     """Assemble a kit (the caller closes it)."""
     clock = clock or FakeClock()
@@ -605,6 +606,7 @@ async def open_kit_parts(
         settings=settings or RunSettings(),
         clock=clock,
         new_id=_ids(),
+        prefetch=prefetch,
     )
     return GraphKit(
         root=root,
