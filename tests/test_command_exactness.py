@@ -234,7 +234,8 @@ async def test_a_continued_command_node_runs_its_command_alone(tmp_path: Path) -
     async with open_kit(tmp_path, registry=_registry_with_shell()) as kit:
         kit.provider.reject("echo <one>")
         run = await kit.submit(node("s", "echo <one>", agent="shell"))
-        await kit.events.wait_exception("s")
+        report = await kit.events.wait_exception("s")
+        assert "`continue` runs the same command again" in report
         text, _ = await kit.manager.resolve(
             kit.conv,
             run_id=run.id,

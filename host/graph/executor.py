@@ -773,6 +773,7 @@ class GraphRun:
                 f"- Category: {verdict.get('category') or 'other'}",
                 f"- Blocked dependents: {', '.join(blocked) or 'none'}",
                 f"- Attempts left: {left}; decide by {deadline} or the node fails.",
+                *self._command_note(spec),
                 # The judge quotes the agent's output, and errors carry stderr: fenced.
                 untrusted_preface(marker),
                 fence(
@@ -789,6 +790,17 @@ class GraphRun:
                 *[f"  `{c}`" for c in calls],
             ]
         )
+
+    def _command_note(self, spec: NodeSpec) -> list[str]:
+        """For a command node: what `continue` can and cannot change."""
+        entry = self._deps.agent(spec.agent)
+        if entry is None or not entry.runs_commands:
+            return []
+        return [
+            "- This node's task is its command: `continue` runs the same command again (asked "
+            "for approval again; your message is not added to it); to change the command, "
+            "`replan`."
+        ]
 
     # -- commits -----------------------------------------------------------------------
 
