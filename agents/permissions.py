@@ -290,6 +290,16 @@ def load_rules(path: Path, workspace: str) -> PermissionRules:
     return parse_rules(text, workspace, label=str(path))
 
 
+def rules_file_problem(path: Path) -> str | None:
+    """Why the rules file at `path` cannot be used, on one line (every section checked), or
+    None when it is fine or absent. Startup and `doctor` report exactly this."""
+    try:
+        load_rules(path, "")
+    except PermissionConfigError as exc:
+        return "; ".join(str(exc).splitlines())
+    return None
+
+
 def parse_rules(text: str, workspace: str, *, label: str) -> PermissionRules:
     """Rules for `workspace` from permissions TOML text; errors start with `label` (the file)."""
     try:

@@ -35,6 +35,8 @@ from agents.process import looks_secret
 
 Backend = Literal["inproc", "cli", "api", "acp"]
 Which = Callable[[str], str | None]
+# Whether a (real) path is visible to agent commands: the sandbox's view (agents.sandbox).
+Visible = Callable[[Path], bool]
 
 NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 ROLES: Final = ("raven", "research", "code", "design", "oncall")
@@ -274,11 +276,14 @@ _NEW_AGENT_DEFAULTS: Final[Mapping[str, Mapping[str, bool]]] = MappingProxyType(
 )
 
 
-def load_registry(path: Path | None, *, which: Which = shutil.which) -> AgentRegistry:
+def load_registry(
+    path: Path | None, *, which: Which = shutil.which, visible: Visible | None = None
+) -> AgentRegistry:
     """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
 
     Raises `RegistryError` naming the file and key for anything invalid. CLI agents whose binary
-    is not on PATH and ACP agents are kept but disabled, with `disabled_reason` saying why.
+    is not on PATH, or (given `visible`, the sandbox's view) lives where the sandbox does not
+    show it, and ACP agents are kept but disabled, with `disabled_reason` saying why.
     """
     entries = {e.name: e for e in default_entries()}
     if path is not None and path.exists():
@@ -286,12 +291,14 @@ def load_registry(path: Path | None, *, which: Which = shutil.which) -> AgentReg
         label = str(path)
         for name, table in config.agents.items():
             entries[name] = _merge(label, name, entries.get(name), table)
-    return AgentRegistry(_availability(e, which) for e in entries.values())
+    return AgentRegistry(_availability(e, which, visible) for e in entries.values())
 
 
-def default_registry(*, which: Which = shutil.which) -> AgentRegistry:
+def default_registry(
+    *, which: Which = shutil.which, visible: Visible | None = None
+) -> AgentRegistry:
     """The registry with no configuration file."""
-    return load_registry(None, which=which)
+    return load_registry(None, which=which, visible=visible)
 
 
 def _read_config(path: Path) -> _FileConfig:
@@ -409,7 +416,7 @@ def command_allowed(command: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(text, pattern.strip()) for pattern in patterns)
 
 
-def _availability(entry: AgentEntry, which: Which) -> AgentEntry:
+def _availability(entry: AgentEntry, which: Which, visible: Visible | None) -> AgentEntry:
     """Disable entries that cannot run here, saying why, instead of failing at startup."""
     if not entry.enabled:
         return (
@@ -417,8 +424,53 @@ def _availability(entry: AgentEntry, which: Which) -> AgentEntry:
         )
     if entry.backend == "acp":
         return replace(entry, enabled=False, disabled_reason=ACP_UNSUPPORTED)
-    if entry.backend == "cli" and which(entry.command[0]) is None:
-        return replace(
-            entry, enabled=False, disabled_reason=f"`{entry.command[0]}` was not found on PATH"
-        )
+    if entry.backend != "cli":
+        return entry
+    program = entry.command[0]
+    found = which(program)
+    if found is None:
+        return replace(entry, enabled=False, disabled_reason=f"`{program}` was not found on PATH")
+    hidden = None if visible is None else _hidden_from_sandbox(Path(found), which, visible)
+    if hidden is not None:
+        return replace(entry, enabled=False, disabled_reason=_not_visible(program, found, hidden))
     return entry
+
+
+def _hidden_from_sandbox(found: Path, which: Which, visible: Visible) -> Path | None:
+    """The file the sandbox hides that running `found` needs (its real path, or the real
+    path of its `#!` interpreter), or None when the sandbox shows both."""
+    real = found.resolve()
+    if not visible(real):
+        return real
+    interpreter = _interpreter(real, which)
+    if interpreter is not None and not visible(interpreter.resolve()):
+        return interpreter.resolve()
+    return None
+
+
+def _interpreter(script: Path, which: Which) -> Path | None:
+    """The program a `#!` line runs (`#!/usr/bin/env node` → node on PATH), if any."""
+    try:
+        with script.open("rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return None
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if not words:
+        return None
+    if Path(words[0]).name == "env":
+        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        found = which(names[0]) if names else None
+        return Path(found) if found else None
+    return Path(words[0])
+
+
+def _not_visible(program: str, found: str, hidden: Path) -> str:
+    where = f"found at {found}" + (f" ({hidden})" if str(hidden) != found else "")
+    if hidden != Path(found).resolve():
+        where = f"found at {found}, which runs {hidden}"
+    return (
+        f"`{program}` was {where}, which agent commands cannot see: the sandbox shows only "
+        "system paths (/usr, /opt, …) and hides $HOME; install it system-wide (e.g. under "
+        "/usr/local/bin), or set RAVEN_UNSANDBOXED=1 (unsafe)"
+    )

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TextIO
 
-from agents.permissions import PermissionConfigError, load_rules
-from agents.registry import RegistryError, load_registry
-from agents.sandbox import INSTALL_HINT
+from agents.permissions import DEFAULT_RULES_LABEL, load_rules, rules_file_problem
+from agents.registry import AgentEntry, RegistryError, default_entries, load_registry
+from agents.sandbox import INSTALL_HINT, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
@@ -21,6 +21,7 @@ from bot.settings import Settings, unknown_variables
 from bot.skill_forge import USER_SKILLS_DIR, local_catalog
 from memory.embeddings import semantic_unavailable_reason
 from memory.store import Store
+from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
 
 Level = Literal["ok", "warn", "fail"]
@@ -96,24 +97,41 @@ async def _check_scheduler_store(settings: Settings) -> Check:
 
 
 async def _check_agents(settings: Settings) -> Check:
+    """The registry as the bot builds it (the sandbox's view included): which agents are
+    off, and why."""
     path = settings.home / "agents.toml"
+    sandbox = await asyncio.to_thread(build_sandbox, settings)
     try:
-        registry = load_registry(path)
+        registry = load_registry(path, visible=shown_by(sandbox, os.environ))
     except RegistryError as exc:
         return Check("agents", "fail", str(exc).replace("\n", "; "))
     entries = list(registry.entries())
-    enabled = sum(1 for e in entries if e.enabled)
+    off = [e for e in entries if not e.enabled]
     source = str(path) if path.exists() else "defaults (no agents.toml)"
-    return Check("agents", "ok", f"{enabled}/{len(entries)} agents enabled, from {source}")
+    detail = f"{len(entries) - len(off)}/{len(entries)} agents enabled, from {source}"
+    if off:
+        detail += "; off: " + "; ".join(f"{e.name}: {e.disabled_reason}" for e in off)
+    return Check("agents", "warn" if any(map(_unexpectedly_off, off)) else "ok", detail)
+
+
+def _unexpectedly_off(entry: AgentEntry) -> bool:
+    """Off for a reason worth a warning: not switched off in agents.toml, and not a preset
+    whose program is simply not installed."""
+    if entry.disabled_reason == "disabled in config":
+        return False
+    presets = {e.name for e in default_entries() if e.backend == "cli"}
+    missing = entry.backend == "cli" and shutil.which(entry.command[0]) is None
+    return not (entry.name in presets and missing)
 
 
 async def _check_permissions(settings: Settings) -> Check:
-    """The tool permission rules file parses (its default section, at least)."""
-    path = settings.home / "permissions.toml"
-    try:
-        rules = await asyncio.to_thread(load_rules, path, "")
-    except PermissionConfigError as exc:
-        return Check("permissions", "fail", str(exc).replace("\n", "; "))
+    """The tool permission rules file, every section (`run` and `chat` refuse to start with
+    exactly this line when it fails)."""
+    path = settings.home / DEFAULT_RULES_LABEL
+    problem = await asyncio.to_thread(rules_file_problem, path)
+    if problem is not None:
+        return Check("permissions", "fail", problem)
+    rules = await asyncio.to_thread(load_rules, path, "")
     source = str(path) if path.exists() else "defaults (no permissions.toml)"
     return Check(
         "permissions",
@@ -149,15 +167,21 @@ async def _check_machines(settings: Settings) -> Check:
     except ValueError as exc:
         return Check("machines", "fail", str(exc).replace("\n", "; "))
     tools = {"ssh": ("ssh",), "slurm": ("sbatch", "squeue", "scontrol", "scancel")}
-    parts, missing = [], []
+    parts, missing, problems = [], [], []
     for spec in specs.values():
         parts.append(f"{spec.name} ({spec.kind}, {spec.slots} slot(s))")
-        missing += [t for t in tools.get(spec.kind, ()) if shutil.which(t) is None]
+        absent = [t for t in tools.get(spec.kind, ()) if shutil.which(t) is None]
+        missing += absent
+        if spec.kind == "slurm" and not absent:
+            # Installed clients say nothing of the cluster: its controller must answer.
+            problem = await slurm_problem(os.environ, spec.partition)
+            if problem is not None:
+                problems.append(f"{spec.name}: {problem}")
     detail = ", ".join(parts)
     if missing:
-        return Check(
-            "machines", "warn", f"{detail}; not installed: {', '.join(sorted(set(missing)))}"
-        )
+        problems.append(f"not installed: {', '.join(sorted(set(missing)))}")
+    if problems:
+        return Check("machines", "warn", f"{detail}; {'; '.join(problems)}")
     return Check("machines", "ok", detail)
 
 
