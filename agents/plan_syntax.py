@@ -18,6 +18,13 @@ _PLAIN_AFTER = re.compile(
     rf"\s+after\s+(?P<deps>{_ID}(?:\s*(?:,|and)\s*{_ID})*)\s*$", re.IGNORECASE
 )
 _CONFIRM = re.compile(r"^\s*(confirm|please confirm|ask (me )?first)\s*[.!]?\s*$", re.IGNORECASE)
+# For `help`: everything the parser above (and admission's templates) understands.
+HELP = (
+    "one node per line, `id: agent: task`; `[after a, b]` at the end of a line waits for "
+    "those nodes, and `{{id.output}}` in a task is that node's output; a line `confirm` asks "
+    "for approval before the plan runs. For example:\n"
+    "```\ns1: shell: uname -a\ns2: shell: echo done [after s1]\nconfirm\n```"
+)
 
 
 def _split_deps(raw: str) -> list[str]:

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Protocol
 
+from agents.campaign_syntax import HELP as CAMPAIGN_HELP
+from agents.models.offline import OFFLINE_NOTICE, OFFLINE_REMINDER
 from agents.models.types import ModelError
+from agents.plan_syntax import HELP as PLAN_HELP
 from core.ids import ConversationRef
 from core.keyed import KeyedSerial
 from host.events import EventBus, StoppedItem, StopTally, TurnCompleted
@@ -21,7 +24,7 @@ from host.host_agent import HostAgent
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage, stored_inbound
 from host.outbox import DeliveryError, Outbox
-from host.prompts import PromptBroker
+from host.prompts import TYPED_ANSWER_HELP, PromptBroker
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, LoggedMessage
 from memory.group import Attribution
@@ -29,20 +32,44 @@ from memory.group import Attribution
 log = logging.getLogger(__name__)
 
 ControlWord = Literal["stop", "status", "help"]
+# Each control word (a message that is just the word) and what it does, for `help`.
+CONTROL_WORDS: Mapping[ControlWord, str] = MappingProxyType(
+    {
+        "stop": "cancels what you asked for in this thread: your running and queued "
+        "requests, graph runs (also one waiting for an approval), questions and campaigns; "
+        "approvers and admins stop everything here. The reply names what stopped.",
+        "status": "shows what is running or waiting here.",
+        "help": "shows this message.",
+    }
+)
 # How the bot's own turns are shown in the log and to the model.
 SYSTEM_AUTHOR = "raven-system"
 SYSTEM_NAME = "raven (system)"
 # A flooding author hears "busy" once per this many seconds per conversation.
 BUSY_NOTICE_SECONDS = 60.0
-_CONTROL = re.compile(r"^\s*(stop|status|help)\s*[.!?]*\s*$", re.IGNORECASE)
+_CONTROL = re.compile(rf"^\s*({'|'.join(CONTROL_WORDS)})\s*[.!?]*\s*$", re.IGNORECASE)
+# The dedup key recording that a conversation was shown the full offline notice.
+_OFFLINE_NOTICE_KEY = "offline-notice:{}"
+_FOREVER_SECONDS = 100 * 365 * 86_400.0
 
-HELP_TEXT = """\
-**raven-bot** — mention me with a request and I answer in this thread.
-- `stop` cancels what you asked for in this thread (your running and queued requests, \
-graph runs, questions and campaigns); approvers and admins stop everything here.
-- `status` shows what is running or waiting here.
-- `help` shows this message.
-Explicit plans work even offline, one node per line: `id: agent: task [after a, b]`."""
+
+def help_text(commands_help: str = "") -> str:
+    """The answer to `help`, built from where each syntax is defined so it cannot drift:
+    the control words, typed answers, the chat commands given, campaigns and plans."""
+    lines = [
+        "**raven-bot** — mention me with a request and I answer in this thread. "
+        "These work without a model:",
+        *(f"- `{word}` {does}" for word, does in CONTROL_WORDS.items()),
+        f"- **Answering a question**: {TYPED_ANSWER_HELP}",
+        *([f"- **Memory**: {commands_help}"] if commands_help else []),
+        f"- **Campaigns**: {CAMPAIGN_HELP}",
+        # Last: it ends with an example block.
+        f"- **Plans**: {PLAN_HELP}",
+    ]
+    return "\n".join(lines)
+
+
+HELP_TEXT = help_text()
 
 
 @dataclass(frozen=True)
@@ -118,7 +145,8 @@ def _describe(items: Sequence[StoppedItem], *, by: str, name: Callable[[str], st
             continue
         for item in of_kind:
             owner = f" by {name(item.owner)}" if item.owner != by else ""
-            phrases.append(f"{kind} `{item.ref}`{owner}")
+            detail = f" ({item.detail})" if item.detail else ""
+            phrases.append(f"{kind} `{item.ref}`{owner}{detail}")
     return phrases
 
 
@@ -138,6 +166,11 @@ def control_word(text: str) -> ControlWord | None:
 
 class CommandHandler(Protocol):
     """Chat commands answered without a Host turn (memory controls)."""
+
+    @property
+    def help(self) -> str:
+        """What the commands are and do, for `help`."""
+        ...
 
     async def handle(self, msg: InboundMessage) -> str | None:
         """The reply, or None when `msg` is not a command."""
@@ -267,10 +300,13 @@ class ConversationService:
             outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
             if outcome is not None:
                 await self._log.mark_handled(message_id)
-                if outcome.status != "accepted" and not outcome.notified:
+                if not outcome.notified:
+                    # Said in the thread, next to the typed answer: which prompt it answered,
+                    # which ones it could answer, or why it was not taken.
+                    plain = outcome.status in ("accepted", "ambiguous")
                     await self._outbox.send(
                         msg.conversation,
-                        f"⚠️ {outcome.message}",
+                        outcome.message if plain else f"⚠️ {outcome.message}",
                         idempotency_key=f"prompt-reply:{message_id}",
                     )
                 return None
@@ -393,6 +429,7 @@ class ConversationService:
             )
             raise
         loop = reply.loop
+        text = await self._offline_once(conv, reply.text)
         await self._log.finish_turn(
             turn_id,
             status="completed",
@@ -402,10 +439,19 @@ class ConversationService:
             transcript=loop.transcript,
         )
         await self._outbox.send(
-            conv, reply.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+            conv, text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
         )
-        await self._completed(ctx, msg.text, reply.text, reply.attributions)
-        return TurnOutcome(turn_id, "completed", reply.text)
+        await self._completed(ctx, msg.text, text, reply.attributions)
+        return TurnOutcome(turn_id, "completed", text)
+
+    async def _offline_once(self, conv: ConversationRef, text: str) -> str:
+        """The offline notice the first time in a conversation (recorded in the database,
+        so a restart does not repeat it), a one-line reminder after that."""
+        if not self._host.provider.offline or text != OFFLINE_NOTICE:
+            return text
+        key = _OFFLINE_NOTICE_KEY.format(conv.id)
+        first = await self._log.claim_key(key, ttl_seconds=_FOREVER_SECONDS)
+        return text if first else OFFLINE_REMINDER
 
     async def _completed(
         self,
@@ -443,7 +489,7 @@ class ConversationService:
             text = "\n".join(filter(None, [text, await self._delivery_status(conv)]))
         else:
             await self._log.mark_handled(message_id)
-            text = HELP_TEXT
+            text = help_text(self._commands.help if self._commands is not None else "")
         await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
 
     async def _stop(self, msg: InboundMessage, message_id: int) -> str:

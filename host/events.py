@@ -46,6 +46,8 @@ class StoppedItem:
     ref: str
     # The user id of who asked for it; "" for the bot's own work (reports, notices).
     owner: str
+    # What stopping it ended, for the reply (a run's unfinished nodes); "" when nothing more.
+    detail: str = ""
 
 
 @dataclass

@@ -42,6 +42,14 @@ _REMEMBER = re.compile(r"^\s*remember(?:\s+that)?\s*[:,]?\s+(?P<text>.+?)\s*$", 
 _RECALL = re.compile(r"^\s*what do you (?:remember|know) about me\s*\??\s*$", re.I)
 _FORGET_ALL = re.compile(r"^\s*forget everything(?: about me)?\s*[.!]?\s*$", re.I)
 _FORGET = re.compile(r"^\s*forget(?:\s+that)?\s*[:,]?\s+(?P<text>.+?)\s*[.!]?\s*$", re.I | re.S)
+# For `help`: each command as typed (`…` is any text) and what it does; a test feeds each
+# one to the bot, so a pattern above that stops matching its line here fails.
+USAGE = (
+    ("remember …", "notes something about you (said in a DM: kept for our DMs)"),
+    ("what do you remember about me", "lists what I remember about you"),
+    ("forget …", "deletes what I remember that mentions it"),
+    ("forget everything", "erases everything about you, once you approve"),
+)
 
 
 def owner_of(conv: ConversationRef, author_id: str) -> str:
@@ -176,6 +184,11 @@ class MemoryCommands:
     def subscribe(self, bus: EventBus) -> None:
         """Carry out approved `forget everything` prompts."""
         bus.subscribe(PromptDecided, self._on_decided, topic=FORGET_PURPOSE)
+
+    @property
+    def help(self) -> str:
+        """The memory commands, for `help`."""
+        return "; ".join(f"`{usage}` {does}" for usage, does in USAGE) + "."
 
     async def handle(self, msg: InboundMessage) -> str | None:
         """The reply to a memory command, or None when `msg` is not one."""

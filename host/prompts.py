@@ -12,6 +12,7 @@ import contextlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 import uuid
@@ -34,7 +35,7 @@ from memory.store import Row, Store
 log = logging.getLogger(__name__)
 
 AnswerStatus = Literal[
-    "accepted", "not_allowed", "already_decided", "expired", "unknown", "invalid"
+    "accepted", "not_allowed", "already_decided", "expired", "unknown", "invalid", "ambiguous"
 ]
 DecisionHandler = Callable[[Prompt], Awaitable[None]]
 
@@ -45,6 +46,18 @@ _STATES: tuple[PromptState, ...] = ("pending", "answered", "expired", "cancelled
 _QUOTE_CHARS = 200
 # The scheduler job kind that expires one prompt at its deadline.
 PROMPT_EXPIRY_JOB = "prompt_expiry"
+# Prompts are listed by the start of their id, this long unless more is needed to tell
+# them apart; a typed answer may name one by any start this long or longer.
+SHORT_ID_CHARS = 8
+_ID_START = re.compile(r"[\w-]{6,64}")
+# Echoed in the "which one?" reply only when it is this plain.
+_PLAIN_ANSWER = re.compile(r"[\w .,'-]{1,24}")
+# For `help`: how a typed message answers a question (see `answer_typed`).
+TYPED_ANSWER_HELP = (
+    "type the option's number or its text (`1`, `approve`), or your answer to a free-text "
+    "question. When several questions wait for you I list them: add the prompt's id, as "
+    "in `1 abc12345` or `abc12345 1`."
+)
 
 
 def expiry_job_id(prompt_id: str) -> str:
@@ -248,28 +261,76 @@ class PromptBroker:
     async def answer_typed(
         self, conversation: ConversationRef, responder_id: str, text: str
     ) -> AnswerOutcome | None:
-        """Treat a typed reply as an answer to the newest pending prompt it fits, if any.
+        """Treat a typed reply as an answer to a prompt of the conversation, if it fits one.
 
-        None means the text answers nothing, so the caller handles it as a normal turn.
+        `1 abc12345` or `abc12345 1` (the start of a prompt's id) answers that prompt. Else
+        the text answers the one pending prompt it fits that the typer may answer; when it
+        fits several, the outcome (`ambiguous`) lists them instead of guessing. An accepted
+        outcome's message names the prompt answered. None means the text answers nothing,
+        so the caller handles it as a normal turn.
         """
-        candidates = await self._pending_rows(conversation, newest_first=True)
+        pending = await self._pending_rows(conversation, newest_first=True)
+        addressed = await self._addressed(conversation, pending, text)
+        if addressed is not None:
+            prompt, rest = addressed
+            return _named(await self._answer(prompt, responder_id, rest), pending)
         now = self._clock()
-        first_match: Prompt | None = None
-        for prompt in candidates:
-            allowed = self._may_answer(prompt, responder_id)
-            if prompt.kind == "free_text":
-                # Any text fits a free-text prompt, so only its live responders' messages
-                # count; a bystander chatting in the thread must still get a normal turn.
-                if not allowed or now >= prompt.expires_at or not text.strip():
-                    continue
-            elif _match_option(prompt.options, text) is None:
+        fits = [
+            p
+            for p in pending
+            # Any text fits a free-text prompt, so only its live responders' messages count;
+            # a bystander chatting in the thread must still get a normal turn.
+            if (
+                bool(text.strip()) and self._may_answer(p, responder_id) and now < p.expires_at
+                if p.kind == "free_text"
+                else _match_option(p.options, text) is not None
+            )
+        ]
+        mine = [p for p in fits if self._may_answer(p, responder_id)]
+        live = [p for p in mine if now < p.expires_at]
+        if len(live) > 1:
+            return AnswerOutcome("ambiguous", _which_one(live[::-1], text, pending))
+        # One live prompt; else the newest expired one of theirs (to say it expired), else
+        # someone else's (to say who may answer it).
+        target = next(iter(live or mine or fits), None)
+        if target is None:
+            return None
+        return _named(await self._answer(target, responder_id, text), pending)
+
+    async def _addressed(
+        self, conversation: ConversationRef, pending: Sequence[Prompt], text: str
+    ) -> tuple[Prompt, str] | None:
+        """The prompt a typed answer names by the start of its id (first or last word; only
+        first for free text), with the rest of the text as the answer."""
+        words = text.split()
+        if len(words) < 2:
+            return None
+        stripped = text.strip()
+        forms = (
+            (words[0], stripped[len(words[0]) :].strip(), True),
+            (words[-1], stripped[: -len(words[-1])].strip(), False),
+        )
+        for token, rest, id_first in forms:
+            start = token.strip("`#").casefold()
+            if not _ID_START.fullmatch(start):
                 continue
-            if allowed:
-                return await self._answer(prompt, responder_id, text)
-            first_match = first_match or prompt
-        if first_match is not None:
-            return await self._answer(first_match, responder_id, text)
+            named = [p for p in pending if p.id.casefold().startswith(start)]
+            if not named:
+                # A decided prompt, so the answer hears that it was decided.
+                named = await self._decided_with_id_start(conversation, start)
+            if len(named) == 1 and (id_first or named[0].kind != "free_text"):
+                return named[0], rest
         return None
+
+    async def _decided_with_id_start(
+        self, conversation: ConversationRef, start: str
+    ) -> list[Prompt]:
+        rows = await self._store.fetchall(
+            "SELECT * FROM prompts WHERE conversation_id = ? AND state != 'pending'"
+            " AND lower(substr(id, 1, ?)) = ? LIMIT 2",
+            (conversation.id, len(start), start),
+        )
+        return [_prompt(r) for r in rows]
 
     async def _answer(
         self, prompt: Prompt, responder_id: str, raw: str, *, message_id: str | None = None
@@ -602,7 +663,9 @@ class PromptBroker:
     async def status(self, conversation: ConversationRef) -> str:
         """The conversation's pending prompts, one line each, for `status`."""
         pending = await self.pending(conversation)
-        return "\n".join(f"- prompt `{p.id}` waiting: {p.question[:80]}" for p in pending)
+        # By the short ids a typed answer can name them with (`1 abc12345`).
+        shorts = short_ids(pending)
+        return "\n".join(f"- prompt `{shorts[p.id]}` waiting: {gist(p.question)}" for p in pending)
 
     async def with_payload(self, purpose: str, key: str, value: str) -> list[Prompt]:
         """Every prompt of `purpose` (any state) whose payload's `key` is `value`, oldest first."""
@@ -687,6 +750,58 @@ def _normalise(prompt: Prompt, raw: str) -> tuple[str | None, str]:
         listed = ", ".join(f"{n}. {o}" for n, o in enumerate(prompt.options, start=1))
         return None, f"Please answer with one of: {listed}."
     return option, ""
+
+
+def short_ids(prompts: Iterable[Prompt]) -> dict[str, str]:
+    """Each prompt's id shortened as far as it stays distinct among `prompts`."""
+    ids = list(dict.fromkeys(p.id for p in prompts))
+    length = SHORT_ID_CHARS
+    while len({i[:length] for i in ids}) < len(ids):
+        length += 1
+    return {i: i[:length] for i in ids}
+
+
+def gist(question: str, limit: int = 80) -> str:
+    """The first line of a question that is not a code fence, shortened."""
+    lines = [ln.strip() for ln in question.splitlines()]
+    first = next((ln for ln in lines if ln and not ln.startswith("```")), "")
+    first = first.rstrip(":").strip()
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _named(outcome: AnswerOutcome, pending: Sequence[Prompt]) -> AnswerOutcome:
+    """A typed answer's outcome whose confirmation says which prompt it answered."""
+    prompt = outcome.prompt
+    if outcome.status != "accepted" or prompt is None:
+        return outcome
+    short = short_ids([*pending, prompt])[prompt.id]
+    message = (
+        f"✔ Answered prompt `{short}` ({gist(prompt.question)}) with {_quote(prompt.answer or '')}."
+    )
+    return replace(outcome, message=message)
+
+
+def _which_one(prompts: Sequence[Prompt], text: str, pending: Sequence[Prompt]) -> str:
+    """The reply to a typed answer that fits several prompts (oldest first): which, and how
+    to pick one."""
+    shorts = short_ids([*pending])
+    typed = text.strip()
+    plain = bool(_PLAIN_ANSWER.fullmatch(typed))
+    answer = typed if plain else "ANSWER"
+    example = shorts[prompts[0].id]
+    said = f"“{typed}”" if plain else "Your answer"
+    lines = [
+        f"{said} fits {len(prompts)} questions waiting for you here, so I answered none. "
+        f"Add the prompt's id to pick one, as in `{answer} {example}` or "
+        f"`{example} {answer}`:"
+    ]
+    for prompt in prompts:
+        if prompt.options:
+            choices = ", ".join(f"{n}. {o}" for n, o in enumerate(prompt.options, start=1))
+        else:
+            choices = "free text"
+        lines.append(f"- `{shorts[prompt.id]}`: {gist(prompt.question)} ({choices})")
+    return "\n".join(lines)
 
 
 def _quote(text: str) -> str:

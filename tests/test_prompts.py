@@ -306,18 +306,43 @@ async def test_typed_reply_by_number_and_text(store: Store) -> None:
     assert by_text.prompt is not None and by_text.prompt.id == deploy.id and by_text.prompt.approved
 
 
-async def test_typed_reply_picks_the_newest_matching_prompt(store: Store) -> None:
+async def test_typed_reply_that_fits_several_prompts_answers_none_until_one_is_named(
+    store: Store,
+) -> None:
     rig = make_rig(store)
     older = await choice(rig)
     rig.clock.advance(1)
     newer = await approval(rig)
 
-    # "1" fits both: the newest wins.
-    first = await rig.broker.answer_typed(CONV, "alice", "1")
-    assert first is not None and first.prompt is not None and first.prompt.id == newer.id
-    # "ap-south" fits only the older choice.
+    # "1" fits both: neither is answered; the reply lists both by short id.
+    both = await rig.broker.answer_typed(CONV, "alice", "1")
+    assert both is not None and both.status == "ambiguous" and both.prompt is None
+    assert f"`{older.id[:8]}`" in both.message and f"`{newer.id[:8]}`" in both.message
+    assert len(await rig.broker.pending(CONV)) == 2
+    # "ap-south" fits only the older choice; the confirmation names it.
     second = await rig.broker.answer_typed(CONV, "alice", "ap-south")
     assert second is not None and second.prompt is not None and second.prompt.id == older.id
+    assert f"`{older.id[:8]}`" in second.message and "Which region?" in second.message
+    # Now "1" fits one prompt only.
+    third = await rig.broker.answer_typed(CONV, "alice", "1")
+    assert third is not None and third.prompt is not None and third.prompt.id == newer.id
+
+
+async def test_typed_reply_names_its_prompt_by_id_before_or_after_the_answer(
+    store: Store,
+) -> None:
+    rig = make_rig(store)
+    first, second = await choice(rig), await choice(rig)
+
+    by_id_last = await rig.broker.answer_typed(CONV, "alice", f"2 {second.id[:8]}")
+    assert by_id_last is not None and by_id_last.prompt is not None
+    assert (by_id_last.prompt.id, by_id_last.prompt.answer) == (second.id, "us-east")
+    by_id_first = await rig.broker.answer_typed(CONV, "alice", f"{first.id[:8]} ap-south")
+    assert by_id_first is not None and by_id_first.prompt is not None
+    assert (by_id_first.prompt.id, by_id_first.prompt.answer) == (first.id, "ap-south")
+    # Naming a prompt already answered says so instead of starting a turn.
+    again = await rig.broker.answer_typed(CONV, "alice", f"1 {first.id[:8]}")
+    assert again is not None and again.status == "already_decided"
 
 
 async def test_typed_reply_that_matches_nothing_is_a_normal_turn(store: Store) -> None:

@@ -34,6 +34,13 @@ OFFLINE_NOTICE = (
     "metric: loss min | budget: 2h\n```\nSay `help` for more."
 )
 
+# Said instead of the notice once a conversation has seen it (the conversation service
+# keeps track): one line, not the whole notice again on every message.
+OFFLINE_REMINDER = (
+    "I'm in offline mode: no model key, so I can't answer free-form messages — "
+    "`help` lists what works."
+)
+
 SUBMIT_GRAPH = "submit_graph"
 START_CAMPAIGN = "start_campaign"
 

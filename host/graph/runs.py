@@ -29,7 +29,7 @@ from host.graph.executor import (
     WorkerPrompts,
 )
 from host.graph.judge import CompletionJudge
-from host.graph.model import AdmissionContext, GraphSubmission
+from host.graph.model import TERMINAL_STATES, AdmissionContext, GraphSubmission
 from host.graph.records import RunFiles, read_output
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
@@ -345,7 +345,10 @@ class RunManager:
         for run in self.live_runs(event.conversation_id):
             owner = run.record.submitted_by
             stoppable = event.may_stop(owner)
-            event.tally.record(StoppedItem("run", run.id, owner), cancelled=stoppable)
+            # Read before cancelling: the nodes this stop ends, as the reply names them.
+            ended = [n for n in run.nodes if run.state(n) not in TERMINAL_STATES]
+            detail = f"{', '.join(ended)} cancelled" if stoppable and ended else ""
+            event.tally.record(StoppedItem("run", run.id, owner, detail), cancelled=stoppable)
             if stoppable:
                 await run.cancel(reason="stopped")
 
