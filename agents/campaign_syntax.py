@@ -5,48 +5,39 @@
 Optional fields: `pattern: REGEX` (one group around the value), `json_key: KEY` (read the
 metric from JSON lines), `wake: 5m`, `baseline: 1.2`, `rounds: 3`, `stall: 10m`,
 `margin: 0.5`, `poll: 5s`, and for Slurm `partition: NAME`, `cpus: 4`, `time: 30m` (a
-round's time limit). The command may itself contain `|`: fields are split only before a
-known field name. Values are validated by the tool.
+round's time limit). The command may itself contain `|` (a pipe), but not `| word:`, which
+starts a field: an unknown field name (`| colour: red`) is kept as a field, so the tool refuses
+it by name and lists the valid ones instead of reading it as part of the previous value. Values
+are validated by the tool.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from types import MappingProxyType
 
-REQUIRED_FIELDS = ("machine", "run", "metric", "budget")
-# The optional fields with the example value `help` shows for each.
-OPTIONAL_FIELDS: Mapping[str, str] = MappingProxyType(
-    {
-        "pattern": "REGEX",
-        "json_key": "KEY",
-        "wake": "5m",
-        "baseline": "1.2",
-        "rounds": "3",
-        "stall": "10m",
-        "margin": "0.5",
-        "poll": "5s",
-        "partition": "NAME",
-        "cpus": "4",
-        "time": "30m",
-    }
-)
-FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
-EXAMPLE = (
-    "campaign: lower the loss | machine: local | run: python train.py | metric: loss min "
-    "| budget: 2h"
-)
-# For `help`, from the fields above so it lists every field the parser splits on.
-HELP = (
-    f"`{EXAMPLE}` runs a long job and watches its metric (`min` or `max`) round after "
-    "round, within the budget; its commands ask for approval first. Optional fields: "
-    + ", ".join(f"`| {name}: {value}`" for name, value in OPTIONAL_FIELDS.items())
-    + " (`partition`, `cpus` and `time` are for Slurm machines)."
+FIELDS = (
+    "machine",
+    "run",
+    "metric",
+    "budget",
+    "pattern",
+    "json_key",
+    "wake",
+    "baseline",
+    "rounds",
+    "stall",
+    "margin",
+    "poll",
+    "partition",
+    "cpus",
+    "time",
 )
 _START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
-_SPLIT = re.compile(r"\s+\|\s*(?=(?:" + "|".join(FIELDS) + r")\s*:)", re.IGNORECASE)
-_FIELD = re.compile(r"^(?P<key>[a-z_]+)\s*:\s*(?P<value>.*?)\s*$", re.IGNORECASE | re.DOTALL)
+# A field starts at `| name:` for any name (known or not: an unknown one is refused by name).
+_SPLIT = re.compile(r"\s+\|\s*(?=[A-Za-z_][A-Za-z0-9_]*\s*:)")
+_FIELD = re.compile(
+    r"^(?P<key>[a-z_][a-z0-9_]*)\s*:\s*(?P<value>.*?)\s*$", re.IGNORECASE | re.DOTALL
+)
 
 
 def parse_campaign(text: str) -> dict[str, str] | None:

@@ -34,6 +34,12 @@ INSTALL_HINT: Final = (
     "commands without a sandbox (unsafe: they can then read the bot's secrets and files)."
 )
 _PROBE_TIMEOUT_SECONDS: Final = 20.0
+DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+# Interpreters commands call by their usual name, and the versioned name hosts ship them as
+# (Debian has `python3` and no `python`): the sandbox links the first to the second.
+INTERPRETER_ALIASES: Final = (("python", "python3"), ("pip", "pip3"))
+# Where those links live inside the sandbox (its own root tmpfs; nothing of the host's).
+SHIM_DIR: Final = "/run/raven/bin"
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -69,10 +75,12 @@ class Sandbox(Protocol):
         workspace: Path,
         env: Mapping[str, str],
         detached: bool = False,
+        readonly: Sequence[Path] = (),
     ) -> Launch:
         """The command to execute for `argv` in `workspace`; `SandboxUnavailable` if refused.
 
         `detached`: the command is not tied to the bot's lifetime (it survives a restart).
+        `readonly`: extra directories the command may read (bound read-only, same path).
         """
         ...
 
@@ -140,25 +148,45 @@ class Bubblewrap:
         workspace: Path,
         env: Mapping[str, str],
         detached: bool = False,
+        readonly: Sequence[Path] = (),
     ) -> Launch:
         """bwrap arguments around argv; the environment is passed by exec, never on argv."""
         # Never as --setenv: argv is world-readable in /proc, an agent's own key is not.
-        args = self.arguments(workspace, env, detached=detached)
+        args = self.arguments(workspace, env, detached=detached, readonly=readonly)
         return Launch((self.bwrap, *args, "--", *argv))
 
     def arguments(
-        self, workspace: Path, env: Mapping[str, str], *, detached: bool = False
+        self,
+        workspace: Path,
+        env: Mapping[str, str],
+        *,
+        detached: bool = False,
+        readonly: Sequence[Path] = (),
     ) -> list[str]:
         """The bwrap options (without the command) for one run in `workspace`.
 
         `detached` drops only `--die-with-parent`: everything else confines the same way.
+        `readonly` adds read-only binds (a campaign machine's `mounts`), laid like the
+        workspace over any cover (a mount inside a hidden directory stays visible).
         """
         ws = workspace.resolve()
         fresh = _fresh_mounts(env)
-        covered = self._covered_dirs([mount.path for mount in fresh])
+        # The workspace is never covered, even when it is a hidden directory (the operator's
+        # explicit choice of the bot's own directory for a campaign).
+        covered = self._covered_dirs([*(mount.path for mount in fresh), ws])
+        shims = interpreter_shims(env.get("PATH", ""), visible=self._visible_roots())
         mounts = [
             *_system_mounts(),
             *self._readonly_mounts(),
+            *_extra_mounts(readonly, ws),
+            *(
+                _Mount(
+                    Path(SHIM_DIR) / name,
+                    _RANK_SYMLINK,
+                    ["--symlink", target, f"{SHIM_DIR}/{name}"],
+                )
+                for name, target in shims
+            ),
             *fresh,
             *_hidden_file_mounts(),
             *(_Mount(path, _RANK_COVER, ["--tmpfs", str(path)]) for path in covered),
@@ -175,26 +203,13 @@ class Bubblewrap:
             args += ["--remount-ro", str(path)]
         if "TMPDIR" in env:  # the host's TMPDIR is not mounted; /tmp is the fresh one
             args += ["--setenv", "TMPDIR", "/tmp"]
+        if shims:  # last on PATH: an interpreter the host has under its own name comes first
+            args += ["--setenv", "PATH", f"{env.get('PATH') or DEFAULT_PATH}:{SHIM_DIR}"]
         return [*args, "--chdir", str(ws)]
 
-    def shows(self, path: Path, env: Mapping[str, str]) -> bool:
-        """Whether a command started with `env` sees `path` (outside its workspace): the
-        deepest mount over the real path decides, as in `arguments`."""
-        target = path.resolve()
-        fresh = _fresh_mounts(env)
-        mounts = [
-            *_system_mounts(),
-            *self._readonly_mounts(),
-            *fresh,
-            *_hidden_file_mounts(),
-            *(_Mount(p, _RANK_COVER, []) for p in self._covered_dirs([m.path for m in fresh])),
-        ]
-        mounts.sort(key=lambda mount: (len(mount.path.parts), mount.rank))
-        shown = False  # bwrap's root is empty: what no mount covers does not exist
-        for mount in mounts:
-            if mount.path == target or mount.path in target.parents:
-                shown = mount.rank == _RANK_BIND
-        return shown
+    def _visible_roots(self) -> tuple[Path, ...]:
+        """Where the sandbox shows the host's files: the system paths and the extra binds."""
+        return (*(Path(p) for p in SYSTEM_PATHS), *(p.resolve() for p in self.readonly))
 
     def _readonly_mounts(self) -> list[_Mount]:
         """Read-only binds of the extra paths that exist as directories."""
@@ -238,6 +253,7 @@ class Unsandboxed:
         workspace: Path,
         env: Mapping[str, str],
         detached: bool = False,
+        readonly: Sequence[Path] = (),
     ) -> Launch:
         """argv unchanged; the child is SIGKILLed if the bot dies (unless detached)."""
         if detached:
@@ -268,6 +284,7 @@ class Refusing:
         workspace: Path,
         env: Mapping[str, str],
         detached: bool = False,
+        readonly: Sequence[Path] = (),
     ) -> Launch:
         """Always raises `SandboxUnavailable` (detached or not)."""
         raise SandboxUnavailable(
@@ -284,20 +301,17 @@ class DetachedSandbox:
     sandbox: Sandbox
 
     def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        readonly: Sequence[Path] = (),
     ) -> Sequence[str]:
-        """The confined argv for one detached command."""
-        return self.sandbox.launch(argv, workspace=workspace, env=env, detached=True).argv
-
-
-def shown_by(sandbox: Sandbox, environ: Mapping[str, str]) -> Callable[[Path], bool]:
-    """Whether a path is visible to commands in `sandbox` started from `environ` (its HOME
-    is replaced by an empty one). Without bubblewrap everything counts as visible: the
-    opt-out sees the host, and refusal refuses every command with its own reason."""
-    if not isinstance(sandbox, Bubblewrap):
-        return lambda path: True
-    env = dict(environ)
-    return lambda path: sandbox.shows(path, env)
+        """The confined argv for one detached command (`readonly`: extra read-only binds)."""
+        return self.sandbox.launch(
+            argv, workspace=workspace, env=env, detached=True, readonly=readonly
+        ).argv
 
 
 def die_with_parent_hook(parent: int) -> Callable[[], None]:
@@ -360,6 +374,37 @@ def select_sandbox(
     )
     problem = check(sandbox)
     return sandbox if problem is None else Refusing(problem)
+
+
+def interpreter_shims(path: str, *, visible: Sequence[Path]) -> list[tuple[str, str]]:
+    """(name, target) for each interpreter the sandbox lacks under its usual name but has
+    under its versioned one (`python` → `python3`): what to link into `SHIM_DIR`.
+
+    Only PATH directories the sandbox shows (under `visible`) count, so a `python` in a
+    hidden home directory (pyenv's shims, say) does not hide the missing one."""
+    shown = os.pathsep.join(
+        d
+        for d in (path or DEFAULT_PATH).split(os.pathsep)
+        if d.startswith("/") and any(Path(d) == r or r in Path(d).parents for r in visible)
+    )
+    shims = []
+    for name, versioned in INTERPRETER_ALIASES:
+        if shutil.which(name, path=shown) is not None:
+            continue
+        target = shutil.which(versioned, path=shown)
+        if target is not None:
+            shims.append((name, target))
+    return shims
+
+
+def _extra_mounts(readonly: Sequence[Path], workspace: Path) -> list[_Mount]:
+    """Read-only binds of the extra directories (missing ones skipped; the workspace itself
+    stays writable)."""
+    return [
+        _Mount(path, _RANK_WORKSPACE, ["--ro-bind", str(path), str(path)])
+        for path in _unique(p.resolve() for p in readonly)
+        if path.is_dir() and path != workspace
+    ]
 
 
 def _system_mounts() -> list[_Mount]:

@@ -103,12 +103,17 @@ _FLAGS: Final = {
     "cpus": "--cpus",
     "time": "--time",
     "round_time_limit_seconds": "--time",
+    "workdir": "--workdir",
 }
 _FIELD = re.compile(r"^`([A-Za-z_.]+)(:?)( [^`]*)?`")
 _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 
 RUN_HELP = """\
 Run one campaign in the foreground until it reaches a final state, then print its record.
+
+The command runs in the current directory (or --workdir), sandboxed: that directory is its
+working directory and the only place it may write, so `--run "python train.py"` runs the
+train.py found there. Its output and exit code are kept under RAVEN_HOME/campaigns/<id>/.
 
 Decisions are made by the model when ANTHROPIC_API_KEY is set (one call per wake-up, none
 while the campaign waits; the policy when a call fails), else by the offline rule-based
@@ -177,6 +182,12 @@ def _add_run_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]
     run.add_argument("--partition", metavar="NAME", help="Slurm: the partition to submit to")
     run.add_argument("--cpus", metavar="N", help="cpus per round (Slurm: --cpus-per-task)")
     run.add_argument("--time", metavar="DURATION", help="time limit of one round, e.g. 30m")
+    run.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where the command runs, writable (default: the current directory; on an ssh "
+        "machine its `workdir` unless given)",
+    )
     run.add_argument("--json", action="store_true", help="print the final record as JSON")
 
 
@@ -363,7 +374,8 @@ def describe(data: Mapping[str, Any]) -> str:
         f"Campaign {data['id']} ({data['state']}): {data['goal']}",
         f"Machine {spec['machine']}, metric {spec['metric']['name']} ({spec['direction']}), "
         f"budget {format_duration(spec['budget']['wall_seconds'])} and "
-        f"{spec['budget']['rounds']} round(s); command: {spec['command']}",
+        f"{spec['budget']['rounds']} round(s); command: {spec['command']}"
+        + (f" (in {spec['workdir']})" if spec.get("workdir") else ""),
         f"Baseline {_value(data['baseline'])}{source}; model calls {data['model_calls']}"
         f"{_while_waiting(data)}; compute {data['compute_seconds']:.1f}s.",
     ]
@@ -460,7 +472,12 @@ class _NoRounds:
     """The command wrapper of `stop`'s machines: stopping never starts a round."""
 
     def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        readonly: Sequence[Path] = (),
     ) -> Sequence[str]:
         """Refuses: `raven-bot campaigns stop` only terminates."""
         raise RuntimeError("`raven-bot campaigns stop` starts no rounds")
@@ -531,9 +548,13 @@ async def _terminate_round(
             record.id, current.round, note=f"cancelled; not terminated: {exc}"
         )
         return 1, f"Campaign `{record.id}` cancelled, but {where} could not be terminated: {exc}"
+    now = time.time()
     await campaigns.set_round(
-        record.id, current.round, state="ended", ended_at=time.time(), exit_code=status.exit_code
+        record.id, current.round, state="ended", ended_at=now, exit_code=status.exit_code
     )
+    # The round's compute counts, as when the bot stops it (per cpu, like the engine).
+    used = max(0.0, now - current.handle.started_at) * (record.spec.cpus or 1)
+    await campaigns.update(record.id, compute_seconds=record.compute_seconds + used)
     return 0, f"Campaign `{record.id}` cancelled: {where} terminated ({_ended(status)})."
 
 
@@ -546,10 +567,12 @@ def _ended(status: JobStatus) -> str:
 # ------------------------------------------------------------------------ headless run
 
 
-def run_spec(args: argparse.Namespace) -> CampaignSpec:
+def run_spec(args: argparse.Namespace, *, ssh: bool = False) -> CampaignSpec:
     """The CampaignSpec of `campaigns run`'s flags; ValueError with one line per problem.
 
-    The checks and their words are `campaign_spec`'s (what chat says), with flag names.
+    The checks and their words are `campaign_spec`'s (what chat says), with flag names. The
+    command runs in --workdir or the current directory (`ssh`: the machine is an ssh host,
+    where --workdir names a path and the default is the machine's `workdir`).
     """
     problems: list[str] = []
     name, _, direction = (part.strip() for part in str(args.metric).partition(":"))
@@ -584,9 +607,25 @@ def run_spec(args: argparse.Namespace) -> CampaignSpec:
         problems += [_flagged(line[2:]) for line in str(exc).splitlines() if line.startswith("- ")]
         if not problems:
             problems.append(str(exc))
+    workdir = _workdir(args, problems, ssh=ssh)
     if problems:
         raise ValueError("\n".join(problems))
-    return spec
+    return spec.model_copy(update={"workdir": workdir})
+
+
+def _workdir(args: argparse.Namespace, problems: list[str], *, ssh: bool) -> str | None:
+    """The directory the command runs in: --workdir, else the current directory (on an ssh
+    machine: --workdir as a path on that host, else the machine's own `workdir`)."""
+    given: str | None = getattr(args, "workdir", None)
+    if ssh:
+        return given
+    if given is None:
+        return str(Path.cwd().resolve())
+    path = Path(given).expanduser()
+    if not path.is_dir():
+        problems.append(f"--workdir {given}: no such directory (create it, or pick another)")
+        return None
+    return str(path.resolve())
 
 
 def _flagged(problem: str) -> str:
@@ -602,7 +641,7 @@ def _flagged(problem: str) -> str:
 def run_command(args: argparse.Namespace, settings: Settings) -> int:
     """`raven-bot campaigns run`: 0 closed, 1 failed/cancelled, 2 invalid, 128+N on signal N."""
     try:
-        spec = run_spec(args)
+        spec = run_spec(args, ssh=_on_ssh(settings.home, args.machine))
     except ValueError as exc:
         for line in str(exc).splitlines():
             print(f"{PROG} run: {line}", file=sys.stderr)
@@ -618,6 +657,16 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
     except RuntimeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 1
+
+
+def _on_ssh(home: Path, machine: str) -> bool:
+    """Whether `machine` is an ssh host (False when machines.toml cannot say: the run then
+    reports that file's problem)."""
+    try:
+        spec = load_machine_specs(home).get(machine)
+    except RuntimeError:
+        return False
+    return spec is not None and spec.kind == "ssh"
 
 
 class MachinesError(ValueError):

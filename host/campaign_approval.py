@@ -22,9 +22,13 @@ from oncall.ports import CommandApproval
 CAMPAIGN_COMMAND = "campaign_command"
 
 
-def visibility(machine: MachineSpec) -> str:
-    """What a round on `machine` can see, in words for the person approving it."""
-    view = sandbox_view("its round directory")
+def visibility(machine: MachineSpec, workdir: str = "its working directory") -> str:
+    """What a round on `machine` running in `workdir` can see, in words for the person
+    approving it: the working directory writable, the machine's `mounts` read-only."""
+    view = sandbox_view(workdir)
+    if machine.mounts:
+        shown = ", ".join(f"`{m}`" for m in machine.mounts)
+        view += f" Also readable (read-only): {shown}."
     if machine.kind == "local":
         return f"this host, sandboxed (bubblewrap): {view}"
     if machine.kind == "slurm":
@@ -57,9 +61,9 @@ def approval_question(approval: CommandApproval) -> str:
     return (
         f"{head}\n{code_block(approval.command)}\n"
         f"- Machine: `{machine.name}` ({machine.kind})\n"
-        f"- Runs in: {approval.workdir}\n"
+        f"- Runs in: {approval.workdir} (its working directory)\n"
         f"- Budget: {approval.budget}\n"
-        f"- It can see: {visibility(machine)}\n"
+        f"- It can see: {visibility(machine, approval.workdir)}\n"
         "Exactly this command runs, in every round, and nothing runs unless approved."
     )
 

@@ -137,6 +137,11 @@ def campaign_brief(context: DecisionContext, *, recent: int = 20) -> str:
     lines.append(f"Recent measurements (newest last): {shown}")
     source = "\n".join(m.source_line for m in list(context.measurements)[-5:])
     lines.append(fence(source, source="the job's output lines", marker=marker))
+    if context.output_tail:
+        # Why a round died is usually in its last lines (a traceback, "not found").
+        lines.append(
+            fence(context.output_tail, source="the last lines of the round's output", marker=marker)
+        )
     if context.refused:
         # The engine's own words (not job output): what the rules refused and how to fix it.
         lines.append(

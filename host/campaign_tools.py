@@ -30,9 +30,12 @@ CAMPAIGN_SYNTAX = (
 
 
 class StartCampaignInput(BaseModel):
-    """Input of `start_campaign` (also what the offline campaign syntax produces)."""
+    """Input of `start_campaign` (also what the offline campaign syntax produces).
 
-    model_config = ConfigDict(extra="forbid")
+    Unknown fields are kept (not refused here) so that `campaign_spec` can name them with the
+    valid ones, among the other problems of the line."""
+
+    model_config = ConfigDict(extra="allow")
     goal: str = Field(description="what the campaign is for, one sentence")
     run: str | None = Field(default=None, description="the command one round runs")
     machine: str = Field(default="local", description="a machine from machines.toml")
@@ -105,6 +108,9 @@ def campaign_spec(
     `min_poll_seconds` bounds what people in a channel may ask for; the operator's own shell
     (`campaigns run`) passes 0."""
     problems: list[str] = []
+    for name in args.model_extra or {}:
+        known = ", ".join(f"`{f}`" for f in StartCampaignInput.model_fields if f != "goal")
+        problems.append(f"unknown field `{name}`: the fields are {known}")
     if not args.run:
         problems.append("`run:` is missing: the command one round runs")
     name, direction = _metric(args.metric, problems)

@@ -42,6 +42,7 @@ from oncall.model import (
     WakeReason,
 )
 from oncall.monitor import RoundWatch
+from oncall.output_tail import TAIL_BYTES, code_block, last_lines
 from oncall.policy import Decision, DecisionContext, RoundSummary, clamp_to_budget
 from oncall.ports import (
     CAMPAIGN_WAKE,
@@ -53,6 +54,7 @@ from oncall.ports import (
 )
 from oncall.report_gate import check_report, draft_report, format_duration
 from oncall.store import CampaignRecord, CampaignStore
+from oncall.workdirs import BotPaths, workdir_problem
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +116,15 @@ class CampaignEngine:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "cmp_" + uuid.uuid4().hex[:10],
         approvals: CommandApprovals | None = None,
+        workspace: Callable[[ConversationRef], Path] | None = None,
+        bot_paths: BotPaths | None = None,
     ) -> None:
+        """`workspace`: a conversation's workspace (created on use), where a chat campaign
+        runs when its machine has no `workdir`; `bot_paths`: RAVEN_HOME and the bot's working
+        directory, which no campaign may run in (default: `root`'s parent and the current
+        directory)."""
+        self._workspace = workspace
+        self._bot_paths = bot_paths or BotPaths.of(root.parent)
         # Without `approvals` (`raven-bot campaigns run`) the operator typed the command in
         # their own shell: that is the approval, and a changed command cannot be asked about.
         self._approvals = approvals
@@ -168,6 +178,9 @@ class CampaignEngine:
                 f"is a {machine.spec.kind} machine: drop the partition or pick a slurm machine."
             )
         await self._check_limits(who, machine.spec, spec)
+        spec = spec.model_copy(
+            update={"workdir": await self._workdir(machine.spec, conv, spec, requester)}
+        )
         campaign_id = self._new_id()
         if self._approvals is None:
             record = await self._store.create(campaign_id, owner, conv, spec)
@@ -177,6 +190,33 @@ class CampaignEngine:
         record = await self._store.create(campaign_id, owner, conv, spec, state="approval")
         await self._approvals.request(self._approval(record, "start", spec.command))
         return record
+
+    async def _workdir(
+        self,
+        machine: MachineSpec,
+        conv: ConversationRef,
+        spec: CampaignSpec,
+        requester: Requester | None,
+    ) -> str | None:
+        """Where the campaign's command runs: the operator's explicit choice (`campaigns
+        run`), else the machine's `workdir`, else (not over ssh: another host) the
+        conversation's workspace. Never the bot's own files (`CampaignError` saying why)."""
+        if spec.workdir is not None and requester is not None:
+            raise CampaignError(
+                "The working directory of a campaign started from chat is the machine's "
+                "`workdir` (machines.toml) or this conversation's workspace; it cannot be chosen "
+                "here."
+            )
+        explicit = spec.workdir is not None
+        chosen = spec.workdir or machine.workdir
+        if chosen is None and machine.kind != "ssh" and self._workspace is not None:
+            chosen = str(await asyncio.to_thread(self._workspace, conv))
+        if chosen is None or machine.kind == "ssh":
+            return chosen  # an ssh workdir is a path on that host (checked there)
+        problem = workdir_problem(chosen, self._bot_paths, explicit=explicit)
+        if problem is not None:
+            raise CampaignError(f"Refused: the campaign's {problem}.")
+        return chosen
 
     async def _check_limits(self, who: Requester, machine: MachineSpec, spec: CampaignSpec) -> None:
         """Refuse, naming the limit, what this person may not start."""
@@ -213,11 +253,11 @@ class CampaignEngine:
     ) -> CommandApproval:
         spec = record.spec
         machine = self._machines[spec.machine].spec
-        if machine.kind == "local":
-            workdir = f"a new directory per round under campaigns/{record.id}/"
+        if spec.workdir is None:
+            workdir = "an empty directory per round (`work/` of the round's directory)"
         else:
-            workdir = (
-                f"{machine.workdir or 'the login directory'}/{record.id}/round-N on {machine.kind}"
+            workdir = f"`{spec.workdir}`" + (
+                f" on `{machine.host}`" if machine.kind == "ssh" else ""
             )
         rounds = f"{spec.budget.rounds} round(s)"
         compute = spec.budget.compute_minutes
@@ -353,10 +393,25 @@ class CampaignEngine:
                 return
 
     async def _closed_elsewhere(self, record: CampaignRecord) -> None:
-        """A campaign found final that this engine may not have closed (`campaigns stop`
-        from another process): free its slot for the campaigns queued behind it."""
-        if record.id in self._allocator.holders(record.spec.machine):
-            await self._free_slot(record)
+        """A campaign found final that this engine did not close (`campaigns stop` from
+        another process): tell its thread, show its round's end in the round's status
+        message, and free its slot for the campaigns queued behind it."""
+        if record.id not in self._allocator.holders(record.spec.machine):
+            return  # closed here (or already handled): nothing more to say
+        live = self._live.get(record.id)
+        if live is not None and live.task is asyncio.current_task():
+            self._live.pop(record.id, None)
+        if record.state == "cancelled":
+            decisions = await self._store.decisions(record.id)
+            why = next((d.reason for d in reversed(decisions) if d.action == "cancel"), "")
+            await self._notify(
+                record,
+                f"🛑 Campaign `{record.id}` cancelled ({why or 'stopped elsewhere'}).",
+                key=f"campaign:{record.id}:cancelled",
+            )
+        if record.round and (live is None or not live.final_shown):
+            await self._final_status(record, record.round, record.state)
+        await self._free_slot(record)
 
     async def _free_slot(self, record: CampaignRecord) -> None:
         """Release the campaign's slot and start the oldest campaign waiting for it."""
@@ -388,6 +443,7 @@ class CampaignEngine:
             round=round_no,
             command=command or spec.command,
             workdir=self._root / record.id / f"round-{round_no}",
+            cwd=spec.workdir,
             time_limit_seconds=granted,
             cpus=spec.cpus,
             partition=spec.partition,
@@ -625,6 +681,10 @@ class CampaignEngine:
             if current is not None:
                 await self._closed_elsewhere(current)
             return  # stopped meanwhile: nothing to wake
+        text = f"🔔 Campaign `{record.id}` woke early: round {round_no} {_REASON_TEXT[reason]}."
+        if reason in _CRASHES:  # read first: the notice follows its claim at once
+            tail = await self._output_tail(record, round_no)
+            text += f"\nLast lines of its output:\n{code_block(tail)}" if tail else ""
         now = self._clock()
         for pending in await self._store.cancel_pending_wakes(record.id):
             with contextlib.suppress(Exception):
@@ -634,12 +694,22 @@ class CampaignEngine:
         await self._store.schedule_wake(wake_id, record.id, round_no, reason, now)
         if await self._store.claim_wake(wake_id, fired_at=now) is None:
             return
-        await self._notify(
-            record,
-            f"🔔 Campaign `{record.id}` woke early: round {round_no} {_REASON_TEXT[reason]}.",
-            key=f"campaign:{record.id}:{wake_id}",
-        )
+        await self._notify(record, text, key=f"campaign:{record.id}:{wake_id}")
         await self._wake(record, round_no, reason)
+
+    async def _output_tail(self, record: CampaignRecord, round_no: int) -> str:
+        """The last lines of the round's log (read from the machine, never through a link);
+        empty when there are none or the machine cannot be read."""
+        current = await self._store.round(record.id, round_no)
+        machine = self._machines.get(record.spec.machine)
+        if current is None or current.handle is None or machine is None:
+            return ""
+        read = int((current.watch or {}).get("offset", 0))
+        try:
+            data = await _drain(machine, current.handle, max(0, read - TAIL_BYTES))
+        except MachineUnavailable:
+            return ""
+        return last_lines(data[-TAIL_BYTES:])
 
     async def _wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
         async with self._locks.hold(record.id):
@@ -679,7 +749,9 @@ class CampaignEngine:
         return decision
 
     async def _context(self, record: CampaignRecord, reason: WakeReason) -> DecisionContext:
+        tail = await self._output_tail(record, record.round) if reason in _CRASHES else ""
         return DecisionContext(
+            output_tail=tail,
             spec=record.spec,
             baseline=record.spec.baseline,  # the given one (see policy: first-round rule)
             measurements=await self._store.measurements(record.id),
@@ -709,8 +781,16 @@ class CampaignEngine:
         return await self._close_with(record, decision, by)
 
     async def _close_with(self, record: CampaignRecord, decision: Decision, by: str) -> str:
-        """File the decision's report; if the gate rejects it, the factual draft instead."""
-        if decision.report:
+        """File the decision's report; if the gate rejects it, the factual draft instead.
+
+        A drafted report (the policy's) is drafted again now, from the record as the decision
+        left it: a terminated round's end and compute are in it."""
+        if decision.outcome is not None:
+            text = await self._draft(record, outcome=decision.outcome, ended_by=decision.ended_by)
+            outcome = await self._report(record, text, by, failed=decision.failed)
+            if not outcome.startswith("Report rejected"):
+                return outcome
+        elif decision.report:
             outcome = await self._report(record, decision.report, by, failed=decision.failed)
             if not outcome.startswith("Report rejected"):
                 return outcome
@@ -764,7 +844,7 @@ class CampaignEngine:
         said = reason.rstrip(".")
         if "wait" not in said.lower():  # the policy's reasons already say how long
             said = f"waiting {format_duration(granted)}: {said}"
-        text = f"⏸️ Campaign `{record.id}`: {said} (cites #{cite})."
+        text = f"⏸️ Campaign `{record.id}`: {said}{_cites(cite, ' (cites #{})')}."
         if note:
             text += f" {note}"
         await self._notify(
@@ -807,7 +887,7 @@ class CampaignEngine:
         )
         await self._notify(
             record,
-            f"🔁 Campaign `{record.id}`: resubmitting ({reason}; cites #{cite}).",
+            f"🔁 Campaign `{record.id}`: resubmitting ({reason}{_cites(cite, '; cites #{}')}).",
             key=f"campaign:{record.id}:decision:resubmit:{record.round}",
         )
         await self._submit_round(await self._fresh(record), record.round + 1, command)
@@ -879,6 +959,9 @@ class CampaignEngine:
         await self._store.record_decision(
             record.id, record.round, "report", None, "accepted", {"by": by}
         )
+        # The gate checked what the reporter wrote; the crashed rounds' own last lines are
+        # quoted after it, as the job's words (no claim of the reporter's).
+        text += await self._crash_tails(record)
         await self._close(record, "failed" if failed else "closed", report=text)
         await self._notify(
             record,
@@ -886,6 +969,16 @@ class CampaignEngine:
             key=f"campaign:{record.id}:report",
         )
         return "Report accepted; the campaign is closed."
+
+    async def _crash_tails(self, record: CampaignRecord) -> str:
+        """The last lines of the (last two) rounds that died or vanished, as plain blocks."""
+        crashed = [r for r in await self._store.rounds(record.id) if r.wake_reason in _CRASHES]
+        parts = []
+        for r in crashed[-2:]:
+            tail = await self._output_tail(record, r.round)
+            if tail:
+                parts.append(f"\n\nLast lines of round {r.round}'s output:\n{code_block(tail)}")
+        return "".join(parts)
 
     async def _cite(self, record: CampaignRecord, cite: int | None, action: DecisionAction) -> None:
         result = check_citation(
@@ -898,17 +991,29 @@ class CampaignEngine:
         if not result.ok:
             raise CampaignError(result.message)
 
-    async def _draft(self, record: CampaignRecord) -> str:
+    async def _draft(
+        self, record: CampaignRecord, *, outcome: str = "", ended_by: WakeReason | None = None
+    ) -> str:
+        """The factual report from the record; `ended_by` says how the current round ended
+        when the record does not (a round stopped by a decision)."""
         fresh = await self._fresh(record)
+        rounds = [
+            r.model_copy(update={"wake_reason": ended_by})
+            if r.round == fresh.round and r.wake_reason is None and ended_by is not None
+            else r
+            for r in await self._summaries(fresh)
+        ]
         return draft_report(
             metric=fresh.spec.metric.name,
             direction=fresh.spec.direction,
             baseline=fresh.baseline,
             measurements=await self._store.measurements(fresh.id),
-            rounds=await self._summaries(fresh),
+            rounds=rounds,
             wall_used_seconds=self._clock() - fresh.created_at,
             compute_used_minutes=fresh.compute_seconds / 60.0,
             budget=fresh.spec.budget,
+            outcome=outcome,
+            tolerance=self._settings.report_tolerance,
         )
 
     async def _summaries(self, record: CampaignRecord) -> list[RoundSummary]:
@@ -1108,7 +1213,7 @@ class CampaignEngine:
             for w in (await self._store.wakes(record.id))[-5:]
         ]
         lines += [
-            f"- decision {d.action} (cites #{d.cite}): {d.reason}"
+            f"- decision {d.action}{_cites(d.cite, ' (cites #{})')}: {d.reason}"
             for d in (await self._store.decisions(record.id))[-5:]
         ]
         lines += [f"- #{m.id} round {m.round}: {m.name}={m.value:g}" for m in measurements[-5:]]
@@ -1151,6 +1256,7 @@ class CampaignEngine:
             log.warning("campaign %s: notice %s was not recorded", record.id, key, exc_info=True)
 
 
+_CRASHES: frozenset[str | None] = frozenset({"died", "vanished"})
 _REASON_TEXT: Mapping[str, str] = {
     "scheduled": "reached its scheduled wake-up",
     "finished": "finished (exit code 0)",
@@ -1160,6 +1266,12 @@ _REASON_TEXT: Mapping[str, str] = {
     "vanished": "vanished (its process is gone without an exit code)",
     "budget": "used up its time budget",
 }
+
+
+def _cites(cite: int | None, template: str) -> str:
+    """`template` filled with the cited measurement id; nothing when no measurement is cited
+    (a round that died before printing a value)."""
+    return "" if cite is None else template.format(cite)
 
 
 def _status_key(campaign_id: str, round_no: int) -> str:

@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from oncall.workdirs import BotPaths, workdir_problem
 
 # `approval`: its command awaits a person's approval; nothing has run.
 CampaignState = Literal[
@@ -120,6 +122,10 @@ class CampaignSpec(BaseModel):
     partition: str | None = Field(default=None, max_length=64, description="Slurm partition")
     cpus: int | None = Field(default=None, ge=1, le=1024)
     round_time_limit_seconds: float | None = Field(default=None, gt=0)
+    # Where the command runs (its working directory, writable), chosen when the campaign
+    # starts: the operator's directory, the machine's `workdir` or the conversation's
+    # workspace. None: an empty directory per round (only in tests of the engine).
+    workdir: str | None = Field(default=None, max_length=4096)
 
     @field_validator("partition")
     @classmethod
@@ -168,8 +174,13 @@ class MachineSpec(BaseModel):
     user: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     workdir: str | None = Field(
-        default=None, description="ssh/slurm: where round directories are created"
+        default=None,
+        max_length=4096,
+        description="where commands run (their working directory, writable); on ssh, a path "
+        "on that host",
     )
+    # Extra directories a round may read (bound read-only at the same path).
+    mounts: tuple[str, ...] = ()
     partition: str | None = Field(default=None, description="slurm: default partition")
     ssh_options: tuple[str, ...] = ()
     # Who may run rounds here: user ids ("*" for everyone the access policy admits) and
@@ -181,6 +192,26 @@ class MachineSpec(BaseModel):
     # How many of its slots one person's campaigns may hold at once (None: half, at least 1).
     user_slots: int | None = Field(default=None, ge=1, le=4096)
 
+    @model_validator(mode="after")
+    def _out_of_the_bots_files(self, info: ValidationInfo) -> MachineSpec:
+        """`workdir` and `mounts` stay out of RAVEN_HOME and the bot's directory; checked when
+        the loader passes `context={"bot_paths": BotPaths}` (machines.toml)."""
+        for mount in self.mounts:
+            if not mount.startswith("/"):
+                raise ValueError(f"mounts: {mount!r} is not an absolute path")
+        context = info.context if isinstance(info.context, dict) else {}
+        paths = context.get("bot_paths")
+        if not isinstance(paths, BotPaths):
+            return self
+        problems = [workdir_problem(m, paths, what="mount") for m in self.mounts]
+        # An ssh workdir is a path on another host: only its form is checked here.
+        if self.workdir is not None and self.kind != "ssh":
+            problems.insert(0, workdir_problem(self.workdir, paths))
+        found = [p for p in problems if p is not None]
+        if found:
+            raise ValueError("; ".join(found))
+        return self
+
 
 class JobRequest(BaseModel):
     """One round to start on a machine."""
@@ -189,7 +220,9 @@ class JobRequest(BaseModel):
     campaign_id: str
     round: int = Field(ge=1)
     command: str
-    workdir: Path  # the round's directory (created by the machine)
+    workdir: Path  # the round's directory (created by the machine): log and exit code
+    # Where the command runs (writable); None: the round directory's own `work/`.
+    cwd: str | None = None
     time_limit_seconds: float | None = None
     cpus: int | None = None
     partition: str | None = None

@@ -11,7 +11,8 @@
   the metric stopped improving: the finished round did not beat the best of the earlier
   rounds (and the given baseline) by the relative `IMPROVEMENT_EPSILON`. A first round has
   nothing earlier to beat unless a baseline was given, so a one-shot job is reported when it
-  finishes instead of being run again. Otherwise resubmit (the next round, no changes).
+  finishes instead of being run again (saying there was nothing to compare it with, not that
+  it stopped improving). Otherwise resubmit (the next round, no changes).
 - **scheduled** (the job still runs) → wait until the next wake-up, clamped to the remaining
   wall clock; a plateau alone is no reason to kill a running job (divergence, stalls and the
   budget are), so the reason only says whether the metric is still improving.
@@ -70,6 +71,11 @@ class Decision(BaseModel):
     report: str | None = None
     failed: bool = False  # the report closes the campaign as failed
     notes: tuple[str, ...] = ()  # clamping and citation notes for the decision record
+    # A drafted (factual) report's opening sentence and the wake that ends its last round:
+    # the engine drafts the report again from the record when it closes the campaign, so
+    # what a terminate changed (the round's end, its compute) is in it.
+    outcome: str | None = None
+    ended_by: WakeReason | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class DecisionContext:
     reason: WakeReason
     now: float | None = None  # clock at the wake-up (None: the newest measurement's time)
     refused: str | None = None  # why this wake-up's previous decision was refused (retry)
+    # The last lines of a round that died or vanished (the job's own words: untrusted).
+    output_tail: str = ""
 
 
 def clamp_to_budget(requested_seconds: float, remaining_seconds: float) -> tuple[float, str | None]:
@@ -183,6 +191,15 @@ def _set_record(ctx: DecisionContext) -> bool:
     return improved(best_now.value, previous, direction)
 
 
+def _nothing_to_beat(ctx: DecisionContext) -> bool:
+    """No baseline was given and no earlier round measured the metric: the round's result
+    stands alone (it neither improved nor stopped improving)."""
+    if ctx.baseline is not None:
+        return False
+    latest = _latest_round(ctx)
+    return not any(m.round < latest for m in _metric_values(ctx))
+
+
 def _improving_now(ctx: DecisionContext) -> bool | None:
     """Whether the running round set its best within the last wake interval (None: no data)."""
     values = _metric_values(ctx, _latest_round(ctx))
@@ -264,7 +281,14 @@ def _ending(
         outcome=outcome,
     )
     return Decision(
-        action=action, cite=ev.cite, reason=reason, report=report, failed=failed, notes=ev.notes
+        action=action,
+        cite=ev.cite,
+        reason=reason,
+        report=report,
+        failed=failed,
+        notes=ev.notes,
+        outcome=outcome,
+        ended_by=ended_by or ctx.reason,
     )
 
 
@@ -344,6 +368,15 @@ def _on_finished(ctx: DecisionContext) -> Decision:
             "report",
             f"Round {n} finished and {spent}, so I am reporting.",
             f"The campaign finished after round {n}: {spent}.",
+        )
+    if _nothing_to_beat(ctx):
+        return _ending(
+            ctx,
+            "report",
+            f"Round {n} finished; with no baseline and no earlier round there is nothing to "
+            f"compare it with ({_cited(ctx)}), so I am reporting.",
+            f"The campaign finished after round {n}: one run, and without a baseline there is "
+            "nothing earlier to compare it with.",
         )
     if not _set_record(ctx):
         return _ending(

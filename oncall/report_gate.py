@@ -160,9 +160,18 @@ class _Token:
     value: float = 0.0
 
 
-def _fmt(value: float) -> str:
-    """A recorded value written so it reads back exactly (what the report should quote)."""
-    return repr(float(value))
+def _fmt(value: float, tolerance: float = 1e-3) -> str:
+    """A recorded value as people write it: 6 significant digits (`1.458`, not
+    `1.4580000000000002`), more only when needed to stay well within the gate's relative
+    `tolerance` of the recorded value, so a report quoting it still matches."""
+    value = float(value)
+    if not math.isfinite(value) or value == 0:
+        return repr(value)
+    for digits in range(6, 18):
+        text = f"{value:.{digits}g}"
+        if abs(float(text) - value) <= tolerance / 10 * abs(value):
+            return text
+    return repr(value)
 
 
 def _close(a: float, b: float, tolerance: float, abs_epsilon: float) -> bool:
@@ -371,18 +380,18 @@ def _closest(ev: _Evidence, value: float, kind: ClaimKind) -> str:
         return f"the closest change from the baseline is {delta:.6g} (measurement #{best.id})"
     if not ev.values:
         if ev.baseline is not None:
-            return f"no {ev.metric} is recorded; the baseline is {_fmt(ev.baseline)}"
+            return f"no {ev.metric} is recorded; the baseline is {_fmt(ev.baseline, ev.tolerance)}"
         return f"no {ev.metric} is recorded"
     if kind == "below":
         low = min(ev.values, key=lambda m: m.value)
-        return f"the lowest recorded is {_fmt(low.value)} (measurement #{low.id})"
+        return f"the lowest recorded is {_fmt(low.value, ev.tolerance)} (measurement #{low.id})"
     if kind == "above":
         high = max(ev.values, key=lambda m: m.value)
-        return f"the highest recorded is {_fmt(high.value)} (measurement #{high.id})"
+        return f"the highest recorded is {_fmt(high.value, ev.tolerance)} (measurement #{high.id})"
     near = min(ev.values, key=lambda m: abs(m.value - value))
-    text = f"the closest recorded is {_fmt(near.value)} (measurement #{near.id})"
+    text = f"the closest recorded is {_fmt(near.value, ev.tolerance)} (measurement #{near.id})"
     if ev.baseline is not None and abs(ev.baseline - value) < abs(near.value - value):
-        text = f"the closest recorded is the baseline {_fmt(ev.baseline)}"
+        text = f"the closest recorded is the baseline {_fmt(ev.baseline, ev.tolerance)}"
     return text
 
 
@@ -460,8 +469,9 @@ def check_report(
     ):
         source = f", the first measurement #{first.id}" if baseline is None and first else ""
         mismatches.append(
-            f"the report does not state the baseline ({metric} {_fmt(base)}{source}): say it in "
-            f"a sentence with the word baseline, e.g. “Baseline {metric}: {_fmt(base)}.”"
+            f"the report does not state the baseline ({metric} {_fmt(base, tolerance)}{source}): "
+            "say it in a sentence with the word baseline, e.g. "
+            f"“Baseline {metric}: {_fmt(base, tolerance)}.”"
         )
     claims = [_judge(ev, *found) for found in extract_claims(text, metric)]
     mismatches += [_mismatch(ev, c) for c in claims if not c.ok]
@@ -484,15 +494,33 @@ def format_duration(seconds: float) -> str:
     return text or "0s"
 
 
+# How a round ended, by its wake reason (else its recorded state), as words in a sentence.
+_ENDED: Mapping[str, str] = MappingProxyType(
+    {
+        "finished": "finished",
+        "died": "died",
+        "vanished": "vanished without an exit code",
+        "stalled": "stalled",
+        "diverged": "diverged",
+        "budget": "was stopped when the budget ran out",
+        "scheduled": "was running at its scheduled wake-up",
+        "submitting": "was being submitted",
+        "running": "was still running",
+        "ended": "was stopped",
+        "failed": "could not start",
+    }
+)
+
+
 def _round_line(rounds: Sequence[RoundSummary]) -> str:
     if not rounds:
         return "Rounds: none ran."
     parts = []
     for r in sorted(rounds, key=lambda r: r.round):
-        how = r.wake_reason or (r.state or "running")
+        key = r.wake_reason or (r.state or "running")
         code = f" (exit code {r.exit_code})" if r.exit_code is not None else ""
-        parts.append(f"round {r.round} {how}{code}")
-    return "Rounds: " + ", ".join(parts) + "."
+        parts.append(f"round {r.round} {_ENDED.get(key, key)}{code}")
+    return "Rounds: " + "; ".join(parts) + "."
 
 
 def _budget_line(
@@ -509,15 +537,21 @@ def _budget_line(
 
 
 def _value_lines(
-    metric: str, direction: Direction, baseline: float | None, measurements: Sequence[Measurement]
+    metric: str,
+    direction: Direction,
+    baseline: float | None,
+    measurements: Sequence[Measurement],
+    tolerance: float,
 ) -> list[str]:
     own = sorted((m for m in measurements if m.name == metric), key=lambda m: m.id)
     first = own[0] if own else None
     if baseline is not None:
-        lines = [f"Baseline {metric}: {_fmt(baseline)} (the campaign's recorded baseline)."]
+        lines = [
+            f"Baseline {metric}: {_fmt(baseline, tolerance)} (the campaign's recorded baseline)."
+        ]
     elif first is not None and math.isfinite(first.value):
         lines = [
-            f"Baseline {metric}: {_fmt(first.value)} "
+            f"Baseline {metric}: {_fmt(first.value, tolerance)} "
             f"(the first measurement, #{first.id} in round {first.round})."
         ]
     else:
@@ -530,11 +564,15 @@ def _value_lines(
         best = pick(finite, key=lambda m: m.value)
         better = "lower" if direction == "min" else "higher"
         lines.append(
-            f"Best {metric}: {_fmt(best.value)} (measurement #{best.id}, round {best.round}); "
+            f"Best {metric}: {_fmt(best.value, tolerance)} (measurement #{best.id}, "
+            f"round {best.round}); "
             f"{better} is better."
         )
     last = own[-1]
-    lines.append(f"Last {metric}: {_fmt(last.value)} (measurement #{last.id}, round {last.round}).")
+    lines.append(
+        f"Last {metric}: {_fmt(last.value, tolerance)} (measurement #{last.id}, "
+        f"round {last.round})."
+    )
     return lines
 
 
@@ -549,14 +587,16 @@ def draft_report(
     compute_used_minutes: float | None = None,
     budget: Budget | None = None,
     outcome: str = "",
+    tolerance: float = 1e-3,
 ) -> str:
-    """A factual closing report from the record; it passes `check_report` by construction.
+    """A factual closing report from the record; it passes `check_report` (at `tolerance`)
+    by construction.
 
     `outcome` is one sentence on why the campaign ends; it must make no numeric claim about
     the metric (the policy's sentences name measurements by id only).
     """
     lines = [outcome.strip() or "Campaign report."]
-    lines += _value_lines(metric, direction, baseline, measurements)
+    lines += _value_lines(metric, direction, baseline, measurements, tolerance)
     lines.append(_round_line(rounds))
     lines.append(_budget_line(len(rounds), wall_used_seconds, compute_used_minutes, budget))
     return "\n".join(lines)

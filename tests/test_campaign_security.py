@@ -202,7 +202,7 @@ slots = 2
 
 [machines.cluster]
 kind = "slurm"
-workdir = "{home}/cluster"
+workdir = "{home}-cluster"
 
 [machines.team]
 kind = "local"
@@ -359,9 +359,10 @@ async def test_an_approved_campaign_runs_on_the_real_slurm_for_its_allowed_user(
     defaults: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster: SlurmCluster
 ) -> None:
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    machines = (
-        f'[machines.cluster]\nkind = "slurm"\nworkdir = "{defaults}/cluster"\nusers = ["U2"]\n'
-    )
+    # Where its commands run: a project directory beside RAVEN_HOME, never inside it.
+    project = defaults.with_name(f"{defaults.name}-cluster")
+    await asyncio.to_thread(project.mkdir)
+    machines = f'[machines.cluster]\nkind = "slurm"\nworkdir = "{project}"\nusers = ["U2"]\n'
     rt, adapter = await _runtime(defaults, machines)
     try:
         run = 'for v in 0.9 0.5; do echo "loss $v"; done'

@@ -376,7 +376,7 @@ def loopback_ssh(tmp_path: Path) -> SshMachine:
     fake.parent.mkdir()
     fake.write_text(_FAKE_SSH)
     fake.chmod(0o755)
-    spec = MachineSpec(name="gpu", kind="ssh", host="gpu1", workdir=str(tmp_path / "remote"))
+    spec = MachineSpec(name="gpu", kind="ssh", host="gpu1")
     return SshMachine(spec, ssh=str(fake))
 
 
@@ -385,7 +385,8 @@ async def test_ssh_remote_scripts_run_poll_read_and_terminate(
 ) -> None:
     command = "echo 'loss 0.7'; while [ ! -e go ]; do sleep 0.02; done; echo 'loss 0.3'; exit 5"
     handle = await loopback_ssh.submit(_request(tmp_path / "ignored", command))
-    workdir = tmp_path / "remote" / "c1" / "round-1"
+    # Under the login directory (here: the test's working directory), apart from the command.
+    workdir = Path.cwd().resolve() / "raven-rounds" / "c1" / "round-1"
     assert handle.kind == "ssh" and handle.host == "gpu1"
     assert handle.log_path == str(workdir / "round.log")
     first = await _log_contains(loopback_ssh, handle, b"loss 0.7\n")

@@ -145,7 +145,7 @@ def test_budget_wake_terminates_and_reports() -> None:
     d = _decide(_ctx("budget", _ms([1.0, 0.9]), _rounds(None), wall=3600.0))
     assert d.action == "terminate"
     assert "the wall-clock budget of 1h is used up" in d.reason
-    assert d.report is not None and "round 1 budget" in d.report
+    assert d.report is not None and "round 1 was stopped when the budget ran out" in d.report
 
 
 # --- crashes ----------------------------------------------------------------------------------
@@ -214,9 +214,10 @@ def test_finished_one_shot_job_without_baseline_is_reported() -> None:
     d = _decide(_ctx("finished", _ms([1.0, 0.7, 0.5]), _rounds("finished", codes=[0])))
     assert d.action == "report" and not d.failed
     assert d.reason == (
-        "Round 1 finished without beating the earlier best (best loss=0.5, measurement #3), "
-        "so I am reporting."
+        "Round 1 finished; with no baseline and no earlier round there is nothing to compare "
+        "it with (best loss=0.5, measurement #3), so I am reporting."
     )
+    assert d.report is not None and "stopped improving" not in d.report
 
 
 def test_finished_round_that_beats_the_given_baseline_continues() -> None:
@@ -330,7 +331,8 @@ def test_scheduled_wait_is_clamped_to_the_remaining_wall_clock() -> None:
 def test_scheduled_wake_past_the_wall_clock_terminates_and_reports() -> None:
     d = _decide(_ctx("scheduled", _ms([1.0]), _rounds(None), wall=3700.0))
     assert d.action == "terminate" and d.report is not None
-    assert "round 1 budget" in d.report  # the round is recorded as ended by the budget
+    # the round is recorded as ended by the budget
+    assert "round 1 was stopped when the budget ran out" in d.report
 
 
 def test_scheduled_wake_in_the_last_round_keeps_waiting() -> None:

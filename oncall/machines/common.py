@@ -2,11 +2,12 @@
 
 A round's directory holds `round.log` (stdout and stderr, appended), `exit_code`, written
 atomically (a temporary file renamed into place) when the command ends, so a reader never sees a
-partial code and a job's end is known even after its scheduler or parent has forgotten it, and
-`work/`, the command's working directory and the only place it may write. The control files sit
-beside `work/`, where the sandboxed command cannot reach them; the bot still opens them without
-following symlinks and reads only a regular file with a single link (a FIFO, a symlink or a hard
-link planted there is ignored), because a round run without a sandbox could have planted one.
+partial code and a job's end is known even after its scheduler or parent has forgotten it, and,
+for a campaign without a working directory of its own, `work/`, where its command runs. The
+command's working directory (the user's project) is elsewhere and is the only place it may
+write; the control files are where the sandboxed command cannot reach them. The bot still opens
+them without following symlinks and reads only a regular file with a single link (a FIFO, a
+symlink or a hard link planted there is ignored): a round run without a sandbox could plant one.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ def round_env(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[
 
 
 def round_dir(spec: MachineSpec, request: JobRequest) -> PurePosixPath:
-    """Where the round runs: under the machine's `workdir` if it has one, else the request's."""
-    if spec.workdir is None:
-        return PurePosixPath(request.workdir)
-    return PurePosixPath(spec.workdir) / request.campaign_id / f"round-{request.round}"
+    """The round's directory on this host (log, exit code): the request's, under
+    RAVEN_HOME/campaigns/ (a machine's `workdir` is where commands run, not where rounds are
+    kept, so a command never reaches its round's control files)."""
+    return PurePosixPath(request.workdir)
 
 
 def work_dir(directory: Path) -> Path:
@@ -63,8 +64,32 @@ def work_dir(directory: Path) -> Path:
     return directory / WORK_NAME
 
 
-def prepare_round_dir(directory: Path) -> Path:
-    """Create the round directory and its `work/` (blocking); the directory's absolute path.
+def command_dir(spec: MachineSpec, request: JobRequest, directory: Path) -> Path:
+    """Where a local or Slurm round's command runs (blocking): the campaign's working
+    directory, resolved, else the round directory's `work/`; `MachineUnavailable` when the
+    working directory is missing or not a directory."""
+    if request.cwd is None:
+        return work_dir(directory)
+    path = Path(request.cwd)
+    if not path.is_absolute():
+        raise MachineUnavailable(f"{spec.name}: the workdir {request.cwd} is not absolute")
+    if not path.is_dir():
+        raise MachineUnavailable(
+            f"{spec.name}: the workdir {request.cwd} does not exist or is not a directory: "
+            "create it, or set `workdir` in machines.toml to one that exists"
+        )
+    resolved = path.resolve()
+    if resolved == directory or resolved in directory.parents:
+        # It would give the command the round's log and exit code to rewrite.
+        raise MachineUnavailable(
+            f"{spec.name}: the workdir {request.cwd} contains the round directory {directory}"
+        )
+    return resolved
+
+
+def prepare_round_dir(directory: Path, *, work: bool = True) -> Path:
+    """Create the round directory and (with `work`) its `work/` (blocking); the directory's
+    absolute path.
 
     Drops an exit code left by an earlier run and anything in place of a control file that is
     not a plain file, without following a symlink; a `work` that is not a real directory (a
@@ -80,6 +105,8 @@ def prepare_round_dir(directory: Path) -> Path:
         if not _plain_file(fd, LOG_NAME):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(LOG_NAME, dir_fd=fd)
+        if not work:
+            return directory
         try:
             info = os.stat(WORK_NAME, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:

@@ -6,8 +6,9 @@ and the scheduler's own job variables; nothing of the bot's), and, when `bwrap` 
 inside bubblewrap shaped like the local sandbox: its own PID namespace (so /proc shows no other
 process and no other process's environ), a read-only system view, fresh /tmp and $HOME, the
 credential files and the `hidden` directories (RAVEN_HOME, the bot's working directory) covered,
-and WORK the only writable path. Without bwrap it refuses or runs scrubbed only, as the machine
-says (`BwrapMissing`). Its status is the command's exit code.
+WORK the only writable path and the machine's `mounts` read-only; where the node has `python3`
+but no `python`, `python` is linked to it inside the sandbox. Without bwrap it refuses or runs
+scrubbed only, as the machine says (`BwrapMissing`). Its status is the command's exit code.
 
 bubblewrap itself ignores SIGTERM and SIGHUP (it would die of them and leave the command
 behind), while `env --default-signal` restores them for the command, so a cancel reaches the
@@ -49,14 +50,33 @@ JOB_VARIABLES: Final = (
 # GPUs stay usable in the sandbox (bwrap's --dev /dev has none); missing ones are skipped.
 DEVICES: Final = ("/dev/nvidia*", "/dev/dri", "/dev/kfd")
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+# Where the sandbox links `python` to the node's `python3` (as the local sandbox does).
+SHIM_DIR: Final = "/run/raven/bin"
 # The bot's data directory when RAVEN_HOME is not set (bot/settings.py's default).
 DEFAULT_HOME: Final = "~/.raven-bot"
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 
 _BODY: Final = """\
 raven_confined() {
-  raven_work=$1 raven_cmd=$2 raven_home=${HOME:-/}
-  set -- env -i "PATH=${PATH:-@PATH@}" "HOME=$raven_home"
+  raven_work=$1 raven_cmd=$2 raven_home=${HOME:-/} raven_pathv=${PATH:-@PATH@} raven_py=
+  # `python` where the node has only `python3`, counting only what the sandbox shows.
+  if command -v bwrap >/dev/null 2>&1; then
+    raven_seen= raven_ifs=$IFS
+    IFS=:
+    for raven_dir in $raven_pathv; do
+      for raven_root in @SYSTEM@; do
+        case $raven_dir in "$raven_root" | "$raven_root"/*)
+          raven_seen=$raven_seen${raven_seen:+:}$raven_dir ;;
+        esac
+      done
+    done
+    IFS=$raven_ifs
+    if ! PATH=$raven_seen command -v python >/dev/null 2>&1; then
+      raven_py=$(PATH=$raven_seen command -v python3 2>/dev/null) || raven_py=
+      case $raven_py in /*) raven_pathv=$raven_pathv:@SHIM@ ;; *) raven_py= ;; esac
+    fi
+  fi
+  set -- env -i "PATH=$raven_pathv" "HOME=$raven_home"
   for raven_name in @VARIABLES@; do
     eval "raven_set=\\${$raven_name+x} raven_value=\\${$raven_name-}"
     [ -n "$raven_set" ] && set -- "$@" "$raven_name=$raven_value"
@@ -82,6 +102,7 @@ raven_confined() {
   for raven_path in @FILES@; do
     [ -f "$raven_path" ] && set -- "$@" --ro-bind /dev/null "$raven_path"
   done
+  [ -n "$raven_py" ] && set -- "$@" --symlink "$raven_py" @SHIM@/python
   set -- "$@" --tmpfs /tmp
   case $raven_home in /?*) set -- "$@" --tmpfs "$raven_home" ;; esac
   # Covers first, then the work dir on top (it may lie inside one), then covers inside it;
@@ -89,6 +110,11 @@ raven_confined() {
   for raven_path in @HIDDEN@; do
     case $raven_path in "$raven_work" | "$raven_work"/*) ;; *)
       [ -d "$raven_path" ] && set -- "$@" --tmpfs "$raven_path" ;;
+    esac
+  done
+  for raven_path in @MOUNTS@; do
+    case $raven_path in "$raven_work") ;; *)
+      [ -d "$raven_path" ] && set -- "$@" --ro-bind "$raven_path" "$raven_path" ;;
     esac
   done
   set -- "$@" --bind "$raven_work" "$raven_work"
@@ -119,12 +145,17 @@ _REFUSE: Final = (
 _SCRUBBED: Final = ": no bubblewrap here: the scrubbed environment is the only confinement"
 
 
-def confine_function(hidden: Sequence[str], *, without_bwrap: BwrapMissing) -> str:
+def confine_function(
+    hidden: Sequence[str], *, without_bwrap: BwrapMissing, mounts: Sequence[str] = ()
+) -> str:
     """POSIX sh defining `raven_confined WORK COMMAND` (see the module docstring).
 
-    `hidden`: absolute directories the command must not see when they exist on the node.
+    `hidden`: absolute directories the command must not see when they exist on the node;
+    `mounts`: absolute directories it may read (bound read-only over the covers, so a mount
+    inside a hidden directory stays visible), skipped where they do not exist.
     """
     absolute = [path for path in dict.fromkeys(hidden) if path.startswith("/") and path != "/"]
+    readable = [path for path in dict.fromkeys(mounts) if path.startswith("/") and path != "/"]
     words = {
         "@PATH@": DEFAULT_PATH,
         "@VARIABLES@": " ".join(JOB_VARIABLES),
@@ -134,6 +165,8 @@ def confine_function(hidden: Sequence[str], *, without_bwrap: BwrapMissing) -> s
         "@FILES@": " ".join(HIDDEN_FILES),
         # An empty list still makes a valid `for` loop (over one empty word, then skipped).
         "@HIDDEN@": " ".join(shlex.quote(path) for path in absolute) or "''",
+        "@MOUNTS@": " ".join(shlex.quote(path) for path in readable) or "''",
+        "@SHIM@": SHIM_DIR,
     }
     body = _BODY
     for key, value in words.items():

@@ -3,8 +3,10 @@
 The sandbox arrives by dependency injection (`CommandWrapper`): oncall does not know agents.
 The round's leader (`_runner.py`) is outside the sandbox, in a session of its own, re-parented
 to init as soon as it starts, so a bot restart does not touch it; it records the exit code in
-the round directory, which is how `poll` learns the end even after a restart. The sandbox's only
-writable path is the round's `work/`: the log and the exit code beside it are out of its reach.
+the round directory, which is how `poll` learns the end even after a restart. The command runs in
+the campaign's working directory (the user's project, mounted writable at its own path) or, without
+one, in the round's empty `work/`; the log and the exit code stay in the round directory under
+RAVEN_HOME, out of its reach.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from oncall.machines import _proc
 from oncall.machines.common import (
     EXIT_NAME,
     LOG_NAME,
+    command_dir,
     exited,
     prepare_round_dir,
     read_chunk,
@@ -31,7 +34,6 @@ from oncall.machines.common import (
     round_dir,
     round_env,
     split_job_id,
-    work_dir,
 )
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
@@ -47,9 +49,15 @@ class CommandWrapper(Protocol):
     """Confines a command to a workspace (the agent sandbox, in its detached mode)."""
 
     def wrap(
-        self, argv: Sequence[str], *, workspace: Path, env: Mapping[str, str]
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        env: Mapping[str, str],
+        readonly: Sequence[Path] = (),
     ) -> Sequence[str]:
-        """The argv that runs `argv` confined to `workspace`; raises if it refuses."""
+        """The argv that runs `argv` confined to `workspace` (writable) with `readonly` also
+        visible; raises if it refuses."""
         ...
 
 
@@ -78,11 +86,19 @@ class LocalMachine:
 
     async def submit(self, request: JobRequest) -> JobHandle:
         """Start the round detached in its directory; `MachineUnavailable` if refused."""
-        directory = await asyncio.to_thread(prepare_round_dir, Path(round_dir(self._spec, request)))
-        log, exit_path, workdir = directory / LOG_NAME, directory / EXIT_NAME, work_dir(directory)
+        directory = await asyncio.to_thread(
+            prepare_round_dir, Path(round_dir(self._spec, request)), work=request.cwd is None
+        )
+        log, exit_path = directory / LOG_NAME, directory / EXIT_NAME
+        workdir = await asyncio.to_thread(command_dir, self._spec, request, directory)
         env = round_env(os.environ if self._environ is None else self._environ)
         try:
-            wrapped = self._wrapper.wrap(["sh", "-c", request.command], workspace=workdir, env=env)
+            wrapped = self._wrapper.wrap(
+                ["sh", "-c", request.command],
+                workspace=workdir,
+                env=env,
+                readonly=[Path(m) for m in self._spec.mounts],
+            )
         except Exception as exc:
             # Whatever the assembly root's wrapper raises (a refusing sandbox says how to
             # fix it) means this machine cannot run the round now: recorded, not a crash.

@@ -3,12 +3,14 @@
     [machines.local]
     kind = "local"
     slots = 2
+    workdir = "/srv/projects/toy"      # where commands run (else the conversation's workspace)
+    mounts = ["/data/imagenet"]        # read-only extras a round may see
 
     [machines.gpu]
     kind = "ssh"
     host = "gpu1.example.org"
     user = "train"
-    workdir = "/scratch/raven"
+    workdir = "/scratch/project"      # where commands run on that host
     ssh_options = ["IdentityFile=~/.ssh/raven"]
     users = ["U0123", "U0456"]   # remote machines are for admins only unless they say who
     approvers = ["U0999"]        # whose approval every command here also needs
@@ -16,11 +18,13 @@
     [machines.cluster]
     kind = "slurm"
     partition = "gpu"
-    workdir = "/shared/raven-rounds"   # on a filesystem the compute nodes share
+    workdir = "/shared/project"   # where commands run; shared with the compute nodes
     slots = 8
 
 Without the file there is one machine, `local`, with 2 slots, open to everyone the access
 policy admits. `user_slots` caps the slots one person's campaigns hold (default: half).
+A `workdir` or mount may not be, contain or lie inside RAVEN_HOME, nor be or contain the bot's
+working directory (see oncall/workdirs.py).
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ from oncall.machines.local import CommandWrapper, LocalMachine
 from oncall.machines.slurm import SlurmMachine
 from oncall.machines.ssh import SshMachine
 from oncall.model import Machine, MachineSpec
+from oncall.workdirs import BotPaths
 
 FILE_NAME: Final = "machines.toml"
 DEFAULT_LOCAL_SLOTS: Final = 2
 # The fields each kind uses; any other field set for it is a mistake worth naming.
 # Who may use a machine (users, roles, approvers, user_slots) applies to every kind.
-_ACCESS_FIELDS: Final = frozenset({"users", "roles", "approvers", "user_slots"})
+_ACCESS_FIELDS: Final = frozenset({"users", "roles", "approvers", "user_slots", "mounts"})
 _KIND_FIELDS: Final = {
     "local": frozenset({"name", "kind", "slots", "workdir"}) | _ACCESS_FIELDS,
     "ssh": frozenset({"name", "kind", "slots", "host", "user", "port", "workdir", "ssh_options"})
@@ -57,7 +62,8 @@ _HINTS: Final = {
     "slots": "set slots to a whole number from 1 to 4096, e.g. slots = 2",
     "port": "set port to a number from 1 to 65535, e.g. port = 22",
     "host": 'set host to the ssh host name, e.g. host = "gpu1.example.org"',
-    "workdir": 'set workdir to a directory path, e.g. workdir = "/scratch/raven"',
+    "workdir": 'set workdir to the directory commands run in, e.g. workdir = "/srv/project"',
+    "mounts": 'list absolute directories a round may read, e.g. mounts = ["/data/x"]',
     "ssh_options": 'write ssh -o options as a list of "Key=Value", e.g. ["IdentityFile=~/.ssh/k"]',
     "users": 'list the user ids who may run rounds here, e.g. users = ["U0123"] ("*": everyone)',
     "roles": 'list the role ids whose members may run rounds here, e.g. roles = ["1234"]',
@@ -76,10 +82,11 @@ def default_machines() -> dict[str, MachineSpec]:
     return {"local": MachineSpec(name="local", kind="local", slots=DEFAULT_LOCAL_SLOTS)}
 
 
-def load_machines(home: Path) -> dict[str, MachineSpec]:
+def load_machines(home: Path, bot_dir: Path | None = None) -> dict[str, MachineSpec]:
     """The machines registered in `home/machines.toml` (the default `local` if it is missing).
 
-    Blocking (reads a file): call it at startup or in a thread.
+    Workdirs and mounts are checked against `home` and `bot_dir` (default: the current
+    directory). Blocking (reads a file): call it at startup or in a thread.
     """
     path = home / FILE_NAME
     try:
@@ -88,11 +95,15 @@ def load_machines(home: Path) -> dict[str, MachineSpec]:
         return default_machines()
     except OSError as exc:
         raise MachinesConfigError(f"{path}: cannot read the file: {exc}") from exc
-    return parse_machines(text, label=str(path))
+    return parse_machines(text, label=str(path), paths=BotPaths.of(home, bot_dir))
 
 
-def parse_machines(text: str, *, label: str) -> dict[str, MachineSpec]:
-    """MachineSpecs from machines.toml text; errors start with `label` (the file)."""
+def parse_machines(
+    text: str, *, label: str, paths: BotPaths | None = None
+) -> dict[str, MachineSpec]:
+    """MachineSpecs from machines.toml text; errors start with `label` (the file).
+
+    With `paths`, a workdir or mount inside the bot's own files is refused."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -113,7 +124,7 @@ def parse_machines(text: str, *, label: str) -> dict[str, MachineSpec]:
     specs: dict[str, MachineSpec] = {}
     for name, table in tables.items():
         try:
-            specs[name] = _machine(name, table)
+            specs[name] = _machine(name, table, paths)
         except MachinesConfigError as exc:
             problems.append(f"{label}: [machines.{name}] {exc}")
     if problems:
@@ -121,14 +132,15 @@ def parse_machines(text: str, *, label: str) -> dict[str, MachineSpec]:
     return specs
 
 
-def _machine(name: str, table: Any) -> MachineSpec:
+def _machine(name: str, table: Any, paths: BotPaths | None = None) -> MachineSpec:
     """One [machines.NAME] table as a spec; `MachinesConfigError` (without the file) if bad."""
     if not isinstance(table, dict):
         raise MachinesConfigError('must be a table with at least kind = "local", "ssh" or "slurm"')
     if "name" in table and table["name"] != name:
         raise MachinesConfigError("name: the table name is the machine's name; drop `name`")
     try:
-        spec = MachineSpec.model_validate({**table, "name": name})
+        context = {"bot_paths": paths} if paths is not None else None
+        spec = MachineSpec.model_validate({**table, "name": name}, context=context)
     except ValidationError as exc:
         raise MachinesConfigError("; ".join(_describe(exc))) from None
     _check_kind(spec, set(table))
@@ -139,7 +151,10 @@ def _describe(exc: ValidationError) -> list[str]:
     """pydantic's errors as `field: what is wrong (how to fix it)`."""
     lines = []
     for err in exc.errors():
-        field = str(err["loc"][0]) if err["loc"] else "?"
+        if not err["loc"]:  # the whole machine (workdir and mounts): the message names it
+            lines.append(str(err["msg"]).removeprefix("Value error, "))
+            continue
+        field = str(err["loc"][0])
         if err["type"] == "extra_forbidden":
             known = ", ".join(sorted(MachineSpec.model_fields))
             lines.append(f"{field}: not a machine field (known fields: {known})")

@@ -6,9 +6,11 @@ With accounting off (`sacct` knows nothing), Slurm forgets a job some minutes af
 the job's own `exit_code` file (written by the batch script) is what tells its end after that.
 
 The batch script runs the command confined (`confine.py`): a scrubbed environment, bubblewrap
-with its own PID namespace, RAVEN_HOME and the bot's working directory covered, the round's
-`work/` the only writable path. A node without bubblewrap shares the bot's filesystem, so its
-rounds are refused unless the bot runs with RAVEN_UNSANDBOXED=1. sbatch itself gets only the
+with its own PID namespace, RAVEN_HOME and the bot's working directory covered, the campaign's
+working directory (else the round's `work/`) the only writable path, the machine's `mounts`
+read-only. The round directory (log, exit code) is under RAVEN_HOME/campaigns/, which must be
+on a filesystem the compute nodes share. A node without bubblewrap shares the bot's filesystem,
+so its rounds are refused unless the bot runs with RAVEN_UNSANDBOXED=1. sbatch itself gets only the
 base variables and SLURM_CONF, so nothing else of the bot's environment reaches the job.
 """
 
@@ -27,6 +29,7 @@ from oncall.machines.common import (
     EXIT_NAME,
     EXIT_TMP_NAME,
     LOG_NAME,
+    command_dir,
     exited,
     minutes,
     prepare_round_dir,
@@ -73,21 +76,24 @@ def batch_script(
     command: str,
     directory: Path,
     *,
+    cwd: Path | None = None,
+    mounts: Sequence[str] = (),
     hidden: Sequence[str] = (),
     without_bwrap: BwrapMissing = "refuse",
 ) -> str:
-    """The batch script: the command confined to `directory`/work, then its exit code
-    written atomically to `directory`/exit_code (out of the command's reach)."""
+    """The batch script: the command confined to `cwd` (default `directory`/work) with
+    `mounts` read-only, then its exit code written atomically to `directory`/exit_code (out
+    of the command's reach)."""
     done = shlex.quote(str(directory / EXIT_NAME))
     tmp = shlex.quote(str(directory / EXIT_TMP_NAME))
-    work = shlex.quote(str(work_dir(directory)))
+    work = shlex.quote(str(cwd or work_dir(directory)))
     # The trap (not an ignore, so the command keeps the default) lets the script outlive a
     # scancel's SIGTERM long enough to record the command's code. The code is written to a
     # file created afresh (noclobber) and renamed over the old one, never through a link.
     return (
         "#!/bin/sh\n"
         "trap : TERM\n"
-        + confine_function(hidden, without_bwrap=without_bwrap)
+        + confine_function(hidden, without_bwrap=without_bwrap, mounts=mounts)
         + f"raven_confined {work} {shlex.quote(command)}\n"
         "code=$?\n"
         f"rm -f -- {tmp}\n"
@@ -96,15 +102,18 @@ def batch_script(
     )
 
 
-def sbatch_argv(spec: MachineSpec, request: JobRequest, directory: Path) -> list[str]:
-    """The sbatch command for one round in `directory` (its script is written there)."""
+def sbatch_argv(
+    spec: MachineSpec, request: JobRequest, directory: Path, cwd: Path | None = None
+) -> list[str]:
+    """The sbatch command for one round in `directory` (its script is written there), the
+    command running in `cwd` (default `directory`/work)."""
     argv = [
         "sbatch",
         "--parsable",
         "--job-name",
         f"raven-{request.campaign_id}-{request.round}",
         "--chdir",
-        str(work_dir(directory)),
+        str(cwd or work_dir(directory)),
         "--output",
         str(directory / LOG_NAME),
         "--open-mode=append",
@@ -181,13 +190,21 @@ class SlurmMachine:
 
     async def submit(self, request: JobRequest) -> JobHandle:
         """Submit the round with sbatch; `MachineUnavailable` with sbatch's words if refused."""
-        directory = await asyncio.to_thread(prepare_round_dir, Path(round_dir(self._spec, request)))
+        directory = await asyncio.to_thread(
+            prepare_round_dir, Path(round_dir(self._spec, request)), work=request.cwd is None
+        )
         exit_path = directory / EXIT_NAME
+        cwd = await asyncio.to_thread(command_dir, self._spec, request, directory)
         script = batch_script(
-            request.command, directory, hidden=self._hidden, without_bwrap=self._without_bwrap
+            request.command,
+            directory,
+            cwd=cwd,
+            mounts=self._spec.mounts,
+            hidden=self._hidden,
+            without_bwrap=self._without_bwrap,
         )
         await asyncio.to_thread(_write_script, directory, script)
-        code, out, err = await self._run(sbatch_argv(self._spec, request, directory))
+        code, out, err = await self._run(sbatch_argv(self._spec, request, directory, cwd))
         job_id = out.strip().split(";", 1)[0]
         if code != 0 or not job_id.isdigit():
             raise MachineUnavailable(

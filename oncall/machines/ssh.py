@@ -2,7 +2,8 @@
 
 Every call is one `ssh -o BatchMode=yes` invocation running a small POSIX sh script (no agent
 prompts, no password prompts: a host that needs one is unavailable, and says so). The remote
-round directory holds the same `round.log`, `exit_code` and `work/` as a local round.
+round directory (`~/raven-rounds/<id>/round-N`) holds the same `round.log` and `exit_code` as a
+local round; the command runs in the machine's `workdir` on that host (or the round's `work/`).
 
 The command runs confined (`confine.py`): `env -i` with nothing of the bot's or the login's
 environment, inside bubblewrap when the host has it (its own PID namespace, `work/` the only
@@ -35,7 +36,9 @@ from oncall.machines.confine import bot_paths, confine_function
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 Clock = Callable[[], float]
-DEFAULT_WORKDIR: Final = "raven-rounds"  # relative to the remote login directory
+# Round directories (log, exit code), relative to the remote login directory: under the home
+# directory the sandbox replaces with an empty one, so the command never reaches them.
+ROUNDS_DIR: Final = "raven-rounds"
 _SSH_FAILED: Final = 255  # ssh's own exit code: it could not connect or authenticate
 # ssh needs the agent socket to use the operator's keys; nothing else of the bot's env.
 _SSH_ENV: Final = ("SSH_AUTH_SOCK",)
@@ -70,24 +73,38 @@ record "$2" "$?"
 )
 
 
-def leader_script(hidden: Sequence[str]) -> str:
-    """The remote leader, with `hidden` covered by the sandbox when they exist there."""
-    return confine_function(hidden, without_bwrap="scrubbed") + _LEADER_TAIL
+def leader_script(hidden: Sequence[str], mounts: Sequence[str] = ()) -> str:
+    """The remote leader, with `hidden` covered by the sandbox when they exist there and
+    `mounts` readable."""
+    return confine_function(hidden, without_bwrap="scrubbed", mounts=mounts) + _LEADER_TAIL
 
 
-# $1 round dir, $2 leader script, $3 command. Prints "<pid> <starttime|-> <absolute dir>".
+# $1 round dir, $2 leader script, $3 command, $4 the workdir ("" for the round's own `work/`).
+# Prints "<pid> <starttime|-> <absolute dir>".
 SUBMIT_SCRIPT: Final = (
     _PLAIN
     + f"""\
 set -e
 command -v setsid >/dev/null 2>&1 || {{ echo "no setsid on this host (util-linux)" >&2; exit 3; }}
+work=
+if [ -n "$4" ]; then
+  work=$(cd -- "$4" 2>/dev/null && pwd -P) || {{
+    echo "the workdir $4 does not exist on this host: create it, or fix machines.toml" >&2
+    exit 4; }}
+fi
 mkdir -p -- "$1"
 cd -- "$1"
 dir=$(pwd -P)
+case $dir/ in "${{work:-/nowhere/}}"/*)
+  echo "the workdir $4 contains the round directory $dir: pick another workdir" >&2; exit 4 ;;
+esac
 rm -f -- {EXIT_NAME} {EXIT_NAME}.tmp
-[ -d {WORK_NAME} ] && [ ! -L {WORK_NAME} ] || {{ rm -f -- {WORK_NAME}; mkdir -- {WORK_NAME}; }}
+if [ -z "$work" ]; then
+  [ -d {WORK_NAME} ] && [ ! -L {WORK_NAME} ] || {{ rm -f -- {WORK_NAME}; mkdir -- {WORK_NAME}; }}
+  work=$dir/{WORK_NAME}
+fi
 if [ -L {LOG_NAME} ] || {{ [ -e {LOG_NAME} ] && ! plain {LOG_NAME}; }}; then rm -f -- {LOG_NAME}; fi
-setsid sh -c "$2" raven-round "$dir/{LOG_NAME}" "$dir/{EXIT_NAME}" "$dir/{WORK_NAME}" "$3" \
+setsid sh -c "$2" raven-round "$dir/{LOG_NAME}" "$dir/{EXIT_NAME}" "$work" "$3" \
   </dev/null >/dev/null 2>&1 &
 pid=$!
 start=-
@@ -198,7 +215,7 @@ class SshMachine:
         self._environ = environ
         bot_env = os.environ if environ is None else environ
         self._leader = leader_script(
-            [str(p) for p in (bot_paths(bot_env) if hidden is None else hidden)]
+            [str(p) for p in (bot_paths(bot_env) if hidden is None else hidden)], spec.mounts
         )
 
     @property
@@ -232,10 +249,12 @@ class SshMachine:
         return out
 
     async def submit(self, request: JobRequest) -> JobHandle:
-        """Start the round detached under the host's workdir; `MachineUnavailable` if not."""
-        base = PurePosixPath(self._spec.workdir or DEFAULT_WORKDIR)
-        directory = base / request.campaign_id / f"round-{request.round}"
-        raw = await self.run(SUBMIT_SCRIPT, str(directory), self._leader, request.command)
+        """Start the round detached, its command in the campaign's workdir (else the round's
+        own `work/`); `MachineUnavailable` if not."""
+        directory = PurePosixPath(ROUNDS_DIR) / request.campaign_id / f"round-{request.round}"
+        raw = await self.run(
+            SUBMIT_SCRIPT, str(directory), self._leader, request.command, request.cwd or ""
+        )
         out = raw.decode(errors="replace")
         fields = out.strip().split(" ", 2)
         if len(fields) != 3 or not fields[0].isdigit():
