@@ -14,23 +14,37 @@ are validated by the tool.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
-FIELDS = (
-    "machine",
-    "run",
-    "metric",
-    "budget",
-    "pattern",
-    "json_key",
-    "wake",
-    "baseline",
-    "rounds",
-    "stall",
-    "margin",
-    "poll",
-    "partition",
-    "cpus",
-    "time",
+REQUIRED_FIELDS = ("machine", "run", "metric", "budget")
+# The optional fields with the example value `help` shows for each.
+OPTIONAL_FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "pattern": "REGEX",
+        "json_key": "KEY",
+        "wake": "5m",
+        "baseline": "1.2",
+        "rounds": "3",
+        "stall": "10m",
+        "margin": "0.5",
+        "poll": "5s",
+        "partition": "NAME",
+        "cpus": "4",
+        "time": "30m",
+    }
+)
+FIELDS = (*REQUIRED_FIELDS, *OPTIONAL_FIELDS)
+EXAMPLE = (
+    "campaign: lower the loss | machine: local | run: python train.py | metric: loss min "
+    "| budget: 2h"
+)
+# For `help`, from the fields above so it lists every field the parser splits on.
+HELP = (
+    f"`{EXAMPLE}` runs a long job and watches its metric (`min` or `max`) round after "
+    "round, within the budget; its commands ask for approval first. Optional fields: "
+    + ", ".join(f"`| {name}: {value}`" for name, value in OPTIONAL_FIELDS.items())
+    + " (`partition`, `cpus` and `time` are for Slurm machines)."
 )
 _START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
 # A field starts at `| name:` for any name (known or not: an unknown one is refused by name).
