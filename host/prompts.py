@@ -647,18 +647,21 @@ class PromptBroker:
         """`stop` hook: cancel the conversation's pending prompts its typist may stop
         (those they requested, or all when privileged); record both in the tally."""
         conversation = ConversationRef.parse(event.conversation_id)
+        cancelled: list[Prompt] = []
         if event.privileged or event.by:
             requester = None if event.privileged else event.by
-            for prompt in await self._cancel_pending(
+            cancelled = await self._cancel_pending(
                 conversation, actor=event.by or "system", requester=requester
-            ):
-                event.tally.record(
-                    StoppedItem("question", prompt.id, prompt.requester), cancelled=True
-                )
-        for prompt in await self.pending(conversation):
-            event.tally.record(
-                StoppedItem("question", prompt.id, prompt.requester), cancelled=False
             )
+        left = await self.pending(conversation)
+        # Named as everywhere else people see prompts: short id and what it asked.
+        shorts = short_ids([*cancelled, *left])
+        for prompts, stopped in ((cancelled, True), (left, False)):
+            for prompt in prompts:
+                item = StoppedItem(
+                    "question", shorts[prompt.id], prompt.requester, gist(prompt.question, 60)
+                )
+                event.tally.record(item, cancelled=stopped)
 
     async def status(self, conversation: ConversationRef) -> str:
         """The conversation's pending prompts, one line each, for `status`."""

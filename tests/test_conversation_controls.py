@@ -21,6 +21,7 @@ from host.conversations import CONTROL_WORDS, ControlWord
 from host.memory import USAGE as MEMORY_USAGE
 from host.messages import InboundMessage
 from host.prompt_model import Prompt
+from host.prompts import gist
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually, inbound, use_product_defaults
 
@@ -140,11 +141,14 @@ async def test_stop_while_a_graph_waits_on_a_command_approval_names_the_run_and_
         return any(p.purpose == "command_approval" for p in await rt.broker.pending(CONV))
 
     await eventually(asking)
+    (asked,) = await rt.broker.pending(CONV)
 
     assert await rt.service.accept(inbound("stop", "e2")) is None
 
     reply = next(t for t in reversed(adapter.texts) if t.startswith("Stopped"))
     assert f"run `{run.id}` (s1, s2 cancelled)" in reply, reply
+    # The question is named as prompts are everywhere: short id and what it asked.
+    assert f"question `{asked.id[:8]}` ({gist(asked.question, 60)})" in reply, reply
     await eventually(run.done.is_set)
     assert await rt.broker.pending(CONV) == []
 

@@ -165,7 +165,7 @@ async def test_a_members_stop_leaves_the_owners_work_and_says_whose_it_is(
     for what in (
         "1 request(s) in this thread",
         f"run `{alice.run.id}`",
-        f"question `{alice.prompt.id}`",
+        f"question `{alice.prompt.id[:8]}`",
         f"campaign `{alice.campaign.id}`",
         "by user-UALICE — user-UALICE, an approver or an admin can stop them",
     ):
@@ -193,7 +193,7 @@ async def test_an_admins_stop_cancels_everyones_work(bot: tuple[Runtime, SlowPla
     assert reply.startswith("Stopped: cancelled 2 request(s) in this thread")
     for what in (
         f"run `{alice.run.id}` by user-UALICE",
-        f"question `{alice.prompt.id}` by user-UALICE",
+        f"question `{alice.prompt.id[:8]}` by user-UALICE",
         f"campaign `{alice.campaign.id}` by user-UALICE",
     ):
         assert what in reply, (what, reply)
