@@ -19,7 +19,7 @@ from bot.campaigns_cli import add_parser as add_campaigns_parser
 from bot.channels import AdapterFactory, configured_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
-from bot.logging_setup import configure_logging
+from bot.logging_setup import configure_logging, log_file, silence_progress_bars
 from bot.memory_cli import add_parser as add_memory_parser
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
 from bot.skills_cli import add_parser as add_skills_parser
@@ -145,6 +145,25 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
 )
 
 
+def _serves_console(settings: Settings, command: str) -> bool:
+    return command == "chat" or (command == "run" and not configured_channels(settings))
+
+
+def _configure_logging(settings: Settings, command: str) -> None:
+    """`run` and `chat` log to RAVEN_HOME/logs/raven.log too; in the console (whose terminal
+    is the chat) stderr only gets warnings and errors, and no progress bars."""
+    serving = command in ("run", "chat")
+    console = _serves_console(settings, command)
+    configure_logging(
+        settings.log_level,
+        settings.secret_values(),
+        file=log_file(settings.home) if serving else None,
+        console=console,
+    )
+    if console and settings.memory_embedder != "keyword":
+        silence_progress_bars()
+
+
 def _run_bot(settings: Settings, command: str) -> int:
     try:
         return asyncio.run(_serve(settings, command))
@@ -171,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc, file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.secret_values())
+    _configure_logging(settings, command)
     if command != "doctor":  # doctor lists them among its checks
         for warning in unknown_variables(os.environ):
             logging.getLogger(__name__).warning("%s", warning)

@@ -17,6 +17,7 @@ from agents.sandbox import INSTALL_HINT, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
+from bot.logging_setup import log_file
 from bot.settings import Settings, unknown_variables
 from bot.skill_forge import USER_SKILLS_DIR, local_catalog
 from memory.embeddings import semantic_unavailable_reason
@@ -62,7 +63,7 @@ async def _check_data_dir(settings: Settings) -> Check:
         probe.unlink()
     except OSError as exc:
         return Check("data dir", "fail", f"{home}: not writable ({exc.strerror}); set RAVEN_HOME")
-    return Check("data dir", "ok", f"{home} (writable)")
+    return Check("data dir", "ok", f"{home} (writable); logs: {log_file(home)}")
 
 
 async def _check_database(settings: Settings) -> Check:

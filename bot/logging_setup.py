@@ -1,12 +1,30 @@
-"""Logging to stderr with every configured secret redacted."""
+"""Logging with every configured secret redacted: to stderr, and for `run` and `chat` to a
+rotating file in RAVEN_HOME/logs/ as well.
+
+In the console the terminal is the chat, so stderr only gets warnings and errors there, said
+briefly (the file has the details), and library progress bars are switched off.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Iterable
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
 
 REDACTED = "[redacted]"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Rotation keeps the logs of a long-running bot bounded: 4 files of 5 MB at most.
+LOG_BYTES = 5_000_000
+LOG_BACKUPS = 3
+
+
+def log_file(home: Path) -> Path:
+    """Where `run` and `chat` write their log."""
+    return home / "logs" / "raven.log"
 
 
 class SecretRedactor(logging.Filter):
@@ -44,16 +62,74 @@ class _DropBoltTokenNotice(logging.Filter):
         return "`token` will be unused" not in record.getMessage()
 
 
-def configure_logging(level: str, secrets: Iterable[str]) -> None:
-    """Send logs to stderr (stdout is the console chat) through the redactor."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(SecretRedactor(secrets))
-    handler.addFilter(_DropBoltTokenNotice())
+class _Brief(logging.Formatter):
+    """One short line for a person at a terminal: no timestamp, logger or traceback (the
+    log file has those)."""
+
+    def __init__(self, details: Path | None) -> None:
+        super().__init__()
+        self._details = details
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = f"raven-bot {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and self._details is not None:
+            text += f" (details in {self._details})"
+        return text
+
+
+def configure_logging(
+    level: str, secrets: Iterable[str], *, file: Path | None = None, console: bool = False
+) -> None:
+    """Send logs to stderr (stdout is the console chat) through the redactor, and to `file`
+    (rotating) when given. With `console`, stderr only gets warnings and errors, one brief
+    line each. A file that cannot be opened leaves stderr at `level`, so nothing is lost
+    (an unusable RAVEN_HOME is reported when the bot starts)."""
+    filters: list[logging.Filter] = [SecretRedactor(secrets), _DropBoltTokenNotice()]
+    handlers: list[logging.Handler] = []
+    written = _file_handler(file) if file is not None else None
+    if written is not None:
+        written.setFormatter(logging.Formatter(LOG_FORMAT))
+        handlers.append(written)
+    stderr = logging.StreamHandler(sys.stderr)
+    if console and written is not None:
+        stderr.setLevel(logging.WARNING)
+        stderr.setFormatter(_Brief(file))
+    else:
+        stderr.setFormatter(logging.Formatter(LOG_FORMAT))
+    handlers.append(stderr)
+    for handler in handlers:
+        for log_filter in filters:
+            handler.addFilter(log_filter)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers:
+        old.close()
+    root.handlers[:] = handlers
     root.setLevel(level)
     # Chatty libraries stay at WARNING unless we debug.
     # APScheduler logs every job added and run at INFO; ours logs each fire with its lateness.
     for noisy in ("httpx", "httpcore", "anthropic", "aiosqlite", "asyncio", "apscheduler"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def _file_handler(path: Path) -> logging.Handler | None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return RotatingFileHandler(
+            path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
+        )
+    except OSError:
+        return None
+
+
+def silence_progress_bars() -> None:
+    """No progress bars from Hugging Face libraries in this process (loading the MiniLM
+    embedder draws one on stderr, which is the chat's terminal). Called before they are
+    imported: transformers reads the setting once. Other processes are not affected; an
+    explicit HF_HUB_DISABLE_PROGRESS_BARS in the environment still wins."""
+    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return
+    from huggingface_hub.utils.tqdm import disable_progress_bars
+
+    disable_progress_bars()

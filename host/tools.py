@@ -108,6 +108,12 @@ class HostToolDeps:
     roles: Roles = field(default_factory=Roles)
 
 
+def shown_id(prompt: Prompt) -> str:
+    """A prompt's id as people read it (offline, tool results are shown as they are): its
+    first 8 characters, which a typed answer may use to name it."""
+    return prompt.id[:8]
+
+
 def _node_id_for(agent: str) -> str:
     base = re.sub(r"[^a-z0-9_]", "_", agent.lower()) or "node"
     if not base[0].isalpha():
@@ -152,8 +158,8 @@ class HostTools:
                 },
             )
             return (
-                f"Approval requested from the user (prompt `{prompt.id}`); nothing runs until "
-                "they approve. The outcome will arrive as a new message."
+                f"Approval requested from the user (prompt `{shown_id(prompt)}`); nothing runs "
+                "until they approve. The outcome will arrive as a new message."
             )
         run = result.run
         assert run is not None
@@ -231,7 +237,7 @@ class HostTools:
             },
         )
         return (
-            f"Approval requested for the replanned graph (prompt `{prompt.id}`). Run "
+            f"Approval requested for the replanned graph (prompt `{shown_id(prompt)}`). Run "
             f"`{args.run_id}` keeps waiting until then; if approved it is replaced, if not it "
             "stays as it is (the node's decision deadline still applies)."
         )
@@ -314,8 +320,8 @@ class HostTools:
             purpose="ask_user",
         )
         return (
-            f"Asked the user (prompt `{prompt.id}`). Their answer will arrive as a new message; "
-            "end this turn now instead of waiting."
+            f"Asked the user (prompt `{shown_id(prompt)}`). Their answer will arrive as a new "
+            "message; end this turn now instead of waiting."
         )
 
 

@@ -52,7 +52,7 @@ async def test_chat_help_and_status_control_words(isolated_env: Path) -> None:
     code, out, err = await _run("chat", stdin=b"help\nstatus\n", env=_env(isolated_env))
     assert code == 0, err
     assert "`stop` cancels" in out
-    assert "**Status**: running nothing" in out
+    assert "Status: running nothing" in out
 
 
 async def test_chat_against_fake_anthropic(isolated_env: Path) -> None:

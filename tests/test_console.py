@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import shutil
 import sqlite3
@@ -18,6 +19,7 @@ import pytest
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
 WITHIN = 60.0  # hang guard for each wait, not a timing assertion
+_STYLE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class PtyChat:
@@ -30,7 +32,8 @@ class PtyChat:
             [RAVEN, "chat"], stdin=slave, stdout=slave, stderr=self._errors, env=env
         )
         os.close(slave)
-        self._out = ""
+        self._raw = ""
+        self._out = ""  # what the terminal shows, without styles and line erasing
         self._seen = 0  # output before this offset was matched by an earlier `expect`
 
     def type(self, line: str | bytes) -> None:
@@ -59,7 +62,10 @@ class PtyChat:
             chunk = os.read(self._master, 65536)
         except OSError:  # EIO: the child closed the terminal
             return False
-        self._out += chunk.decode("utf-8", errors="replace").replace("\r\n", "\n")
+        self._raw += chunk.decode("utf-8", errors="replace")
+        # Replies are rendered (styled, wrapped at 80 columns and indented under `raven> `):
+        # text is matched without styles, any run of white space as one space.
+        self._out = re.sub(r"\s+", " ", _STYLE.sub("", self._raw))
         return bool(chunk)
 
     def end(self) -> int:
@@ -89,11 +95,11 @@ def chat(isolated_env: Path, tmp_path: Path) -> Iterator[PtyChat]:
 
 
 def test_pty_start_names_the_conversation_and_help_lists_new(chat: PtyChat) -> None:
-    chat.expect("conversation console-main (type `new` for a fresh one)")
+    chat.expect("conversation console-1 (type new for a fresh one)")
     chat.expect("you> ")
     chat.type("help")
-    chat.expect("`help` shows this message.")
-    chat.expect("`new` starts a fresh conversation")
+    chat.expect("help shows this message.")
+    chat.expect("new starts a fresh conversation")
     assert chat.end() == 0
 
 
@@ -121,14 +127,14 @@ def test_pty_invalid_utf8_is_replaced_and_the_session_continues(chat: PtyChat) -
     chat.expect("not valid UTF-8; they were replaced")
     chat.expect("offline mode")
     chat.type("status")
-    chat.expect("**Status**")
+    chat.expect("Status:")
     assert chat.end() == 0
 
 
 def test_pty_plan_typed_line_by_line_asks_for_approval(chat: PtyChat, isolated_env: Path) -> None:
     chat.expect("you> ")
     chat.type("r1: research: find X")
-    chat.expect("(plan: add lines, `confirm` or a blank line to submit)")
+    chat.expect("(plan: add lines, confirm or a blank line to submit)")
     chat.expect("plan> ")
     chat.type("c1: code: build Y [after r1]")
     chat.expect("plan> ")
@@ -138,7 +144,7 @@ def test_pty_plan_typed_line_by_line_asks_for_approval(chat: PtyChat, isolated_e
     with sqlite3.connect(isolated_env / "raven.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM graph_runs").fetchone() == (0,)
     chat.type("1")
-    chat.expect("answered by")
+    chat.expect("Approved by")
     chat.expect("Records:")
     assert chat.end() == 0
 
@@ -160,7 +166,7 @@ def test_pty_stop_and_status_leave_the_bot_working(chat: PtyChat) -> None:
     chat.type("stop")
     chat.expect("Stopped:")
     chat.type("status")
-    chat.expect("**Status**")
+    chat.expect("Status:")
     chat.type("hello again")
     chat.expect("offline mode")
     assert chat.end() == 0
@@ -175,7 +181,7 @@ async def test_piped_oversized_and_non_utf8_lines_do_not_end_the_session(
     assert "That message is 40,001 characters; the limit is 40,000" in out
     assert "not valid UTF-8; they were replaced" in out
     assert "offline mode" in out
-    assert "**Status**" in out
+    assert "Status:" in out
     assert "Traceback" not in err
 
 
@@ -184,7 +190,7 @@ async def test_piped_plan_with_confirm_asks_then_reports(isolated_env: Path) -> 
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
     assert code == 0, err
     assert "Run this graph?" in out
-    assert out.index("Run this graph?") < out.index("answered by") < out.index("Records:")
+    assert out.index("Run this graph?") < out.index("Approved by") < out.index("Records:")
 
 
 async def test_new_starts_a_fresh_conversation_that_a_restart_continues(
@@ -208,7 +214,7 @@ async def test_new_starts_a_fresh_conversation_that_a_restart_continues(
     code, out, err = await _run("chat", stdin=b"1\n", env=env)
     assert code == 0, err
     assert "conversation console-2 (type `new` for a fresh one)" in out
-    assert "answered by" in out
+    assert "Approved by" in out
 
 
 def test_reader_going_away_exits_quietly_and_is_not_replayed(
@@ -255,7 +261,7 @@ def test_reader_going_away_exits_quietly_and_is_not_replayed(
     assert result.returncode == 0
     assert b"offline mode" not in result.stdout
     assert b"`help` shows this message" not in result.stdout
-    assert b"**Status**" in result.stdout
+    assert b"Status:" in result.stdout
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
@@ -274,5 +280,5 @@ def test_pty_readme_offline_example_asks_then_runs_shell_and_reports(chat: PtyCh
     chat.type("1")
     report = chat.expect("Records:")
     output = chat.expect("hello from the sandbox")
-    assert "completed" in report and "Output of `s1`" in output
+    assert "completed" in report and "Output of s1" in output
     assert chat.end() == 0

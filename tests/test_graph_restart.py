@@ -55,9 +55,9 @@ async def test_offline_plan_with_confirm_then_answer_in_a_new_session(isolated_e
     # The prompt survived the exit; a typed "1" in the next session approves it.
     code, out, err = await _run("chat", stdin=b"1\n", env=env)
     assert code == 0, err
-    assert "answered by" in out and "Approve" in out
+    assert "Approved by" in out
     assert "run `run_" in out and "started (2 node(s))" in out
-    assert "failed** — Explicit plan" in out  # the run report
+    assert "failed — Explicit plan" in out  # the run report
     assert "needs a language model" in out or "ANTHROPIC_API_KEY" in out
     assert "`c1` (code) skipped" in out
 
@@ -115,7 +115,7 @@ async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
         error = conn.execute("SELECT error FROM graph_nodes WHERE node_id = 'b'").fetchone()[0]
     assert "interrupted" in error
     # The approval made before the crash was answered after it, and its graph ran.
-    assert "answered by" in out
+    assert "Approved by" in out
     assert states["p1"] == "completed"
 
     # A later graph reuses the completed node by reference, without running it again.
@@ -195,7 +195,7 @@ async def test_offline_plan_confirm_and_answer_in_one_piped_session(isolated_env
     plan = b"r1: research: find X\nc1: code: build Y after r1\nconfirm\n1\n"
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
     assert code == 0, err
-    assert out.index("[approval] Run this graph?") < out.index("answered by")
+    assert out.index("[approval] Run this graph?") < out.index("Approved by")
     assert "started (2 node(s))" in out
-    assert "failed** — Explicit plan" in out
+    assert "failed — Explicit plan" in out
     assert "needs a language model" in out

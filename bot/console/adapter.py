@@ -3,6 +3,9 @@
 A plan (lines in plan syntax) is collected until `confirm`, a blank line or a non-plan line
 closes it, so whether approval is asked never depends on how fast the lines arrive.
 
+How replies look (Markdown rendered on a terminal, plain text in a pipe, one block per
+message, status edits in place) is `bot.console.screen`.
+
 Replies that cannot be written because the reader went away (`raven-bot chat | head`) are
 recorded as delivered to nobody (message id `console-unread-N`): a later console session does
 not replay them, since the reader that left chose not to read them.
@@ -27,6 +30,7 @@ from typing import Any, BinaryIO, TextIO
 
 from agents.plan_syntax import is_plan_line, parse_plan
 from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, OutboundMessage
+from bot.console.screen import Screen
 from core.files import atomic_write
 from core.ids import ConversationRef
 from host.conversations import TurnOutcome, control_word
@@ -42,6 +46,11 @@ CONSOLE_THREAD = "main"
 # In RAVEN_HOME: the thread id of the active console conversation.
 CONSOLE_STATE_FILE = "console-conversation"
 PLAN_HINT = "(plan: add lines, `confirm` or a blank line to submit)"
+USER_PROMPT = "you> "
+PLAN_PROMPT = "plan> "
+# Prompt ids are shown by their start; a typed answer may name a prompt by any start of
+# six characters or more (`host.prompts`).
+SHOWN_ID_CHARS = 8
 _NEW = re.compile(r"^\s*new\s*[.!]?\s*$", re.IGNORECASE)
 _THREAD = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -89,8 +98,9 @@ class ConsoleThread:
 
 
 def label(thread: str) -> str:
-    """How a console conversation is named to the user."""
-    return f"console-{thread}"
+    """How a console conversation is named to the user: `console-1` for the first one (its
+    thread id is `main`, from before `new` existed), then `console-2`, …"""
+    return f"console-{1 if thread == CONSOLE_THREAD else thread}"
 
 
 def next_thread(thread: str) -> str:
@@ -121,7 +131,7 @@ class ConsoleAdapter:
         self._state = ConsoleThread(state_file)
         self._thread = self._state.load()
         self._used: list[ConversationRef] = []
-        self._output_gone = False
+        self._screen = Screen(self._stdout, on_gone=self._reader_gone)
 
     @property
     def platform(self) -> str:
@@ -140,39 +150,42 @@ class ConsoleAdapter:
 
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
         """Print a reply; see the module docstring for a reader that went away."""
-        if not self._write(f"raven> {message.text}\n"):
-            return f"console-unread-{next(self._ids)}"
-        return f"console-{next(self._ids)}"
+        n = next(self._ids)
+        if not self._screen.say(message.text, key=f"console-{n}"):
+            return f"console-unread-{n}"
+        return f"console-{n}"
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
-        """Consoles cannot edit: print the new version marked as an update."""
-        self._write(f"raven (update {message_id})> {message.text}\n")
+        """A new version of a status message: replaced in place on a terminal while nothing
+        came after it, else printed marked as an update."""
+        self._screen.update(message_id, message.text)
 
     async def show_prompt(self, prompt: Prompt) -> str:
-        """Render a prompt as numbered choices; a typed number or option answers it."""
+        """Render a prompt as numbered choices; a typed number or option answers it. The
+        question is shown as Markdown (a command in it is a code block, shown as is); the
+        options are shown as plain text."""
         expires = time.strftime("%H:%M UTC", time.gmtime(prompt.expires_at))
-        lines = [f"raven> ❓ [{prompt.kind.replace('_', ' ')}] {prompt.question}"]
+        about = f"prompt {prompt.id[:SHOWN_ID_CHARS]}, expires {expires}"
         if prompt.options:
-            lines.append(
-                "       " + "   ".join(f"{i}) {o}" for i, o in enumerate(prompt.options, 1))
-            )
-            lines.append(f"       Reply with a number or an option (expires {expires}).")
+            footer = [
+                "   ".join(f"{i}) {o}" for i, o in enumerate(prompt.options, 1)),
+                f"Reply with a number or an option ({about}).",
+            ]
         else:
-            lines.append(f"       Reply with your answer (expires {expires}).")
-        self._write("\n".join(lines) + "\n")
+            footer = [f"Reply with your answer ({about})."]
+        self._screen.say(f"❓ [{prompt.kind.replace('_', ' ')}] {prompt.question}", footer=footer)
         return f"console-prompt-{prompt.id}"
 
     async def close_prompt(self, prompt: Prompt) -> None:
-        """Show how a prompt ended."""
+        """Show how a prompt ended when nobody answered it. An answer was typed here, and the
+        reply to it already names the prompt and the answer, so it is not said twice."""
         if prompt.state == "answered":
-            outcome = f"answered by {prompt.answered_by}: {prompt.answer}"
-        else:
-            outcome = prompt.state
-        self._write(f"raven> ✔ prompt `{prompt.id}` {outcome}\n")
+            return
+        self._screen.say(f"Prompt `{prompt.id[:SHOWN_ID_CHARS]}` {prompt.state}.")
 
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
         """Consoles have one user: print it marked as private."""
-        self._write(f"raven (only {user_id})> {text}\n")
+        self._screen.say(text, label=f"raven (only {user_id})> ")
 
     async def serve(self, ingress: Ingress) -> None:
         """Read lines until end of input or close, then wait for the turns they started.
@@ -184,13 +197,13 @@ class ConsoleAdapter:
         self._inbox = ingress.inbox
         interactive = self._stdin.isatty()
         self._used.append(self.conversation)
-        self._write(f"raven> conversation {label(self._thread)} (type `new` for a fresh one)\n")
+        self._screen.say(f"conversation {label(self._thread)} (type `new` for a fresh one)")
         pending: list[asyncio.Future[TurnOutcome]] = []
         pushed: _Line | None = None
         while not self._closed.is_set():
             if interactive and pushed is None:
-                self._write("you> ")
-            line = pushed if pushed is not None else await self._readline()
+                self._screen.prompt(USER_PROMPT)
+            line = pushed if pushed is not None else await self._readline(interactive)
             pushed = None
             if line is None:
                 break
@@ -216,21 +229,21 @@ class ConsoleAdapter:
             await self._start_new()
             return None
         if len(text) > MAX_INBOUND_CHARS:
-            self._write(
-                f"raven> ⚠️ That message is {len(text):,} characters; the limit is "
-                f"{MAX_INBOUND_CHARS:,}. Nothing was sent: split it into shorter messages.\n"
+            self._screen.say(
+                f"⚠️ That message is {len(text):,} characters; the limit is "
+                f"{MAX_INBOUND_CHARS:,}. Nothing was sent: split it into shorter messages."
             )
             return None
         if replaced:
-            self._write(
-                "raven> ⚠️ That line had bytes that are not valid UTF-8; they were replaced "
-                "with � before sending.\n"
+            self._screen.say(
+                "⚠️ That line had bytes that are not valid UTF-8; they were replaced "
+                "with � before sending."
             )
         accepted = await self._inbox.accept(self._message(text))
         if control_word(text) == "help":
-            self._write(
-                f"raven> In the console, `new` starts a fresh conversation (this one is "
-                f"{label(self._thread)}; a restart continues it).\n"
+            self._screen.say(
+                f"In the console, `new` starts a fresh conversation (this one is "
+                f"{label(self._thread)}; a restart continues it)."
             )
         return accepted
 
@@ -261,9 +274,9 @@ class ConsoleAdapter:
         self._thread = thread
         self._state.save(thread)
         self._used.append(self.conversation)
-        self._write(
-            f"raven> conversation {label(thread)} started; {label(previous)} keeps its history "
-            "and anything still running there.\n"
+        self._screen.say(
+            f"conversation {label(thread)} started; {label(previous)} keeps its history "
+            "and anything still running there."
         )
 
     async def _plan_block(self, first: _Line, interactive: bool) -> tuple[str, bool, _Line | None]:
@@ -274,11 +287,11 @@ class ConsoleAdapter:
         replaced = first.replaced
         has_node = not _is_confirm(lines[0])
         if interactive:
-            self._write(f"raven> {PLAN_HINT}\n")
+            self._screen.say(PLAN_HINT)
         while True:
             if interactive:
-                self._write("plan> ")
-            line = await self._readline()
+                self._screen.prompt(PLAN_PROMPT)
+            line = await self._readline(interactive)
             if line is None:
                 return "\n".join(lines), replaced, None
             text = line.text.strip()
@@ -311,7 +324,17 @@ class ConsoleAdapter:
             event_id=event_id,
         )
 
-    async def _readline(self) -> _Line | None:
+    async def _readline(self, interactive: bool = False) -> _Line | None:
+        line = await self._next_line()
+        if interactive:
+            # Enter (or Ctrl-D, which does not end the line) moved the cursor past the prompt.
+            if line is None:
+                self._screen.end_input()
+            else:
+                self._screen.entered()
+        return line
+
+    async def _next_line(self) -> _Line | None:
         if self._lines is None:
             self._lines = asyncio.Queue()
             loop = asyncio.get_running_loop()
@@ -362,20 +385,8 @@ class ConsoleAdapter:
         if self._read is not None:
             self._read.cancel()
 
-    def _write(self, text: str) -> bool:
-        """Print `text`; False when the reader went away (then input stops too)."""
-        if self._output_gone:
-            return False
-        try:
-            self._stdout.write(text)
-            self._stdout.flush()
-        except (BrokenPipeError, ValueError):
-            self._reader_gone()
-            return False
-        return True
-
     def _reader_gone(self) -> None:
-        self._output_gone = True
+        """Output cannot be written any more (the screen stops writing): stop input too."""
         log.info("console output closed (the reader went away); stopping input")
         # Point stdout at /dev/null so the interpreter's final flush does not print a
         # BrokenPipeError traceback (the recipe in the Python `signal` docs).
