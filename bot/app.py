@@ -33,6 +33,7 @@ from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
 from bot.channels import AdapterFactory
 from bot.home import check_home, workspace_for
+from bot.render.unfenced import UnfencedChannel
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
 from host.apscheduler_adapter import ApschedulerScheduler
@@ -320,7 +321,10 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     store = Store(home / "raven.db")
     conversation_log = ConversationLog(store)
     bus = EventBus()
-    channels: MappingProxyType[str, Channel] = MappingProxyType({a.platform: a for a in adapters})
+    # People never see fence markers: every post and edit is unfenced on its way out.
+    channels: MappingProxyType[str, Channel] = MappingProxyType(
+        {a.platform: UnfencedChannel(a) for a in adapters}
+    )
     outbox = Outbox(conversation_log, channels)
     run_store = RunStore(store)
     scheduler = ApschedulerScheduler(

@@ -94,7 +94,7 @@ async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
             return 2
         files = RunFiles(settings.home / "runs")
         # The report is built from records only; no run executes here.
-        out.write(await load_report(runs, run_id) + "\n\n")
+        out.write(await load_report(runs, run_id, for_people=True) + "\n\n")
         journal = await asyncio.to_thread(files.records, run_id)
         out.write(
             "Journal (prompt, output and transcript of every attempt): "

@@ -83,9 +83,9 @@ def unfence(text: str) -> str:
 
     A block ends only at its own marker's closing tag, which fenced content cannot hold (it
     is escaped), so a forged closing tag inside is shown as written and nothing after it is
-    lost or moved. An opening tag without its closing tag is left as written. Content is
-    unfenced in turn (a block quoted inside another loses its markers too), to a bounded
-    depth so that hostile nesting cannot exhaust the stack."""
+    lost or moved; a block whose closing tag was cut off (a capped quote) runs to the end.
+    Content is unfenced in turn (a block quoted inside another loses its markers too), to a
+    bounded depth so that hostile nesting cannot exhaust the stack."""
     return _unfence(text, _MAX_DEPTH)
 
 
@@ -110,12 +110,11 @@ def _unfence(text: str, depth: int) -> str:
             close_tag = f'\n</untrusted-data id="{opening["marker"]}">'
             closing = text.find(close_tag, opening.end())
             if closing < 0:
-                parts.append(text[position : opening.end()])
-                position = opening.end()
-            else:
-                content = _ESCAPED.sub(_unescape, text[opening.end() : closing])
-                parts += [text[position : opening.start()], _unfence(content, depth - 1)]
-                position = closing + len(close_tag)
+                closing = len(text)
+                close_tag = ""
+            content = _ESCAPED.sub(_unescape, text[opening.end() : closing])
+            parts += [text[position : opening.start()], _unfence(content, depth - 1)]
+            position = closing + len(close_tag)
         # The next of each kind at or after `position` (a cached match still ahead is kept).
         if opening is not None and opening.start() < position:
             opening = _OPENING.search(text, position)

@@ -134,7 +134,8 @@ async def discord_bot(
     task = asyncio.create_task(serve(runtime))
     try:
         ready = asyncio.ensure_future(adapter.ready.wait())
-        done, _ = await asyncio.wait({ready, task}, timeout=15, return_when=asyncio.FIRST_COMPLETED)
+        # A hang guard: with the product's defaults, start-up loads the MiniLM embedder first.
+        done, _ = await asyncio.wait({ready, task}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
         if ready not in done:
             ready.cancel()
             raise AssertionError(

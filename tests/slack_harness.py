@@ -150,7 +150,8 @@ async def slack_bot(
     task = asyncio.create_task(serve(runtime))
     session = aiohttp.ClientSession()
     try:
-        async with asyncio.timeout(10):
+        # A hang guard: with the product's defaults, start-up loads the MiniLM embedder first.
+        async with asyncio.timeout(60):
             await adapter.ready.wait()
         if transport == "socket":
             await fake.wait_connected()

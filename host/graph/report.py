@@ -1,9 +1,13 @@
-"""Run reports: counts, run dir, one line per node, terminal outputs inline (capped)."""
+"""Run reports: counts, run dir, one line per node, terminal outputs inline (capped).
+
+The Host gets node outputs and errors fenced as untrusted data; a report for people (`runs
+show`) quotes the same raw values without fence markers.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from host.graph.render import fence, new_marker, untrusted_preface
 from host.graph.run_store import NodeRecord, RunRecord
@@ -41,8 +45,12 @@ def node_line(node: NodeRecord) -> str:
 
 def fenced_errors(nodes: Sequence[NodeRecord], marker: str) -> list[str]:
     """Each unfinished node's error, fenced: errors can quote agent and tool output."""
+    return _errors(nodes, lambda text, source: fence(text, source=source, marker=marker))
+
+
+def _errors(nodes: Sequence[NodeRecord], quote: Callable[[str, str], str]) -> list[str]:
     return [
-        fence(node.error, source=f"node {node.node_id} error", marker=marker)
+        quote(node.error, f"node {node.node_id} error")
         for node in nodes
         if node.error and node.state != "completed"
     ]
@@ -72,8 +80,10 @@ def run_report(
     outputs: dict[str, str],
     *,
     cap: int = TERMINAL_OUTPUT_CAP,
+    for_people: bool = False,
 ) -> str:
-    """The compact report the Host (and the user) receive when a run ends."""
+    """The compact report the Host receives when a run ends (outputs and errors fenced), or
+    with `for_people` the same report with them quoted as they are."""
     counts = Counter(n.state for n in nodes)
     summary = ", ".join(
         f"{counts[s]} {s}"
@@ -98,8 +108,12 @@ def run_report(
     lines += [f"- {node_line(n)}" for n in nodes]
     terminal = terminal_nodes(nodes)
     marker = new_marker()
-    errors = fenced_errors(nodes, marker)
-    if terminal or errors:
+
+    def quote(text: str, source: str) -> str:
+        return text if for_people else fence(text, source=source, marker=marker)
+
+    errors = _errors(nodes, quote)
+    if (terminal or errors) and not for_people:
         lines.append(f"\n{untrusted_preface(marker)}")
     if errors:
         lines.append("\n**Errors**:")
@@ -109,5 +123,5 @@ def run_report(
         if len(text) > cap:
             text = text[:cap] + f"\n…[truncated; full output at {node.output_path}]"
         lines.append(f"\n**Output of `{node.node_id}`**:")
-        lines.append(fence(text, source=f"node {node.node_id} output", marker=marker))
+        lines.append(quote(text, f"node {node.node_id} output"))
     return "\n".join(lines)

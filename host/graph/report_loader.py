@@ -12,15 +12,16 @@ from host.graph.report import run_report, terminal_nodes
 from host.graph.run_store import NodeRecord, RunStore
 
 
-async def load_report(store: RunStore, run_id: str) -> str:
-    """The run report; works for finished runs, after a restart, and from the CLI."""
+async def load_report(store: RunStore, run_id: str, *, for_people: bool = False) -> str:
+    """The run report (see `run_report`); works for finished runs, after a restart, and
+    from the CLI."""
     record = await store.run(run_id)
     if record is None:
         return f"Unknown run `{run_id}`."
     nodes = await store.nodes_of_run(run_id)
     # Only terminal outputs are quoted: read those, in one trip off the event loop.
     outputs = await asyncio.to_thread(_read_outputs, terminal_nodes(nodes))
-    return run_report(record, nodes, outputs)
+    return run_report(record, nodes, outputs, for_people=for_people)
 
 
 def _read_outputs(nodes: Sequence[NodeRecord]) -> dict[str, str]:
