@@ -32,10 +32,12 @@ from agents.web_tools import WebConfig, web_tools_hook
 from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
 from bot.channels import AdapterFactory
+from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
+from core.ids import ConversationRef
 from host.apscheduler_adapter import ApschedulerScheduler
 from host.campaign_approval import (
     CAMPAIGN_COMMAND,
@@ -71,8 +73,9 @@ from host.host_agent import HostAgent
 from host.lanes import LaneManager
 from host.memory import MemoryCommands, MemoryContext, MemoryWriter
 from host.outbox import DeliveryError, Outbox
+from host.people import People
 from host.permission_gate import PermissionGates
-from host.ports import Channel, PromptSurface
+from host.ports import Channel, PeopleDirectory, PromptSurface
 from host.prompt_handlers import subscribe_decision_handlers
 from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
 from host.roles import Roles
@@ -206,16 +209,23 @@ def load_machine_specs(home: Path) -> dict[str, MachineSpec]:
         raise RuntimeError(str(exc)) from None
 
 
-async def stop_campaigns(campaigns: CampaignEngine, event: ConversationStopped) -> None:
+async def stop_campaigns(
+    campaigns: CampaignEngine, event: ConversationStopped, *, people: People | None = None
+) -> None:
     """`stop` hook for campaigns: the engine cancels those the stopper may act on and
-    returns the rest; both go into the stop's tally."""
+    returns the rest; both go into the stop's tally. Notices name the stopper by display
+    name (`people`)."""
     active = [
         record
         for record in await campaigns.store.of_conversation(event.conversation_id)
         if record.state not in FINAL_STATES
     ]
+    conv = ConversationRef.parse(event.conversation_id)
     left = await campaigns.stop_conversation(
-        event.conversation_id, by=event.by, privileged=event.privileged
+        event.conversation_id,
+        by=event.by,
+        privileged=event.privileged,
+        by_name=await (people or People()).name(conv, event.by),
     )
     kept = {record.id for record in left}
     for record in active:
@@ -244,6 +254,18 @@ def load_agents(settings: Settings) -> AgentRegistry:
         return load_registry(settings.home / "agents.toml")
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+def people_directories(adapters: Sequence[ChannelAdapter]) -> dict[str, PeopleDirectory]:
+    """Each platform's directory of display names: the adapter itself where it is one
+    (Slack, Discord), the local user for the console."""
+    directories: dict[str, PeopleDirectory] = {}
+    for adapter in adapters:
+        if isinstance(adapter, PeopleDirectory):
+            directories[adapter.platform] = adapter
+        elif adapter.platform == CONSOLE_PLATFORM:
+            directories[adapter.platform] = ConsolePeople()
+    return directories
 
 
 def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter, ...]:
@@ -326,6 +348,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         {a.platform: UnfencedChannel(a) for a in adapters}
     )
     outbox = Outbox(conversation_log, channels)
+    # What people read names people by display name (each platform's directory), not by id.
+    people = People(people_directories(adapters))
     run_store = RunStore(store)
     scheduler = ApschedulerScheduler(
         home / "scheduler.db", bus, misfire_grace_seconds=settings.scheduler_misfire_grace_seconds
@@ -340,6 +364,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         approvers=settings.approvers,
         default_expiry_seconds=settings.prompt_expiry_seconds,
         scheduler=scheduler,
+        people=people,
     )
     clarifier = Clarifier(provider, broker, conversation_log)
     group_store = GroupStore(store)
@@ -409,7 +434,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         bot_paths=BotPaths.of(home, Path.cwd()),
     )
     memory_writer = MemoryWriter(memory, conversation_log)
-    memory_commands = MemoryCommands(memory, broker, outbox)
+    memory_commands = MemoryCommands(memory, broker, outbox, people)
     group_writer = GroupMemoryWriter(group_store, memory)
     group_context = GroupContext(
         memory,
@@ -430,11 +455,13 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         results_reach_users=provider.offline,
         request_attribution=group,
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
+        people=people,
     )
     host_tools = build_host_tools(tool_deps) + build_campaign_tools(
         campaigns,
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
         private=broker.notify_private,
+        people=people,
     )
     skill_sources = (
         (
@@ -474,6 +501,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         broker=broker,
         admins=settings.admins,
         approvers=settings.approvers,
+        people=people,
         status_sources=(runs.status, broker.status, campaigns.status),
         background_idle=runs.idle,
         enrichers=MappingProxyType(
@@ -487,19 +515,23 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     if group:
         group_writer.subscribe(bus)
     run_events.subscribe(bus)
-    subscribe_decision_handlers(bus, runs, service, clarifier)
+    subscribe_decision_handlers(bus, runs, service, clarifier, people)
     subscribe_decision(
         bus,
         CAMPAIGN_COMMAND,
         functools.partial(
-            handle_campaign_command, engine=campaigns, broker=broker, admins=settings.admins
+            handle_campaign_command,
+            engine=campaigns,
+            broker=broker,
+            admins=settings.admins,
+            people=people,
         ),
     )
     # Each owner of work cancels only what the stopper may stop and tallies the rest.
     for stop in (
         runs.stop_conversation,
         broker.cancel_conversation_id,
-        functools.partial(stop_campaigns, campaigns),
+        functools.partial(stop_campaigns, campaigns, people=people),
     ):
         bus.subscribe(ConversationStopped, stop)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)

@@ -58,10 +58,11 @@ def outcome_line(prompt: Prompt, decider: str, bold: Callable[[str], str]) -> st
     return "⏹️ Cancelled"
 
 
-def closed_text(prompt: Prompt) -> str:
-    """Plain-text form of a decided prompt (notifications, screen readers)."""
+def closed_text(prompt: Prompt, decider: str) -> str:
+    """Plain-text form of a decided prompt (notifications, screen readers); `decider` is who
+    answered, by display name."""
     if prompt.state == "answered":
-        return f"{prompt.question[:200]} — {prompt.answer} (by {prompt.answered_by})"
+        return f"{prompt.question[:200]} — {prompt.answer} (by {decider})"
     return f"{prompt.question[:200]} — {prompt.state}"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from typing import Literal, cast
 
 from host.clarify import code_block, sandbox_view
+from host.people import People
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from oncall.engine import CampaignEngine, CampaignError
@@ -109,14 +110,20 @@ def _payload(approval: CommandApproval, *, stage: int) -> dict[str, object]:
 
 
 async def handle_campaign_command(
-    prompt: Prompt, engine: CampaignEngine, broker: PromptBroker, admins: Collection[str]
+    prompt: Prompt,
+    engine: CampaignEngine,
+    broker: PromptBroker,
+    admins: Collection[str],
+    people: People | None = None,
 ) -> None:
-    """Tell the engine what was decided; ask the machine's approvers when they must agree."""
+    """Tell the engine what was decided; ask the machine's approvers when they must agree.
+    `people` names who decided in what the thread reads (display names, not ids)."""
     payload = prompt.payload
     campaign_id = str(payload["campaign_id"])
     kind = cast(Literal["start", "resubmit"], str(payload["kind"]))
+    decider = await (people or People()).name(prompt.conversation, prompt.answered_by or "")
     if not prompt.approved:
-        who = f" by {prompt.answered_by}" if prompt.answered_by else ""
+        who = f" by {decider}" if decider else ""
         outcome = f"denied{who}" if prompt.state == "answered" else str(prompt.state)
         await engine.not_approved(campaign_id, kind=kind, outcome=outcome)
         return
@@ -131,7 +138,8 @@ async def handle_campaign_command(
         await broker.create(
             conversation=prompt.conversation,
             kind="approval",
-            question=f"{by} approved; the machine's approvers must agree too.\n{prompt.question}",
+            question=f"{decider} approved; the machine's approvers must agree too.\n"
+            f"{prompt.question}",
             requester=prompt.requester,
             purpose=CAMPAIGN_COMMAND,
             payload={**payload, "stage": 2},

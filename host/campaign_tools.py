@@ -13,6 +13,7 @@ from pydantic_core import ErrorDetails
 
 from agents.tools import Tool
 from core.ids import ConversationRef
+from host.people import People
 from host.roles import Roles
 from host.turn import TurnContext
 from oncall.access import Requester
@@ -241,10 +242,12 @@ class CampaignTools:
         *,
         roles: Roles | None = None,
         private: PrivateNote | None = None,
+        people: People | None = None,
     ) -> None:
         self.engine = engine
         self._roles = roles or Roles()
         self._private = private
+        self._people = people or People()
 
     async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
         """The `start_campaign` tool."""
@@ -313,7 +316,7 @@ class CampaignTools:
         record = await self.engine.store.get(campaign_id)
         if record is None:
             return f"Refused: No campaign `{campaign_id}`."
-        reason = self._why_not(ctx, record, read=read)
+        reason = await self._why_not(ctx, record, read=read)
         if reason is None:
             return None
         text = f"You may not {action} campaign `{campaign_id}`: {reason}"
@@ -321,7 +324,7 @@ class CampaignTools:
             await self._private(ctx.conversation, ctx.author_id, text)
         return f"Refused: {text}"
 
-    def _why_not(self, ctx: TurnContext, record: CampaignRecord, *, read: bool) -> str | None:
+    async def _why_not(self, ctx: TurnContext, record: CampaignRecord, *, read: bool) -> str | None:
         if record.conversation.id != ctx.conversation.id:
             return "it belongs to another conversation; act on it from its own thread."
         if ctx.origin != "user":
@@ -329,7 +332,8 @@ class CampaignTools:
         privileged = self._roles.privileged(ctx.author_id)
         if self.engine.may_act(record, ctx.author_id, privileged=privileged):
             return None
-        return f"only its owner ({record.owner}), an approver or an admin can."
+        owner = await self._people.name(record.conversation, record.owner)
+        return f"only its owner ({owner}), an approver or an admin can."
 
     async def _refusing(self, operation: object, *args: object) -> str:
         try:
@@ -343,9 +347,10 @@ def build_campaign_tools(
     *,
     roles: Roles | None = None,
     private: PrivateNote | None = None,
+    people: People | None = None,
 ) -> list[Tool[TurnContext]]:
-    """The campaign tools, bound to `engine`."""
-    t = CampaignTools(engine, roles=roles, private=private)
+    """The campaign tools, bound to `engine` (`people` names owners in refusals)."""
+    t = CampaignTools(engine, roles=roles, private=private, people=people)
     return [
         Tool(
             "start_campaign",

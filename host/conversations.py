@@ -24,6 +24,7 @@ from host.host_agent import HostAgent
 from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage, stored_inbound
 from host.outbox import DeliveryError, Outbox
+from host.people import People
 from host.prompts import TYPED_ANSWER_HELP, PromptBroker
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, LoggedMessage
@@ -202,8 +203,11 @@ class ConversationService:
         clock: Callable[[], float] = time.monotonic,
         admins: Collection[str] = (),
         approvers: Collection[str] = (),
+        people: People | None = None,
     ) -> None:
         self._log = conversation_log
+        # How replies name people (whose work `stop` left running): display names.
+        self._people = people or People()
         self._lanes = lanes
         self._host = host
         self._outbox = outbox
@@ -508,6 +512,11 @@ class ConversationService:
             for m in await self._log.history(conv.id, limit=_NAME_LOOKBACK)
             if m.direction == "in"
         }
+        # The platform's directory first: a name logged at ingress may be the bare id.
+        for item in (*tally.cancelled, *tally.left):
+            if item.owner and item.owner != by:
+                shown = await self._people.name(conv, item.owner)
+                names[item.owner] = shown if shown != item.owner else names.get(item.owner, "")
         return stop_reply(tally, by=by, privileged=privileged, names=names)
 
     async def _delivery_status(self, conv: ConversationRef) -> str:

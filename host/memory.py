@@ -14,6 +14,7 @@ from host.events import EventBus, PromptDecided, TurnCompleted
 from host.graph.render import fence, new_marker, untrusted_preface
 from host.messages import InboundMessage, stored_inbound
 from host.outbox import Outbox
+from host.people import People
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from host.turn import TurnContext
@@ -176,10 +177,17 @@ class MemoryWriter:
 class MemoryCommands:
     """The chat commands; `forget everything` asks the author to approve first."""
 
-    def __init__(self, memory: MemoryService, broker: PromptBroker, outbox: Outbox) -> None:
+    def __init__(
+        self,
+        memory: MemoryService,
+        broker: PromptBroker,
+        outbox: Outbox,
+        people: People | None = None,
+    ) -> None:
         self._memory = memory
         self._broker = broker
         self._outbox = outbox
+        self._people = people or People()
 
     def subscribe(self, bus: EventBus) -> None:
         """Carry out approved `forget everything` prompts."""
@@ -229,8 +237,10 @@ class MemoryCommands:
         if not prompt.approved:
             return
         count = await self._memory.forget(str(prompt.payload["owner"]))
+        # The person forgotten is who asked (an approver may have approved it for them).
+        who = await self._people.name(prompt.conversation, prompt.requester)
         await self._outbox.send(
             prompt.conversation,
-            f"Done: I forgot everything about {prompt.answered_by} ({count} record(s)).",
+            f"Done: I forgot everything about {who} ({count} record(s)).",
             idempotency_key=f"prompt:{prompt.id}:forgotten",
         )

@@ -57,3 +57,14 @@ class PromptSurface(Protocol):
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
         """Tell one user something only they see (ephemeral where the platform allows)."""
         ...
+
+
+@runtime_checkable
+class PeopleDirectory(Protocol):
+    """How one platform names a person to other people: a display name, never a mention
+    (a mention pings). Each channel implements it; the core renders names through it."""
+
+    async def display_name(self, user_id: str) -> str:
+        """The person's display name as the platform has it (untrusted: the core cleans it);
+        the id itself when the platform cannot say."""
+        ...

@@ -10,17 +10,28 @@ from host.conversations import ConversationService
 from host.events import EventBus, subscribe_decision
 from host.graph.admission import AdmissionError
 from host.graph.runs import RunManager
+from host.people import People
 from host.prompt_model import Prompt
 
 
 def subscribe_decision_handlers(
-    bus: EventBus, runs: RunManager, service: ConversationService, clarifier: Clarifier
+    bus: EventBus,
+    runs: RunManager,
+    service: ConversationService,
+    clarifier: Clarifier,
+    people: People | None = None,
 ) -> None:
-    """Wire what each prompt purpose's decision does (clarifications are read by `wait`)."""
+    """Wire what each prompt purpose's decision does (clarifications are read by `wait`).
+    `people` names who decided (display names, not ids)."""
+    people = people or People()
     subscribe_decision(
-        bus, "graph_approval", functools.partial(handle_graph_approval, runs=runs, service=service)
+        bus,
+        "graph_approval",
+        functools.partial(handle_graph_approval, runs=runs, service=service, people=people),
     )
-    subscribe_decision(bus, "ask_user", functools.partial(handle_ask_user, service=service))
+    subscribe_decision(
+        bus, "ask_user", functools.partial(handle_ask_user, service=service, people=people)
+    )
     subscribe_decision(
         bus,
         COMMAND_APPROVAL,
@@ -29,13 +40,14 @@ def subscribe_decision_handlers(
 
 
 async def handle_graph_approval(
-    prompt: Prompt, runs: RunManager, service: ConversationService
+    prompt: Prompt, runs: RunManager, service: ConversationService, people: People
 ) -> None:
     """Start an approved graph (re-admitted, in the background); say so either way."""
     conv = prompt.conversation
     key = f"prompt:{prompt.id}:outcome"
+    decider = await people.name(conv, prompt.answered_by or "")
     if not prompt.approved:
-        who = f" by {prompt.answered_by}" if prompt.answered_by else ""
+        who = f" by {decider}" if decider else ""
         outcome = "denied" if prompt.state == "answered" else prompt.state
         await service.notify(
             conv, f"Graph not approved ({outcome}{who}): nothing ran.", idempotency_key=key
@@ -65,16 +77,15 @@ async def handle_graph_approval(
         await runs.supersede(conv, str(replaces))
     await service.notify(
         conv,
-        f"Approved by {prompt.answered_by}: run `{result.run.id}` started "
-        f"({len(result.run.nodes)} node(s)).",
+        f"Approved by {decider}: run `{result.run.id}` started ({len(result.run.nodes)} node(s)).",
         idempotency_key=key,
     )
 
 
-async def handle_ask_user(prompt: Prompt, service: ConversationService) -> None:
+async def handle_ask_user(prompt: Prompt, service: ConversationService, people: People) -> None:
     """Give the Host the user's answer (or the lack of one) as a proactive turn."""
     if prompt.state == "answered":
-        who = prompt.answered_by
+        who = await people.name(prompt.conversation, prompt.answered_by or "")
         text = f"{who} answered your question \u201c{prompt.question}\u201d: {prompt.answer}"
     else:
         text = f"Your question \u201c{prompt.question}\u201d was {prompt.state} without an answer."

@@ -26,6 +26,7 @@ import aiosqlite
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.events import ConversationStopped, EventBus, PromptDecided, StoppedItem
+from host.people import People
 from host.ports import PromptSurface
 from host.prompt_model import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.scheduling import FiredJob, Scheduler
@@ -92,6 +93,7 @@ class PromptBroker:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] | None = None,
         scheduler: Scheduler | None = None,
+        people: People | None = None,
     ) -> None:
         if default_expiry_seconds <= 0:
             raise ValueError("default_expiry_seconds must be positive")
@@ -105,6 +107,8 @@ class PromptBroker:
         self._new_id = new_id or (lambda: uuid.uuid4().hex)
         # Expires each prompt at its deadline; without one, only sweeps and waiters expire.
         self._scheduler = scheduler
+        # Who is named in what people read (refusals, outcomes): display names, not ids.
+        self._people = people or People()
         # In-process wake-ups for wait(); the database stays the source of truth.
         self._decided: dict[str, asyncio.Event] = {}
         # Per-prompt locks so a handler never runs twice in this process (answer vs recover).
@@ -384,7 +388,10 @@ class PromptBroker:
         )
         await self._after_decision(decided)
         return AnswerOutcome(
-            "accepted", f"Recorded {responder_id}'s answer: {_quote(value)}.", decided
+            "accepted",
+            f"Recorded {await self._people.name(prompt.conversation, responder_id)}'s answer: "
+            f"{_quote(value)}.",
+            decided,
         )
 
     def _may_answer(self, prompt: Prompt, responder_id: str) -> bool:
@@ -392,14 +399,17 @@ class PromptBroker:
         return responder_id in prompt.allowed_responders or responder_id in self._admins
 
     async def _refuse(self, prompt: Prompt, responder_id: str) -> AnswerOutcome:
+        conv = prompt.conversation
+        requester = await self._people.name(conv, prompt.requester)
         if prompt.requester not in prompt.allowed_responders:
-            text = f"Only {', '.join(prompt.allowed_responders)} or an admin can answer this."
+            names = await self._people.names(conv, prompt.allowed_responders)
+            text = f"Only {', '.join(names)} or an admin can answer this."
         elif prompt.kind == "approval":
-            text = f"Only {prompt.requester} or an approver can answer this."
+            text = f"Only {requester} or an approver can answer this."
         elif len(prompt.allowed_responders) > 1:
-            text = f"Only {prompt.requester} or the people they asked can answer this."
+            text = f"Only {requester} or the people they asked can answer this."
         else:
-            text = f"Only {prompt.requester} can answer this."
+            text = f"Only {requester} can answer this."
         await self._store.execute(
             "INSERT INTO prompt_audit (prompt_id, at, actor, action, detail)"
             " VALUES (?, ?, ?, 'refused', ?)",
@@ -430,7 +440,8 @@ class PromptBroker:
             return AnswerOutcome("expired", _expired_text(prompt), prompt)
         if prompt.state == "cancelled":
             return AnswerOutcome("already_decided", "This request was cancelled.", prompt)
-        text = f"Already answered by {prompt.answered_by}: {_quote(prompt.answer or '')}."
+        by = await self._people.name(prompt.conversation, prompt.answered_by or "")
+        text = f"Already answered by {by}: {_quote(prompt.answer or '')}."
         return AnswerOutcome("already_decided", text, prompt)
 
     # ------------------------------------------------------------------ expiry and cancel

@@ -19,6 +19,7 @@ from host.graph.model import GraphSubmission
 from host.graph.run_store import RunRecord
 from host.graph.runs import RunManager, submission_json
 from host.group_memory import close_request
+from host.people import People
 from host.prompt_model import Prompt
 from host.prompts import PromptBroker
 from host.roles import Roles
@@ -106,6 +107,8 @@ class HostToolDeps:
     request_attribution: bool = False
     # Who besides a run's submitter may read its report or act on it.
     roles: Roles = field(default_factory=Roles)
+    # How people are named in what people read (refusals): display names, not ids.
+    people: People = field(default_factory=People)
 
 
 def shown_id(prompt: Prompt) -> str:
@@ -299,7 +302,8 @@ class HostTools:
         if record.conversation.id != ctx.conversation.id:
             reason = "it belongs to another conversation; act on it from its own thread."
         elif not self._may_act(ctx, record):
-            reason = f"only its submitter ({record.submitted_by}), an approver or an admin can."
+            submitter = await self.deps.people.name(record.conversation, record.submitted_by)
+            reason = f"only its submitter ({submitter}), an approver or an admin can."
         else:
             return None
         text = f"You may not {action} run `{run_id}`: {reason}"

@@ -1026,8 +1026,9 @@ class CampaignEngine:
 
     # ------------------------------------------------------------------ stop and close
 
-    async def stop(self, campaign_id: str, *, by: str) -> bool:
-        """Cancel a campaign: terminate its job, cancel its wake-ups; False if it had ended."""
+    async def stop(self, campaign_id: str, *, by: str, by_name: str | None = None) -> bool:
+        """Cancel a campaign: terminate its job, cancel its wake-ups; False if it had ended.
+        The notice names `by_name` (the stopper's display name) when given, else `by`."""
         async with self._locks.hold(campaign_id):
             record = await self._store.get(campaign_id)
             if record is None or record.state in FINAL_STATES:
@@ -1042,13 +1043,18 @@ class CampaignEngine:
             await self._close(record, "cancelled")
         await self._notify(
             record,
-            f"🛑 Campaign `{record.id}` cancelled by {by}.",
+            f"🛑 Campaign `{record.id}` cancelled by {by_name or by}.",
             key=f"campaign:{record.id}:cancelled",
         )
         return True
 
     async def stop_conversation(
-        self, conversation_id: str, *, by: str = "stop", privileged: bool = True
+        self,
+        conversation_id: str,
+        *,
+        by: str = "stop",
+        privileged: bool = True,
+        by_name: str | None = None,
     ) -> list[CampaignRecord]:
         """`stop` in a thread cancels the campaigns there that `by` may act on.
 
@@ -1058,7 +1064,7 @@ class CampaignEngine:
             if record.state in FINAL_STATES:
                 continue
             if self.may_act(record, by, privileged=privileged):
-                await self.stop(record.id, by=by)
+                await self.stop(record.id, by=by, by_name=by_name)
             else:
                 left.append(record)
         return left

@@ -1,17 +1,22 @@
 """What people read: no untrusted-data fence markers or preface (models still get fenced
-data)."""
+data), and people named by display name, never by raw id or mention."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core.fence import fence, new_marker, unfence, untrusted_preface
-from tests.discord_harness import discord_bot
+from core.ids import ConversationRef
+from host.people import People, shown_name
+from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot
+from tests.fakes.slack import payloads
 from tests.helpers import eventually, use_product_defaults
-from tests.slack_harness import slack_bot
+from tests.slack_harness import CHANNEL, SlackBot, slack_bot
 from tests.test_cli_end_to_end import _env, _run
 
 # `cat` echoes its prompt: a node whose output is whatever its task says.
@@ -145,3 +150,146 @@ async def test_discord_report_shows_node_output_without_fence_markers(
         assert NODE_OUTPUT in report
         for text in bot.texts(thread):
             _no_fence(text)
+
+
+# -- people by display name ----------------------------------------------------------------
+
+
+def test_display_names_are_cleaned_before_people_see_them() -> None:
+    assert shown_name("  Alice\u202e\u200b \n Smith ") == "Alice Smith"
+    assert shown_name("<@U2> @everyone ＠here <!channel> Mal <#C1>") == "everyone here Mal"
+    assert shown_name("\x07") == ""
+
+
+async def test_a_failing_directory_falls_back_to_the_id() -> None:
+    class Broken:
+        async def display_name(self, user_id: str) -> str:
+            raise RuntimeError("directory down")
+
+    conv = ConversationRef("slack", "T", "C", "1.0")
+    people = People({"slack": Broken()})
+    assert await people.name(conv, "U9") == "U9"
+    assert await People().name(conv, "U9") == "U9"
+
+
+def _slack_buttons(post: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = post["blocks"]
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    actions = [b for b in blocks if b["type"] == "actions"]
+    return list(actions[0]["elements"]) if actions else []
+
+
+async def _slack_prompt(bot: SlackBot, plan: str) -> tuple[str, dict[str, Any], str]:
+    thread, _ = await bot.mention(plan)
+    await eventually(lambda: any(p.get("blocks") for p in bot.posts(thread)), 60)
+    call = next(
+        c
+        for c in bot.fake.calls_to("chat.postMessage")
+        if c.ok and c.args.get("blocks") and c.args.get("thread_ts") == thread
+    )
+    return thread, call.args, str(call.response["ts"])
+
+
+async def _slack_click(
+    bot: SlackBot, post: dict[str, Any], index: int, user: str, thread: str, ts: str
+) -> None:
+    button = _slack_buttons(post)[index]
+    body = payloads.block_actions(
+        button["action_id"], button["value"], user, CHANNEL, ts, thread_ts=thread
+    )
+    assert await bot.send(body, form=True) == 200
+
+
+async def test_slack_names_people_in_refusals_and_outcomes(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    use_product_defaults(monkeypatch)
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, post, ts = await _slack_prompt(bot, "a: echo: hi\nconfirm")
+        blocks = json.dumps(post["blocks"])
+        assert "Only alice or an approver" in blocks and "<@U1>" not in blocks
+        await _slack_click(bot, post, 0, "U2", thread, ts)
+        (refusal,) = await bot.fake.wait_for_call("chat.postEphemeral")
+        assert refusal.args["user"] == "U2"
+        assert refusal.args["text"] == "Only alice or an approver can answer this."
+        await _slack_click(bot, post, 0, "U1", thread, ts)
+        (update,) = await bot.fake.wait_for_call("chat.update")
+        assert "answered by alice" in json.dumps(update.args["blocks"])
+        assert "U1" not in update.args["text"] and "<@" not in json.dumps(update.args)
+        await eventually(lambda: any("Approved by" in p["text"] for p in bot.posts(thread)))
+        (approved,) = [p["text"] for p in bot.posts(thread) if "Approved by" in p["text"]]
+        assert approved.startswith("Approved by alice: run `")
+
+
+async def test_slack_display_names_are_shown_cleaned_and_never_ping(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    use_product_defaults(monkeypatch)
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        bot.fake.add_user("U1", "alice", display_name="<!channel> <@U2> Al\u200bice\n")
+        thread, post, ts = await _slack_prompt(bot, "a: echo: hi\nconfirm")
+        await _slack_click(bot, post, 1, "U1", thread, ts)
+        await eventually(lambda: any("not approved" in p["text"] for p in bot.posts(thread)))
+        (denied,) = [p["text"] for p in bot.posts(thread) if "not approved" in p["text"]]
+        assert "(denied by Alice)" in denied
+        (update,) = await bot.fake.wait_for_call("chat.update")
+        assert "answered by Alice" in json.dumps(update.args["blocks"])
+
+
+async def test_slack_stop_names_whose_work_it_left_running(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    use_product_defaults(monkeypatch)
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        thread, _ = await bot.mention("s: sleeper: wait")
+        await eventually(lambda: any("running" in p["text"] for p in bot.posts(thread)), 60)
+        await bot.mention("stop", user="U2", thread_ts=thread)
+        await eventually(lambda: any("Stopped:" in p["text"] for p in bot.posts(thread)))
+        (reply,) = [p["text"] for p in bot.posts(thread) if "Stopped:" in p["text"]]
+        assert "by alice — alice, an approver or an admin can stop" in reply
+        assert "U1" not in reply
+        await bot.mention("stop", thread_ts=thread)
+
+
+async def _discord_prompt(bot: DiscordBot) -> tuple[str, dict[str, Any]]:
+    root = await bot.mention("a: echo: hi\nconfirm")
+    thread = str(root["id"])
+
+    def prompts() -> list[dict[str, Any]]:
+        return [m for m in bot.fake.bot_messages(thread) if m.get("components")]
+
+    await bot.fake.wait_for(lambda: bool(prompts()), 60)
+    return thread, prompts()[-1]
+
+
+async def _discord_click(bot: DiscordBot, thread: str, message: dict[str, Any], user: str) -> None:
+    button = message["components"][0]["components"][0]
+    await bot.fake.click(thread, message["id"], button["custom_id"], user)
+
+
+def _private_notes(bot: DiscordBot) -> list[str]:
+    notes = [str((c.get("data") or {}).get("content", "")) for c in bot.fake.interaction_callbacks]
+    return notes + [str((f.get("payload") or {}).get("content", "")) for f in bot.fake.followups]
+
+
+async def test_discord_names_people_in_refusals_and_outcomes(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    use_product_defaults(monkeypatch)
+    _write_agents(isolated_env)
+    async with discord_bot(monkeypatch) as bot:
+        thread, message = await _discord_prompt(bot)
+        assert "Only Alice or an approver" in message["content"]
+        assert f"<@{ALICE}>" not in message["content"]
+        await _discord_click(bot, thread, message, BOB)
+        await bot.fake.wait_for(lambda: any("can answer" in n for n in _private_notes(bot)))
+        assert "Only Alice or an approver can answer this." in _private_notes(bot)
+        await _discord_click(bot, thread, message, ALICE)
+        await bot.fake.wait_for(lambda: any("Approved by" in t for t in bot.texts(thread)))
+        (approved,) = [t for t in bot.texts(thread) if "Approved by" in t]
+        assert approved.startswith("Approved by Alice: run `")
+        closed = bot.fake.messages[thread][message["id"]]["content"]
+        assert "answered by Alice" in closed and ALICE not in closed

@@ -530,7 +530,7 @@ async def test_approval_by_requester_starts_the_graph(
         blocks = update.args["blocks"]
         blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
         assert not any(b["type"] == "actions" for b in blocks)
-        assert "answered by <@U1>" in json.dumps(blocks)
+        assert "answered by alice" in json.dumps(blocks)
         await eventually(
             lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
         )
@@ -556,7 +556,7 @@ async def test_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_env
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         await _click(bot, post, 1, "U2", thread, prompt_ts)
         await eventually(
-            lambda: any("not approved (denied by U2)" in p["text"] for p in bot.posts(thread))
+            lambda: any("not approved (denied by bob)" in p["text"] for p in bot.posts(thread))
         )
 
 
@@ -761,7 +761,7 @@ async def test_click_before_the_prompt_post_returns_closes_the_clicked_message(
         assert not held.released
         assert update.args["ts"] == prompt_ts and update.args["channel"] == CHANNEL
         assert not _has_buttons(update.args["blocks"])
-        assert "answered by <@U1>" in json.dumps(update.args["blocks"])
+        assert "answered by alice" in json.dumps(update.args["blocks"])
         held.release()
         await eventually(lambda: _completed(bot, thread))
         await bot.settle(thread)

@@ -38,6 +38,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedSerial
 from host.author_labels import context_line, display_name, left_out_note
 from host.messages import Attachment, InboundMessage, OutboundMessage
+from host.people import shown_name
 from host.ports import ChannelError
 from host.prompt_model import Prompt
 
@@ -47,6 +48,8 @@ DEFAULT_API_URL = "https://discord.com/api/v10"
 DM_WORKSPACE = "dm"
 MAIN_THREAD = "main"  # DMs and inline (thread-less) channel conversations
 THREAD_NAME_CHARS = 80
+# How long a display name lookup may take before the id is shown instead.
+NAME_LOOKUP_SECONDS = 2.0
 # How long a click's interaction answers private notes for its user (ephemeral follow-ups).
 INTERACTION_NOTE_SECONDS = 10.0
 # A click no registered view took (its prompt was decided while the bot was down, so no view
@@ -165,6 +168,8 @@ class DiscordAdapter:
         self._interactions: dict[tuple[str, str], tuple[discord.Interaction, float]] = {}
         self._closed = asyncio.Event()
         self.ready = asyncio.Event()
+        # Display names fetched from the API (those not in discord.py's cache).
+        self._fetched_names: dict[str, str] = {}
 
     @property
     def platform(self) -> str:
@@ -652,13 +657,10 @@ class DiscordAdapter:
         try:
             channel = await self._target(prompt.conversation)
             sent = await channel.send(
-                prompt_content(prompt),
+                prompt_content(prompt, await self._shown(prompt.requester)),
                 view=PromptView(prompt, self._on_click),
-                allowed_mentions=discord.AllowedMentions(
-                    everyone=False, roles=False, users=[discord.Object(id=int(prompt.requester))]
-                )
-                if prompt.requester.isdigit()
-                else discord.AllowedMentions.none(),
+                # The requester is named, not mentioned: nothing in a prompt pings.
+                allowed_mentions=discord.AllowedMentions.none(),
             )
         except discord.HTTPException as exc:
             raise _channel_error(exc) from exc
@@ -673,15 +675,47 @@ class DiscordAdapter:
 
     async def _close_message(self, prompt: Prompt, message_id: str) -> None:
         closed = replace(prompt, message_id=message_id)
+        decider = await self._shown(prompt.answered_by)
         try:
             channel = await self._target(prompt.conversation)
             await _partial(channel, message_id).edit(
-                content=closed_content(closed),
+                content=closed_content(closed, decider),
                 view=PromptView(closed, self._on_click, disabled=True),
                 allowed_mentions=discord.AllowedMentions.none(),
             )
         except discord.HTTPException as exc:
             raise _channel_error(exc) from exc
+
+    async def display_name(self, user_id: str) -> str:
+        """A person's display name: their member name from discord.py's cache (a server
+        nickname), else their user name from the cache or `fetch_user` (remembered); the id
+        when Discord cannot say."""
+        if not user_id.isdigit() or self._client is None:
+            return user_id
+        uid = int(user_id)
+        for guild in self._client.guilds:
+            member = guild.get_member(uid)
+            if member is not None:
+                return member.display_name
+        user = self._client.get_user(uid)
+        if user is not None:
+            return user.display_name
+        if user_id in self._fetched_names:
+            return self._fetched_names[user_id]
+        try:
+            async with asyncio.timeout(NAME_LOOKUP_SECONDS):
+                fetched = await self._client.fetch_user(uid)
+        except (discord.HTTPException, TimeoutError) as exc:
+            log.warning("discord: no display name for %s: %s", user_id, exc)
+            return user_id
+        self._fetched_names[user_id] = fetched.display_name
+        return fetched.display_name
+
+    async def _shown(self, user_id: str | None) -> str:
+        """`user_id` as people in a prompt message are shown it (cleaned display name)."""
+        if not user_id:
+            return "nobody"
+        return shown_name(await self.display_name(user_id)) or user_id
 
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
         """Only `user_id` sees it: an ephemeral follow-up while they are clicking, else a DM

@@ -25,16 +25,22 @@ def _question(prompt: Prompt) -> str:
     return text if len(text) <= QUESTION_CHARS else text[: QUESTION_CHARS - 1] + "…"
 
 
-def prompt_content(prompt: Prompt) -> str:
-    """The message of a pending prompt: question, then who may answer and until when."""
-    hint = answer_hint(prompt, f"<@{prompt.requester}>", f"<t:{int(prompt.expires_at)}:R>")
+def _name(name: str) -> str:
+    """A person's (cleaned) display name as Discord Markdown: plain text, never a mention."""
+    return discord.utils.escape_mentions(discord.utils.escape_markdown(name))
+
+
+def prompt_content(prompt: Prompt, requester: str) -> str:
+    """The message of a pending prompt: question, then who may answer (`requester`, a
+    display name) and until when."""
+    hint = answer_hint(prompt, _name(requester), f"<t:{int(prompt.expires_at)}:R>")
     return f"{_question(prompt)}\n-# {hint}"
 
 
-def closed_content(prompt: Prompt) -> str:
-    """The same message once decided: the outcome and who decided."""
-    decider = f"<@{prompt.answered_by}>" if prompt.answered_by else "nobody"
-    return f"{_question(prompt)}\n{outcome_line(prompt, decider, lambda s: f'**{s}**')}"
+def closed_content(prompt: Prompt, decider: str) -> str:
+    """The same message once decided: the outcome and who decided (`decider`, a display
+    name)."""
+    return f"{_question(prompt)}\n{outcome_line(prompt, _name(decider), lambda s: f'**{s}**')}"
 
 
 def _style(prompt: Prompt, index: int) -> discord.ButtonStyle:

@@ -57,6 +57,7 @@ from bot.slack.normalize import (
 from core.ids import ConversationRef
 from host.author_labels import context_line, display_name, left_out_note
 from host.messages import Attachment, InboundMessage, OutboundMessage
+from host.people import shown_name
 from host.ports import ChannelError
 from host.prompt_model import Prompt
 
@@ -531,6 +532,17 @@ class SlackAdapter:
             thread_ts=ev.thread_ts,
         )
 
+    async def display_name(self, user_id: str) -> str:
+        """A person's display name from `users.info` (cached; the id when the call fails).
+        Shown as plain text, never as a `<@U…>` mention: a mention in a bot message pings."""
+        return await self._name(user_id)
+
+    async def _shown(self, user_id: str | None) -> str:
+        """`user_id` as people in a prompt message are shown it (cleaned display name)."""
+        if not user_id:
+            return "nobody"
+        return shown_name(await self._name(user_id)) or user_id
+
     async def _name(self, user_id: str) -> str:
         if user_id in self._names:
             return self._names[user_id]
@@ -786,7 +798,7 @@ class SlackAdapter:
             channel=prompt.conversation.channel,
             thread_ts=self._thread_ts(prompt.conversation),
             text=prompt.question[:300],
-            blocks=prompt_blocks(prompt, question),
+            blocks=prompt_blocks(prompt, question, await self._shown(prompt.requester)),
         )
         return str(resp["ts"])
 
@@ -797,12 +809,13 @@ class SlackAdapter:
 
     async def _close_message(self, channel: str, ts: str, prompt: Prompt) -> None:
         closed = replace(prompt, message_id=ts)
+        decider = await self._shown(prompt.answered_by)
         await self._call(
             self._client.chat_update,
             channel=channel,
             ts=ts,
-            text=closed_text(closed),
-            blocks=closed_blocks(closed, markdown_to_mrkdwn(prompt.question)),
+            text=closed_text(closed, decider),
+            blocks=closed_blocks(closed, markdown_to_mrkdwn(prompt.question), decider),
         )
 
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:

@@ -21,8 +21,15 @@ def _context(text: str) -> dict[str, Any]:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:2900]}]}
 
 
-def prompt_blocks(prompt: Prompt, question_mrkdwn: str) -> list[dict[str, Any]]:
-    """The message of a pending prompt: question, buttons, who may answer and until when."""
+def _name(name: str) -> str:
+    """A person's (cleaned) display name as mrkdwn text: plain, never a `<@U…>` mention,
+    which would ping them."""
+    return name.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def prompt_blocks(prompt: Prompt, question_mrkdwn: str, requester: str) -> list[dict[str, Any]]:
+    """The message of a pending prompt: question, buttons, who may answer (`requester`, a
+    display name) and until when."""
     buttons: list[dict[str, Any]] = []
     for index, (choice, label) in enumerate(button_labels(prompt)):
         button: dict[str, Any] = {
@@ -38,13 +45,14 @@ def prompt_blocks(prompt: Prompt, question_mrkdwn: str) -> list[dict[str, Any]]:
     return [
         _section(question_mrkdwn),
         {"type": "actions", "block_id": f"prompt-{prompt.id}", "elements": buttons},
-        _context(answer_hint(prompt, f"<@{prompt.requester}>", expires)),
+        _context(answer_hint(prompt, _name(requester), expires)),
     ]
 
 
-def closed_blocks(prompt: Prompt, question_mrkdwn: str) -> list[dict[str, Any]]:
-    """The same message once decided: no buttons, the outcome and who decided."""
-    outcome = outcome_line(prompt, f"<@{prompt.answered_by}>", lambda s: f"*{s}*")
+def closed_blocks(prompt: Prompt, question_mrkdwn: str, decider: str) -> list[dict[str, Any]]:
+    """The same message once decided: no buttons, the outcome and who decided (`decider`, a
+    display name)."""
+    outcome = outcome_line(prompt, _name(decider), lambda s: f"*{s}*")
     return [_section(question_mrkdwn), _context(outcome)]
 
 
