@@ -211,6 +211,25 @@ class Bubblewrap:
         """Where the sandbox shows the host's files: the system paths and the extra binds."""
         return (*(Path(p) for p in SYSTEM_PATHS), *(p.resolve() for p in self.readonly))
 
+    def shows(self, path: Path, env: Mapping[str, str]) -> bool:
+        """Whether a command started with `env` sees `path` (outside its workspace): the
+        deepest mount over the real path decides, as in `arguments`."""
+        target = path.resolve()
+        fresh = _fresh_mounts(env)
+        mounts = [
+            *_system_mounts(),
+            *self._readonly_mounts(),
+            *fresh,
+            *_hidden_file_mounts(),
+            *(_Mount(p, _RANK_COVER, []) for p in self._covered_dirs([m.path for m in fresh])),
+        ]
+        mounts.sort(key=lambda mount: (len(mount.path.parts), mount.rank))
+        shown = False  # bwrap's root is empty: what no mount covers does not exist
+        for mount in mounts:
+            if mount.path == target or mount.path in target.parents:
+                shown = mount.rank == _RANK_BIND
+        return shown
+
     def _readonly_mounts(self) -> list[_Mount]:
         """Read-only binds of the extra paths that exist as directories."""
         return [
@@ -312,6 +331,16 @@ class DetachedSandbox:
         return self.sandbox.launch(
             argv, workspace=workspace, env=env, detached=True, readonly=readonly
         ).argv
+
+
+def shown_by(sandbox: Sandbox, environ: Mapping[str, str]) -> Callable[[Path], bool]:
+    """Whether a path is visible to commands in `sandbox` started from `environ` (its HOME
+    is replaced by an empty one). Without bubblewrap everything counts as visible: the
+    opt-out sees the host, and refusal refuses every command with its own reason."""
+    if not isinstance(sandbox, Bubblewrap):
+        return lambda path: True
+    env = dict(environ)
+    return lambda path: sandbox.shows(path, env)
 
 
 def die_with_parent_hook(parent: int) -> Callable[[], None]:

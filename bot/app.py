@@ -13,6 +13,7 @@ import contextlib
 import functools
 import gc
 import logging
+import os
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
@@ -24,8 +25,9 @@ from agents.backends import build_backend
 from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
+from agents.permissions import DEFAULT_RULES_LABEL, rules_file_problem
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
-from agents.sandbox import DetachedSandbox, Sandbox, select_sandbox
+from agents.sandbox import DetachedSandbox, Sandbox, select_sandbox, shown_by
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from agents.web_tools import WebConfig, web_tools_hook
@@ -33,7 +35,7 @@ from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
 from bot.channels import AdapterFactory
 from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
-from bot.home import check_home, workspace_for
+from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
@@ -248,12 +250,22 @@ def build_embedder(settings: Settings) -> Embedder | None:
         raise RuntimeError(f"RAVEN_MEMORY_EMBEDDER=semantic, but {exc}") from None
 
 
-def load_agents(settings: Settings) -> AgentRegistry:
-    """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem)."""
+def load_agents(settings: Settings, sandbox: Sandbox | None = None) -> AgentRegistry:
+    """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem);
+    with `sandbox`, a CLI agent whose program that sandbox cannot see is disabled, saying so."""
+    visible = None if sandbox is None else shown_by(sandbox, os.environ)
     try:
-        return load_registry(settings.home / "agents.toml")
+        return load_registry(settings.home / "agents.toml", visible=visible)
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+def check_permissions_file(settings: Settings) -> None:
+    """A broken RAVEN_HOME/permissions.toml stops the start (`HomeError`: one line naming the
+    file and the problem, as `doctor` reports it) rather than serve with every call denied."""
+    problem = rules_file_problem(settings.home / DEFAULT_RULES_LABEL)
+    if problem is not None:
+        raise HomeError(problem)
 
 
 def people_directories(adapters: Sequence[ChannelAdapter]) -> dict[str, PeopleDirectory]:
@@ -328,13 +340,14 @@ def dispatch_context(
 async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
     """Collect → validate → build → subscribe → open the store (crash leftovers marked)."""
     check_home(settings.home)
+    check_permissions_file(settings)
     home = settings.home
-    registry = load_agents(settings)
-    provider = build_provider(settings)
     # Probed once (it runs bwrap): off the event loop.
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
+    registry = load_agents(settings, sandbox)
+    provider = build_provider(settings)
     adapters = build_adapters(adapter_factories)
     machine_specs = await asyncio.to_thread(load_machine_specs, home)
     embedder = build_embedder(settings)
