@@ -37,12 +37,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "add", help="store a note", description="Store a note, as `remember` would."
     )
     add.add_argument("--user", required=True, help=user_help)
-    add.add_argument("text", help="what to remember")
+    # Several words are one note: `memory add --user U1 deep learning notes` works unquoted.
+    add.add_argument("text", nargs="+", help="what to remember (the rest of the line)")
     search = actions.add_parser("search", help="ranked recall", description="Recall for a query.")
     search.add_argument("--user", required=True, help=user_help)
     search.add_argument("--json", action="store_true", help="a JSON list of results")
     search.add_argument("--dm", action="store_true", help="include what was said in DMs")
-    search.add_argument("query", help="what to look for")
+    search.add_argument("query", nargs="+", help="what to look for (the rest of the line)")
     show = actions.add_parser("show", help="everything remembered", description="Show records.")
     show.add_argument("--user", required=True, help=user_help)
     forget = actions.add_parser("forget", help="delete all", description="Delete all records.")
@@ -114,7 +115,7 @@ async def _add(memory: MemoryService, args: argparse.Namespace, out: TextIO) -> 
     owner = await _resolve(memory, args, out, create=True)
     if owner is None:
         return 2
-    note = await memory.remember(owner, args.user, args.text, dm=False)
+    note = await memory.remember(owner, args.user, " ".join(args.text), dm=False)
     out.write(f"stored note {note.id} for {owner}\n")
     return 0
 
@@ -123,7 +124,7 @@ async def _search(memory: MemoryService, args: argparse.Namespace, out: TextIO) 
     owner = await _resolve(memory, args, out)
     if owner is None:
         return 2
-    recalled = await memory.recall(owner, args.query, dm=args.dm, k=10)
+    recalled = await memory.recall(owner, " ".join(args.query), dm=args.dm, k=10)
     rows = [_row(hit) for hit in recalled.hits]
     if args.json:
         out.write(json.dumps(rows, indent=1) + "\n")

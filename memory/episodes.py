@@ -5,7 +5,8 @@ here needs none (offline, and the fallback when a model call fails).
 A turn continues the author's last episode in that conversation when their words overlap
 enough (same topic), else it opens a new one. Sentences in the author's own words that speak
 about themselves become facts; those about the future become foresight valid for two weeks.
-The archive note of the episode carries its most frequent content word as a tag.
+The archive note of the episode carries its most frequent content word as a tag. Only the
+author's words are memory: the bot's reply (an offline notice, a refusal, a guess) never is.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def from_turn(author: str, request: str, reply: str, *, now: float) -> TurnMemory:
-    """The memory a turn leaves: the author's statements about themselves, as facts."""
+def from_turn(author: str, request: str, *, now: float) -> TurnMemory:
+    """The memory a turn leaves: the author's statements about themselves, as facts, and
+    what they said as the narrative."""
     facts: list[NewFact] = []
     for raw in _SENTENCE.split(request):
         sentence = raw.strip()
@@ -75,7 +77,7 @@ def from_turn(author: str, request: str, reply: str, *, now: float) -> TurnMemor
     words = content_words(request)
     counts = Counter(w for w in (m.lower() for m in _WORD.findall(request)) if w in words)
     tag = counts.most_common(1)[0][0] if counts else ""
-    narrative = f"{author} said: {_clip(request)} / the bot answered: {_clip(reply, 200)}"
+    narrative = f"{author} said: {_clip(request)}"
     return TurnMemory(narrative[:NARRATIVE_CHARS], tuple(facts), tag, words)
 
 
@@ -98,10 +100,11 @@ class FormedTurn:
 
 
 class EpisodeFormer(Protocol):
-    """Decides a turn's episode boundary, narrative, facts and foresight."""
+    """Decides a turn's episode boundary, narrative, facts and foresight from the author's
+    words alone (never the bot's reply)."""
 
     async def form(
-        self, author: str, request: str, reply: str, *, previous: str | None, now: float
+        self, author: str, request: str, *, previous: str | None, now: float
     ) -> FormedTurn:
         """Form the memory of one turn; `previous` is the episode it may continue."""
         ...
@@ -111,8 +114,8 @@ class RuleFormer:
     """The deterministic rule: self-statements become facts, word overlap keeps the topic."""
 
     async def form(
-        self, author: str, request: str, reply: str, *, previous: str | None, now: float
+        self, author: str, request: str, *, previous: str | None, now: float
     ) -> FormedTurn:
         """Form the memory of one turn without a model."""
-        memory = from_turn(author, request, reply, now=now)
+        memory = from_turn(author, request, now=now)
         return FormedTurn(memory, previous is not None and same_topic(previous, memory))

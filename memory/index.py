@@ -77,9 +77,13 @@ class IndexSettings:
     hnsw_ef_construction: int = 80
     hnsw_ef_search: int = 128
     rrf_c: float = 60.0  # Eq. 62
-    w_dense: float = 8.0  # Eq. 63 coefficients (the paper leaves them to the backend)
+    # Eq. 63 coefficients (the paper leaves them to the backend). MiniLM's cosines are
+    # compressed (unrelated short texts ≈ 0.1, a strong match ≈ 0.4–0.6), so at w_dense = 8 a
+    # strong semantic match was worth less than one incidental word; the offset puts a
+    # cosine of 0.5 with no lexical evidence at 0.5.
+    w_dense: float = 16.0
     w_lex: float = 10.0
-    b_off: float = -6.0
+    b_off: float = -8.0
     # Without a dense term scores would sit low; keyword-only mode shifts the offset so a
     # full lexical match lands on a comparable scale.
     b_off_keyword: float = -2.0
@@ -327,19 +331,34 @@ class _Partition:
             tokens.extend(tokenize(self.docs[child].text))
         return tokens or [""]
 
+    def query_weights(self, q_tokens: list[str]) -> list[float]:
+        """Each query term's idf in this partition (0 for a term no document has)."""
+        if self.bm25 is None:
+            return [0.0] * len(q_tokens)
+        return [float(self.bm25.idf.get(t, 0.0)) for t in q_tokens]
+
     def query_bound(self, q_tokens: list[str]) -> float:
         """The BM25 score no document can reach for this query: Σ idf(t)·(k1 + 1)."""
         if self.bm25 is None:
             return 0.0
-        return float(sum(self.bm25.idf.get(t, 0.0) for t in q_tokens) * (self.bm25.k1 + 1))
+        return sum(self.query_weights(q_tokens)) * (float(self.bm25.k1) + 1)
 
     def lex_search(self, q_tokens: list[str], pool: int) -> tuple[dict[str, int], dict[str, float]]:
-        """BM25 ranks and bound-normalized scores of the top `pool` top-level documents."""
+        """BM25 ranks of the top `pool` top-level documents, and their lexical scores: BM25
+        over the query's bound, times the share of the query's terms (by idf) the document
+        contains.
+
+        The share is Lucene's classic coordination factor, weighted by idf: one incidental
+        query word (the "learning" of "I am learning Spanish" for "deep learning framework")
+        is weak evidence; scored like a match of the whole query, it outranked a strong
+        semantic match.
+        """
         self.ensure_bm25()
         bound = self.query_bound(q_tokens)
         if self.bm25 is None or bound <= 0:
             return {}, {}
         scores = self.bm25.get_scores(q_tokens)
+        coverage = self._coverage(q_tokens)
         top = np.argsort(-scores, kind="stable")[:pool]
         ranks: dict[str, int] = {}
         normalized: dict[str, float] = {}
@@ -348,11 +367,22 @@ class _Partition:
                 break
             doc_id = self.bm25_ids[i]
             ranks[doc_id] = len(ranks) + 1
-            normalized[doc_id] = float(scores[i]) / bound
+            normalized[doc_id] = float(scores[i]) / bound * float(coverage[i])
         return ranks, normalized
 
+    def _coverage(self, q_tokens: list[str]) -> NDArray[np.float64]:
+        """Per top-level document, the idf-weighted share of query terms it contains."""
+        assert self.bm25 is not None
+        weights = self.query_weights(q_tokens)
+        covered = np.zeros(self.bm25.corpus_size)
+        for term, weight in zip(q_tokens, weights, strict=True):
+            posting = self.bm25.postings.get(term)
+            if posting is not None:
+                covered[posting[0]] += weight
+        return covered / max(sum(weights), 1e-12)
+
     def fact_lex(self, fact_id: str, q_tokens: list[str]) -> float:
-        """A fact's own BM25 score (partition statistics) over the query bound, 0..1."""
+        """A fact's own lexical score (partition statistics), as `lex_search` scores, 0..1."""
         bm25 = self.bm25
         tokens = self.fact_tokens.get(fact_id)
         bound = self.query_bound(q_tokens)
@@ -360,12 +390,14 @@ class _Partition:
             return 0.0
         k1, b = bm25.k1, bm25.b
         length_norm = k1 * (1 - b + b * len(tokens) / max(bm25.avgdl, 1e-9))
-        total = 0.0
-        for term in q_tokens:
+        weights = self.query_weights(q_tokens)
+        total = covered = 0.0
+        for term, weight in zip(q_tokens, weights, strict=True):
             tf = tokens.count(term)
             if tf:
                 total += bm25.idf.get(term, 0.0) * tf * (k1 + 1) / (tf + length_norm)
-        return total / bound
+                covered += weight
+        return total / bound * covered / max(sum(weights), 1e-12)
 
 
 @dataclass

@@ -187,8 +187,10 @@ class MemoryService:
         recent = last is not None and self._clock() - last.created_at < SAME_EPISODE_SECONDS
         if last is None or not recent or last.scope != scope:
             last = None  # nothing this turn may continue
+        # Only the author's words: the reply (the bot's, an offline notice included) is not
+        # memory of the person.
         formed = await self._former.form(
-            name, request, reply, previous=last.narrative if last else None, now=self._clock()
+            name, request, previous=last.narrative if last else None, now=self._clock()
         )
         turn = formed.memory
         docs: list[Doc] = []

@@ -72,7 +72,6 @@ def test_the_offline_rule_keeps_self_statements_as_facts_and_future_ones_as_fore
     turn = from_turn(
         "alice",
         "I work on the billing service. Next week I will migrate it to Postgres. What is 2+2?",
-        "4",
         now=1000.0,
     )
     assert [(f.kind, f.text) for f in turn.facts] == [
@@ -86,8 +85,8 @@ def test_the_offline_rule_keeps_self_statements_as_facts_and_future_ones_as_fore
 
 
 def test_topic_boundaries_follow_word_overlap() -> None:
-    first = from_turn("alice", "the billing service postgres migration plan", "ok", now=0)
-    same = from_turn("alice", "more on the postgres migration of billing", "ok", now=1)
-    other = from_turn("alice", "recommend a good pasta recipe", "ok", now=2)
+    first = from_turn("alice", "the billing service postgres migration plan", now=0)
+    same = from_turn("alice", "more on the postgres migration of billing", now=1)
+    other = from_turn("alice", "recommend a good pasta recipe", now=2)
     assert same_topic(first.narrative, same)
     assert not same_topic(first.narrative, other)
