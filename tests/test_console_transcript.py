@@ -11,6 +11,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -206,6 +207,23 @@ async def test_piped_transcript_is_clean_and_plain(
     # The run status is edited as the run goes; a pipe shows each version, marked.
     assert re.search(r"^raven \(updated status\)> Run `run_\w+`", out, re.MULTILINE), out
     assert "raven (update console-" not in out
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+async def test_piped_answers_wait_for_their_question_and_eof_does_not_wait_for_an_answer(
+    isolated_env: Path,
+) -> None:
+    # The first run asks to approve its command some time after the plan's turn ended: the
+    # `1` answers it (not a free-form message before it). The second asks, and the input
+    # ends: the console says so and exits instead of waiting for the prompt to expire.
+    script = b"s1: shell: echo one\n\n1\ns2: shell: echo two\n\n"
+    code, out, err = await _run("chat", stdin=script, env=_env(isolated_env))
+    assert code == 0, err
+    first, second = out.split("Output of `s1`:", 1)
+    # The `1` was an answer, not a message (which would get the offline notice).
+    assert "Answered prompt" in first and not re.search(r"I'm (running )?in offline mode", first)
+    assert second.lstrip().startswith("one")
+    assert re.search(r"Input ended with a question unanswered \(prompt `[0-9a-f]{8}`\)", second)
 
 
 class _Tty(io.StringIO):

@@ -132,6 +132,10 @@ class ConsoleAdapter:
         self._thread = self._state.load()
         self._used: list[ConversationRef] = []
         self._screen = Screen(self._stdout, on_gone=self._reader_gone)
+        # Prompts shown and not closed yet, and whether one was shown since a piped line was
+        # sent (see `_settle`).
+        self._open: dict[str, Prompt] = {}
+        self._asked = asyncio.Event()
 
     @property
     def platform(self) -> str:
@@ -173,12 +177,15 @@ class ConsoleAdapter:
             ]
         else:
             footer = [f"Reply with your answer ({about})."]
+        self._open[prompt.id] = prompt
+        self._asked.set()
         self._screen.say(f"❓ [{prompt.kind.replace('_', ' ')}] {prompt.question}", footer=footer)
         return f"console-prompt-{prompt.id}"
 
     async def close_prompt(self, prompt: Prompt) -> None:
         """Show how a prompt ended when nobody answered it. An answer was typed here, and the
         reply to it already names the prompt and the answer, so it is not said twice."""
+        self._open.pop(prompt.id, None)
         if prompt.state == "answered":
             return
         self._screen.say(f"Prompt `{prompt.id[:SHOWN_ID_CHARS]}` {prompt.state}.")
@@ -214,10 +221,12 @@ class ConsoleAdapter:
             accepted = await self._submit(text, replaced)
             if accepted is not None:
                 pending.append(accepted)
-                if not interactive:
-                    # A script's lines are sequential: the next one (e.g. a typed answer
-                    # to the prompt this turn shows) must see this turn's effects.
+            if not interactive:
+                # A script's lines are sequential: the next one (e.g. a typed answer to the
+                # prompt this turn or its run shows) must see this line's effects.
+                if accepted is not None:
                     await asyncio.wait({accepted})
+                await self._settle(self.conversation)
         await self._finish(pending)
 
     async def _submit(self, text: str, replaced: bool) -> asyncio.Future[TurnOutcome] | None:
@@ -259,10 +268,38 @@ class ConsoleAdapter:
                 # `stop` cancelled this turn and said so; nothing more to report.
             except Exception as exc:
                 log.debug("turn failed (already reported to the user): %s", exc)
-        if not self._closed.is_set():
-            # End of input: let background runs and their reports finish before exiting.
-            for conv in self._used:
-                await self._inbox.quiesce(conv)
+        if self._closed.is_set():
+            return
+        # End of input: let background runs and their reports finish before exiting, unless
+        # they wait for an answer that no more input can give.
+        for conv in self._used:
+            await self._settle(conv)
+        if self._open and not self._closed.is_set():
+            ids = ", ".join(f"`{p[:SHOWN_ID_CHARS]}`" for p in self._open)
+            self._screen.say(
+                f"Input ended with a question unanswered (prompt {ids}): it stays open for "
+                "the next console session; what was waiting for it stops now."
+            )
+
+    async def _settle(self, conv: ConversationRef) -> None:
+        """Piped input: wait until what the lines so far started in `conv` is done (turns,
+        runs, their reports) or a question is open, which the next line may answer. Without
+        this, an answer could arrive before its question, or the end of input could wait
+        for an answer that never comes."""
+        assert self._inbox is not None
+        self._asked.clear()
+        if self._open:
+            return
+        waits = [
+            asyncio.ensure_future(self._inbox.quiesce(conv)),
+            asyncio.ensure_future(self._asked.wait()),
+            asyncio.ensure_future(self._closed.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def _start_new(self) -> None:
         assert self._inbox is not None
