@@ -293,3 +293,20 @@ async def test_discord_names_people_in_refusals_and_outcomes(
         assert approved.startswith("Approved by Alice: run `")
         closed = bot.fake.messages[thread][message["id"]]["content"]
         assert "answered by Alice" in closed and ALICE not in closed
+
+
+async def test_slack_output_naming_a_person_shows_their_name_and_pings_nobody(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    """Node (or model) output with `<@U2>` would ping U2 in a Slack post: it is shown as
+    `@name` instead, and an unknown id as plain `@id`."""
+    use_product_defaults(monkeypatch)
+    _write_agents(isolated_env)
+    async with slack_bot(monkeypatch) as bot:
+        bot.fake.add_user("U2", "bob", display_name="Bob")
+        thread, _ = await bot.mention("a: echo: ask <@U2> and <@U9|ghost> about it")
+        await eventually(lambda: any("Output of" in p["text"] for p in bot.posts(thread)), 60)
+        (report,) = [p["text"] for p in bot.posts(thread) if "Output of" in p["text"]]
+        assert "ask @Bob and @" in report
+        for post in bot.posts(thread):
+            assert "<@" not in post["text"], post["text"]

@@ -187,8 +187,10 @@ PING_CASES = [
     ("hey @here!", f"hey @{ZWSP}here!"),
     ("@everyone look", f"@{ZWSP}everyone look"),
     ("@Channel", f"@{ZWSP}Channel"),
-    ("<@U123>", "<@U123>"),
-    ("<@U123|alice> and <#C99|general>", "<@U123|alice> and <#C99|general>"),
+    # A user mention pings too: shown as plain text (issue 18: model output pings nobody).
+    ("<@U123>", "@U123"),
+    ("<@U123|alice> and <#C99|general>", "@alice and <#C99|general>"),
+    ("<@W0ABC|here>", f"@{ZWSP}here"),
     ("<https://e.com|site>", "<https://e.com|site>"),
     ("&lt;!channel&gt;", "&lt;!channel&gt;"),
 ]
@@ -222,9 +224,9 @@ def test_rendered_slack_text_cannot_ping(md: str) -> None:
     assert not re.search(r"@(here|channel|everyone)", text)
 
 
-def test_render_for_slack_keeps_user_mentions_and_links() -> None:
+def test_render_for_slack_defuses_user_mentions_and_keeps_links() -> None:
     md = "Done, <@U42>: see [the **report**](https://e.com/r_1)"
-    assert render_for_slack(md) == ["Done, <@U42>: see <https://e.com/r_1|the report>"]
+    assert render_for_slack(md) == ["Done, @U42: see <https://e.com/r_1|the report>"]
 
 
 @pytest.mark.parametrize(
@@ -422,7 +424,7 @@ def test_slack_args_neutralised_in_text_blocks_and_views_only() -> None:
         "metadata": {"event_payload": {"key": "<!here>"}},
     }
     out = neutralize_slack_args(args)
-    assert out["text"] == "&lt;!channel&gt; @\u200bhere see <@U1>"
+    assert out["text"] == "&lt;!channel&gt; @\u200bhere see @U1"
     assert out["blocks"][0]["text"]["text"] == "&lt;!subteam^S1&gt; &lt;!here|here&gt;"
     assert out["blocks"][1]["elements"][0]["text"] == "expires <!date^1700000000^{time}|soon>"
     button = out["blocks"][2]["elements"][0]

@@ -543,6 +543,13 @@ class SlackAdapter:
             return "nobody"
         return shown_name(await self._name(user_id)) or user_id
 
+    async def _named_mentions(self, text: str) -> str:
+        """`<@U…>` in outgoing text (model output may hold one) → `@display name`: shown by
+        name, and never a mention, which would ping (the egress neutraliser is the backstop)."""
+        ids = set(mentioned_users(text))
+        names = {uid: await self._shown(uid) for uid in ids}
+        return replace_mentions(text, names)
+
     async def _name(self, user_id: str) -> str:
         if user_id in self._names:
             return self._names[user_id]
@@ -733,7 +740,7 @@ class SlackAdapter:
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
         """Post into the thread in ≤3,500-char mrkdwn parts; a redelivery skips parts Slack
         already has (found by the idempotency key in message metadata)."""
-        chunks = render_for_slack(message.text) or ["(empty)"]
+        chunks = render_for_slack(await self._named_mentions(message.text)) or ["(empty)"]
         if message.ephemeral_to:
             await self._call(
                 self._client.chat_postEphemeral,
@@ -785,7 +792,7 @@ class SlackAdapter:
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place (`chat.update`)."""
-        chunks = render_for_slack(message.text) or ["(empty)"]
+        chunks = render_for_slack(await self._named_mentions(message.text)) or ["(empty)"]
         await self._call(
             self._client.chat_update, channel=conv.channel, ts=message_id, text=chunks[0]
         )

@@ -73,6 +73,9 @@ _OL = re.compile(r"^(?P<indent>[ \t]*)(?P<num>\d{1,9})[.)][ \t]+(?P<body>.*)$")
 _TASK = re.compile(r"^\[([ xX])\][ \t]+")
 # Every "<!…>" special except a date (`<!date^1700000000^{time}|…>`), which pings nobody.
 _SPECIAL_MENTION = re.compile(r"<!(?!date\^\d+\^)([^<>]*)>")
+# A user mention pings that person; the bot never means to, so none survives (its label, or
+# the id, is shown as plain `@text`).
+_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^<>]*))?>")
 # Web API arguments and Block Kit keys whose string values Slack displays.
 _DISPLAYED_ARGS = frozenset({"text", "blocks", "attachments", "view"})
 _DISPLAYED_KEYS = frozenset({"text", "fallback", "pretext", "title", "footer", "author_name"})
@@ -541,18 +544,21 @@ def markdown_to_mrkdwn(md: str) -> str:
 
 
 def neutralize_slack_pings(text: str) -> str:
-    """Make <!channel>/<!here>/<!everyone>/<!subteam^…> and bare @channel etc. inert.
+    """Make <!channel>/<!here>/<!everyone>/<!subteam^…>, user mentions (<@U123>, shown as
+    `@U123` or `@label`) and bare @channel etc. inert.
 
-    Idempotent and safe on converted mrkdwn; user mentions like <@U123> are left intact.
+    Idempotent and safe on converted mrkdwn.
     """
     # Every "<!...>" special is escaped so Slack shows it literally; none should come from
     # the model, and a blanket rule also covers forms like "<!here|here>".
     text = _SPECIAL_MENTION.sub(lambda m: f"&lt;!{m[1]}&gt;", text)
+    text = _USER_MENTION.sub(lambda m: f"@{m[2] or m[1]}", text)
     return neutralize_broadcasts(text)
 
 
 def _neutralize_plain(text: str) -> str:
     # plain_text never pings, but is shown verbatim: break "<!" rather than escaping it.
+    text = _USER_MENTION.sub(lambda m: f"@{m[2] or m[1]}", text)
     return neutralize_broadcasts(text.replace("<!", "<" + ZWSP + "!"))
 
 
