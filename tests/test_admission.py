@@ -16,9 +16,11 @@ from host.graph.admission import (
     AdmissionError,
     AdmittedGraph,
     ApprovalRequired,
+    Edit,
     Placeholder,
     PlaceholderSyntaxError,
     admit,
+    apply_edits,
     confine_path,
     parse_placeholders,
 )
@@ -701,3 +703,114 @@ def test_descendants_and_node_lookup_come_from_the_admitted_ancestry(
     assert admitted.node("d").deps == ["a", "c"]
     with pytest.raises(KeyError):
         admitted.node("zzz")
+
+
+# --------------------------------------------------------------------------- repairs
+
+
+def test_a_reference_to_a_later_node_is_not_repaired_into_a_cycle(ctx: AdmissionContext) -> None:
+    # `b` waits for `a`; `a` wants `b`'s output. "add `b` to deps" would close a cycle.
+    raw = graph(node("a", template="Summarise {{b.output}}."), node("b", deps=["a"]))
+    err = reject(raw, ctx)
+    assert (err.group, err.node, err.field) == ("structure", "a", "template")
+    assert "runs after this node (`b` → `a`" in err.problem
+    assert err.repair is not None and "add `b` to deps" not in err.repair
+    assert "`{{b.output}}`" in err.repair and "new node that lists `b` in its deps" in err.repair
+    admit(apply_edits(raw, err.edits), ctx)
+    # What the old hint said to do, refused by admission.
+    with pytest.raises(AdmissionError, match="cycle"):
+        admit(apply_edits(raw, [Edit("a", "add_dep", "b")]), ctx)
+
+
+# Every rejection whose repair changes the wiring, each graph with that one problem.
+REPAIRABLE: list[tuple[str, dict[str, Any]]] = [
+    ("unknown dep", graph(node("c1", deps=["r9"]))),
+    ("unknown dep in use", graph(node("c1", deps=["r9"], template="Use {{r9.output}}."))),
+    (
+        "unknown dep as an input",
+        graph(node("c1", deps=["r9"], inputs={"k": {"node": "r9"}}, template="Read {{inputs.k}}")),
+    ),
+    *(
+        (f"dep on {dep}", graph(node("c1", deps=[dep], template=f"Use {{{{{dep}.output}}}}.")))
+        for dep in ("broken", "busy", "waiting", "stuck", "nooutput")
+    ),
+    *(
+        (f"no dep for {template}", graph(node("r1"), node("c1", template=template)))
+        for template in ("Use {{r1.output}}.", "Read {{ r1.output_path }}.", "{{r1.output}}")
+    ),
+    ("no dep for an input", graph(node("r1"), node("c1", inputs={"s": {"node": "r1"}}))),
+    ("unknown node in a placeholder", graph(node("c1", template="Use {{zz.output}}."))),
+    ("own output", graph(node("c1", template="{{c1.output}}"))),
+    ("later node", graph(node("a", template="Summarise {{b.output}}."), node("b", deps=["a"]))),
+    (
+        "later node, two steps on",
+        graph(node("a", template="{{c.output}}"), node("b", deps=["a"]), node("c", deps=["b"])),
+    ),
+    (
+        "later node as an input",
+        graph(node("a", inputs={"x": {"node": "b"}}), node("b", deps=["a"])),
+    ),
+    ("id used earlier", graph(node("old"))),
+    (
+        "id used earlier, referred to here",
+        graph(node("broken"), node("c1", deps=["broken"], template="Use {{broken.output}}.")),
+    ),
+    ("self dep", graph(node("a", deps=["a"]))),
+    (
+        "cycle",
+        graph(node("a", deps=["c"]), node("b", deps=["a"]), node("c", deps=["b"]), node("d")),
+    ),
+    (
+        "cycle whose every dep is used",
+        graph(
+            node("a", deps=["b"], template="{{b.output}}"),
+            node("b", deps=["a"], template="Check {{a.output}}", inputs={"x": {"node": "a"}}),
+        ),
+    ),
+    (
+        "cycle with one bare ordering",
+        graph(node("a", deps=["b"], template="{{b.output}}"), node("b", deps=["a"])),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "raw"), REPAIRABLE, ids=[case for case, _ in REPAIRABLE])
+def test_every_suggested_repair_is_admitted_once_applied(
+    ctx: AdmissionContext, case: str, raw: dict[str, Any]
+) -> None:
+    err = reject(raw, ctx)
+    assert err.group == "structure" and err.edits, (case, str(err))
+    repaired = apply_edits(raw, err.edits)
+    admitted = admit(repaired, ctx)  # the repair never leads to a refusal (a cycle above all)
+    assert admitted.order
+
+
+def test_a_cycle_is_cut_where_no_placeholder_needs_the_dep(ctx: AdmissionContext) -> None:
+    raw = graph(node("a", deps=["b"], template="{{b.output}}"), node("b", deps=["a"]))
+    err = reject(raw, ctx)
+    assert err.repair == "remove `a` from the deps of `b` so the work flows one way"
+    used = graph(
+        node("a", deps=["b"], template="{{b.output}}"),
+        node("b", deps=["a"], template="{{a.output}}"),
+    )
+    err = reject(used, ctx)
+    assert err.repair is not None and "with `{{b.output}}` from the template of `a`" in err.repair
+
+
+async def test_graph_validate_never_suggests_a_cycle(isolated_env: Path, tmp_path: Path) -> None:
+    from tests.test_cli_end_to_end import _env, _run
+
+    path = tmp_path / "graph.json"
+    raw = graph(node("a", "raven", "Summarise {{b.output}}."), node("b", "raven", deps=["a"]))
+    path.write_text(json.dumps(raw))
+    code, out, _ = await _run("graph", "validate", str(path), env=_env(isolated_env))
+    assert code == 2
+    assert "would make a cycle" in out and "add `b` to deps" not in out
+    fixed = tmp_path / "fixed.json"
+    fixed.write_text(json.dumps(apply_edits(raw, reject(raw, _cli_ctx(tmp_path)).edits)))
+    code, out, _ = await _run("graph", "validate", str(fixed), env=_env(isolated_env))
+    assert code == 0 and out.startswith("admitted"), out
+
+
+def _cli_ctx(workspace: Path) -> AdmissionContext:
+    return AdmissionContext(agents={"raven": FakeAgent("raven")}, workspace=workspace)

@@ -2,11 +2,14 @@
 
 Groups run in the order of the paper's Table 1 (format, structure, capability, status,
 environment) and validation stops at the first failure, whose message names the node and
-field, states the repair when one is known, and points to the orchestration guide.
+field, states the repair when one is known, and points to the orchestration guide. A repair
+that changes the graph's wiring is also given as `Edit`s (`apply_edits` makes them), and is
+chosen so that admission accepts the result: never a dependency that would close a cycle.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import json
@@ -80,6 +83,23 @@ _BINDING_MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
 
 # --------------------------------------------------------------------------- errors
 
+EditAction = Literal["add_dep", "remove_dep", "unquote", "drop_input", "rename"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to a submission that a repair asks for, exact enough to apply.
+
+    `add_dep`/`remove_dep`: `value` is the dependency; `unquote`: the placeholder text,
+    replaced by its words in backticks (the node no longer receives that output);
+    `drop_input`: the input name (the input and its placeholders go); `rename`: the new id,
+    also where this graph refers to the node.
+    """
+
+    node: str
+    action: EditAction
+    value: str
+
 
 def _sentence(text: str) -> str:
     text = text.rstrip()
@@ -98,6 +118,7 @@ class AdmissionError(Exception):
         field: str | None = None,
         repair: str | None = None,
         index: int | None = None,
+        edits: Sequence[Edit] = (),
     ) -> None:
         super().__init__(problem)
         self.group: AdmissionGroup = group
@@ -105,6 +126,8 @@ class AdmissionError(Exception):
         self.field = field
         self.problem = problem
         self.repair = repair
+        # The repair as edits, when it is a change of wiring (empty when it is not).
+        self.edits = tuple(edits)
         # Position in `nodes`; set for format errors, where the id may be missing or invalid.
         self.index = index
 
@@ -650,7 +673,10 @@ def _check_ids(submission: GraphSubmission, ctx: AdmissionContext) -> None:
     for spec in submission.nodes:
         prior = ctx.prior_nodes.get(spec.id)
         if prior is not None:
-            repair = f"choose a new id such as `{_fresh_id(spec.id, used)}`"
+            fresh = _fresh_id(spec.id, used)
+            repair = f"choose a new id such as `{fresh}`"
+            if any(spec.id in _targets(other) for other in submission.nodes):
+                repair += " (and use it where this graph refers to the node)"
             if prior.reusable:
                 repair += (
                     f"; to reuse its output, add `{spec.id}` to the deps of the node needing it"
@@ -662,7 +688,45 @@ def _check_ids(submission: GraphSubmission, ctx: AdmissionContext) -> None:
                 node=spec.id,
                 field="id",
                 repair=repair,
+                edits=[Edit(spec.id, "rename", fresh)],
             )
+
+
+def _targets(spec: NodeSpec) -> set[str]:
+    """The node ids `spec` names: its deps, output placeholders and node inputs."""
+    named = set(spec.deps)
+    named |= {b.node for b in spec.inputs.values() if isinstance(b, NodeInput)}
+    with_syntax = _BRACES.finditer(spec.template)
+    named |= {m.group(1) for b in with_syntax if (m := _NODE_FORM.fullmatch(b.group(1).strip()))}
+    return named
+
+
+@dataclass(frozen=True)
+class _Use:
+    """One place where a node consumes another's output, and how a person would say it."""
+
+    label: str
+    edit: Edit
+
+
+def _uses(spec: NodeSpec, placeholders: Sequence[Placeholder], target: str) -> list[_Use]:
+    """Where `spec` consumes `target`'s output: output placeholders and node inputs."""
+    uses = [
+        _Use(f"`{ph.raw}` from the template", Edit(spec.id, "unquote", ph.raw))
+        for ph in placeholders
+        if ph.kind in ("output", "output_path") and ph.target == target
+    ]
+    uses += [
+        _Use(f"input `{name}`", Edit(spec.id, "drop_input", name))
+        for name, binding in spec.inputs.items()
+        if isinstance(binding, NodeInput) and binding.node == target
+    ]
+    return uses
+
+
+def _listed(uses: Sequence[_Use]) -> str:
+    labels = list(dict.fromkeys(use.label for use in uses))
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + f" and {labels[-1]}"
 
 
 def _unresolved(dep: str, ids: set[str], ctx: AdmissionContext) -> tuple[str, str] | None:
@@ -692,18 +756,39 @@ def _unresolved(dep: str, ids: set[str], ctx: AdmissionContext) -> tuple[str, st
     )
 
 
-def _check_deps(submission: GraphSubmission, ids: set[str], ctx: AdmissionContext) -> None:
+def _check_deps(
+    submission: GraphSubmission,
+    ids: set[str],
+    ctx: AdmissionContext,
+    placeholders: Mapping[str, list[Placeholder]],
+) -> None:
     for spec in submission.nodes:
         for dep in spec.deps:
             failure = _unresolved(dep, ids, ctx)
             if failure:
+                # Removing the dep alone would leave its uses pointing at nothing.
+                uses = _uses(spec, placeholders[spec.id], dep)
+                repair = failure[1] + (f" and {_listed(uses)}" if uses else "")
                 raise AdmissionError(
-                    "structure", failure[0], node=spec.id, field="deps", repair=failure[1]
+                    "structure",
+                    failure[0],
+                    node=spec.id,
+                    field="deps",
+                    repair=repair,
+                    edits=[Edit(spec.id, "remove_dep", dep), *(use.edit for use in uses)],
                 )
 
 
 def _require_dep(
-    spec: NodeSpec, target: str, what: str, *, field: str, ids: set[str], ctx: AdmissionContext
+    spec: NodeSpec,
+    target: str,
+    use: _Use,
+    *,
+    what: str,
+    field: str,
+    ids: set[str],
+    ctx: AdmissionContext,
+    graph: Any,
 ) -> None:
     if target == spec.id:
         raise AdmissionError(
@@ -711,16 +796,37 @@ def _require_dep(
             f"{what} refers to the node's own output",
             node=spec.id,
             field=field,
-            repair="a node cannot consume its own output; reference an upstream node",
+            repair=f"a node cannot consume its own output; remove {use.label} "
+            "(reference an upstream node instead)",
+            edits=[use.edit],
         )
     if target in spec.deps:
         return
     failure = _unresolved(target, ids, ctx)
     if failure:
         problem, _ = failure
-        repair = f"add a node `{target}` (and list it in deps) or fix the id"
+        repair = f"add a node `{target}` (and list it in deps), or remove {use.label}"
         raise AdmissionError(
-            "structure", f"{what}: {problem}", node=spec.id, field=field, repair=repair
+            "structure",
+            f"{what}: {problem}",
+            node=spec.id,
+            field=field,
+            repair=repair,
+            edits=[use.edit],
+        )
+    if target in ids and nx.has_path(graph, spec.id, target):
+        # `target` already waits for this node: as a dep it would close a cycle.
+        chain = " → ".join(f"`{n}`" for n in reversed(nx.shortest_path(graph, spec.id, target)))
+        raise AdmissionError(
+            "structure",
+            f"{what} refers to `{target}`, which is not in deps and runs after this node "
+            f"({chain}, each depending on the next)",
+            node=spec.id,
+            field=field,
+            repair=f"remove {use.label} (listing `{target}` in deps would make a cycle), or "
+            f"move the work that needs `{target}`'s output into a new node that lists "
+            f"`{target}` in its deps",
+            edits=[use.edit],
         )
     raise AdmissionError(
         "structure",
@@ -728,6 +834,7 @@ def _require_dep(
         node=spec.id,
         field=field,
         repair=f"add `{target}` to deps",
+        edits=[Edit(spec.id, "add_dep", target)],
     )
 
 
@@ -736,13 +843,14 @@ def _check_references(
     placeholders: Mapping[str, list[Placeholder]],
     ids: set[str],
     ctx: AdmissionContext,
+    graph: Any,
 ) -> None:
+    require = functools.partial(_require_dep, ids=ids, ctx=ctx, graph=graph)
     for spec in submission.nodes:
         for ph in placeholders[spec.id]:
             if ph.kind in ("output", "output_path"):
-                _require_dep(
-                    spec, ph.target, f"placeholder `{ph.raw}`", field="template", ids=ids, ctx=ctx
-                )
+                use = _Use(f"`{ph.raw}` from the template", Edit(spec.id, "unquote", ph.raw))
+                require(spec, ph.target, use, what=f"placeholder `{ph.raw}`", field="template")
             elif ph.kind in ("input", "input_path") and ph.target not in spec.inputs:
                 declared = ", ".join(f"`{k}`" for k in spec.inputs) or "none"
                 raise AdmissionError(
@@ -756,7 +864,8 @@ def _check_references(
         for name, binding in spec.inputs.items():
             if isinstance(binding, NodeInput):
                 what = f'input `{name}` (`{{"node": "{binding.node}"}}`)'
-                _require_dep(spec, binding.node, what, field=f"inputs.{name}", ids=ids, ctx=ctx)
+                use = _Use(f"input `{name}`", Edit(spec.id, "drop_input", name))
+                require(spec, binding.node, use, what=what, field=f"inputs.{name}")
 
 
 def _check_file(
@@ -829,7 +938,9 @@ def _dependency_graph(submission: GraphSubmission, ids: set[str]) -> Any:
     return graph
 
 
-def _check_acyclic(submission: GraphSubmission, graph: Any) -> None:
+def _check_acyclic(
+    submission: GraphSubmission, graph: Any, placeholders: Mapping[str, list[Placeholder]]
+) -> None:
     for spec in submission.nodes:
         if spec.id in spec.deps:
             raise AdmissionError(
@@ -838,6 +949,7 @@ def _check_acyclic(submission: GraphSubmission, graph: Any) -> None:
                 node=spec.id,
                 field="deps",
                 repair=f"remove `{spec.id}` from its own deps",
+                edits=[Edit(spec.id, "remove_dep", spec.id)],
             )
     try:
         edges = nx.find_cycle(graph)
@@ -849,13 +961,33 @@ def _check_acyclic(submission: GraphSubmission, graph: Any) -> None:
     start = min(range(len(cycle)), key=lambda i: position[cycle[i]])
     cycle = cycle[start:] + cycle[:start]
     chain = " → ".join(f"`{n}`" for n in [*cycle, cycle[0]])
+    dependent, dep, uses = _cut(submission, cycle, placeholders)
+    repair = f"remove `{dep}` from the deps of `{dependent}` so the work flows one way"
+    if uses:
+        repair += f", with {_listed(uses)} of `{dependent}` (it cannot use `{dep}`'s output)"
     raise AdmissionError(
         "structure",
         f"the graph has a cycle: {chain} (each node depends on the next)",
         node=cycle[0],
         field="deps",
-        repair="remove one of these dependencies so the work flows one way",
+        repair=repair,
+        edits=[Edit(dependent, "remove_dep", dep), *(use.edit for use in uses)],
     )
+
+
+def _cut(
+    submission: GraphSubmission, cycle: Sequence[str], placeholders: Mapping[str, list[Placeholder]]
+) -> tuple[str, str, list[_Use]]:
+    """The dependency of `cycle` to remove: the first one no placeholder or input uses (a
+    bare ordering), else the first one together with its uses, which would otherwise be
+    refused as not in deps."""
+    by_id = {spec.id: spec for spec in submission.nodes}
+    edges = [(cycle[i], cycle[(i + 1) % len(cycle)]) for i in range(len(cycle))]
+    for dependent, dep in edges:
+        if not _uses(by_id[dependent], placeholders[dependent], dep):
+            return dependent, dep, []
+    dependent, dep = edges[0]
+    return dependent, dep, _uses(by_id[dependent], placeholders[dependent], dep)
 
 
 # --------------------------------------------------------------------------- capability
@@ -1026,11 +1158,11 @@ def admit(
 
     ids = {spec.id for spec in submission.nodes}
     _check_ids(submission, ctx)
-    _check_deps(submission, ids, ctx)
-    _check_references(submission, placeholders, ids, ctx)
-    _check_files(submission, placeholders, ctx)
+    _check_deps(submission, ids, ctx, placeholders)
     graph = _dependency_graph(submission, ids)
-    _check_acyclic(submission, graph)
+    _check_references(submission, placeholders, ids, ctx, graph)
+    _check_files(submission, placeholders, ctx)
+    _check_acyclic(submission, graph, placeholders)
 
     _check_capability(submission, placeholders, ctx)
     _check_status(submission, ctx)
@@ -1053,3 +1185,71 @@ def admit(
         external_deps=frozenset().union(*external.values()),
         ancestors=MappingProxyType(ancestors),
     )
+
+
+# --------------------------------------------------------------------------- repairs
+
+
+def apply_edits(raw: Mapping[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
+    """A copy of the submission (its JSON form) with `edits` made, as a repair describes."""
+    data: dict[str, Any] = copy.deepcopy(dict(raw))
+    nodes: list[dict[str, Any]] = data["nodes"]
+    for edit in edits:
+        node = next(n for n in nodes if n.get("id") == edit.node)
+        if edit.action == "add_dep":
+            node["deps"] = [*node.get("deps", []), edit.value]
+        elif edit.action == "remove_dep":
+            node["deps"] = [d for d in node.get("deps", []) if d != edit.value]
+        elif edit.action == "unquote":
+            node["template"] = node["template"].replace(edit.value, _in_words(edit.value))
+        elif edit.action == "drop_input":
+            node.get("inputs", {}).pop(edit.value, None)
+            node["template"] = _unquote_input(node["template"], edit.value)
+        else:
+            _rename(nodes, edit.node, edit.value)
+    return data
+
+
+def _in_words(placeholder: str) -> str:
+    """A placeholder as plain words, so the node no longer receives it."""
+    return f"`{placeholder.strip('{}').strip()}`"
+
+
+def _unquote_input(template: str, name: str) -> str:
+    """`template` with the placeholders of input `name` turned into words."""
+    return _rewrite(
+        template,
+        lambda ph: (
+            _in_words(ph.raw) if ph.kind in ("input", "input_path") and ph.target == name else None
+        ),
+    )
+
+
+def _rewrite(template: str, replace: Callable[[Placeholder], str | None]) -> str:
+    """`template` with each placeholder `replace` returns text for replaced by that text."""
+    out, end = [], 0
+    for ph in parse_placeholders(template):
+        new = replace(ph)
+        if new is not None:
+            out += [template[end : ph.span[0]], new]
+            end = ph.span[1]
+    return "".join(out) + template[end:]
+
+
+def _rename(nodes: list[dict[str, Any]], old: str, new: str) -> None:
+    """Rename node `old` and every reference to it in this graph."""
+    for node in nodes:
+        if node.get("id") == old:
+            node["id"] = new
+        node["deps"] = [new if d == old else d for d in node.get("deps", [])]
+        for binding in node.get("inputs", {}).values():
+            if isinstance(binding, dict) and binding.get("node") == old:
+                binding["node"] = new
+        node["template"] = _rewrite(
+            node["template"],
+            lambda ph: (
+                f"{{{{{new}.{ph.kind}}}}}"
+                if ph.kind in ("output", "output_path") and ph.target == old
+                else None
+            ),
+        )
