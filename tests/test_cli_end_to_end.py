@@ -162,8 +162,11 @@ async def test_sigterm_shuts_down_cleanly(isolated_env: Path) -> None:
         stderr=asyncio.subprocess.PIPE,
         env=_env(isolated_env),
     )
-    await eventually((isolated_env / "raven.db").exists, within=30)
-    await asyncio.sleep(0.5)  # let startup finish installing signal handlers
+    # The banner is printed once serving starts, after the signal handlers are installed (a
+    # fixed wait here sometimes signalled a process still starting up: killed, exit -15).
+    assert proc.stdout is not None
+    banner = await asyncio.wait_for(proc.stdout.readuntil(b"for a fresh one)"), 60)
+    assert b"conversation console-" in banner
     proc.send_signal(signal.SIGTERM)
     code = await asyncio.wait_for(proc.wait(), 30)
     assert code == 0
