@@ -1,0 +1,45 @@
+"""The README's runnable examples, as text: every fenced code block and every inline
+`raven-bot …` command (also `.venv/bin/raven-bot …` and a bare subcommand line such as
+`memory show --user ID`). The coverage check compares them with what the acceptance tests
+declare they run (each test module's `README_EXAMPLES`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+_FENCE = re.compile(r"^```[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_INLINE = re.compile(r"(?<!`)`(?P<code>[^`\n]+)`(?!`)")
+# The `raven-bot` subcommands that have subcommands of their own: an inline span starting with
+# one of them and going on (`skills list`, `memory show --user ID`) is a command line too.
+GROUPS = ("graph", "runs", "campaigns", "memory", "skills")
+_COMMAND = re.compile(rf"^(?:(?:\.venv/bin/)?raven-bot\b.*|(?:{'|'.join(GROUPS)}) [a-z-].*)$")
+
+
+def readme_text() -> str:
+    """The README as it is now."""
+    return README.read_text(encoding="utf-8")
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The body of every fenced code block, without the fences and trailing blank lines."""
+    return [m["body"].rstrip("\n") for m in _FENCE.finditer(text)]
+
+
+def inline_spans(text: str) -> list[str]:
+    """Every inline code span outside fenced blocks, once each, in README order."""
+    outside = _FENCE.sub("", text)
+    return list(dict.fromkeys(m["code"].strip() for m in _INLINE.finditer(outside)))
+
+
+def inline_commands(text: str) -> list[str]:
+    """The inline code spans that are `raven-bot` command lines."""
+    return [code for code in inline_spans(text) if _COMMAND.match(code)]
+
+
+def examples(text: str | None = None) -> list[str]:
+    """Everything the README shows as runnable: fenced blocks, then inline commands."""
+    text = readme_text() if text is None else text
+    return [*fenced_blocks(text), *inline_commands(text)]
