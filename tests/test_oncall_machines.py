@@ -385,6 +385,14 @@ async def test_ssh_remote_scripts_run_poll_read_and_terminate(
 ) -> None:
     command = "echo 'loss 0.7'; while [ ! -e go ]; do sleep 0.02; done; echo 'loss 0.3'; exit 5"
     handle = await loopback_ssh.submit(_request(tmp_path / "ignored", command))
+    try:
+        await _remote_rounds(loopback_ssh, handle, tmp_path)
+    finally:
+        # A failed assertion must not leave the round waiting for `go` for ever.
+        await loopback_ssh.terminate(handle, grace_seconds=0.2)
+
+
+async def _remote_rounds(loopback_ssh: SshMachine, handle: JobHandle, tmp_path: Path) -> None:
     # Under the login directory (here: the test's working directory), apart from the command.
     workdir = Path.cwd().resolve() / "raven-rounds" / "c1" / "round-1"
     assert handle.kind == "ssh" and handle.host == "gpu1"
