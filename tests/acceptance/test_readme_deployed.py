@@ -1,6 +1,17 @@
-"""`raven-bot run` as deployed, serving Slack (Socket Mode) and Discord at once, against the
-loopback fakes: the README's in-thread examples typed by a person in each, approvals by
-button and by typed number, `help` and `stop`; what people read there stays clean."""
+"""The bot as deployed, in the README's order: its configuration files written into
+RAVEN_HOME as the README shows them, `.venv/bin/raven-bot doctor` (which checks the Slack and
+Discord tokens), then `raven-bot run` serving Slack (Socket Mode) and Discord at once against
+the loopback fakes. In each, a person types the README's in-thread examples: approvals by
+button and by typed number, `help`, `stop`, and what the configuration says (the shell allow
+list, a switched-off agent). `raven-bot graph validate` reads agents from the same files.
+What people read stays clean.
+
+Substituted, because they cannot exist here: machines.toml's `/srv/projects/toy` (the local
+machine's workdir) and `/data/imagenet` (its read-only mount) become directories of this
+test. Kept as written: the `gpu-box.internal` ssh host and the `cluster` Slurm controller do
+not exist here either, and the README promises that an unreachable machine is reported, not
+fatal (`doctor` warns; the bot starts); `my-review-tool` is not installed, so the README's
+`reviewer` agent is disabled with the reason."""
 
 from __future__ import annotations
 
@@ -17,21 +28,113 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
-from tests.acceptance.harness import RAVEN, WITHIN, noise, product_env, project_dir
+from tests.acceptance.harness import (
+    RAVEN,
+    REPO,
+    WITHIN,
+    Result,
+    noise,
+    product_env,
+    project_dir,
+    sh,
+)
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+AGENTS_TOML = """\
+[agents.reviewer]
+backend = "cli"                   # inproc | cli | api | acp (acp: not supported yet)
+description = "Reviews a diff and lists problems."
+command = ["my-review-tool", "--stdin"]
+prompt_via = "stdin"              # or "arg"
+file_capable = true
+timeout_seconds = 600
+
+[agents.code]
+enabled = false                   # switch a default agent off
+
+[agents.shell]
+# Shell-style globs matched against the whole command (`*`, `?`, `[...]`). A command with
+# `;` `&` `|` `<` `>` a backtick, `$(` or a newline always asks, whatever the patterns.
+allow = ["ls", "ls *", "echo *", "python3 -m pytest*"]"""
+
+PERMISSIONS_TOML = """\
+[default]
+mode = "smart"
+deny = ["run_shell:curl * | sh"]
+
+[workspace."T0123"]
+mode = "ask-everything"
+allow = ["run_shell:pytest*", "run_shell:git status"]"""
+
+MACHINES_TOML = """\
+[machines.local]
+kind = "local"
+workdir = "/srv/projects/toy"   # chat campaigns run here (writable); else the workspace
+mounts = ["/data/imagenet"]     # also readable (read-only) by every round on this machine
+
+[machines.gpu-box]
+kind = "ssh"          # the system ssh, BatchMode; commands run in `workdir` on that host
+host = "gpu-box.internal"
+user = "ml"
+workdir = "/scratch/project"    # logs and exit codes go to ~/raven-rounds/ there
+slots = 2
+
+users = ["U0123", "U0456"]   # who may run rounds here ("*": everyone); roles = [...] too
+approvers = ["U0999"]        # whose approval every command here also needs
+
+[machines.cluster]
+kind = "slurm"        # sbatch / squeue / scontrol / scancel on this host (shared filesystem)
+partition = "debug"
+workdir = "/shared/project"     # RAVEN_HOME/campaigns/ must be shared with the nodes too
+slots = 8
+user_slots = 2        # one person's campaigns hold at most 2 of the 8 slots
+roles = ["1122334455"] # Discord role ids whose members may use it"""
+
 README_EXAMPLES = [
+    "bot/slack/manifest.yaml",
+    AGENTS_TOML,
+    PERMISSIONS_TOML,
+    MACHINES_TOML,
+    ".venv/bin/raven-bot doctor",
+    "raven-bot doctor",
     "raven-bot run",
+    "raven-bot graph validate FILE.json [--agents FILE]",
     's1: shell: echo "hello from the sandbox" && uname -a\nconfirm',
     "help",
     "stop",
 ]
 
+VALIDATIONS = (
+    "raven-bot graph validate code.json",
+    "raven-bot graph validate code.json --agents defaults.toml",
+)
+
+
+def _graph(agent: str, task: str) -> str:
+    """A graph submission file (host/guides/orchestration.md's format), one node."""
+    node = {"id": "n1", "agent": agent, "template": task, "deps": [], "inputs": {}}
+    return json.dumps({"task_summary": f"one {agent} node", "nodes": [node]})
+
+
+# "It asks for the scopes the bot needs (…)": the README's Slack step 1.
+README_SCOPES = (
+    "app_mentions:read",
+    "chat:write",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "mpim:history",
+    "im:read",
+    "users:read",
+    "files:read",
+    "reactions:write",
+)
 SHELL_PLAN = 's1: shell: echo "hello from the sandbox" && uname -a\nconfirm'
 SHELL_COMMAND = 'echo "hello from the sandbox" && uname -a'
 CHANNEL = "C0GENERAL"
@@ -82,6 +185,9 @@ class Deployed:
     discord: FakeDiscord
     proc: asyncio.subprocess.Process
     log: Path
+    home: Path
+    doctor: Result
+    validated: dict[str, asyncio.Task[Result]]
 
     # -- Slack, as Alice in #general ---------------------------------------------------------
 
@@ -168,13 +274,25 @@ def _buttons_of(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployed]:
-    root = tmp_path_factory.mktemp("readme-platforms")
+    root = tmp_path_factory.mktemp("readme-deployed")
+    home = root / "raven-home"
+    home.mkdir()
+    (home / "agents.toml").write_text(AGENTS_TOML + "\n")
+    (home / "permissions.toml").write_text(PERMISSIONS_TOML + "\n")
+    toy, data = root / "toy", root / "imagenet"
+    toy.mkdir()
+    data.mkdir()
+    machines = MACHINES_TOML.replace("/srv/projects/toy", str(toy))
+    (home / "machines.toml").write_text(machines.replace("/data/imagenet", str(data)) + "\n")
     project = project_dir(root / "project")
-    async with FakeSlack() as slack, FakeDiscord() as discord:
+    (project / "code.json").write_text(_graph("code", "write hello.py"))
+    (project / "defaults.toml").write_text("# no agents of mine: the defaults\n")
+    # The app installed from the manifest, as the README's step 1 says: with these scopes.
+    async with FakeSlack(scopes=README_SCOPES) as slack, FakeDiscord() as discord:
         slack.add_user(SLACK_ALICE, "alice", real_name="Alice Liddell", display_name="alice")
         discord.add_user(DISCORD_ALICE, "alice", global_name="Alice")
         env = product_env(
-            root / "raven-home",
+            home,
             SLACK_BOT_TOKEN="xoxb-0000-1111-acceptance",
             SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
             RAVEN_SLACK_API_URL=slack.api_url,
@@ -182,6 +300,12 @@ async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deploye
             RAVEN_DISCORD_API_URL=discord.base_url,
             RAVEN_DISCORD_GATEWAY_URL=discord.gateway_url,
         )
+        # `graph validate` reads no database: it runs meanwhile, in the background.
+        validated = {
+            command: asyncio.create_task(asyncio.to_thread(sh, command, env=env, cwd=project))
+            for command in VALIDATIONS
+        }
+        doctor = await asyncio.to_thread(sh, ".venv/bin/raven-bot doctor", env=env, cwd=project)
         log = root / "raven-bot.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
@@ -194,7 +318,7 @@ async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deploye
                 stderr=out,
                 start_new_session=True,
             )
-        deployed = Deployed(slack, discord, proc, log)
+        deployed = Deployed(slack, discord, proc, log, home, doctor, validated)
         try:
             await slack.wait_connected(within=WITHIN)
             await discord.wait_ready(timeout=WITHIN)
@@ -203,6 +327,76 @@ async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deploye
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await asyncio.wait_for(proc.wait(), WITHIN)
+            await asyncio.gather(*validated.values(), return_exceptions=True)
+
+
+def _doctor_lines(out: str) -> dict[str, str]:
+    """Each check of `doctor`'s output and its text."""
+    return {
+        m["check"]: m["text"]
+        for m in re.finditer(
+            r"^ *\[(?:ok  |WARN|FAIL)\] +(?P<check>\w+(?: \w+)?) {2,}(?P<text>.*)$",
+            out,
+            re.MULTILINE,
+        )
+    }
+
+
+async def test_the_slack_manifest_is_what_step_1_says() -> None:
+    # "paste `bot/slack/manifest.yaml`. It asks for the scopes the bot needs (…), subscribes
+    # to `app_mention` and `message.*` events, enables interactivity and Socket Mode."
+    try:
+        manifest = yaml.safe_load((REPO / "bot" / "slack" / "manifest.yaml").read_text())
+    except yaml.YAMLError as exc:
+        pytest.fail(f"bot/slack/manifest.yaml is not YAML Slack can read: {exc}")
+    assert sorted(manifest["oauth_config"]["scopes"]["bot"]) == sorted(README_SCOPES)
+    settings = manifest["settings"]
+    events = settings["event_subscriptions"]["bot_events"]
+    assert "app_mention" in events and any(e.startswith("message.") for e in events), events
+    assert settings["interactivity"]["is_enabled"] is True, settings
+    assert settings["socket_mode_enabled"] is True, settings
+
+
+async def test_doctor_accepts_the_configuration_and_checks_the_tokens(bot: Deployed) -> None:
+    result = bot.doctor
+    # "the exit code is non-zero only when a required check fails"; "Offline mode is a
+    # warning, not a failure"
+    assert result.code == 0, result.both
+    assert "[FAIL]" not in result.out, result.out
+    assert re.search(rf"RAVEN_HOME +{re.escape(str(bot.home))}", result.out), result.out
+    # "one line per check (data dir, database, scheduler store, agents.toml, machines.toml,
+    # permissions.toml, skills, unknown settings, libraries, embedder and recall mode, model,
+    # each chat platform, channels, sandbox)"
+    lines = _doctor_lines(result.out)
+    checks = ("data dir", "database", "scheduler store", "agents", "machines", "permissions")
+    checks += ("skills", "settings", "libraries", "embedder", "model", "slack", "discord")
+    checks += ("channels", "sandbox")
+    assert all(check in lines for check in checks), (set(checks) - set(lines), result.out)
+    assert "offline" in lines["model"] and "MiniLM" in lines["embedder"], result.out
+    agents = lines["agents"]
+    assert str(bot.home / "agents.toml") in agents, agents
+    assert "code" in agents and "reviewer" in agents and "my-review-tool" in agents, agents
+    assert all(m in lines["machines"] for m in ("local", "gpu-box", "cluster")), result.out
+    assert str(bot.home / "permissions.toml") in lines["permissions"], result.out
+    assert "1 deny" in lines["permissions"], result.out
+    # Slack: "checks the token with `auth.test` and lists missing scopes"; Discord: "checks
+    # the token (`GET /users/@me`) and names the bot"
+    assert bot.slack.calls_to("auth.test"), "doctor never called auth.test"
+    assert re.search(r"^ *\[ok  \] +slack ", result.out, re.MULTILINE), result.out
+    assert re.search(r"^ *\[ok  \] +discord ", result.out, re.MULTILINE), result.out
+    assert bot.discord.bot_user["username"].lower() in lines["discord"].lower(), lines["discord"]
+
+
+async def test_graph_validate_reads_agents_from_raven_home_or_the_given_file(
+    bot: Deployed,
+) -> None:
+    refused, admitted = [await bot.validated[command] for command in VALIDATIONS]
+    # RAVEN_HOME/agents.toml switches `code` off: "the first error (exit 2)" names it.
+    assert refused.code == 2, refused.both
+    assert "n1" in refused.out and "code" in refused.out and "disabled" in refused.out
+    # `--agents FILE` reads that file instead (here: no agents of its own, the defaults).
+    assert admitted.code == 0, admitted.both
+    assert admitted.out.startswith("admitted"), admitted.out
 
 
 def _is_prompt(post: dict[str, Any]) -> bool:
@@ -259,9 +453,12 @@ async def test_discord_shell_plan_approved_by_typed_number_then_by_button(bot: D
     # "a decided prompt's message shows the outcome with its buttons disabled"
     for prompt in (plan, command):
         decided = await bot.discord_message(
-            thread, lambda m, id=prompt["id"]: m["id"] == id and "Approve" in m["content"]
+            thread,
+            lambda m, id=prompt["id"]: (
+                m["id"] == id and all(b.get("disabled") for b in _buttons_of(m))
+            ),
         )
-        assert all(b.get("disabled") for b in _buttons_of(decided)), decided
+        assert "Approve" in decided["content"] and "Alice" in decided["content"], decided
 
 
 async def test_discord_help(bot: Deployed) -> None:
@@ -273,10 +470,25 @@ async def test_discord_help(bot: Deployed) -> None:
         assert word in shown, (word, shown)
 
 
+async def test_the_configuration_does_what_it_says(bot: Deployed) -> None:
+    # agents.toml: `echo *` is on the shell allow list (runs unasked), `code` is switched
+    # off, and `reviewer` has no binary here.
+    thread = await bot.slack_mention("l1: shell: echo allowed by the list")
+    report = await bot.slack_post(thread, lambda p: "allowed by the list\n" in p["text"] + "\n")
+    assert "Output of" in report["text"], report
+    assert not any(_is_prompt(p) for p in bot.slack_posts(thread)), bot.slack_posts(thread)
+    for agent in ("code", "reviewer"):
+        thread = await bot.slack_mention(f"x1: {agent}: do the work")
+        refused = await bot.slack_post(thread, lambda p: "disabled" in p["text"])
+        assert re.search(rf"agent `?{agent}`? is disabled", refused["text"]), refused["text"]
+
+
 @pytest.mark.parametrize("platform", ["slack", "discord"])
 async def test_what_people_read_is_clean(bot: Deployed, platform: str) -> None:
     read = bot.slack_read() if platform == "slack" else bot.discord_read()
     assert read, "nothing was read"
     raw = (SLACK_ALICE,) if platform == "slack" else (DISCORD_ALICE,)
     found = [line for text in read for line in noise(text, raw)]
+    if platform == "slack":  # `doctor`, in a terminal: both streams are read
+        found += [f"[doctor] {line}" for line in noise(bot.doctor.both)]
     assert not found, "\n".join(found[:20])
