@@ -18,6 +18,7 @@ import sys
 import termios
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,54 @@ def sh(command: str, *, env: dict[str, str], cwd: Path, stdin: str = "") -> Resu
         done.stdout.decode("utf-8", errors="replace"),
         done.stderr.decode("utf-8", errors="replace"),
     )
+
+
+Ran = tuple[str, "Result"]  # a command line and how it ended
+Step = str | Callable[[list[Ran]], str]  # a command line, or one made from the earlier results
+
+
+class Commands:
+    """Command lines typed in a shell in `cwd`, now or in the background (chains: one after
+    another, independent of the rest); what each showed is kept for the noise checks."""
+
+    def __init__(self, cwd: Path, env: dict[str, str], pool: ThreadPoolExecutor) -> None:
+        self.cwd = cwd
+        self.env = env
+        self.pool = pool
+        self.shown: list[tuple[str, str]] = []
+        self._later: dict[str, Future[Any]] = {}
+
+    def sh(self, command: str, stdin: str = "", home: Path | None = None) -> Result:
+        """Run one command line (against another RAVEN_HOME when given)."""
+        env = self.env if home is None else {**self.env, "RAVEN_HOME": str(home)}
+        result = sh(command, env=env, cwd=self.cwd, stdin=stdin)
+        self.shown.append((command, result.both))
+        return result
+
+    def chain(self, name: str, steps: list[Step], home: Path | None = None) -> None:
+        """Start running `steps` one after another in the background."""
+
+        def run() -> list[Ran]:
+            done: list[Ran] = []
+            for step in steps:
+                command = step if isinstance(step, str) else step(done)
+                done.append((command, self.sh(command, home=home)))
+            return done
+
+        self._later[name] = self.pool.submit(run)
+
+    def start(self, name: str, work: Callable[[], Any]) -> None:
+        """Start any work in the background, by name."""
+        self._later[name] = self.pool.submit(work)
+
+    def result(self, name: str) -> Any:
+        """What the background work `name` returned (waiting for it); its error if it failed."""
+        return self._later[name].result(timeout=WITHIN * 4)
+
+    def settle(self) -> None:
+        """Wait for everything started in the background."""
+        for name in list(self._later):
+            self.result(name)
 
 
 class Console:
@@ -224,6 +273,17 @@ def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
     """Rows of one query against the bot's database, read from outside the bot."""
     with contextlib.closing(sqlite3.connect(home / "raven.db", timeout=30)) as db:
         return list(db.execute(sql, params))
+
+
+def running(*argv: str) -> bool:
+    """Whether a process with exactly this command line runs (sandboxed ones too: their PID
+    namespace hides the host from them, not them from the host)."""
+    wanted = [a.encode() for a in argv]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[: len(wanted)] == wanted:
+                return True
+    return False
 
 
 def wait_until(cond: Callable[[], bool], what: str, within: float = WITHIN) -> None:

@@ -1,20 +1,16 @@
 """The README walked in order on one machine, as a new user would: the piped `hello`, the
 console (every in-thread example typed into a real terminal, a chat campaign training the toy
-project of the README's machines.toml, then a `kill -9` and a restart), then the command line
-against what the console left behind. One RAVEN_HOME for that flow, which is sequential;
-every `raven-bot` start costs seconds, so command lines that need nothing from it (skills,
-version, memory and the operator's campaign, those two in RAVEN_HOMEs of their own) run in
-the background meanwhile, and everything shown is finally checked for noise."""
+project of the README's machines.toml, then a `kill -9` and a restart), then the command
+lines that read what the console left behind (runs, campaigns). One RAVEN_HOME: the flow is
+sequential. Everything shown is finally checked for noise."""
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import platform
 import re
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,14 +18,16 @@ import pytest
 
 from tests.acceptance.harness import (
     WITHIN,
+    Commands,
     Console,
+    Ran,
     Result,
     db_rows,
     noise,
     product_env,
     project_dir,
+    running,
     screen_text,
-    sh,
     wait_until,
 )
 
@@ -63,24 +61,11 @@ README_EXAMPLES = [
     "raven-bot runs list",
     "raven-bot runs show RUN",
     "runs show",
-    "raven-bot memory add\\|search\\|show\\|forget\\|reindex",
-    "raven-bot memory add --user ID TEXT…",
-    "memory search --user ID [--json] QUERY…",
-    "memory show --user ID",
-    "memory forget --user ID",
-    "raven-bot memory forget --user ID",
-    "memory reindex",
-    "raven-bot memory reindex",
-    "raven-bot skills list [--json]",
-    "skills list",
-    "raven-bot skills search QUERY [--json]",
     "raven-bot campaigns list\\|show ID [--json]\\|stop ID",
     "campaigns show",
     "campaigns run --goal … --run CMD --metric loss:min --budget 2h",
     "campaigns run",
     "raven-bot campaigns run",
-    "raven-bot campaigns stop",
-    "raven-bot version",
 ]
 
 SHELL_EXAMPLE = 's1: shell: echo "hello from the sandbox" && uname -a'
@@ -96,68 +81,23 @@ for epoch, loss in enumerate([0.9, 0.62, 0.41, 0.3]):
     print(f"loss {loss}", flush=True)
 """
 BEST_LOSS = "0.3"
-USER = getpass.getuser()  # who the console says is typing
-Ran = tuple[str, Result]  # a command line and how it ended
 _IDS = re.compile(r"\b(?:run_[0-9a-f]{6,}|cmp_[0-9a-f]{6,}|prompt [0-9a-f]{8,})\b")
 
 
 @dataclass
 class World:
-    """The user's machine: RAVEN_HOME, the directory the bot runs in, the toy project the
-    campaigns train, what they saw, what they learned (ids) along the way."""
+    """The user's machine: RAVEN_HOME, the directory the bot runs in (its shell), the toy
+    project the campaigns train, the consoles, what they learned (ids) along the way."""
 
-    root: Path
     home: Path
-    project: Path
     toy: Path
-    env: dict[str, str]
-    pool: ThreadPoolExecutor
-    shown: list[tuple[str, str]] = field(default_factory=list)
+    shell: Commands
     consoles: list[Console] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
-    later: dict[str, Future[list[Ran]]] = field(default_factory=dict)
-    operator: Future[tuple[Result, Result]] | None = None
-
-    def sh(self, command: str, stdin: str = "", home: Path | None = None) -> Result:
-        """Run a README command line from the project directory (against another RAVEN_HOME
-        when given); keep what it showed."""
-        env = self.env if home is None else product_env(home)
-        result = sh(command, env=env, cwd=self.project, stdin=stdin)
-        self.shown.append((command, result.both))
-        return result
-
-    def chain(
-        self,
-        name: str,
-        steps: list[str | Callable[[list[Ran]], str]],
-        home: Path | None = None,
-    ) -> None:
-        """Run command lines one after another in the background (independent of the rest);
-        a step may make its command line from what the earlier ones printed."""
-
-        def run() -> list[Ran]:
-            done: list[Ran] = []
-            for step in steps:
-                command = step if isinstance(step, str) else step(done)
-                done.append((command, self.sh(command, home=home)))
-            return done
-
-        self.later[name] = self.pool.submit(run)
-
-    def settle(self) -> None:
-        """Wait for everything started in the background."""
-        for name in self.later:
-            self.chained(name)
-        if self.operator is not None:
-            self.operator.result(timeout=WITHIN * 2)
-
-    def chained(self, name: str) -> list[Ran]:
-        """The results of a background chain (waiting for it)."""
-        return self.later[name].result(timeout=WITHIN * 4)
 
     def start_console(self) -> Console:
         """`.venv/bin/raven-bot chat` in a terminal, from the project directory."""
-        console = Console(self.env, self.project)
+        console = Console(self.shell.env, self.shell.cwd)
         self.consoles.append(console)
         return console
 
@@ -181,10 +121,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     home.mkdir()
     machine = LOCAL_MACHINE.replace("/srv/projects/toy", str(toy))
     (home / "machines.toml").write_text(machine.replace("/data/imagenet", str(data)) + "\n")
-    with ThreadPoolExecutor(max_workers=5) as pool:
-        world = World(
-            root=root, home=home, project=project, toy=toy, env=product_env(home), pool=pool
-        )
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        world = World(home=home, toy=toy, shell=Commands(project, product_env(home), pool))
         try:
             yield world
         finally:
@@ -255,44 +193,20 @@ def _run_id(report: str) -> str:
     return found[1]
 
 
-# -- Two commands: the piped `hello` and `doctor` -------------------------------------------
+# -- Two commands: the piped `hello` ---------------------------------------------------------
 
 
 def test_piped_hello_answers_offline_and_exits(world: World) -> None:
-    result = world.sh("printf 'hello\\n' | .venv/bin/raven-bot chat")
+    result = world.shell.sh("printf 'hello\\n' | .venv/bin/raven-bot chat")
     assert result.code == 0, result.both
     # "it says so honestly and still does everything that needs no model"
     assert "offline mode" in result.out
     assert "ANTHROPIC_API_KEY" in result.out
-    # Independent of the console: run in the background meanwhile (memory and the operator's
-    # campaign in RAVEN_HOMEs of their own, so they cannot change what the console shows).
-    world.chain(
-        "skills",
-        [
-            "raven-bot skills list",
-            "raven-bot skills search --json 'run the tests and fix failures'",
-            "raven-bot version",
-        ],
-    )
-    memory = world.root / "memory-home"
-    world.chain(
-        "memory",
-        [
-            f"raven-bot memory add --user {USER} I deploy the service on Fridays",
-            f"raven-bot memory search --user {USER} when do I deploy",
-            f"raven-bot memory show --user {USER}",
-            "raven-bot memory reindex",
-            f"raven-bot memory forget --user {USER}",
-        ],
-        home=memory,
-    )
-    world.facts["memory_home"] = str(memory)
-    world.operator = world.pool.submit(_stop_a_campaign_from_another_shell, world)
 
 
 def test_chat_piped_into_head_stops_quietly(world: World) -> None:
     # `help` alone is longer than `head`'s ten lines: the replies after it have no reader.
-    result = world.sh(".venv/bin/raven-bot chat | head", stdin="help\nhello\nstatus\n")
+    result = world.shell.sh(".venv/bin/raven-bot chat | head", stdin="help\nhello\nstatus\n")
     assert result.code == 0, result.both
     assert "raven>" in result.out
     assert "Traceback" not in result.err and "BrokenPipe" not in result.err, result.err
@@ -416,32 +330,19 @@ def test_remember_recall_and_forget(console: Console) -> None:
     assert "tabs" not in recalled, recalled
 
 
-def _sleepers(seconds: str) -> list[int]:
-    """Processes running exactly `sleep <seconds>`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[:2] == [b"sleep", seconds.encode()]:
-            found.append(int(pid))
-    return found
-
-
 def test_stop_during_a_running_plan_names_what_it_stopped(console: Console) -> None:
     _plan(console, "w1: shell: sleep 613", "w2: shell: echo after [after w1]", "confirm")
     console.expect(r"Run this graph\?[\s\S]*?Reply with a number")
     console.type("1")
     _approve_command(console, "sleep 613")
-    wait_until(lambda: bool(_sleepers("613")), "the approved command to run")
+    wait_until(lambda: running("sleep", "613"), "the approved command to run")
     console.type("stop")
     stopped = flat(console.expect(r"Stopped:.*\n(?:[ \t]{2,}\S.*\n)*"))
     # "the reply names what it stopped (`run run_… (s1, s2 cancelled)`)"
     assert "nothing" not in stopped, stopped
     named = re.search(r"run (run_\w+) \(w1, w2 cancelled\)", stopped)
     assert named, stopped
-    wait_until(lambda: not _sleepers("613"), "the stopped command to end")
+    wait_until(lambda: not running("sleep", "613"), "the stopped command to end")
     console.expect(rf"Run {named[1]} cancelled")
     console.type("status")
     status = console.expect(r"Status:.*\n(?:[ \t]+\S.*\n)*")
@@ -521,9 +422,9 @@ def command_lines(world: World) -> Callable[[str], list[Ran]]:
         listed = re.search(r"^(run_\w+) .*a1 \(shell\); b1", done[-1][1].out, re.MULTILINE)
         return f"raven-bot runs show {listed[1] if listed else 'not-listed'}"
 
-    world.chain("runs", ["raven-bot runs list", show_the_three_node_run])
+    world.shell.chain("runs", ["raven-bot runs list", show_the_three_node_run])
     campaign = world.facts.get("chat_campaign", "not-started")
-    world.chain(
+    world.shell.chain(
         "campaigns",
         [
             "raven-bot campaigns list",
@@ -534,7 +435,7 @@ def command_lines(world: World) -> Callable[[str], list[Ran]]:
             "--run 'python train.py' --metric loss:min --budget 2h",
         ],
     )
-    return world.chained
+    return world.shell.result
 
 
 def test_runs_list_and_show(world: World, command_lines: Callable[..., list]) -> None:
@@ -552,42 +453,6 @@ def test_runs_list_and_show(world: World, command_lines: Callable[..., list]) ->
     for node in ("a1", "b1", "c1"):
         assert f"`{node}`" in show.out, show.out
     assert str(world.home / "runs" / run / "outputs" / "c1.md") in show.out, show.out
-
-
-def _anywhere(home: Path, text: str) -> list[str]:
-    """The tables of raven.db with a row containing `text`."""
-    names = db_rows(home, "SELECT name FROM sqlite_master WHERE type = 'table'")
-    return [
-        table
-        for (table,) in names
-        if any(text in repr(row) for row in db_rows(home, f"SELECT * FROM {table}"))
-    ]
-
-
-def test_memory_from_the_shell(world: World) -> None:
-    results = world.chained("memory")
-    for command, result in results:
-        assert result.code == 0, (command, result.both)
-    assert "Fridays" in _by(results, "raven-bot memory search").out
-    assert "Fridays" in _by(results, "raven-bot memory show").out
-    # "`memory forget --user ID`": everything derived from the person is erased.
-    home = Path(world.facts["memory_home"])
-    assert not _anywhere(home, "Fridays"), _anywhere(home, "Fridays")
-
-
-def test_skills_list_and_search(world: World) -> None:
-    results = world.chained("skills")
-    for command, result in results:
-        assert result.code == 0, (command, result.both)
-    # "every skill the bot can select: name, source, description"; "Nine ship in
-    # `skills/bundled/`"
-    listing = _by(results, "raven-bot skills list").out
-    assert len(re.findall(r"^\S+ +bundled +\S", listing, re.MULTILINE)) == 9, listing
-    # "the fused ranking before the gate, with per-source ranks and the RRF score"
-    ranking = json.loads(_by(results, "raven-bot skills search --json").out)
-    assert "run-test-suite" in [hit["name"] for hit in ranking[:3]], ranking
-    assert all("rrf" in hit and hit["ranks"] for hit in ranking), ranking
-    assert re.search(r"\d+\.\d+", _by(results, "raven-bot version").out)
 
 
 def test_campaigns_list_and_show(world: World, command_lines: Callable[..., list]) -> None:
@@ -613,48 +478,17 @@ def test_campaigns_run_in_the_foreground_in_the_project(
     assert "report" in foreground.out and BEST_LOSS in foreground.out, foreground.out
 
 
-def _stop_a_campaign_from_another_shell(world: World) -> tuple[Result, Result]:
-    """The operator runs a long campaign in the foreground and stops it from another shell
-    (its own RAVEN_HOME); (the stop's result, the foreground run's result)."""
-    home = world.root / "operator-home"
-    long_run = world.pool.submit(
-        world.sh,
-        "raven-bot campaigns run --goal 'a long run' --run 'sleep 617' --metric loss:min "
-        "--budget 2h",
-        home=home,
-    )
-
-    def running() -> str | None:
-        if not (home / "raven.db").exists() or not _sleepers("617"):
-            return None
-        rows = db_rows(home, "SELECT id FROM campaigns WHERE state = 'running'")
-        return rows[0][0] if rows else None
-
-    wait_until(lambda: running() is not None, "the foreground campaign to run its round")
-    stopped = world.sh(f"raven-bot campaigns stop {running()}", home=home)
-    return stopped, long_run.result(timeout=WITHIN)
-
-
-def test_campaigns_stop_from_another_shell(world: World) -> None:
-    assert world.operator is not None, "started with the piped hello"
-    stopped, ended = world.operator.result(timeout=WITHIN)
-    assert stopped.code == 0, stopped.both
-    assert "cancelled" in stopped.out, stopped.out
-    assert "cancelled" in ended.out, ended.out
-    wait_until(lambda: not _sleepers("617"), "the stopped round to end")
-
-
 # -- What people read is clean --------------------------------------------------------------
 
 
 def _everything_shown(world: World) -> list[tuple[str, str]]:
     sessions = [(f"console session {n}", c.transcript) for n, c in enumerate(world.consoles, 1)]
-    return [*[(what, text) for what, text in world.shown if text], *sessions]
+    return [*[(what, text) for what, text in world.shell.shown if text], *sessions]
 
 
 @pytest.mark.parametrize("kind", ["a fence marker", "a log line", "a progress bar", "a traceback"])
 def test_what_people_read_has_no(world: World, kind: str) -> None:
-    world.settle()  # everything run in the background has shown what it shows
+    world.shell.settle()  # everything run in the background has shown what it shows
     found = [
         f"[{what}] {line}"
         for what, text in _everything_shown(world)

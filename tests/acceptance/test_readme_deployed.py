@@ -38,6 +38,7 @@ from tests.acceptance.harness import (
     noise,
     product_env,
     project_dir,
+    running,
     sh,
 )
 from tests.fakes.discord import FakeDiscord
@@ -165,16 +166,6 @@ def _buttons(args: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _code_blocks(text: str) -> list[str]:
     return [block.strip("\n") for block in re.findall(r"```[^\n]*\n(.*?)```", text, re.DOTALL)]
-
-
-def _sleepers(seconds: str) -> bool:
-    """Whether a process runs exactly `sleep <seconds>`."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if argv[:2] == [b"sleep", seconds.encode()]:
-                return True
-    return False
 
 
 @dataclass
@@ -429,12 +420,12 @@ async def test_slack_stop_during_a_running_plan(bot: Deployed) -> None:
     command = await bot.slack_post(thread, _is_prompt)
     assert "sleep 619" in _code_blocks("\n".join(_texts(command))), command
     await bot.slack_click(thread, command, "Approve")
-    await eventually(lambda: _sleepers("619"), within=WITHIN)
+    await eventually(lambda: running("sleep", "619"), within=WITHIN)
     await bot.slack_reply(thread, "stop")
     stopped = (await bot.slack_post(thread, lambda p: "Stopped" in p["text"]))["text"]
     assert "nothing" not in stopped, stopped
     assert re.search(r"run `?run_\w+`? \(w1 cancelled\)", stopped), stopped
-    await eventually(lambda: not _sleepers("619"), within=WITHIN)
+    await eventually(lambda: not running("sleep", "619"), within=WITHIN)
 
 
 async def test_discord_shell_plan_approved_by_typed_number_then_by_button(bot: Deployed) -> None:
