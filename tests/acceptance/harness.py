@@ -90,7 +90,7 @@ def sh(command: str, *, env: dict[str, str], cwd: Path, stdin: str = "") -> Resu
     )
 
 
-Ran = tuple[str, "Result"]  # a command line and how it ended
+Ran = tuple[str, Result]  # a command line and how it ended
 Step = str | Callable[[list[Ran]], str]  # a command line, or one made from the earlier results
 
 
@@ -156,7 +156,6 @@ class Console:
             start_new_session=True,
         )
         os.close(slave)
-        self.raw = ""  # every byte the terminal got, decoded
         self.transcript = ""  # what a person read: see `screen_text`
         self._pending = ""  # the start of an escape sequence not complete yet
         self._seen = 0  # output before this offset was matched by an earlier wait
@@ -187,16 +186,6 @@ class Console:
         """`expect` for a literal text."""
         return self.expect(re.escape(text), within)
 
-    def mark(self) -> int:
-        """An offset in the transcript, to read what came after it (`since`)."""
-        self.drain()
-        return len(self.transcript)
-
-    def since(self, mark: int) -> str:
-        """Everything shown after `mark`."""
-        self.drain()
-        return self.transcript[mark:]
-
     def skip(self) -> None:
         """Forget unmatched output: the next wait only looks at what comes after now."""
         self.drain()
@@ -216,7 +205,6 @@ class Console:
         except OSError:  # EIO: the child closed the terminal
             return False
         text = chunk.decode("utf-8", errors="replace")
-        self.raw += text
         self._pending, shown = _split_incomplete(self._pending + text)
         self.transcript += screen_text(shown)
         return bool(chunk)
@@ -297,11 +285,12 @@ def wait_until(cond: Callable[[], bool], what: str, within: float = WITHIN) -> N
 
 # What a person must never read: the markers that fence untrusted data for models, log
 # lines, library progress bars, tracebacks.
-_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+# (A log line may follow a prompt on the same screen line: not anchored.)
+_LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S")
 _NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a fence marker", re.compile(r"</?untrusted-data\b", re.IGNORECASE)),
     ("a log line", _LOG_LINE),
-    ("a progress bar", re.compile(r"Loading weights|\d+it/s\]|it/s\]")),
+    ("a progress bar", re.compile(r"Loading weights|it/s\]")),
     ("a traceback", re.compile(r"Traceback \(most recent call last\)")),
 )
 
