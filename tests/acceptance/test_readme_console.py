@@ -438,7 +438,7 @@ def command_lines(world: World) -> Callable[[str], list[Ran]]:
     return world.shell.result
 
 
-def test_runs_list_and_show(world: World, command_lines: Callable[..., list]) -> None:
+def test_runs_list_and_show(world: World, command_lines: Callable[[str], list[Ran]]) -> None:
     results = command_lines("runs")
     listing = _by(results, "raven-bot runs list")
     assert listing.code == 0, listing.both
@@ -455,7 +455,7 @@ def test_runs_list_and_show(world: World, command_lines: Callable[..., list]) ->
     assert str(world.home / "runs" / run / "outputs" / "c1.md") in show.out, show.out
 
 
-def test_campaigns_list_and_show(world: World, command_lines: Callable[..., list]) -> None:
+def test_campaigns_list_and_show(world: World, command_lines: Callable[[str], list[Ran]]) -> None:
     results = command_lines("campaigns")
     campaign = world.facts.get("chat_campaign")
     assert campaign is not None, "the chat campaign was never started"
@@ -470,7 +470,7 @@ def test_campaigns_list_and_show(world: World, command_lines: Callable[..., list
 
 
 def test_campaigns_run_in_the_foreground_in_the_project(
-    world: World, command_lines: Callable[..., list]
+    world: World, command_lines: Callable[[str], list[Ran]]
 ) -> None:
     command, foreground = command_lines("campaigns")[-1]
     assert foreground.code == 0, (command, foreground.both)

@@ -202,7 +202,9 @@ class Deployed:
             if call.ok and call.args.get("thread_ts") == thread
         ]
 
-    async def slack_post(self, thread: str, cond: Callable[[dict[str, Any]], bool], n: int = 1):
+    async def slack_post(
+        self, thread: str, cond: Callable[[dict[str, Any]], bool], n: int = 1
+    ) -> dict[str, Any]:
         """Wait for the `n`th post in a thread that satisfies `cond`; return it."""
         await eventually(
             lambda: len([p for p in self.slack_posts(thread) if cond(p)]) >= n, within=WITHIN
@@ -242,7 +244,9 @@ class Deployed:
         )
         return str(root["id"])
 
-    async def discord_message(self, thread: str, cond: Callable[[dict[str, Any]], bool], n=1):
+    async def discord_message(
+        self, thread: str, cond: Callable[[dict[str, Any]], bool], n: int = 1
+    ) -> dict[str, Any]:
         """Wait for the `n`th bot message in `thread` that satisfies `cond`; return it."""
 
         def matching() -> list[dict[str, Any]]:
@@ -359,9 +363,11 @@ async def test_doctor_accepts_the_configuration_and_checks_the_tokens(bot: Deplo
     # permissions.toml, skills, unknown settings, libraries, embedder and recall mode, model,
     # each chat platform, channels, sandbox)"
     lines = _doctor_lines(result.out)
-    checks = ("data dir", "database", "scheduler store", "agents", "machines", "permissions")
-    checks += ("skills", "settings", "libraries", "embedder", "model", "slack", "discord")
-    checks += ("channels", "sandbox")
+    checks = [
+        *("data dir", "database", "scheduler store", "agents", "machines", "permissions"),
+        *("skills", "settings", "libraries", "embedder", "model", "slack", "discord"),
+        *("channels", "sandbox"),
+    ]
     assert all(check in lines for check in checks), (set(checks) - set(lines), result.out)
     assert "offline" in lines["model"] and "MiniLM" in lines["embedder"], result.out
     agents = lines["agents"]
@@ -443,12 +449,12 @@ async def test_discord_shell_plan_approved_by_typed_number_then_by_button(bot: D
     assert "Linux" in report["content"], report["content"]
     # "a decided prompt's message shows the outcome with its buttons disabled"
     for prompt in (plan, command):
-        decided = await bot.discord_message(
-            thread,
-            lambda m, id=prompt["id"]: (
-                m["id"] == id and all(b.get("disabled") for b in _buttons_of(m))
-            ),
-        )
+
+        def decided_prompt(message: dict[str, Any], id: str = prompt["id"]) -> bool:
+            buttons = _buttons_of(message)
+            return message["id"] == id and bool(buttons) and all(b.get("disabled") for b in buttons)
+
+        decided = await bot.discord_message(thread, decided_prompt)
         assert "Approve" in decided["content"] and "Alice" in decided["content"], decided
 
 
