@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,8 +32,9 @@ def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:
 
 
 def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    """Rows of one query against the bot's raven.db (read from outside the bot)."""
-    with sqlite3.connect(home / "raven.db") as db:
+    """Rows of one query against the bot's raven.db (read from outside the bot; closed after,
+    and waiting out the bot's write lock rather than failing on it)."""
+    with contextlib.closing(sqlite3.connect(home / "raven.db", timeout=30)) as db:
         return list(db.execute(sql, params))
 
 

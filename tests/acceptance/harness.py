@@ -11,7 +11,6 @@ import pty
 import re
 import select
 import signal
-import sqlite3
 import struct
 import subprocess
 import sys
@@ -255,12 +254,6 @@ def screen_text(text: str) -> str:
     terminal shows as styles (`**`, backticks) removed."""
     text = _ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     return text.replace("**", "").replace("`", "")
-
-
-def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    """Rows of one query against the bot's database, read from outside the bot."""
-    with contextlib.closing(sqlite3.connect(home / "raven.db", timeout=30)) as db:
-        return list(db.execute(sql, params))
 
 
 def running(*argv: str) -> bool:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import getpass
 from pathlib import Path
 
-from tests.acceptance.harness import Commands, Result, db_rows, running, wait_until
+from tests.acceptance.harness import Commands, Result, running, wait_until
+from tests.helpers import db_rows
 
 USER = getpass.getuser()
 SKILLS = [

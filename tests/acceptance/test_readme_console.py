@@ -22,7 +22,6 @@ from tests.acceptance.harness import (
     Console,
     Ran,
     Result,
-    db_rows,
     noise,
     product_env,
     project_dir,
@@ -30,6 +29,7 @@ from tests.acceptance.harness import (
     screen_text,
     wait_until,
 )
+from tests.helpers import db_rows
 
 # The local machine of the README's machines.toml: chat campaigns run in its workdir.
 LOCAL_MACHINE = """\

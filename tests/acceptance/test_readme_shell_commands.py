@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.harness import Commands, Ran, Result, db_rows, noise, running, wait_until
+from tests.acceptance.harness import Commands, Ran, Result, noise, running, wait_until
+from tests.helpers import db_rows
 
 README_EXAMPLES = [
     "raven-bot skills list [--json]",
