@@ -203,10 +203,11 @@ def backend_factory(
     return backend
 
 
-def load_machine_specs(home: Path) -> dict[str, MachineSpec]:
-    """RAVEN_HOME/machines.toml (a RuntimeError naming the problem)."""
+def load_machine_specs(home: Path, *, operator_dir: bool = False) -> dict[str, MachineSpec]:
+    """RAVEN_HOME/machines.toml (a RuntimeError naming the problem). `operator_dir`: loaded
+    by a one-shot command, whose current directory is the operator's project."""
     try:
-        return load_machines(home)
+        return load_machines(home, operator_dir=operator_dir)
     except ValueError as exc:
         raise RuntimeError(str(exc)) from None
 

@@ -57,6 +57,7 @@ from oncall.model import (
     CampaignSpec,
     JobStatus,
     Machine,
+    MachineSpec,
     MachineUnavailable,
     Measurement,
 )
@@ -485,7 +486,7 @@ class _NoRounds:
 
 async def _stop(settings: Settings, campaign_id: str, out: TextIO) -> int:
     try:
-        specs = await asyncio.to_thread(load_machine_specs, settings.home)
+        specs = await asyncio.to_thread(_machine_specs, settings.home)
     except RuntimeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 2
@@ -659,11 +660,17 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
         return 1
 
 
+def _machine_specs(home: Path) -> dict[str, MachineSpec]:
+    """machines.toml as this command sees it: the current directory is the operator's, so a
+    machine's `workdir` may be it (`cd project && raven-bot campaigns run`)."""
+    return load_machine_specs(home, operator_dir=True)
+
+
 def _on_ssh(home: Path, machine: str) -> bool:
     """Whether `machine` is an ssh host (False when machines.toml cannot say: the run then
     reports that file's problem)."""
     try:
-        spec = load_machine_specs(home).get(machine)
+        spec = _machine_specs(home).get(machine)
     except RuntimeError:
         return False
     return spec is not None and spec.kind == "ssh"
@@ -799,7 +806,7 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
     decider the bot would use and a stderr notifier around one new campaign id."""
     home = settings.home
     try:
-        specs = await asyncio.to_thread(load_machine_specs, home)
+        specs = await asyncio.to_thread(_machine_specs, home)
     except RuntimeError as exc:
         raise MachinesError(str(exc)) from None
     sandbox = await asyncio.to_thread(build_sandbox, settings)

@@ -145,22 +145,24 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
 )
 
 
-def _serves_console(settings: Settings, command: str) -> bool:
-    return command == "chat" or (command == "run" and not configured_channels(settings))
+def _at_a_terminal(settings: Settings, command: str) -> bool:
+    """Every command but a deployed `run` is read by a person at a terminal: the console,
+    and the one-shot tools (`doctor`, `memory`, `campaigns run` in the foreground ...)."""
+    return command != "run" or not configured_channels(settings)
 
 
 def _configure_logging(settings: Settings, command: str) -> None:
-    """`run` and `chat` log to RAVEN_HOME/logs/raven.log too; in the console (whose terminal
-    is the chat) stderr only gets warnings and errors, and no progress bars."""
-    serving = command in ("run", "chat")
-    console = _serves_console(settings, command)
+    """Everything logs to RAVEN_HOME/logs/raven.log. A person at a terminal (the console,
+    whose terminal is the chat, and every one-shot command) only gets warnings and errors on
+    stderr, one brief line each; a deployed `run` logs to stderr at the configured level for
+    its service manager. No progress bars anywhere."""
     configure_logging(
         settings.log_level,
         settings.secret_values(),
-        file=log_file(settings.home) if serving else None,
-        console=console,
+        file=log_file(settings.home),
+        console=_at_a_terminal(settings, command),
     )
-    if console and settings.memory_embedder != "keyword":
+    if settings.memory_embedder != "keyword":
         silence_progress_bars()
 
 

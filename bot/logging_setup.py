@@ -1,8 +1,9 @@
-"""Logging with every configured secret redacted: to stderr, and for `run` and `chat` to a
-rotating file in RAVEN_HOME/logs/ as well.
+"""Logging with every configured secret redacted: to a rotating file in RAVEN_HOME/logs/ and
+to stderr.
 
-In the console the terminal is the chat, so stderr only gets warnings and errors there, said
-briefly (the file has the details), and library progress bars are switched off.
+At a terminal (the console, whose terminal is the chat, and every one-shot command) stderr
+only gets warnings and errors, said briefly (the file has the details), and library progress
+bars are switched off.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ LOG_BACKUPS = 3
 
 
 def log_file(home: Path) -> Path:
-    """Where `run` and `chat` write their log."""
+    """Where every command writes its log."""
     return home / "logs" / "raven.log"
 
 

@@ -5,9 +5,11 @@ path inside the sandbox, plus the machine's read-only `mounts`. Neither may be t
 directory (RAVEN_HOME: the database, every conversation's workspace, the campaigns' control
 files) or contain it; inside RAVEN_HOME only a conversation's own workspace
 (`RAVEN_HOME/workspaces/<one>/…`) may be used. The bot's working directory (which holds `.env`)
-is refused as well, or any directory containing it, unless the operator chose it explicitly
-with `raven-bot campaigns run`. Paths are compared after resolving symlinks, so a link to a
-forbidden directory is refused like the directory.
+is refused as well, or any directory containing it, unless the operator chose it: explicitly
+(`raven-bot campaigns run --workdir`), or by running a one-shot command there (`cd project &&
+raven-bot campaigns run`: the current directory is then the operator's project). Paths are
+compared after resolving symlinks, so a link to a forbidden directory is refused like the
+directory.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ class BotPaths:
 
     home: Path  # RAVEN_HOME
     bot_dir: Path  # the bot's working directory (`.env`)
+    # True in a one-shot command: `bot_dir` is where the operator typed it, their project.
+    operator_dir: bool = False
 
     @classmethod
-    def of(cls, home: Path, bot_dir: Path | None = None) -> BotPaths:
+    def of(cls, home: Path, bot_dir: Path | None = None, *, operator_dir: bool = False) -> BotPaths:
         """Resolved paths (`bot_dir` defaults to the current directory)."""
-        return cls(_resolved(home), _resolved(bot_dir or Path.cwd()))
+        return cls(_resolved(home), _resolved(bot_dir or Path.cwd()), operator_dir)
 
 
 def _resolved(path: Path) -> Path:
@@ -46,7 +50,8 @@ def workdir_problem(
 ) -> str | None:
     """Why `raw` may not be a campaign's working directory (or, with `what="mount"`, one of
     its read-only mounts); None when it may. `explicit`: the operator typed it (`campaigns
-    run`), so the bot's working directory itself is allowed."""
+    run`), so the bot's working directory itself is allowed, as it is when that directory is
+    the operator's (`paths.operator_dir`)."""
     if not raw.startswith("/"):
         return f"{what} {raw!r} is not an absolute path: write it from the root, e.g. /srv/project"
     path = _resolved(Path(raw))
@@ -64,7 +69,7 @@ def workdir_problem(
             f"{shown} lies inside RAVEN_HOME ({paths.home}), the bot's data; only a "
             f"conversation's own workspace under {workspaces}/ may be used there"
         )
-    if explicit and path == paths.bot_dir:
+    if (explicit or paths.operator_dir) and path == paths.bot_dir:
         return None
     if _within(paths.bot_dir, path):
         return (

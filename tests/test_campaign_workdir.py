@@ -242,6 +242,25 @@ def test_a_machine_workdir_or_mount_in_the_bots_own_files_is_refused(
     assert "[machines.local]" in message and said in message, message
 
 
+def test_a_one_shot_command_may_name_the_operators_directory_as_a_machine_workdir(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    """`cd project && raven-bot campaigns run` with machines.toml naming that project as the
+    local workdir: the operator's current directory is theirs, not the bot's."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _machines_toml(isolated_env, f'[machines.local]\nkind = "local"\nworkdir = "{project}"\n')
+    specs = load_machines(isolated_env, project, operator_dir=True)
+    assert specs["local"].workdir == str(project)
+    # Still nothing that contains it, and the serving bot's own directory stays refused.
+    _machines_toml(isolated_env, f'[machines.local]\nkind = "local"\nworkdir = "{tmp_path}"\n')
+    with pytest.raises(MachinesConfigError):
+        load_machines(isolated_env, project, operator_dir=True)
+    _machines_toml(isolated_env, f'[machines.local]\nkind = "local"\nworkdir = "{project}"\n')
+    with pytest.raises(MachinesConfigError):
+        load_machines(isolated_env, project)
+
+
 async def test_a_chat_campaign_cannot_choose_its_own_workdir(tmp_path: Path) -> None:
     async with oncall_kit(tmp_path) as kit:
         with pytest.raises(CampaignError) as refused:

@@ -82,11 +82,14 @@ def default_machines() -> dict[str, MachineSpec]:
     return {"local": MachineSpec(name="local", kind="local", slots=DEFAULT_LOCAL_SLOTS)}
 
 
-def load_machines(home: Path, bot_dir: Path | None = None) -> dict[str, MachineSpec]:
+def load_machines(
+    home: Path, bot_dir: Path | None = None, *, operator_dir: bool = False
+) -> dict[str, MachineSpec]:
     """The machines registered in `home/machines.toml` (the default `local` if it is missing).
 
     Workdirs and mounts are checked against `home` and `bot_dir` (default: the current
-    directory). Blocking (reads a file): call it at startup or in a thread.
+    directory; `operator_dir`: a one-shot command's, which may itself be a workdir).
+    Blocking (reads a file): call it at startup or in a thread.
     """
     path = home / FILE_NAME
     try:
@@ -95,7 +98,9 @@ def load_machines(home: Path, bot_dir: Path | None = None) -> dict[str, MachineS
         return default_machines()
     except OSError as exc:
         raise MachinesConfigError(f"{path}: cannot read the file: {exc}") from exc
-    return parse_machines(text, label=str(path), paths=BotPaths.of(home, bot_dir))
+    return parse_machines(
+        text, label=str(path), paths=BotPaths.of(home, bot_dir, operator_dir=operator_dir)
+    )
 
 
 def parse_machines(
