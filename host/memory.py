@@ -33,8 +33,7 @@ class _Written:
     conversation: ConversationRef
     author_id: str
     author_name: str
-    request: str
-    reply: str
+    request: str  # only the author's words: the bot's reply is not memory of the person
     is_dm: bool
 
 
@@ -113,7 +112,6 @@ class MemoryWriter:
             event.author_id,
             event.author_name or event.author_id,
             event.request,
-            event.reply,
             event.is_dm,
         )
         self._spawn(written)
@@ -122,7 +120,7 @@ class MemoryWriter:
         """Take in the completed user turns a crash kept from memory, before anything is
         served (so a question right after the restart sees them); return how many."""
         owed = await self._turns.unremembered_turns()
-        for turn_id, payload, reply in owed:
+        for turn_id, payload in owed:
             try:
                 msg = stored_inbound(payload)
             except ValueError:
@@ -136,7 +134,6 @@ class MemoryWriter:
                     msg.author_id,
                     msg.author_name or msg.author_id,
                     msg.text,
-                    reply,
                     msg.is_dm,
                 )
             )
@@ -155,7 +152,6 @@ class MemoryWriter:
                 owner_of(w.conversation, w.author_id),
                 w.author_name,
                 w.request,
-                w.reply,
                 conversation_id=w.conversation.id,
                 turn_id=w.turn_id,
                 dm=w.is_dm,

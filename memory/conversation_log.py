@@ -297,23 +297,23 @@ class ConversationLog:
         """Remember that the user was told about this turn's interruption."""
         await self._store.execute("UPDATE turns SET reported = 1 WHERE id = ?", (turn_id,))
 
-    async def unremembered_turns(self) -> list[tuple[str, str, str]]:
-        """Completed user turns memory has not taken in (a crash came first): turn id, the
-        inbound payload and the reply, oldest first. Turns that ended otherwise are owed
+    async def unremembered_turns(self) -> list[tuple[str, str]]:
+        """Completed user turns memory has not taken in (a crash came first): turn id and the
+        inbound payload, oldest first. Turns that ended otherwise are owed
         nothing and are settled here."""
 
-        def owed(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+        def owed(db: sqlite3.Connection) -> list[tuple[str, str]]:
             db.execute(
                 "UPDATE turns SET remembered = 1 WHERE remembered = 0"
                 " AND status NOT IN ('running', 'completed')"
             )
             rows = db.execute(
-                "SELECT t.id, i.payload, o.text FROM turns t"
+                "SELECT t.id, i.payload FROM turns t"
                 " JOIN messages i ON i.turn_id = t.id AND i.direction = 'in'"
                 " JOIN messages o ON o.idempotency_key = 'turn:' || t.id || ':reply'"
                 " WHERE t.remembered = 0 AND t.status = 'completed' ORDER BY t.started_at"
             ).fetchall()
-            return [(str(r[0]), str(r[1] or ""), str(r[2])) for r in rows]
+            return [(str(r[0]), str(r[1] or "")) for r in rows]
 
         return await self._store.write(owed)
 

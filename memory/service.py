@@ -170,7 +170,6 @@ class MemoryService:
         owner: str,
         name: str,
         request: str,
-        reply: str,
         *,
         conversation_id: str,
         turn_id: str,
@@ -187,8 +186,8 @@ class MemoryService:
         recent = last is not None and self._clock() - last.created_at < SAME_EPISODE_SECONDS
         if last is None or not recent or last.scope != scope:
             last = None  # nothing this turn may continue
-        # Only the author's words: the reply (the bot's, an offline notice included) is not
-        # memory of the person.
+        # Only the author's words: the bot's reply (an offline notice included) is not memory
+        # of the person, so it is not even taken.
         formed = await self._former.form(
             name, request, previous=last.narrative if last else None, now=self._clock()
         )

@@ -127,7 +127,7 @@ async def test_the_service_stores_what_the_model_formed(
             )
         for i, text in enumerate(("billing?", "deploys?", "lunch?")):
             await memory.record_turn(
-                "alice", "Ana", text, "ok", conversation_id="c1", turn_id=f"t{i}", dm=False
+                "alice", "Ana", text, conversation_id="c1", turn_id=f"t{i}", dm=False
             )
         episodes = await memory.archive.episodes("alice")
         by_facts = sorted(sorted(f.text for f in e.facts) for e in episodes)

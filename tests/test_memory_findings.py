@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
+from core.ids import ConversationRef
 from host.episode_former import ModelFormer
+from host.events import EventBus, TurnCompleted
+from host.memory import MemoryWriter, owner_of
 from memory.archive import Archive
+from memory.conversation_log import ConversationLog
 from memory.embeddings import MiniLMEmbedder, semantic_unavailable_reason
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
@@ -45,6 +49,7 @@ async def test_an_offline_turn_leaves_no_bot_notice_in_the_episode(isolated_env:
 
 
 async def test_the_model_former_never_sees_the_bots_reply(tmp_path: Path) -> None:
+    """A completed turn carries the bot's reply; what memory forms from it never sees it."""
     reply = "I'm in offline mode: set ANTHROPIC_API_KEY for free-form answers."
     store = Store(tmp_path / "raven.db")
     await store.open()
@@ -63,14 +68,20 @@ async def test_the_model_former_never_sees_the_bots_reply(tmp_path: Path) -> Non
                 former=ModelFormer(provider, timeout=10),
             )
             await memory.load_index()
-            await memory.record_turn(
-                "alice", "Ana", "I use PyTorch", reply, conversation_id="c1", turn_id="t1", dm=False
+            bus = EventBus()
+            writer = MemoryWriter(memory, ConversationLog(store))
+            writer.subscribe(bus)
+            conv = ConversationRef("test", "W1", "C1", "T1")
+            completed = TurnCompleted(
+                conv, "t1", "alice", "user", "I use PyTorch", reply, author_name="Ana"
             )
+            await bus.publish(completed)
+            await writer.idle()
             await provider.aclose()
             sent = json.dumps(fake.requests[0]["json"])
         assert "I use PyTorch" in sent
         assert "offline mode" not in sent and "ANTHROPIC_API_KEY" not in sent
-        (episode,) = await memory.archive.episodes("alice")
+        (episode,) = await memory.archive.episodes(owner_of(conv, "alice"))
         assert episode.narrative == "Ana uses PyTorch."
     finally:
         await store.close()
@@ -142,7 +153,7 @@ async def memory(
             await service.remember(OWNER, "U1", text, dm=False)
         else:
             await service.record_turn(
-                OWNER, "U1", text, "ok", conversation_id=f"c{i}", turn_id=f"t{i}", dm=False
+                OWNER, "U1", text, conversation_id=f"c{i}", turn_id=f"t{i}", dm=False
             )
     yield service
     await store.close()

@@ -237,7 +237,6 @@ async def test_a_burst_of_turns_costs_one_index_save_and_shutdown_writes_it(
                 "user:t:W:U1",
                 "alice",
                 f"I use rust {n}",
-                "ok",
                 conversation_id="c",
                 turn_id=f"t{n}",
                 dm=False,
