@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import html
 import json
 import logging
 import re
@@ -23,6 +24,7 @@ from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.doctor import check_slack, required_scopes
 from bot.slack.factory import slack_adapter
+from bot.slack.normalize import plain_text
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
 from tests.helpers import db_rows, eventually
@@ -534,6 +536,37 @@ async def test_approval_by_requester_starts_the_graph(
         await eventually(
             lambda: any("completed* — Explicit plan" in p["text"] for p in bot.posts(thread))
         )
+
+
+async def test_a_command_runs_as_typed_not_as_slack_escaped_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Slack sends `&`, `<` and `>` as entities and auto-links what looks like a URL: the
+    command approved and run is the one the person typed."""
+    typed = 'echo "a & b <c>" https://example.com | tr a-z A-Z'
+    sent = 'echo "a &amp; b &lt;c&gt;" <https://example.com> | tr a-z A-Z'
+    async with slack_bot(monkeypatch) as bot:
+        thread, post, prompt_ts = await _plan(bot, f"s1: shell: {sent}")
+        (pending,) = await bot.runtime.broker.pending()
+        assert pending.payload["command"] == typed
+        await _click(bot, post, 0, "U1", thread, prompt_ts)
+        await eventually(
+            lambda: any(
+                "A & B <C> HTTPS://EXAMPLE.COM" in html.unescape(p["text"])
+                for p in bot.posts(thread)
+            )
+        )
+
+
+def test_slack_text_becomes_what_its_author_typed() -> None:
+    names = {"U1": "alice"}
+    assert plain_text("hi <@U1> and <@U9|bob>", names) == "hi @alice and @U9"
+    assert plain_text("see <#C1|dev> <!here> <!subteam^S1|@ops>", names) == "see #dev @here @ops"
+    assert plain_text("<https://x.io|x.io> <mailto:a@b.io|a@b.io> <http://y>", names) == (
+        "x.io a@b.io http://y"
+    )
+    # One pass: an escaped mention the author typed stays literal text.
+    assert plain_text("a &lt;@U1&gt; &amp;lt; b", names) == "a <@U1> &lt; b"
 
 
 async def test_stranger_click_refused_ephemerally(

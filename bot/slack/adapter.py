@@ -50,6 +50,7 @@ from bot.slack.normalize import (
     mentioned_users,
     mentions,
     parse_event,
+    plain_text,
     replace_mentions,
     strip_bot_mention,
     to_inbound,
@@ -573,7 +574,7 @@ class SlackAdapter:
         if author_name == msg.author_id:
             author_name = await self._name(msg.author_id)
         names = {uid: display_name(await self._name(uid)) for uid in set(mentioned_users(msg.text))}
-        text = replace_mentions(msg.text, names)
+        text = plain_text(msg.text, names)
         context = ""
         if msg.reread_thread:
             context = await self._thread_context(msg)
@@ -635,7 +636,7 @@ class SlackAdapter:
             if mentions(body, self._bot_user_id):
                 continue  # messages that addressed the bot were turns: already in history
             names = {uid: display_name(await self._name(uid)) for uid in set(mentioned_users(body))}
-            lines.append(context_line(await self._name(user), user, replace_mentions(body, names)))
+            lines.append(context_line(await self._name(user), user, plain_text(body, names)))
         lines = lines[-limit:]
         if refused:
             lines.append(left_out_note(refused))

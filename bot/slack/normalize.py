@@ -98,6 +98,33 @@ def replace_mentions(text: str, names: dict[str, str]) -> str:
     return _MENTION.sub(lambda m: f"@{names.get(m.group(1), m.group(1))}", text)
 
 
+# Slack's message text: `<…>` tokens (mentions, channels, special mentions, links) and the
+# three escaped characters; see api.slack.com "Formatting text for app surfaces".
+_TOKEN_OR_ENTITY = re.compile(r"<([^<>\n]*)>|&(lt|gt|amp);")
+_ENTITIES = {"lt": "<", "gt": ">", "amp": "&"}
+
+
+def plain_text(text: str, names: dict[str, str]) -> str:
+    """Slack's message text as its author typed it: `&lt;`/`&gt;`/`&amp;` unescaped (so
+    `echo a > b` stays a redirect), `<@U123>` → `@name` (`@U123` when unknown), `<#C1|dev>`
+    → `#dev`, `<!here>` → `@here`, and an auto-linked `<https://x.io|x.io>` → what was
+    typed. One pass, so an escaped `&lt;@U1&gt;` the author typed stays literal text."""
+
+    def plain(match: re.Match[str]) -> str:
+        if match[2] is not None:
+            return _ENTITIES[match[2]]
+        target, _, label = match[1].partition("|")
+        if target.startswith("@"):
+            return "@" + names.get(target[1:], target[1:])
+        if target.startswith("#"):
+            return "#" + (label or target[1:])
+        if target.startswith("!"):
+            return label or "@" + target[1:].split("^", 1)[0]
+        return label or target.removeprefix("mailto:")
+
+    return _TOKEN_OR_ENTITY.sub(plain, text)
+
+
 def to_inbound(ev: SlackEvent, *, text: str, author_name: str) -> InboundMessage:
     """The normalized message; dedup keys cover the event id and the message itself."""
     extra = [f"msg:{ev.channel}:{ev.ts}"]
