@@ -43,17 +43,20 @@ def node_line(node: NodeRecord) -> str:
     return " · ".join(parts)
 
 
-def fenced_errors(nodes: Sequence[NodeRecord], marker: str) -> list[str]:
-    """Each unfinished node's error, fenced: errors can quote agent and tool output."""
-    return _errors(nodes, lambda text, source: fence(text, source=source, marker=marker))
-
-
-def _errors(nodes: Sequence[NodeRecord], quote: Callable[[str, str], str]) -> list[str]:
-    return [
-        quote(node.error, f"node {node.node_id} error")
-        for node in nodes
-        if node.error and node.state != "completed"
-    ]
+def _errors(nodes: Sequence[NodeRecord], quote: Callable[[str, str], str] | None) -> list[str]:
+    """Each unfinished node's error as a list item naming the node: fenced below its name
+    (errors can quote agent and tool output), or without `quote` (for people) as written,
+    further lines indented under it."""
+    items = []
+    for node in nodes:
+        if not node.error or node.state == "completed":
+            continue
+        name = f"- `{node.node_id}`:"
+        if quote is None:
+            items.append(f"{name} " + "\n  ".join(node.error.splitlines() or [""]))
+        else:
+            items.append(f"{name}\n" + quote(node.error, f"node {node.node_id} error"))
+    return items
 
 
 def progress_text(run: RunRecord, nodes: Sequence[NodeRecord]) -> str:
@@ -112,7 +115,7 @@ def run_report(
     def quote(text: str, source: str) -> str:
         return text if for_people else fence(text, source=source, marker=marker)
 
-    errors = _errors(nodes, quote)
+    errors = _errors(nodes, None if for_people else quote)
     if (terminal or errors) and not for_people:
         lines.append(f"\n{untrusted_preface(marker)}")
     if errors:
