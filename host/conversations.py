@@ -151,6 +151,14 @@ def _describe(items: Sequence[StoppedItem], *, by: str, name: Callable[[str], st
     return phrases
 
 
+def _running_label(msg: InboundMessage, *, system: bool) -> str:
+    """What `status` says a turn is: whose request it is, by display name (no ids)."""
+    if system:
+        return "a report of mine"
+    name = _UNSAFE_NAME.sub("", msg.author_name).strip()[:40] or "someone"
+    return f"a request by {name}"
+
+
 def _whose(owner: str, by: str, name: Callable[[str], str]) -> str:
     return "you" if owner == by else name(owner) if owner else "me"
 
@@ -328,7 +336,7 @@ class ConversationService:
                 msg.conversation.id,
                 lambda: self._run_turn(msg, message_id, turn_id),
                 kind=msg.origin,
-                label=f"turn {turn_id} for {msg.author_name}",
+                label=_running_label(msg, system=system),
                 owner="" if system else msg.author_id,
             )
         except LanesClosed:

@@ -189,3 +189,19 @@ async def test_a_typed_answer_fitting_several_prompts_lists_them_until_one_is_na
     (confirmation,) = [t for t in _new_texts(adapter, before) if t.startswith("✔")]
     assert f"✔ Answered prompt `{second.id[:8]}`" in confirmation and "Deny" in confirmation
     await rt.service.accept(inbound("stop", "e6"))
+
+
+async def test_status_names_the_running_request_by_its_author_and_shows_no_ids(
+    bot: tuple[Runtime, FakeChatAdapter],
+) -> None:
+    rt, adapter = bot
+    turn = await rt.service.accept(inbound("s: sleeper: nap", "r1"))
+    assert turn is not None
+    await eventually(lambda: rt.lanes.status(CONV.id).running is not None)
+    await _say(rt, "status", "s1")
+    status = adapter.texts[-1]
+    assert status.startswith("**Status**: running a request by user-U1;"), status
+    assert "turn" not in status.split(";")[0], status
+    await _say(rt, "stop", "s2")
+    with pytest.raises(asyncio.CancelledError):
+        await turn  # stop cancels the running request
