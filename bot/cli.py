@@ -19,7 +19,7 @@ from bot.campaigns_cli import add_parser as add_campaigns_parser
 from bot.channels import AdapterFactory, configured_channels
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
-from bot.logging_setup import configure_logging, log_file, silence_progress_bars
+from bot.logging_setup import configure_logging, log_file
 from bot.memory_cli import add_parser as add_memory_parser
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
 from bot.skills_cli import add_parser as add_skills_parser
@@ -155,15 +155,13 @@ def _configure_logging(settings: Settings, command: str) -> None:
     """Everything logs to RAVEN_HOME/logs/raven.log. A person at a terminal (the console,
     whose terminal is the chat, and every one-shot command) only gets warnings and errors on
     stderr, one brief line each; a deployed `run` logs to stderr at the configured level for
-    its service manager. No progress bars anywhere."""
+    its service manager."""
     configure_logging(
         settings.log_level,
         settings.secret_values(),
         file=log_file(settings.home),
         console=_at_a_terminal(settings, command),
     )
-    if settings.memory_embedder != "keyword":
-        silence_progress_bars()
 
 
 def _run_bot(settings: Settings, command: str) -> int:

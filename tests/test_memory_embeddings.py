@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from memory.embeddings import (
     semantic_unavailable_reason,
 )
 from memory.index import Doc, Hit, HybridIndex
+from memory.minilm import MiniLMEncoder
 
 pytestmark = pytest.mark.skipif(
     semantic_unavailable_reason() is not None, reason="the `semantic` extra is not installed"
@@ -24,17 +25,32 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="session")
-def minilm_model() -> Iterator[Any]:
-    """The SentenceTransformer, loaded once (≈6 s import of torch, <1 s for the weights)."""
+def minilm_model() -> Iterator[MiniLMEncoder]:
+    """The numpy MiniLM encoder, loaded once for the session."""
     embedder = MiniLMEmbedder()
     asyncio.run(embedder.load())
+    assert embedder.model is not None
     yield embedder.model
 
 
 @pytest.fixture
-def minilm(minilm_model: Any) -> MiniLMEmbedder:
+def minilm(minilm_model: MiniLMEncoder) -> MiniLMEmbedder:
     """A fresh embedder (its locks belong to this test's loop) sharing the session model."""
     return MiniLMEmbedder(model=minilm_model)
+
+
+def test_the_numpy_encoder_gives_the_vectors_sentence_transformers_gave(
+    minilm_model: MiniLMEncoder,
+) -> None:
+    """Vectors recorded from sentence-transformers (torch) for the same model: empty text,
+    non-ASCII text and a text cut at 256 tokens included. The same vectors mean the same
+    recall, and indexes built before keep working."""
+    recorded = np.load(Path(__file__).parent / "data" / "minilm_reference.npz")
+    texts = [str(t) for t in recorded["texts"]]
+    mine = minilm_model.encode(texts, batch_size=3)  # batches mix lengths and padding
+    assert mine.shape == recorded["vectors"].shape
+    assert np.abs(mine - recorded["vectors"]).max() < 1e-5
+    assert np.abs(np.linalg.norm(mine, axis=1) - 1).max() < 1e-5
 
 
 def test_select_embedder_modes() -> None:
