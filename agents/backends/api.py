@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import aiohttp
 
@@ -20,10 +20,12 @@ from agents.backends.base import (
     message_text,
 )
 from agents.backends.inproc import InProcessBackend
-from agents.models.anthropic_provider import AnthropicProvider
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from agents.specialists import Specialist
+
+if TYPE_CHECKING:
+    from agents.models.anthropic_provider import AnthropicProvider
 
 OPENAI_DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV: Final = MappingProxyType(
@@ -56,6 +58,10 @@ class ApiBackend:
         self._provider: AnthropicProvider | None = None
         self._inner: InProcessBackend | None = None
         if entry.api_style == "anthropic":
+            # Imported here: the SDK takes seconds to import, and only a configured
+            # Anthropic-style agent needs it (bot.app stays quick to load offline).
+            from agents.models.anthropic_provider import AnthropicProvider
+
             self._provider = AnthropicProvider(
                 api_key=self._key or "",
                 model=entry.model,
