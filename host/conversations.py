@@ -25,7 +25,7 @@ from host.lanes import LaneBusy, LaneManager, LanesClosed
 from host.messages import InboundMessage, stored_inbound
 from host.outbox import DeliveryError, Outbox
 from host.people import People
-from host.prompts import TYPED_ANSWER_HELP, PromptBroker
+from host.prompts import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.turn import TurnContext
 from memory.conversation_log import ConversationLog, LoggedMessage
 from memory.group import Attribution
@@ -542,15 +542,15 @@ class ConversationService:
 
     async def recover(self, platform: str) -> None:
         """After a restart: report interrupted turns, resend pending replies, resume messages."""
-        for turn, conv in await self._log.unreported_interruptions():
+        for turn, conv, request in await self._log.unreported_interruptions():
             if conv.platform != platform:
                 continue
+            which = f" (“{gist(request, 60)}”)" if request.strip() else ""
             try:
                 await self._outbox.send(
                     conv,
-                    "⚠️ A restart interrupted my work on an earlier request in this thread "
-                    f"(turn `{turn.id}`), so it did not finish. Please ask again if you still "
-                    "need it.",
+                    "⚠️ A restart interrupted my work on an earlier request in this thread"
+                    f"{which}, so it did not finish. Please ask again if you still need it.",
                     idempotency_key=f"interrupted:{turn.id}",
                     turn_id=turn.id,
                 )

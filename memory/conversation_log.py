@@ -281,15 +281,22 @@ class ConversationLog:
 
         return await self._store.write(interrupt)
 
-    async def unreported_interruptions(self) -> list[tuple[TurnRecord, ConversationRef]]:
-        """Interrupted turns whose users have not been told yet."""
+    async def unreported_interruptions(self) -> list[tuple[TurnRecord, ConversationRef, str]]:
+        """Interrupted turns whose users have not been told yet, with the text of the
+        request each was answering ("" for a turn the bot started itself)."""
         rows = await self._store.fetchall(
-            "SELECT t.*, c.platform, c.workspace, c.channel, c.thread FROM turns t"
-            " JOIN conversations c ON c.id = t.conversation_id"
+            "SELECT t.*, c.platform, c.workspace, c.channel, c.thread,"
+            " (SELECT m.text FROM messages m WHERE m.turn_id = t.id AND m.direction = 'in'"
+            "  ORDER BY m.id LIMIT 1) AS request"
+            " FROM turns t JOIN conversations c ON c.id = t.conversation_id"
             " WHERE t.status = 'interrupted' AND t.reported = 0 ORDER BY t.started_at"
         )
         return [
-            (_turn(r), ConversationRef(r["platform"], r["workspace"], r["channel"], r["thread"]))
+            (
+                _turn(r),
+                ConversationRef(r["platform"], r["workspace"], r["channel"], r["thread"]),
+                str(r["request"] or ""),
+            )
             for r in rows
         ]
 

@@ -137,7 +137,11 @@ async def test_kill_during_turn_marks_it_interrupted_and_reports(isolated_env: P
         fake.queue_text("fresh answer")
         code, out, err = await _run("chat", stdin=b"next question\n", env=env)
         assert code == 0, err
-        assert "A restart interrupted my work" in out
+        # The interrupted request is named by what was asked (never by an internal id).
+        assert (
+            "A restart interrupted my work on an earlier request in this thread (“a long question”)"
+            in out
+        )
         assert "raven> fresh answer" in out
         with sqlite3.connect(db) as conn:
             rows = conn.execute("SELECT status, reported FROM turns ORDER BY started_at").fetchall()
