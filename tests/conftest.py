@@ -28,6 +28,21 @@ _ISOLATED_VARS = (
 )
 
 
+# Tests that share one session-wide resource run in one pytest-xdist worker (`--dist
+# loadgroup`): the one-node Slurm cluster, and the README's shell commands started in the
+# background (tests/acceptance/conftest.py).
+_XDIST_GROUPS = {"slurm_cluster": "slurm", "shell_commands_started": "readme-shell"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by the shared resource it uses, for xdist's grouping."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        for fixture, group in _XDIST_GROUPS.items():
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """Every test gets its own RAVEN_HOME and no proxy or credential from the machine."""
@@ -38,15 +53,6 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
             monkeypatch.delenv(name, raising=False)
     home = tmp_path / "raven-home"
     monkeypatch.setenv("RAVEN_HOME", str(home))
-    # Keyword-only recall unless a test asks for MiniLM: loading the model costs seconds
-    # in every bot process (tests of semantic recall set RAVEN_MEMORY_EMBEDDER themselves).
-    monkeypatch.setenv("RAVEN_MEMORY_EMBEDDER", "keyword")
-    # Episodes by the rule: a background model call per turn would take answers scripted
-    # for the Host (tests of the model former build it themselves, or set this).
-    monkeypatch.setenv("RAVEN_MEMORY_EPISODES", "rule")
-    # Skill Forge off unless a test turns it on: its gate is one more model call, and its
-    # blocks would change the Host prompts other tests inspect.
-    monkeypatch.setenv("RAVEN_SKILLS", "false")
     # Settings read `.env` from the working directory: run tests from an empty one.
     workdir = tmp_path / "cwd"
     workdir.mkdir()

@@ -87,10 +87,3 @@ async def approve_campaigns(broker: Any, by: str = "U1", *, within: float = 10.0
         outcome = await broker.answer(prompt.id, prompt.nonce, by, "Approve")
         assert outcome.status == "accepted", outcome.message
     return prompts
-
-
-def use_product_defaults(monkeypatch: Any) -> None:
-    """Undo the test environment's switches: Skill Forge, the default embedder and the
-    model episode former on, as a user runs the bot."""
-    for name in ("RAVEN_SKILLS", "RAVEN_MEMORY_EMBEDDER", "RAVEN_MEMORY_EPISODES"):
-        monkeypatch.delenv(name, raising=False)

@@ -42,7 +42,6 @@ from tests.helpers import (
     db_rows,
     eventually,
     inbound,
-    use_product_defaults,
 )
 from tests.slurm_cluster import SlurmCluster
 
@@ -62,7 +61,6 @@ def _line(run: str, *, machine: str = "local", extra: str = "") -> str:
 @pytest.fixture
 def defaults(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Path:
     """The product defaults: Skill Forge, the default embedder and episode former on."""
-    use_product_defaults(monkeypatch)
     monkeypatch.setenv("RAVEN_ADMINS", "U9")
     return isolated_env
 

@@ -34,7 +34,7 @@ from memory.group_store import GroupStore
 from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.graph_kit import node, open_kit
-from tests.helpers import db_rows, eventually, inbound, use_product_defaults
+from tests.helpers import db_rows, eventually, inbound
 
 # The sandboxed shell prints its own command line: what really ran, not what was meant to.
 REFLECT = r"tr '\0' '\n' < /proc/$$/cmdline"
@@ -58,7 +58,6 @@ HOSTILE = (
 async def runtime(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Runtime]:
     # Skill Forge, group memory and the default embedder on, and no model key: as in the
     # issue's reproduction.
-    use_product_defaults(monkeypatch)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
         # As the bot starts: the scheduler runs and the embedder is loaded before serving.
@@ -335,7 +334,6 @@ def test_a_command_that_cannot_carry_its_data_is_refused(
 async def test_offline_selection_needs_a_reason(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request_text: str, expected: list[str]
 ) -> None:
-    use_product_defaults(monkeypatch)
     settings = load_settings()
     assert settings.skills and settings.anthropic_api_key is None
     store = Store(tmp_path / "raven.db")

@@ -21,7 +21,6 @@ import pytest
 
 from bot.console.screen import Screen
 from bot.logging_setup import configure_logging
-from tests.helpers import use_product_defaults
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
 WITHIN = 120.0  # hang guard for each wait (the model loads first), not a timing assertion
@@ -142,7 +141,6 @@ class Terminal:
 
 @pytest.fixture
 def terminal(isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Terminal]:
-    use_product_defaults(monkeypatch)
     # A terminal says what it is (colours depend on it); NO_COLOR would turn them off.
     monkeypatch.delenv("NO_COLOR", raising=False)
     session = Terminal(_env(isolated_env, TERM="xterm-256color"))
@@ -196,7 +194,6 @@ def test_pty_transcript_is_clean(terminal: Terminal, isolated_env: Path) -> None
 async def test_piped_transcript_is_clean_and_plain(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    use_product_defaults(monkeypatch)
     script = b"hello\nr1: research: find X\nconfirm\n1\nstatus\n"
     code, out, err = await _run("chat", stdin=script, env=_env(isolated_env), within=WITHIN)
     assert code == 0, err

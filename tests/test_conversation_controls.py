@@ -23,7 +23,7 @@ from host.messages import InboundMessage
 from host.prompt_model import Prompt
 from host.prompts import gist
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually, inbound, use_product_defaults
+from tests.helpers import eventually, inbound
 
 CONV = inbound("x", "x").conversation
 AGENTS = """
@@ -47,7 +47,6 @@ async def _start(home: Path) -> tuple[Runtime, FakeChatAdapter]:
 async def bot(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> AsyncIterator[tuple[Runtime, FakeChatAdapter]]:
-    use_product_defaults(monkeypatch)
     rt, adapter = await _start(isolated_env)
     yield rt, adapter
     await shutdown(rt)
@@ -107,7 +106,6 @@ async def test_help_lists_every_control_word_and_syntax_and_each_works(
 async def test_the_offline_notice_is_said_once_per_conversation_even_across_a_restart(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     rt, adapter = await _start(isolated_env)
     try:
         await _say(rt, "hello", "e1")

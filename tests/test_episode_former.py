@@ -16,7 +16,7 @@ from memory.archive import Archive
 from memory.index import HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import SKILL_GATE, FakeAnthropic
 
 KEY = "sk-ant-test-0123456789"
 NOW = 1_000_000.0
@@ -24,7 +24,7 @@ NOW = 1_000_000.0
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeAnthropic]:
-    async with FakeAnthropic(api_key=KEY) as server:
+    async with FakeAnthropic(api_key=KEY, side_calls=(SKILL_GATE,)) as server:
         yield server
 
 
@@ -161,7 +161,7 @@ async def test_the_assembled_bot_forms_episodes_with_the_model_when_online(
             }
         return {"content": "ok"}
 
-    async with FakeAnthropic(api_key=KEY) as server:
+    async with FakeAnthropic(api_key=KEY, side_calls=(SKILL_GATE,)) as server:
         server.responder = responder
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)

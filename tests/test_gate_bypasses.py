@@ -330,8 +330,6 @@ async def test_the_code_agent_cannot_run_its_own_conftest_without_approval(
 ) -> None:
     home = isolated_env
     # The bot's default settings: Skill Forge on, the default embedder.
-    monkeypatch.delenv("RAVEN_SKILLS")
-    monkeypatch.delenv("RAVEN_MEMORY_EMBEDDER")
     async with FakeAnthropic() as fake:
         fake.responder = Models()
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")

@@ -24,7 +24,7 @@ from memory.embeddings import MiniLMEmbedder, semantic_unavailable_reason
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import SKILL_GATE, FakeAnthropic
 from tests.test_cli_end_to_end import _env, _run
 
 KEY = "sk-ant-test-0123456789"
@@ -54,7 +54,7 @@ async def test_the_model_former_never_sees_the_bots_reply(tmp_path: Path) -> Non
     store = Store(tmp_path / "raven.db")
     await store.open()
     try:
-        async with FakeAnthropic(api_key=KEY) as fake:
+        async with FakeAnthropic(api_key=KEY, side_calls=(SKILL_GATE,)) as fake:
             fake.queue_tool_use(
                 "record_episode",
                 {"same_topic": False, "narrative": "Ana uses PyTorch.", "facts": []},

@@ -15,7 +15,7 @@ from core.ids import ConversationRef
 from host.people import People, shown_name
 from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot
 from tests.fakes.slack import payloads
-from tests.helpers import eventually, use_product_defaults
+from tests.helpers import eventually
 from tests.slack_harness import CHANNEL, SlackBot, slack_bot
 from tests.test_cli_end_to_end import _env, _run
 
@@ -103,7 +103,6 @@ def test_a_block_cut_off_by_a_cap_loses_its_opening_tag() -> None:
 async def test_console_report_shows_node_output_as_written(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     plan = f"a: echo: {NODE_OUTPUT}\n\n".encode()
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env), within=120)
@@ -124,10 +123,11 @@ async def test_console_report_shows_node_output_as_written(
 async def test_slack_report_shows_node_output_without_fence_markers(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch) as bot:
-        thread, _ = await bot.mention(f"a: echo: {NODE_OUTPUT}")
+        # Slack sends what was typed with `&`, `<` and `>` escaped.
+        typed = NODE_OUTPUT.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        thread, _ = await bot.mention(f"a: echo: {typed}")
         await eventually(lambda: any("Output of" in p["text"] for p in bot.posts(thread)), 60)
         (report,) = [p["text"] for p in bot.posts(thread) if "Output of" in p["text"]]
         # mrkdwn escapes `<` and `>`: shown to the reader as the output wrote them.
@@ -140,7 +140,6 @@ async def test_slack_report_shows_node_output_without_fence_markers(
 async def test_discord_report_shows_node_output_without_fence_markers(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with discord_bot(monkeypatch) as bot:
         root = await bot.mention(f"a: echo: {NODE_OUTPUT}")
@@ -203,7 +202,6 @@ async def _slack_click(
 async def test_slack_names_people_in_refusals_and_outcomes(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch) as bot:
         thread, post, ts = await _slack_prompt(bot, "a: echo: hi\nconfirm")
@@ -225,7 +223,6 @@ async def test_slack_names_people_in_refusals_and_outcomes(
 async def test_slack_display_names_are_shown_cleaned_and_never_ping(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch) as bot:
         bot.fake.add_user("U1", "alice", display_name="<!channel> <@U2> Al\u200bice\n")
@@ -241,7 +238,6 @@ async def test_slack_display_names_are_shown_cleaned_and_never_ping(
 async def test_slack_stop_names_whose_work_it_left_running(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch) as bot:
         thread, _ = await bot.mention("s: sleeper: wait")
@@ -278,7 +274,6 @@ def _private_notes(bot: DiscordBot) -> list[str]:
 async def test_discord_names_people_in_refusals_and_outcomes(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _discord_prompt(bot)
@@ -300,7 +295,6 @@ async def test_slack_output_naming_a_person_shows_their_name_and_pings_nobody(
 ) -> None:
     """Node (or model) output with `<@U2>` would ping U2 in a Slack post: it is shown as
     `@name` instead, and an unknown id as plain `@id`."""
-    use_product_defaults(monkeypatch)
     _write_agents(isolated_env)
     async with slack_bot(monkeypatch) as bot:
         bot.fake.add_user("U2", "bob", display_name="Bob")

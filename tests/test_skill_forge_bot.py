@@ -22,7 +22,7 @@ from host.skill_store import ExperienceSkillSource, ExperienceStore
 from memory.embeddings import Vectors, normalize_rows
 from memory.store import Store
 from skills.evolution import Case
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import EPISODE_FORMER, FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, inbound
 from tests.test_cli_end_to_end import _env, _run
@@ -57,7 +57,7 @@ async def _turn_with(
     monkeypatch: pytest.MonkeyPatch, gate_answer: str, text: str
 ) -> tuple[Models, Path, Any]:
     models = Models(gate_answer)
-    fake = FakeAnthropic()
+    fake = FakeAnthropic(side_calls=(EPISODE_FORMER,))
     await fake.start()
     fake.responder = models
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")

@@ -23,7 +23,7 @@ from skills.catalog import LocalCatalog
 from skills.evolution import Case, SkillRecord
 from skills.model import Skill, SkillHit, SourceName
 from skills.router import RouterSettings, SkillRouter
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import EPISODE_FORMER, FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, inbound
 from tests.test_skill_forge_bot import GOOD_BODY, HashEmbedder
@@ -102,13 +102,12 @@ async def hub() -> AsyncIterator[tuple[Hub, str]]:
 async def _turn(monkeypatch: pytest.MonkeyPatch, hub_url: str, text: str) -> tuple[Models, Path]:
     """One user turn through the assembled bot (default settings, skills on) with the hub."""
     models = Models()
-    fake = FakeAnthropic()
+    fake = FakeAnthropic(side_calls=(EPISODE_FORMER,))
     await fake.start()
     fake.responder = models
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
     monkeypatch.setenv("RAVEN_SKILLS_HUB_URL", hub_url)
-    monkeypatch.delenv("RAVEN_SKILLS")  # the product default (on), not the suite's "false"
     settings = load_settings()
     runtime = await build_runtime(settings, [FakeChatAdapter])
     try:
@@ -233,7 +232,6 @@ def _write_failing_agent(home: Path) -> None:
 async def test_agent_stderr_reaches_the_evolution_prompt_only_fenced(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    monkeypatch.delenv("RAVEN_SKILLS")  # the product default (on), not the suite's "false"
     # A CLI agent that fails with an injection on stderr; recorded offline as a case...
     _write_failing_agent(isolated_env)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])

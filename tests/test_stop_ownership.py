@@ -36,7 +36,6 @@ from tests.helpers import (
     db_rows,
     eventually,
     inbound,
-    use_product_defaults,
 )
 
 ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"
@@ -86,7 +85,6 @@ async def bot(
 ) -> AsyncIterator[tuple[Runtime, SlowPlatform]]:
     # The product defaults (Skill Forge, the default embedder and episode former), with
     # one admin configured.
-    use_product_defaults(monkeypatch)
     monkeypatch.setenv("RAVEN_ADMINS", ADMIN)
     await asyncio.to_thread(isolated_env.mkdir, parents=True, exist_ok=True)
     await asyncio.to_thread((isolated_env / "agents.toml").write_text, AGENTS)

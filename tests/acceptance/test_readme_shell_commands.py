@@ -33,9 +33,8 @@ README_EXAMPLES = [
 
 
 @pytest.fixture
-def shell(background_shell: Commands | None) -> Commands:
-    assert background_shell is not None, "conftest.py starts these with the session"
-    return background_shell
+def shell(shell_commands_started: Commands) -> Commands:
+    return shell_commands_started
 
 
 def _by(results: list[Ran], prefix: str) -> Result:

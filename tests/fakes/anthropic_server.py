@@ -14,6 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
+from core.fence import unfence
+from skills.prompts import GATE_SYSTEM
+
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 DEFAULT_TEXT = "fake reply"
@@ -62,6 +65,63 @@ class _Delay:
     seconds: float
 
 
+@dataclass(frozen=True)
+class SideCall:
+    """A call the bot makes besides the Host's own (the skill gate, memory's episode
+    former). With the default settings every turn makes them; the fake answers them here,
+    so a test's script holds only the answers it means for the Host and its agents."""
+
+    name: str
+    matches: Callable[[dict[str, Any]], bool]
+    answer: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _system_text(body: dict[str, Any]) -> str:
+    system = body.get("system", "")
+    if isinstance(system, list):
+        return "".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    return str(system)
+
+
+def _tool_names(body: dict[str, Any]) -> set[str]:
+    return {str(t.get("name")) for t in body.get("tools") or () if isinstance(t, dict)}
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        return " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+    return ""
+
+
+def _gate_answer(body: dict[str, Any]) -> dict[str, Any]:
+    return {"content": json.dumps({"plan": "", "selected": []})}
+
+
+def _episode_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """What the person wrote, as the episode's narrative (fence markers removed)."""
+    said = " ".join(unfence(_last_user_text(body)).split())[:300] or "The person wrote."
+    episode = {"same_topic": False, "narrative": said, "facts": []}
+    return {
+        "content": [
+            {"type": "tool_use", "id": _new_id("toolu"), "name": "record_episode", "input": episode}
+        ]
+    }
+
+
+SKILL_GATE = SideCall(
+    "skill gate", lambda body: _system_text(body).startswith(GATE_SYSTEM[:80]), _gate_answer
+)
+EPISODE_FORMER = SideCall(
+    "episode former", lambda body: "record_episode" in _tool_names(body), _episode_answer
+)
+DEFAULT_SIDE_CALLS = (SKILL_GATE, EPISODE_FORMER)
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
@@ -74,12 +134,22 @@ def error_body(error_type: str, message: str) -> dict[str, Any]:
 class FakeAnthropic:
     """`POST /v1/messages` and `GET /v1/models` on 127.0.0.1, answering from a script."""
 
-    def __init__(self, *, api_key: str | None = None, model: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        side_calls: tuple[SideCall, ...] = DEFAULT_SIDE_CALLS,
+    ) -> None:
         # api_key set: other keys get a 401; unset: any key is fine, but one must be sent.
         self.api_key = api_key
         # model set: replies name it and GET /v1/models/{id} knows it, besides MODELS.
         self.model = model
+        # Answered without the script (a test that scripts one of them passes side_calls=()
+        # or leaves it out); their requests are kept apart in `side_requests`.
+        self.side_calls = side_calls
         self.requests: list[dict[str, Any]] = []
+        self.side_requests: list[dict[str, Any]] = []
         self.responder: Responder | None = None
         self._script: deque[_Answer | _Delay] = deque()
         self._runner: web.AppRunner | None = None
@@ -183,18 +253,27 @@ class FakeAnthropic:
 
     # -- handlers ----------------------------------------------------------------------------
 
-    async def _record(self, request: web.Request) -> dict[str, Any]:
+    @staticmethod
+    async def _body(request: web.Request) -> Any:
         raw = await request.read()
         try:
-            body: Any = json.loads(raw) if raw else None
+            return json.loads(raw) if raw else None
         except ValueError:
-            body = raw.decode(errors="replace")
-        entry = {
+            return raw.decode(errors="replace")
+
+    @staticmethod
+    def _entry(request: web.Request, body: Any) -> dict[str, Any]:
+        return {
             "method": request.method,
             "path": request.path,
             "headers": dict(request.headers),
             "json": body,
         }
+
+    async def _record(self, request: web.Request, body: Any = None) -> dict[str, Any]:
+        if body is None:
+            body = await self._body(request)
+        entry = self._entry(request, body)
         async with self._arrived:
             self.requests.append(entry)
             self._arrived.notify_all()
@@ -222,7 +301,22 @@ class FakeAnthropic:
         )
 
     async def _messages(self, request: web.Request) -> web.StreamResponse:
-        entry = await self._record(request)
+        body = await self._body(request)
+        side = (
+            next((c for c in self.side_calls if c.matches(body)), None)
+            if isinstance(body, dict)
+            else None
+        )
+        if side is not None:
+            self.side_requests.append(self._entry(request, body))
+            denied = self._auth_error(dict(request.headers))
+            if denied is not None:
+                return denied
+            return web.json_response(
+                self._complete_message(side.answer(body), body),
+                headers={"request-id": _new_id("req")},
+            )
+        entry = await self._record(request, body)
         delay = 0.0
         while self._script and isinstance(self._script[0], _Delay):
             step = self._script.popleft()
