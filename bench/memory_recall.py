@@ -306,7 +306,7 @@ async def main() -> None:
     real = MiniLMEmbedder()
     t0 = time.perf_counter()
     await real.load()
-    print(f"MiniLM load {time.perf_counter() - t0:.1f}s (import torch + weights)")
+    print(f"MiniLM load {time.perf_counter() - t0:.2f}s (numpy encoder: tokenizer + weights)")
     base_corpus = make_corpus(min(args.encode, max(sizes)), args.queries, args.seed)
     base_texts = [d.text for d in base_corpus.docs]
     cache = Path(tempfile.gettempdir()) / "raven-bench-memory"

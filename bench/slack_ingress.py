@@ -1116,7 +1116,7 @@ async def bench(opts: Options) -> int:
         monitor = LagMonitor()
         lag_task = asyncio.create_task(monitor.run())
         try:
-            # Startup loads the memory embedder first (importing torch takes seconds).
+            # Startup loads the memory embedder first.
             async with asyncio.timeout(180):
                 await adapter.ready.wait()
             url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
