@@ -10,6 +10,7 @@ import pytest
 
 from memory.conversation_log import ConversationLog
 from memory.store import Store
+from tests.xdist_groups import GroupedScheduling
 
 _ISOLATED_VARS = (
     "HTTP_PROXY",
@@ -28,19 +29,9 @@ _ISOLATED_VARS = (
 )
 
 
-# Tests that share one session-wide resource run in one pytest-xdist worker (`--dist
-# loadgroup`): the one-node Slurm cluster, and the README's shell commands started in the
-# background (tests/acceptance/conftest.py).
-_XDIST_GROUPS = {"slurm_cluster": "slurm", "shell_commands_started": "readme-shell"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by the shared resource it uses, for xdist's grouping."""
-    for item in items:
-        names = getattr(item, "fixturenames", ())
-        for fixture, group in _XDIST_GROUPS.items():
-            if fixture in names:
-                item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> GroupedScheduling:
+    """Tests sharing state beyond one test run in one worker (tests/xdist_groups.py)."""
+    return GroupedScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.acceptance import shell_commands
-from tests.acceptance.harness import Commands, product_env, project_dir
+from tests.acceptance.harness import Commands, end_processes_under, product_env, project_dir
 
 SHELL_MODULE = "test_readme_shell_commands.py"
 
@@ -19,10 +19,14 @@ def shell_commands_started(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """The operator's independent command lines, started in the background."""
     root = tmp_path_factory.mktemp("readme-shell")
     # One worker per group, and one for the foreground campaign the operator stops.
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        commands = Commands(project_dir(root / "project"), product_env(root / "home"), pool)
-        shell_commands.start(commands, root)
-        yield commands
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            commands = Commands(project_dir(root / "project"), product_env(root / "home"), pool)
+            shell_commands.start(commands, root)
+            yield commands
+            end_processes_under(root)  # what a failed check left: the threads wait on it
+    finally:
+        end_processes_under(root)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -256,6 +256,16 @@ def screen_text(text: str) -> str:
     return text.replace("**", "").replace("`", "")
 
 
+def end_processes_under(root: Path) -> None:
+    """Kill every process whose command line names a path under `root`: what a test that
+    failed half-way left running there (a foreground campaign, its detached round)."""
+    mark = str(root).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if mark in Path(f"/proc/{pid}/cmdline").read_bytes() and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
+
+
 def running(*argv: str) -> bool:
     """Whether a process with exactly this command line runs (sandboxed ones too: their PID
     namespace hides the host from them, not them from the host)."""

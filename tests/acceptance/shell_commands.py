@@ -7,6 +7,8 @@ test_readme_shell_commands.py checks what they did."""
 from __future__ import annotations
 
 import getpass
+import os
+import sqlite3
 from pathlib import Path
 
 from tests.acceptance.harness import Commands, Result, running, wait_until
@@ -25,8 +27,12 @@ MEMORY = [
     "raven-bot memory reindex",
     f"raven-bot memory forget --user {USER}",
 ]
+# The round's command, unique to this test process (so another run on the machine, or one a
+# failed session left behind, is never mistaken for it).
+LONG_SLEEP = ("sleep", f"617.{os.getpid()}")
 LONG_RUN = (
-    "raven-bot campaigns run --goal 'a long run' --run 'sleep 617' --metric loss:min --budget 2h"
+    f"raven-bot campaigns run --goal 'a long run' --run '{' '.join(LONG_SLEEP)}' "
+    "--metric loss:min --budget 2h"
 )
 
 
@@ -36,9 +42,13 @@ def stop_a_campaign_from_another_shell(commands: Commands, home: Path) -> tuple[
     commands.start("long run", lambda: commands.sh(LONG_RUN, home=home))
 
     def campaign() -> str | None:
-        if not (home / "raven.db").exists() or not running("sleep", "617"):
+        if not (home / "raven.db").exists() or not running(*LONG_SLEEP):
             return None
-        rows = db_rows(home, "SELECT id FROM campaigns WHERE state = 'running'")
+        try:
+            rows = db_rows(home, "SELECT id FROM campaigns WHERE state = 'running'")
+        except sqlite3.OperationalError:
+            return None  # the database exists, its tables not yet
+
         return str(rows[0][0]) if rows else None
 
     wait_until(lambda: campaign() is not None, "the foreground campaign to run its round")

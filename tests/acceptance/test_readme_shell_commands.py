@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.harness import Commands, Ran, Result, noise, running, wait_until
+from tests.acceptance.shell_commands import LONG_SLEEP
 from tests.helpers import db_rows
 
 README_EXAMPLES = [
@@ -84,7 +85,7 @@ def test_campaigns_stop_from_another_shell(shell: Commands) -> None:
     assert "cancelled" in stopped.out, stopped.out
     # The foreground run ends, saying so, and its round is gone.
     assert "cancelled" in ended.out, ended.out
-    wait_until(lambda: not running("sleep", "617"), "the stopped round to end")
+    wait_until(lambda: not running(*LONG_SLEEP), "the stopped round to end")
 
 
 @pytest.mark.parametrize("kind", ["a fence marker", "a log line", "a progress bar", "a traceback"])
