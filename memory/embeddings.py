@@ -52,7 +52,7 @@ class Embedder(Protocol):
 
 
 class EmbedderUnavailable(RuntimeError):
-    """Semantic mode was required but the `semantic` extra cannot be used."""
+    """Semantic mode was required but the MiniLM model cannot be used."""
 
 
 def normalize_rows(vectors: NDArray[Any]) -> Vectors:

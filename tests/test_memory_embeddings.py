@@ -19,10 +19,6 @@ from memory.embeddings import (
 from memory.index import Doc, Hit, HybridIndex
 from memory.minilm import MiniLMEncoder
 
-pytestmark = pytest.mark.skipif(
-    semantic_unavailable_reason() is not None, reason="the `semantic` extra is not installed"
-)
-
 
 @pytest.fixture(scope="session")
 def minilm_model() -> Iterator[MiniLMEncoder]:

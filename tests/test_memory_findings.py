@@ -20,7 +20,7 @@ from host.events import EventBus, TurnCompleted
 from host.memory import MemoryWriter, owner_of
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
-from memory.embeddings import MiniLMEmbedder, semantic_unavailable_reason
+from memory.embeddings import MiniLMEmbedder
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
@@ -123,10 +123,6 @@ NOTES = (
     "I'm learning to cook Thai food",
 )
 
-semantic = pytest.mark.skipif(
-    semantic_unavailable_reason() is not None, reason="the `semantic` extra is not installed"
-)
-
 
 @pytest.fixture(scope="module")
 def minilm_model() -> Iterator[Any]:
@@ -163,7 +159,6 @@ def _texts(hit: Hit) -> list[str]:
     return [hit.doc.text, *(child.doc.text for child in hit.children)]
 
 
-@semantic
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
