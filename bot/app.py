@@ -40,56 +40,56 @@ from bot.render.unfenced import UnfencedChannel
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
 from core.ids import ConversationRef
-from host.apscheduler_adapter import ApschedulerScheduler
-from host.campaign_approval import (
+from host.agent.host_agent import HostAgent
+from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import DeliveryError, Outbox
+from host.conversation.run_events import ConversationRunEvents
+from host.conversation.scheduled_turns import SYSTEM_TURN, system_turn_handler
+from host.conversation.service import ConversationService
+from host.features.memory.episode_former import ModelFormer
+from host.features.memory.group import (
+    AssessmentRequest,
+    GroupContext,
+    GroupMemoryWriter,
+    GroupPrefetch,
+)
+from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter
+from host.features.oncall.approval import (
     CAMPAIGN_COMMAND,
     PromptCommandApprovals,
     handle_campaign_command,
 )
-from host.campaign_decider import ModelDecider
-from host.campaign_notices import LaneNotifier
-from host.campaign_tools import build_campaign_tools
-from host.clarify import Clarifier
-from host.conversations import ConversationService
-from host.episode_former import ModelFormer
-from host.events import (
+from host.features.oncall.decider import ModelDecider
+from host.features.oncall.notices import LaneNotifier
+from host.features.oncall.tools import build_campaign_tools
+from host.features.permissions.gate import PermissionGates
+from host.features.skills.completer import ProviderCompleter
+from host.features.skills.context import SkillContext
+from host.features.skills.experience import ExperienceWriter
+from host.features.skills.prefetch import DispatchContexts, NodeSkills
+from host.features.skills.store import ExperienceStore
+from host.graph.executor import DispatchContext
+from host.graph.judge import CompletionJudge
+from host.graph.records import RunFiles
+from host.graph.run_store import RunStore
+from host.graph.runs import RunManager, RunSettings
+from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker
+from host.prompts.clarify import Clarifier
+from host.prompts.handlers import subscribe_decision_handlers
+from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.events import (
     ConversationStopped,
     EventBus,
     StoppedItem,
     subscribe_decision,
     subscribe_job,
 )
-from host.experience import ExperienceWriter
-from host.graph.executor import DispatchContext
-from host.graph.judge import CompletionJudge
-from host.graph.records import RunFiles
-from host.graph.run_store import RunStore
-from host.graph.runs import RunManager, RunSettings
-from host.group_memory import (
-    AssessmentRequest,
-    GroupContext,
-    GroupMemoryWriter,
-    GroupPrefetch,
-)
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.memory import MemoryCommands, MemoryContext, MemoryWriter
-from host.outbox import DeliveryError, Outbox
-from host.people import People
-from host.permission_gate import PermissionGates
-from host.ports import Channel, PeopleDirectory, PromptSurface
-from host.prompt_handlers import subscribe_decision_handlers
-from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker
-from host.roles import Roles
-from host.run_events import ConversationRunEvents
-from host.scheduled_turns import SYSTEM_TURN, system_turn_handler
-from host.scheduling import FiredJob
-from host.skill_completer import ProviderCompleter
-from host.skill_prefetch import DispatchContexts, NodeSkills
-from host.skill_store import ExperienceStore
-from host.skills_context import SkillContext
-from host.tools import HostToolDeps, OrchestrationContext, build_host_tools
-from host.turn import TurnContext
+from host.runtime.people import People
+from host.runtime.ports import Channel, PeopleDirectory, PromptSurface
+from host.runtime.roles import Roles
+from host.runtime.scheduling import FiredJob
+from host.runtime.turn import TurnContext
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder

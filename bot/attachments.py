@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from host.messages import Attachment
+from host.runtime.messages import Attachment
 
 log = logging.getLogger(__name__)
 

@@ -43,11 +43,11 @@ from bot.app import (
 from bot.home import HomeError, check_home
 from bot.settings import Settings
 from core.ids import ConversationRef
-from host.apscheduler_adapter import ApschedulerScheduler
-from host.campaign_decider import ModelDecider
-from host.campaign_tools import StartCampaignInput, campaign_spec
-from host.events import EventBus, subscribe_job
-from host.scheduling import FiredJob
+from host.features.oncall.decider import ModelDecider
+from host.features.oncall.tools import StartCampaignInput, campaign_spec
+from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.events import EventBus, subscribe_job
+from host.runtime.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, CampaignError, Decider, EngineSettings

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from core.ids import ConversationRef
-from host.conversations import TurnOutcome
-from host.messages import Attachment, InboundMessage, OutboundMessage
-from host.ports import Channel, PromptSurface
-from host.prompt_model import Prompt
-from host.prompts import AnswerOutcome
+from host.conversation.service import TurnOutcome
+from host.prompts.broker import AnswerOutcome
+from host.runtime.messages import Attachment, InboundMessage, OutboundMessage
+from host.runtime.ports import Channel, PromptSurface
+from host.runtime.prompt_record import Prompt
 
 __all__ = [
     "Attachment",

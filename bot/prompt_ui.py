@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.channel import PromptAnswers
-from host.prompt_model import Prompt
-from host.prompts import AnswerOutcome
+from host.prompts.broker import AnswerOutcome
+from host.runtime.prompt_record import Prompt
 
 ACTION_PREFIX = "prompt"
 TEXT_CHOICE = "text"  # the button that opens the free-text form

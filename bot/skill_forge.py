@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from agents.models.provider import ModelProvider
 from bot.settings import Settings
-from host.skill_completer import ProviderCompleter
-from host.skill_store import ExperienceSkillSource, ExperienceStore
+from host.features.skills.completer import ProviderCompleter
+from host.features.skills.store import ExperienceSkillSource, ExperienceStore
 from skills.catalog import LocalCatalog
 from skills.hub import HubSource
 from skills.model import SkillSource

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 from bot.home import check_home
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
-from host.skill_store import ExperienceStore
+from host.features.skills.store import ExperienceStore
 from memory.store import Store
 
 

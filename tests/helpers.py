@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from host.events import EventBus, subscribe_decision, subscribe_job
-from host.messages import InboundMessage
-from host.prompt_model import Prompt
-from host.scheduling import JobHandler
+from host.runtime.events import EventBus, subscribe_decision, subscribe_job
+from host.runtime.messages import InboundMessage
+from host.runtime.prompt_record import Prompt
+from host.runtime.scheduling import JobHandler
 
 
 def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
-from host.campaign_decider import ModelDecider
+from host.features.oncall.decider import ModelDecider
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.oncall_kit import CONV, oncall_kit, spec
 

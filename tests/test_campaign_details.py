@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agents.campaign_syntax import parse_campaign
 from bot.campaigns_cli import stop_campaign
-from host.campaign_tools import StartCampaignInput, campaign_spec
+from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from oncall.model import Budget, Measurement, RoundSummary
 from oncall.report_gate import check_report, draft_report, format_duration
 from tests.helpers import eventually

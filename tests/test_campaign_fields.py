@@ -12,7 +12,7 @@ import pytest
 
 from agents.campaign_syntax import parse_campaign
 from bot.campaigns_cli import add_parser, run_spec
-from host.campaign_tools import StartCampaignInput, campaign_spec
+from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from oncall.machines.slurm import sbatch_argv
 from oncall.model import (
     CampaignSpec,

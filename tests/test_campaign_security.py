@@ -23,7 +23,8 @@ import pytest
 from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.campaign_tools import (
+from host.agent.tools import HostToolDeps, HostTools, RunRef
+from host.features.oncall.tools import (
     CampaignRef,
     CampaignTools,
     ResubmitInput,
@@ -31,10 +32,9 @@ from host.campaign_tools import (
     TerminateInput,
     campaign_spec,
 )
-from host.prompt_model import Prompt
-from host.roles import Roles
-from host.tools import HostToolDeps, HostTools, RunRef
-from host.turn import TurnContext
+from host.runtime.prompt_record import Prompt
+from host.runtime.roles import Roles
+from host.runtime.turn import TurnContext
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import (

@@ -10,7 +10,7 @@ import pytest
 from bot.app import build_runtime, shutdown, start_serving
 from bot.campaigns_cli import build_headless
 from bot.settings import SettingsError, load_settings
-from host.prompts import PromptBroker
+from host.prompts.broker import PromptBroker
 from memory.store import Store
 from oncall.engine import CampaignEngine
 from tests.fakes.chat_adapter import FakeChatAdapter

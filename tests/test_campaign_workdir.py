@@ -26,8 +26,8 @@ from bot.app import build_runtime, shutdown, start_serving
 from bot.home import workspace_for
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.campaign_decider import campaign_brief
-from host.messages import InboundMessage
+from host.features.oncall.decider import campaign_brief
+from host.runtime.messages import InboundMessage
 from oncall.access import Requester
 from oncall.engine import CampaignError
 from oncall.machines import LocalMachine, MachinesConfigError, SlurmMachine, load_machines

@@ -10,8 +10,8 @@ from typing import Any
 from agents.models.offline import OfflineProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec
 from core.ids import ConversationRef
-from host.clarify import Clarifier, needs_approval
-from host.prompts import PromptBroker
+from host.prompts.broker import PromptBroker
+from host.prompts.clarify import Clarifier, needs_approval
 from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface

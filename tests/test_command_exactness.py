@@ -22,14 +22,14 @@ from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.home import workspace_for
 from bot.settings import load_settings
 from bot.skill_forge import skill_router
-from host.clarify import COMMAND_APPROVAL, code_block
+from host.features.memory.group import GroupPrefetch
+from host.features.skills.store import ExperienceStore
 from host.graph.model import NodeSpec
 from host.graph.records import journal_records
 from host.graph.render import Artifact, RenderError, render_prompt
 from host.graph.run_store import RunRecord
-from host.group_memory import GroupPrefetch
-from host.prompt_model import Prompt
-from host.skill_store import ExperienceStore
+from host.prompts.clarify import COMMAND_APPROVAL, code_block
+from host.runtime.prompt_record import Prompt
 from memory.group_store import GroupStore
 from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter

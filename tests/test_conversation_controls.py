@@ -17,11 +17,11 @@ from agents.campaign_syntax import FIELDS, parse_campaign
 from agents.models.offline import OFFLINE_NOTICE, OFFLINE_REMINDER
 from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.settings import load_settings
-from host.conversations import CONTROL_WORDS, ControlWord
-from host.memory import USAGE as MEMORY_USAGE
-from host.messages import InboundMessage
-from host.prompt_model import Prompt
-from host.prompts import gist
+from host.conversation.service import CONTROL_WORDS, ControlWord
+from host.features.memory.personal import USAGE as MEMORY_USAGE
+from host.prompts.broker import gist
+from host.runtime.messages import InboundMessage
+from host.runtime.prompt_record import Prompt
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually, inbound
 

@@ -12,12 +12,12 @@ from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from core.ids import ConversationRef
-from host.conversations import ConversationService, control_word
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.messages import InboundMessage
-from host.outbox import Outbox
-from host.turn import TurnContext
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import ConversationService, control_word
+from host.runtime.messages import InboundMessage
+from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.providers import TestProvider

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
-from host.episode_former import DAY, ModelFormer
+from host.features.memory.episode_former import DAY, ModelFormer
 from memory.archive import Archive
 from memory.index import HybridIndex
 from memory.service import MemoryService
@@ -143,7 +143,7 @@ async def test_the_assembled_bot_forms_episodes_with_the_model_when_online(
 ) -> None:
     from bot.app import build_runtime, shutdown
     from bot.settings import load_settings
-    from host.messages import InboundMessage
+    from host.runtime.messages import InboundMessage
     from tests.fakes.chat_adapter import FakeChatAdapter
 
     def responder(body: dict[str, object]) -> dict[str, object]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.ids import ConversationRef
-from host.events import EventBus, TurnCompleted, WakeUp, subscribe_job
-from host.scheduling import FiredJob
+from host.runtime.events import EventBus, TurnCompleted, WakeUp, subscribe_job
+from host.runtime.scheduling import FiredJob
 
 CONV = ConversationRef("test", "w", "c", "t")
 

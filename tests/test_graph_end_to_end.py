@@ -14,7 +14,7 @@ import pytest
 from bot.app import Runtime, build_runtime, shutdown
 from bot.settings import load_settings
 from host.graph.records import journal_records
-from host.messages import InboundMessage
+from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually

@@ -11,7 +11,7 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.turn import TurnContext
+from host.runtime.turn import TurnContext
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually, inbound
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.ids import ConversationRef
+from host.features.memory.group import GroupPrefetch, fenced_block
+from host.features.memory.personal import owner_of
 from host.graph.run_store import RunRecord
-from host.group_memory import GroupPrefetch, fenced_block
-from host.memory import owner_of
 from memory.archive import Archive
 from memory.group import RoundNode, Verdict, agent_outcomes, round_summary
 from memory.group_store import GroupStore, audience_library, host_library, verdict_doc

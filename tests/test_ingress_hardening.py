@@ -12,13 +12,13 @@ from agents.tools import ToolRegistry
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.conversations import ConversationService
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.messages import OutboundMessage
-from host.outbox import Outbox
-from host.ports import ChannelError
-from host.turn import TurnContext
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import ConversationService
+from host.runtime.messages import OutboundMessage
+from host.runtime.ports import ChannelError
+from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter

@@ -1,4 +1,5 @@
-"""Tests for host.lanes: per-conversation FIFO lanes, pools, cancellation, reaping, drain."""
+"""Tests for host.conversation.lanes: per-conversation FIFO lanes, pools, cancellation,
+reaping, drain."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from host.events import EventBus, subscribe_stop
-from host.lanes import LaneBusy, LaneManager, LanesClosed, LaneStatus
+from host.conversation.lanes import LaneBusy, LaneManager, LanesClosed, LaneStatus
+from host.runtime.events import EventBus, subscribe_stop
 
 # Hang guard only: a broken lane manager fails fast instead of stalling the suite.
 GUARD = 2.0
@@ -454,7 +455,7 @@ async def test_failure_after_submitter_left_is_logged(caplog: pytest.LogCaptureF
 
     future = lanes.submit("c1", fails_on_cancel, label="fragile")
     await wait_for(started)
-    with caplog.at_level(logging.ERROR, logger="host.lanes"):
+    with caplog.at_level(logging.ERROR, logger="host.conversation.lanes"):
         future.cancel()
         async with asyncio.timeout(GUARD):
             assert await lanes.run("c1", Gate().job("next", block=False)) == "next"

@@ -15,9 +15,9 @@ import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
 from core.ids import ConversationRef
-from host.episode_former import ModelFormer
-from host.events import EventBus, TurnCompleted
-from host.memory import MemoryWriter, owner_of
+from host.features.memory.episode_former import ModelFormer
+from host.features.memory.personal import MemoryWriter, owner_of
+from host.runtime.events import EventBus, TurnCompleted
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import MiniLMEmbedder

@@ -17,8 +17,8 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
-from host.turn import TurnContext
+from host.runtime.messages import InboundMessage
+from host.runtime.turn import TurnContext
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually

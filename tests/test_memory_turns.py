@@ -14,15 +14,15 @@ import pytest
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from core.ids import ConversationRef
-from host.conversations import ConversationService
-from host.events import EventBus
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.memory import MemoryCommands, MemoryContext, MemoryWriter, owner_of
-from host.messages import InboundMessage
-from host.outbox import Outbox
-from host.prompts import PromptBroker
-from host.turn import TurnContext
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import ConversationService
+from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter, owner_of
+from host.prompts.broker import PromptBroker
+from host.runtime.events import EventBus
+from host.runtime.messages import InboundMessage
+from host.runtime.turn import TurnContext
 from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.index import HybridIndex

@@ -14,8 +14,8 @@ import pytest
 from bot.app import build_runtime, shutdown, start_serving
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.lanes import LaneKind
-from host.messages import InboundMessage
+from host.conversation.lanes import LaneKind
+from host.runtime.messages import InboundMessage
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, db_rows, eventually
 from tests.oncall_kit import spec

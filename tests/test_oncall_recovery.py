@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from core.ids import ConversationRef
-from host.campaign_tools import CampaignTools, StartCampaignInput, WaitInput
-from host.turn import TurnContext
+from host.features.oncall.tools import CampaignTools, StartCampaignInput, WaitInput
+from host.runtime.turn import TurnContext
 from oncall.machines.common import split_job_id
 from oncall.model import Budget
 from oncall.store import CampaignRecord, RoundRecord

@@ -12,7 +12,7 @@ import pytest
 
 from core.fence import fence, new_marker, unfence, untrusted_preface
 from core.ids import ConversationRef
-from host.people import People, shown_name
+from host.runtime.people import People, shown_name
 from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot
 from tests.fakes.slack import payloads
 from tests.helpers import eventually

@@ -12,8 +12,8 @@ from types import MappingProxyType
 import pytest
 
 from core.ids import ConversationRef
-from host.prompt_model import APPROVE, DENY, Prompt
-from host.prompts import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker
+from host.prompts.broker import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker
+from host.runtime.prompt_record import APPROVE, DENY, Prompt
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.helpers import decision_bus

@@ -15,9 +15,9 @@ from agents.tools import Tool
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
 from core.ids import ConversationRef
+from host.agent.tools import HostToolDeps, ResolveInput, build_host_tools
 from host.graph.runs import RunManager
-from host.tools import HostToolDeps, ResolveInput, build_host_tools
-from host.turn import TurnContext
+from host.runtime.turn import TurnContext
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually

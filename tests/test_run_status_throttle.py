@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.ids import ConversationRef
-from host.run_events import ConversationRunEvents
+from host.conversation.run_events import ConversationRunEvents
 from tests.helpers import eventually
 
 CONV = ConversationRef("test", "W", "C", "T")

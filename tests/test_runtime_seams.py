@@ -19,13 +19,13 @@ from bot.app import build_runtime, serve, shutdown, start_serving
 from bot.channel import ChannelFeatures, Ingress
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.conversations import HELP_TEXT, ConversationService
-from host.events import EventBus, TurnCompleted
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.messages import OutboundMessage, stored_inbound
-from host.outbox import Outbox
-from host.turn import TurnContext
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import HELP_TEXT, ConversationService
+from host.runtime.events import EventBus, TurnCompleted
+from host.runtime.messages import OutboundMessage, stored_inbound
+from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Vectors, normalize_rows
 from memory.store import Store

@@ -14,16 +14,16 @@ import pytest
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from core.ids import ConversationRef
-from host.apscheduler_adapter import ApschedulerScheduler
-from host.conversations import ConversationService
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.outbox import Outbox
-from host.prompt_model import Prompt
-from host.prompts import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
-from host.scheduled_turns import SYSTEM_TURN, schedule_system_turn, system_turn_handler
-from host.scheduling import FiredJob, JobHandler
-from host.turn import TurnContext
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.scheduled_turns import SYSTEM_TURN, schedule_system_turn, system_turn_handler
+from host.conversation.service import ConversationService
+from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
+from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.prompt_record import Prompt
+from host.runtime.scheduling import FiredJob, JobHandler
+from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface

@@ -15,7 +15,7 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.messages import InboundMessage
+from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually

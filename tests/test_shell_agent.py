@@ -19,7 +19,7 @@ from agents.registry import (
     default_registry,
     load_registry,
 )
-from host.clarify import command_question
+from host.prompts.clarify import command_question
 from tests.sandboxing import real_sandbox
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 

@@ -17,8 +17,8 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.experience import ExperienceWriter
-from host.skill_store import ExperienceSkillSource, ExperienceStore
+from host.features.skills.experience import ExperienceWriter
+from host.features.skills.store import ExperienceSkillSource, ExperienceStore
 from memory.embeddings import Vectors, normalize_rows
 from memory.store import Store
 from skills.evolution import Case

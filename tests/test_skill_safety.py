@@ -16,8 +16,8 @@ from aiohttp import web
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from host.experience import ExperienceWriter
-from host.skill_store import ExperienceSkillSource, ExperienceStore
+from host.features.skills.experience import ExperienceWriter
+from host.features.skills.store import ExperienceSkillSource, ExperienceStore
 from memory.store import Store
 from skills.catalog import LocalCatalog
 from skills.evolution import Case, SkillRecord

@@ -17,15 +17,15 @@ from agents.tools import ToolRegistry
 from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.settings import load_settings
 from core.ids import ConversationRef
-from host.conversations import ConversationService, TurnOutcome
-from host.events import ConversationStopped, EventBus
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import ConversationService, TurnOutcome
 from host.graph.executor import GraphRun
-from host.host_agent import HostAgent
-from host.lanes import LaneManager
-from host.messages import OutboundMessage
-from host.outbox import Outbox
-from host.prompt_model import Prompt
-from host.turn import TurnContext
+from host.runtime.events import ConversationStopped, EventBus
+from host.runtime.messages import OutboundMessage
+from host.runtime.prompt_record import Prompt
+from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
 from oncall.model import FINAL_STATES
 from oncall.store import CampaignRecord

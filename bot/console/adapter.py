@@ -33,9 +33,9 @@ from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, Outboun
 from bot.console.screen import Screen
 from core.files import atomic_write
 from core.ids import ConversationRef
-from host.conversations import TurnOutcome, control_word
-from host.messages import MAX_INBOUND_CHARS
-from host.prompt_model import Prompt
+from host.conversation.service import TurnOutcome, control_word
+from host.runtime.messages import MAX_INBOUND_CHARS
+from host.runtime.prompt_record import Prompt
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ PLAN_HINT = "(plan: add lines, `confirm` or a blank line to submit)"
 USER_PROMPT = "you> "
 PLAN_PROMPT = "plan> "
 # Prompt ids are shown by their start; a typed answer may name a prompt by any start of
-# six characters or more (`host.prompts`).
+# six characters or more (`host.prompts.broker`).
 SHOWN_ID_CHARS = 8
 _NEW = re.compile(r"^\s*new\s*[.!]?\s*$", re.IGNORECASE)
 _THREAD = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

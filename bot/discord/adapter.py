@@ -36,11 +36,11 @@ from bot.prompt_ui import (
 )
 from core.ids import ConversationRef
 from core.keyed import KeyedSerial
-from host.author_labels import context_line, display_name, left_out_note
-from host.messages import Attachment, InboundMessage, OutboundMessage
-from host.people import shown_name
-from host.ports import ChannelError
-from host.prompt_model import Prompt
+from host.runtime.author_labels import context_line, display_name, left_out_note
+from host.runtime.messages import Attachment, InboundMessage, OutboundMessage
+from host.runtime.people import shown_name
+from host.runtime.ports import ChannelError
+from host.runtime.prompt_record import Prompt
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import discord
 
 from bot.discord.markdown import markdown_to_discord
 from bot.prompt_ui import action_id, answer_hint, button_labels, outcome_line
-from host.prompt_model import Prompt
+from host.runtime.prompt_record import Prompt
 
 MODAL_PREFIX = "answer"
 MODAL_INPUT = "text"

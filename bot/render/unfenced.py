@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from core.fence import unfence
 from core.ids import ConversationRef
-from host.messages import OutboundMessage
-from host.ports import Channel
+from host.runtime.messages import OutboundMessage
+from host.runtime.ports import Channel
 
 
 class UnfencedChannel:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from bot.prompt_ui import action_id, answer_hint, button_labels, outcome_line
-from host.prompt_model import Prompt
+from host.runtime.prompt_record import Prompt
 
 MODAL_CALLBACK = "raven_prompt_answer"
 MODAL_BLOCK = "answer"

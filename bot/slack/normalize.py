@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from host.messages import Attachment, InboundMessage
+from host.runtime.messages import Attachment, InboundMessage
 
 _MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>")
 IGNORED_SUBTYPES = frozenset(

@@ -41,7 +41,7 @@ AdmissionGroup = Literal["format", "structure", "capability", "status", "environ
 PlaceholderKind = Literal["output", "output_path", "input", "input_path", "ref", "ref_path"]
 
 GUIDE_POINTER: Final = "See the orchestration guide (call `load_orchestration_guide`)."
-GUIDE_PATH: Final = Path(__file__).resolve().parents[1] / "guides" / "orchestration.md"
+GUIDE_PATH: Final = Path(__file__).resolve().parents[1] / "agent" / "guides" / "orchestration.md"
 # People read the guide as a file; only the Host can call the tool.
 USER_GUIDE_POINTER: Final = f"Plan syntax and graph rules: `{GUIDE_PATH}`."
 PATH_KINDS: Final[frozenset[str]] = frozenset({"output_path", "input_path", "ref_path"})

@@ -43,7 +43,6 @@ from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
-from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.admission import AdmittedGraph
 from host.graph.judge import CompletionJudge, Verdict
 from host.graph.model import NOT_STARTED_STATES, NodeSpec, NodeState
@@ -57,6 +56,7 @@ from host.graph.render import (
     untrusted_preface,
 )
 from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
+from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 
 log = logging.getLogger(__name__)
 

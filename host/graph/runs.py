@@ -18,7 +18,6 @@ from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
-from host.events import ConversationStopped, EventBus, StoppedItem
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
 from host.graph.executor import (
     ConversationCapacity,
@@ -34,6 +33,7 @@ from host.graph.records import RunFiles, read_output
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.runtime.events import ConversationStopped, EventBus, StoppedItem
 
 log = logging.getLogger(__name__)
 

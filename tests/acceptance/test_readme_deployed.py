@@ -118,7 +118,7 @@ VALIDATIONS = (
 
 
 def _graph(agent: str, task: str) -> str:
-    """A graph submission file (host/guides/orchestration.md's format), one node."""
+    """A graph submission file (host/agent/guides/orchestration.md's format), one node."""
     node = {"id": "n1", "agent": agent, "template": task, "deps": [], "inputs": {}}
     return json.dumps({"task_summary": f"one {agent} node", "nodes": [node]})
 

@@ -19,12 +19,12 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, AgentRegistry, default_registry
 from core.ids import ConversationRef
-from host.events import EventBus, RunException, RunFinished, RunProgress
 from host.graph.executor import DispatchContext, GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
+from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from memory.store import Store
 
 CONV = ConversationRef("console", "local", "main", "thread-1")

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 
 from core.ids import ConversationRef
-from host.prompt_model import Prompt
+from host.runtime.prompt_record import Prompt
 
 
 class RecordingPromptSurface:

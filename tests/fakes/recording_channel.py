@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 from core.ids import ConversationRef
-from host.messages import OutboundMessage
+from host.runtime.messages import OutboundMessage
 
 
 class RecordingChannel:

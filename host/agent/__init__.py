@@ -1,0 +1,1 @@
+"""The Host agent and its tools (and the orchestration guide it reads)."""

@@ -1,0 +1,2 @@
+"""Conversations: the service (message → record → lane → turn → reply), lanes, the outbox,
+scheduled turns, run announcements."""

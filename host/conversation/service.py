@@ -1,0 +1,621 @@
+"""Conversation service: inbound messages become turns in lanes; replies go out once."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal, Protocol
+
+from agents.campaign_syntax import HELP as CAMPAIGN_HELP
+from agents.models.offline import OFFLINE_NOTICE, OFFLINE_REMINDER
+from agents.models.types import ModelError
+from agents.plan_syntax import HELP as PLAN_HELP
+from core.ids import ConversationRef
+from core.keyed import KeyedSerial
+from host.agent.host_agent import HostAgent
+from host.conversation.lanes import LaneBusy, LaneManager, LanesClosed
+from host.conversation.outbox import DeliveryError, Outbox
+from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
+from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted
+from host.runtime.messages import InboundMessage, stored_inbound
+from host.runtime.people import People
+from host.runtime.turn import TurnContext
+from memory.conversation_log import ConversationLog, LoggedMessage
+from memory.group import Attribution
+
+log = logging.getLogger(__name__)
+
+ControlWord = Literal["stop", "status", "help"]
+# Each control word (a message that is just the word) and what it does, for `help`.
+CONTROL_WORDS: Mapping[ControlWord, str] = MappingProxyType(
+    {
+        "stop": "cancels what you asked for in this thread: your running and queued "
+        "requests, graph runs (also one waiting for an approval), questions and campaigns; "
+        "approvers and admins stop everything here. The reply names what stopped.",
+        "status": "shows what is running or waiting here.",
+        "help": "shows this message.",
+    }
+)
+# How the bot's own turns are shown in the log and to the model.
+SYSTEM_AUTHOR = "raven-system"
+SYSTEM_NAME = "raven (system)"
+# A flooding author hears "busy" once per this many seconds per conversation.
+BUSY_NOTICE_SECONDS = 60.0
+_CONTROL = re.compile(rf"^\s*({'|'.join(CONTROL_WORDS)})\s*[.!?]*\s*$", re.IGNORECASE)
+# The dedup key recording that a conversation was shown the full offline notice.
+_OFFLINE_NOTICE_KEY = "offline-notice:{}"
+_FOREVER_SECONDS = 100 * 365 * 86_400.0
+
+
+def help_text(commands_help: str = "") -> str:
+    """The answer to `help`, built from where each syntax is defined so it cannot drift:
+    the control words, typed answers, the chat commands given, campaigns and plans."""
+    lines = [
+        "**raven-bot** — mention me with a request and I answer in this thread. "
+        "These work without a model:",
+        *(f"- `{word}` {does}" for word, does in CONTROL_WORDS.items()),
+        f"- **Answering a question**: {TYPED_ANSWER_HELP}",
+        *([f"- **Memory**: {commands_help}"] if commands_help else []),
+        f"- **Campaigns**: {CAMPAIGN_HELP}",
+        # Last: it ends with an example block.
+        f"- **Plans**: {PLAN_HELP}",
+    ]
+    return "\n".join(lines)
+
+
+HELP_TEXT = help_text()
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """How a submitted turn ended, as seen by the adapter that submitted it."""
+
+    turn_id: str
+    status: Literal["completed", "failed", "cancelled"]
+    text: str
+
+
+def _consume_outcome(turn: asyncio.Future[TurnOutcome]) -> None:
+    if not turn.cancelled() and (exc := turn.exception()) is not None:
+        log.debug("turn ended with %r (reported in its thread)", exc)
+
+
+# How many recent messages of a thread are searched for the names of work owners.
+_NAME_LOOKBACK = 500
+# Kept from a display name: nothing that could mention or ping anyone, or format text.
+_UNSAFE_NAME = re.compile(r"[^\w .'-]+")
+_KIND_ORDER = ("request", "report", "run", "question", "campaign")
+
+
+def stop_reply(tally: StopTally, *, by: str, privileged: bool, names: Mapping[str, str]) -> str:
+    """The answer to `stop`: what it cancelled, then what it left running by owner.
+
+    Owners are named by display name when known (else by id), never mentioned."""
+
+    def name(owner: str) -> str:
+        shown = _UNSAFE_NAME.sub("", names.get(owner, "")).strip()[:40]
+        return shown or f"`{owner}`"
+
+    cancelled = _describe(tally.cancelled, by=by, name=name)
+    text = (
+        f"Stopped: cancelled {', '.join(cancelled)}."
+        if cancelled
+        else "Stopped: nothing was running in this thread."
+        if privileged
+        else "Stopped: nothing of yours was running in this thread."
+    )
+    left: list[str] = []
+    for owner in dict.fromkeys(item.owner for item in tally.left):
+        items = [item for item in tally.left if item.owner == owner]
+        things = _join(_describe(items, by=owner, name=name))
+        pronoun = "it" if len(items) == 1 else "them"
+        if owner:
+            who = name(owner)
+            left.append(f"{things} by {who} — {who}, an approver or an admin can stop {pronoun}")
+        else:
+            left.append(f"{things} — an approver or an admin can stop {pronoun}")
+    if left:
+        text += f"\nStill running (not yours to stop): {'; '.join(left)}."
+    return text
+
+
+def _describe(items: Sequence[StoppedItem], *, by: str, name: Callable[[str], str]) -> list[str]:
+    """One phrase per run, question or campaign, and one for the requests and the reports;
+    an owner other than `by` is named."""
+    phrases: list[str] = []
+    for kind in _KIND_ORDER:
+        of_kind = [item for item in items if item.kind == kind]
+        if not of_kind:
+            continue
+        if kind == "report":
+            phrases.append(f"{len(of_kind)} report(s) of mine")
+            continue
+        if kind == "request":
+            owners = list(dict.fromkeys(item.owner for item in of_kind))
+            whose = (
+                "" if owners == [by] else f" (of {_join([_whose(o, by, name) for o in owners])})"
+            )
+            phrases.append(f"{len(of_kind)} request(s) in this thread{whose}")
+            continue
+        for item in of_kind:
+            owner = f" by {name(item.owner)}" if item.owner != by else ""
+            detail = f" ({item.detail})" if item.detail else ""
+            phrases.append(f"{kind} `{item.ref}`{owner}{detail}")
+    return phrases
+
+
+def _running_label(msg: InboundMessage, *, system: bool) -> str:
+    """What `status` says a turn is: whose request it is, by display name (no ids)."""
+    if system:
+        return "a report of mine"
+    name = _UNSAFE_NAME.sub("", msg.author_name).strip()[:40] or "someone"
+    return f"a request by {name}"
+
+
+def _whose(owner: str, by: str, name: Callable[[str], str]) -> str:
+    return "you" if owner == by else name(owner) if owner else "me"
+
+
+def _join(parts: Sequence[str]) -> str:
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else "".join(parts)
+
+
+def control_word(text: str) -> ControlWord | None:
+    """The control word a message consists of, if any."""
+    match = _CONTROL.match(text)
+    return match.group(1).lower() if match else None  # type: ignore[return-value]
+
+
+class CommandHandler(Protocol):
+    """Chat commands answered without a Host turn (memory controls)."""
+
+    @property
+    def help(self) -> str:
+        """What the commands are and do, for `help`."""
+        ...
+
+    async def handle(self, msg: InboundMessage) -> str | None:
+        """The reply, or None when `msg` is not a command."""
+        ...
+
+
+class ConversationService:
+    """Owns the path inbound message → durable record → lane → Host turn → one reply."""
+
+    def __init__(
+        self,
+        *,
+        conversation_log: ConversationLog,
+        lanes: LaneManager,
+        host: HostAgent,
+        outbox: Outbox,
+        dedup_ttl_seconds: float,
+        history_messages: int = 40,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
+        broker: PromptBroker | None = None,
+        bus: EventBus | None = None,
+        commands: CommandHandler | None = None,
+        status_sources: Sequence[Callable[[ConversationRef], Awaitable[str]]] = (),
+        background_idle: Callable[[str], Awaitable[None]] | None = None,
+        enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
+            MappingProxyType({})
+        ),
+        busy_notice_seconds: float = BUSY_NOTICE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        admins: Collection[str] = (),
+        approvers: Collection[str] = (),
+        people: People | None = None,
+    ) -> None:
+        self._log = conversation_log
+        # How replies name people (whose work `stop` left running): display names.
+        self._people = people or People()
+        self._lanes = lanes
+        self._host = host
+        self._outbox = outbox
+        self._ttl = dedup_ttl_seconds
+        self._history = history_messages
+        self._new_id = new_id
+        self._broker = broker
+        # Hears TurnCompleted (memory writes, notifications); a private bus when none is given.
+        self._bus = bus or EventBus()
+        self._commands = commands
+        self._status_sources = tuple(status_sources)
+        self._background_idle = background_idle
+        self._enrichers = enrichers
+        self._busy_notice_seconds = busy_notice_seconds
+        self._clock = clock
+        # Their `stop` cancels everyone's work in a thread; anyone else's only their own.
+        self._privileged = frozenset(admins) | frozenset(approvers)
+        # (conversation, author) → when that author was last told the lane is full.
+        self._busy_told: dict[tuple[str, str], float] = {}
+        # What one conversation receives is dispatched in order, off the ingress path.
+        self._ingress = KeyedSerial("ingress")
+
+    async def accept(self, msg: InboundMessage) -> asyncio.Future[TurnOutcome] | None:
+        """Persist and dedup `msg`, then start its turn; None for a duplicate or a control word.
+
+        Waits for the message's dispatch (control replies, typed answers, queueing), so a
+        script's next line sees its effect. Adapters with an ack deadline use `receive`.
+        """
+        message_id = await self._claim(msg)
+        if message_id is None:
+            return None
+        task = self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
+        return await asyncio.shield(task)
+
+    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str]]:
+        """Conversations active since `since` with their newest inbound message id (for an
+        adapter catching up on what arrived while the bot was down)."""
+        return await self._log.recent_conversations(platform, since=since)
+
+    async def claim(self, platform: str, event_id: str) -> bool:
+        """True the first time a platform event that is not a message (a click, a form) is
+        seen: redeliveries, even across a restart, are dropped."""
+        return await self._log.claim_key(f"{platform}:event:{event_id}", ttl_seconds=self._ttl)
+
+    async def receive(self, msg: InboundMessage) -> bool:
+        """Persist and dedup `msg` and return at once; False for a duplicate.
+
+        Everything else (control replies, typed answers, busy notes, the turn) runs after, in
+        order per conversation, so acknowledging an event never waits on a post.
+        """
+        message_id = await self._claim(msg)
+        if message_id is None:
+            return False
+
+        async def dispatch() -> None:
+            turn = await self._dispatch(msg, message_id)
+            if turn is not None:
+                # Nobody waits for this turn; its failure was already told to the user.
+                turn.add_done_callback(_consume_outcome)
+
+        self._ingress.spawn(msg.conversation.id, dispatch)
+        return True
+
+    async def _claim(self, msg: InboundMessage) -> int | None:
+        message_id = await self._log.claim_inbound(
+            msg.conversation,
+            event_keys=msg.dedup_keys,
+            ttl_seconds=self._ttl,
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            text=msg.text,
+            payload=msg.model_dump_json(),
+        )
+        if message_id is None:
+            log.info("duplicate event %s dropped", msg.event_id)
+        return message_id
+
+    async def close(self) -> None:
+        """Cancel dispatches still queued (their messages stay unhandled and resume later) and
+        stop retrying failed posts (they stay recorded and go out at the next start)."""
+        await self._ingress.close()
+        await self._outbox.close()
+
+    async def _dispatch(
+        self, msg: InboundMessage, message_id: int
+    ) -> asyncio.Future[TurnOutcome] | None:
+        system = msg.origin == "system"
+        word = None if system else control_word(msg.text)
+        if word is not None:
+            await self._control(word, msg, message_id)
+            return None
+        if not system and self._broker is not None:
+            # A typed reply to a pending prompt answers it instead of starting a turn.
+            outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
+            if outcome is not None:
+                await self._log.mark_handled(message_id)
+                if not outcome.notified:
+                    # Said in the thread, next to the typed answer: which prompt it answered,
+                    # which ones it could answer, or why it was not taken.
+                    plain = outcome.status in ("accepted", "ambiguous")
+                    await self._outbox.send(
+                        msg.conversation,
+                        outcome.message if plain else f"⚠️ {outcome.message}",
+                        idempotency_key=f"prompt-reply:{message_id}",
+                    )
+                return None
+        if not system and self._commands is not None:
+            reply = await self._commands.handle(msg)
+            if reply is not None:
+                await self._log.mark_handled(message_id)
+                await self._outbox.send(
+                    msg.conversation, reply, idempotency_key=f"command:{message_id}"
+                )
+                return None
+        turn_id = self._new_id()
+        try:
+            return self._lanes.submit(
+                msg.conversation.id,
+                lambda: self._run_turn(msg, message_id, turn_id),
+                kind=msg.origin,
+                label=_running_label(msg, system=system),
+                owner="" if system else msg.author_id,
+            )
+        except LanesClosed:
+            # Shutting down: the message stays unhandled and runs after the restart.
+            log.info("message %s arrived during shutdown; it resumes at the next start", message_id)
+            return None
+        except LaneBusy as exc:
+            await self._log.mark_handled(message_id)
+            await self._tell_busy(msg, exc, message_id)
+            return None
+
+    async def _tell_busy(self, msg: InboundMessage, exc: LaneBusy, message_id: int) -> None:
+        """Say "busy" to a flooding author once per window, not once per refused message."""
+        now = self._clock()
+        key = (msg.conversation.id, msg.author_id)
+        told = self._busy_told.get(key)
+        if told is not None and now - told < self._busy_notice_seconds:
+            log.info("message %s refused (lane full); %s was already told", message_id, key)
+            return
+        self._busy_told = {
+            k: t for k, t in self._busy_told.items() if now - t < self._busy_notice_seconds
+        }
+        self._busy_told[key] = now
+        window = int(self._busy_notice_seconds)
+        await self._outbox.send(
+            msg.conversation,
+            f"⚠️ {exc} Further requests from you here are dropped for the next {window} s "
+            "while the queue is full.",
+            idempotency_key=f"busy:{message_id}",
+        )
+
+    async def knows(self, conv: ConversationRef) -> bool:
+        """True when the bot already takes part in this conversation (thread replies)."""
+        return await self._log.exists(conv.id)
+
+    async def _run_turn(self, msg: InboundMessage, message_id: int, turn_id: str) -> TurnOutcome:
+        conv = msg.conversation
+        enrich = self._enrichers.get(msg.platform)
+        if enrich is not None and msg.origin == "user":
+            # Platform context (names, thread re-read, attachments) is fetched here, not at
+            # ingress, so acknowledging an event never waits on it — and a message resumed
+            # after a restart gets it too.
+            try:
+                msg = await enrich(msg)
+            except Exception:
+                log.exception("enriching message %s failed; using it as received", message_id)
+        history = await self._log.history(conv.id, limit=self._history + 1)
+        history = [m for m in history if m.id != message_id][-self._history :]
+        try:
+            return await self._turn_body(msg, message_id, turn_id, history)
+        except asyncio.CancelledError:
+            # Wherever the cancel landed (even in the commit that recorded the turn as
+            # running), the turn ends recorded as cancelled, never left running.
+            await asyncio.shield(self._log.cancel_turn(turn_id))
+            raise
+
+    async def _turn_body(
+        self,
+        msg: InboundMessage,
+        message_id: int,
+        turn_id: str,
+        history: list[LoggedMessage],
+    ) -> TurnOutcome:
+        conv = msg.conversation
+        await self._log.start_turn(
+            conv,
+            turn_id=turn_id,
+            kind=msg.origin,
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            inbound_message_id=message_id,
+        )
+        ctx = TurnContext(
+            conv,
+            turn_id,
+            msg.author_id,
+            msg.author_name,
+            msg.origin,
+            msg.text,
+            msg.is_dm,
+            roles=msg.roles,
+        )
+        if msg.origin == "system" and self._host.provider.offline:
+            # No model to synthesise from a report: the report itself is the reply.
+            await self._log.finish_turn(turn_id, status="completed")
+            await self._outbox.send(
+                conv, msg.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+            )
+            await self._completed(ctx, msg.text, msg.text)
+            return TurnOutcome(turn_id, "completed", msg.text)
+        try:
+            reply = await self._host.run_turn(
+                ctx, text=msg.text, history=history, thread_context=msg.context
+            )
+        except Exception as exc:
+            error = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+            log.exception("turn %s failed", turn_id)
+            await self._log.finish_turn(turn_id, status="failed", error=error)
+            text = f"⚠️ I couldn't complete that request: {error}"
+            await self._outbox.send(
+                conv, text, idempotency_key=f"turn:{turn_id}:error", turn_id=turn_id
+            )
+            raise
+        loop = reply.loop
+        text = await self._offline_once(conv, reply.text)
+        await self._log.finish_turn(
+            turn_id,
+            status="completed",
+            model_calls=loop.model_calls,
+            input_tokens=loop.usage.input_tokens,
+            output_tokens=loop.usage.output_tokens,
+            transcript=loop.transcript,
+        )
+        await self._outbox.send(
+            conv, text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+        )
+        await self._completed(ctx, msg.text, text, reply.attributions)
+        return TurnOutcome(turn_id, "completed", text)
+
+    async def _offline_once(self, conv: ConversationRef, text: str) -> str:
+        """The offline notice the first time in a conversation (recorded in the database,
+        so a restart does not repeat it), a one-line reminder after that."""
+        if not self._host.provider.offline or text != OFFLINE_NOTICE:
+            return text
+        key = _OFFLINE_NOTICE_KEY.format(conv.id)
+        first = await self._log.claim_key(key, ttl_seconds=_FOREVER_SECONDS)
+        return text if first else OFFLINE_REMINDER
+
+    async def _completed(
+        self,
+        ctx: TurnContext,
+        request: str,
+        reply: str,
+        attributions: tuple[Attribution, ...] = (),
+    ) -> None:
+        # After the reply went out: subscribers (memory) never delay it.
+        await self._bus.publish(
+            TurnCompleted(
+                ctx.conversation,
+                ctx.turn_id,
+                ctx.author_id,
+                ctx.origin,
+                request,
+                reply,
+                author_name=ctx.author_name,
+                is_dm=ctx.is_dm,
+                attributions=attributions,
+            )
+        )
+
+    async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:
+        conv = msg.conversation
+        if word == "stop":
+            text = await self._stop(msg, message_id)
+        elif word == "status":
+            await self._log.mark_handled(message_id)
+            status = self._lanes.status(conv.id)
+            running = status.running or "nothing"
+            text = f"**Status**: running {running}; {status.queued} request(s) queued."
+            extra = [await source(conv) for source in self._status_sources]
+            text = "\n".join(filter(None, [text, *extra]))
+            text = "\n".join(filter(None, [text, await self._delivery_status(conv)]))
+        else:
+            await self._log.mark_handled(message_id)
+            text = help_text(self._commands.help if self._commands is not None else "")
+        await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
+
+    async def _stop(self, msg: InboundMessage, message_id: int) -> str:
+        """Cancel what the typist may stop (everything when privileged); the reply says
+        what was cancelled and what was left running, and whose it is."""
+        conv, by = msg.conversation, msg.author_id
+        privileged = by in self._privileged
+        # Durable first: what this stop cancels must not come back after a restart.
+        await self._log.handle_stop(conv.id, message_id, by=by, privileged=privileged)
+        tally = StopTally()
+        await self._lanes.stop(conv.id, by=by, privileged=privileged, tally=tally)
+        # Only now: a crash before this line runs the same stop again at the next start.
+        await self._log.mark_handled(message_id)
+        names = {
+            m.author_id: m.author_name
+            for m in await self._log.history(conv.id, limit=_NAME_LOOKBACK)
+            if m.direction == "in"
+        }
+        # The platform's directory first: a name logged at ingress may be the bare id.
+        for item in (*tally.cancelled, *tally.left):
+            if item.owner and item.owner != by:
+                shown = await self._people.name(conv, item.owner)
+                names[item.owner] = shown if shown != item.owner else names.get(item.owner, "")
+        return stop_reply(tally, by=by, privileged=privileged, names=names)
+
+    async def _delivery_status(self, conv: ConversationRef) -> str:
+        failed = await self._log.undelivered(conv.id)
+        if not failed:
+            return ""
+        retrying = self._outbox.retrying(conv)
+        lines = [
+            f"⚠️ {len(failed)} message(s) here could not be delivered"
+            + (f" ({retrying} being retried)" if retrying else "")
+            + "; they are sent again at the next start:"
+        ]
+        lines += [f"- `{m.idempotency_key}`: {m.text[:80]}" for m in failed[:5]]
+        return "\n".join(lines)
+
+    async def recover(self, platform: str) -> None:
+        """After a restart: report interrupted turns, resend pending replies, resume messages."""
+        for turn, conv, request in await self._log.unreported_interruptions():
+            if conv.platform != platform:
+                continue
+            which = f" (“{gist(request, 60)}”)" if request.strip() else ""
+            try:
+                await self._outbox.send(
+                    conv,
+                    "⚠️ A restart interrupted my work on an earlier request in this thread"
+                    f"{which}, so it did not finish. Please ask again if you still need it.",
+                    idempotency_key=f"interrupted:{turn.id}",
+                    turn_id=turn.id,
+                )
+            except DeliveryError as exc:
+                # Recorded, and retried by the outbox: the platform being down must not stop
+                # the bot from starting.
+                log.warning("telling %s about turn %s failed: %s", conv.id, turn.id, exc)
+            await self._log.mark_reported(turn.id)
+        await self._outbox.redeliver_pending(platform)
+        for message_id, payload in await self._log.unhandled_inbound(platform):
+            msg = stored_inbound(payload)
+            log.info("resuming message %s accepted before the restart", message_id)
+            await self._ingress.spawn(
+                msg.conversation.id, functools.partial(self._dispatch, msg, message_id)
+            )
+
+    async def notify(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> str | None:
+        """Post a proactive message into a conversation (persisted first); return its id."""
+        return await self._outbox.send(conv, text, idempotency_key=idempotency_key)
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        """Edit an earlier message of the bot (one status message per run)."""
+        await self._outbox.edit(conv, message_id, text, key=key)
+
+    async def quiesce(self, conv: ConversationRef) -> None:
+        """Wait until the conversation's lane is empty and its graph runs have ended.
+
+        Two quiet checks in a row are required: a run that just ended queues its report turn.
+        """
+        quiet = 0
+        while quiet < 2:
+            await self._ingress.idle(conv.id)
+            if self._background_idle is not None:
+                await self._background_idle(conv.id)
+            status = self._lanes.status(conv.id)
+            quiet = quiet + 1 if status.running is None and status.queued == 0 else 0
+            await asyncio.sleep(0.05)
+
+    async def system_turn(self, conv: ConversationRef, text: str, *, key: str) -> None:
+        """A proactive turn (run report, wake-up) in the conversation's own lane and history.
+
+        Recorded like an inbound message first, so it survives a crash and runs once;
+        returns once recorded. System turns are never refused by the user queue cap.
+        """
+        msg = InboundMessage(
+            platform=conv.platform,
+            workspace=conv.workspace,
+            channel=conv.channel,
+            thread=conv.thread,
+            message_id=key[:128],
+            author_id=SYSTEM_AUTHOR,
+            author_name=SYSTEM_NAME,
+            text=text[:40_000],
+            event_id=f"system:{key}"[:256],
+            origin="system",
+        )
+        message_id = await self._log.claim_inbound(
+            conv,
+            event_keys=msg.dedup_keys,
+            ttl_seconds=self._ttl,
+            author_id=msg.author_id,
+            author_name=msg.author_name,
+            text=msg.text,
+            payload=msg.model_dump_json(),
+        )
+        if message_id is not None:
+            # Not awaited: the caller may be work that a queued `stop` is waiting for.
+            self._ingress.spawn(conv.id, lambda: self._dispatch(msg, message_id))

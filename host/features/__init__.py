@@ -1,0 +1,1 @@
+"""Each capability's glue to the Host, one folder per capability."""

@@ -1,0 +1,1 @@
+"""Memory in conversations: personal recall and writing, group memory, the episode former."""

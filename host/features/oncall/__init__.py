@@ -1,0 +1,1 @@
+"""Oncall in conversations: campaign tools, the decider, notices, command approval."""

@@ -1,0 +1,88 @@
+"""Campaign notices enter the conversation's lane as system work, recorded before they post.
+
+`send` records the notice in the outbox's message log (durable, `pending`) and queues a
+system job on the conversation's lane that posts it; it never waits for that job, because a
+campaign is started inside a user turn of that same lane. A notice recorded but not posted
+when the process dies is sent once by the outbox's startup redelivery. Status-message edits
+go straight to the outbox: they change a message already posted and need no lane order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from core.ids import ConversationRef
+from host.conversation.lanes import LaneManager, LanesClosed
+from host.conversation.outbox import DeliveryError, Outbox
+from memory.conversation_log import ConversationLog
+from oncall.ports import PostedHook
+
+log = logging.getLogger(__name__)
+
+
+class LaneNotifier:
+    """The campaign engine's notifier in the bot: persist, then post in the lane's order."""
+
+    def __init__(self, conversation_log: ConversationLog, outbox: Outbox, lanes: LaneManager):
+        self._log = conversation_log
+        self._outbox = outbox
+        self._lanes = lanes
+
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+    ) -> None:
+        """Record the notice, then queue its post on the lane (not awaited); once per key."""
+        # Committed before anything is queued: a crash from here on leaves a pending row
+        # that the next start's redelivery posts, and the key keeps it to one post.
+        await self._log.record_outbound(conv, idempotency_key=idempotency_key, text=text)
+        try:
+            job = self._lanes.submit(
+                conv.id,
+                lambda: self._post(conv, text, idempotency_key, on_posted),
+                kind="system",
+                label=f"notice {idempotency_key}",
+            )
+        except LanesClosed:
+            log.info("notice %s stays pending until the next start", idempotency_key)
+            return
+        job.add_done_callback(_consume)
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        """The platform id of a notice once it was posted (by the lane, a retry or a
+        redelivery after a restart); None before."""
+        message = await self._log.outbound(idempotency_key)
+        if message is None or message.delivery != "sent":
+            return None
+        return message.platform_message_id
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        """Edit the round's status message in place, directly (failures are logged)."""
+        await self._outbox.edit(conv, message_id, text, key=key)
+
+    async def _post(
+        self,
+        conv: ConversationRef,
+        text: str,
+        idempotency_key: str,
+        on_posted: PostedHook | None,
+    ) -> None:
+        try:
+            posted = await self._outbox.send(conv, text, idempotency_key=idempotency_key)
+        except DeliveryError as exc:
+            # Recorded as failed and retried by the outbox (or redelivered at the next start).
+            log.warning("notice %s not posted yet: %s", idempotency_key, exc)
+            return
+        if posted is not None and on_posted is not None:
+            await on_posted(posted)
+
+
+def _consume(job: asyncio.Future[None]) -> None:
+    """Nobody awaits a notice job: its failure is logged here instead of lost."""
+    if not job.cancelled() and (exc := job.exception()) is not None:
+        log.error("a campaign notice job failed", exc_info=exc)

@@ -1,0 +1,1 @@
+"""The permission gate's host side: approvals for agents' actions."""

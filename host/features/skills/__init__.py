@@ -1,0 +1,2 @@
+"""Skill Forge in conversations: the store, context blocks, prefetch, the gate's completer,
+experience."""

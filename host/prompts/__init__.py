@@ -1,0 +1,1 @@
+"""Prompts: the broker (buttons and typed answers), their records and handlers, clarification."""

@@ -1,0 +1,1 @@
+"""The Host's runtime: events, the scheduling port, messages, ports, turns, people."""

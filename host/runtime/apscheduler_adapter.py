@@ -1,0 +1,207 @@
+"""The `Scheduler` port on APScheduler 3: an AsyncIOScheduler with a SQLite job store.
+
+Jobs persist in their own `scheduler.db` (APScheduler's synchronous engine must not contend
+with the bot's aiosqlite connection for one file's write lock). Every job calls the
+module-level `fire` with picklable arguments only; `fire` hands it to the running adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.job import Job
+from apscheduler.jobstores.base import ConflictingIdError, JobLookupError
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from host.runtime.events import EventBus, WakeUp
+from host.runtime.scheduling import FiredJob, JobPayload, JSONValue
+
+log = logging.getLogger(__name__)
+
+# The one piece of process-wide state, and unavoidable: APScheduler persists a job as a
+# textual function reference plus pickled arguments, so a job fired after a restart cannot
+# carry the adapter object. `fire` finds the running adapter by its name here. Weak values:
+# an adapter that was dropped without `stop()` does not stay alive through this table.
+_RUNNING: weakref.WeakValueDictionary[str, ApschedulerScheduler] = weakref.WeakValueDictionary()
+
+_FIRE_REF = f"{__name__}:fire"
+
+
+async def fire(
+    scheduler_name: str, job_id: str, kind: str, payload_json: str, scheduled_iso: str
+) -> None:
+    """The function every persisted job names: dispatch to the running adapter's handler."""
+    fired_at = datetime.now(UTC)
+    owner = _RUNNING.get(scheduler_name)
+    if owner is None:
+        log.warning("job %s fired but scheduler %r is not running; dropped", job_id, scheduler_name)
+        return
+    payload: dict[str, JSONValue] = json.loads(payload_json)
+    job = FiredJob(
+        job_id=job_id,
+        kind=kind,
+        payload=payload,
+        scheduled_at=datetime.fromisoformat(scheduled_iso),
+        fired_at=fired_at,
+    )
+    await owner._dispatch(job)
+
+
+class ApschedulerScheduler:
+    """`Scheduler` on AsyncIOScheduler + SQLAlchemyJobStore (coalesce, one instance a job)."""
+
+    def __init__(
+        self,
+        db_path: Path,
+        bus: EventBus,
+        *,
+        misfire_grace_seconds: int = 3600,
+        name: str | None = None,
+        stop_grace_seconds: float = 5.0,
+    ) -> None:
+        if misfire_grace_seconds <= 0:
+            raise ValueError("misfire_grace_seconds must be positive")
+        self._db_path = db_path
+        self._bus = bus
+        # The job store's identity by default: jobs persisted in one scheduler.db name it, and
+        # two runtimes in one process (tests) on different homes each get their own jobs.
+        self._name = name if name is not None else str(db_path.resolve())
+        self._stop_grace = stop_grace_seconds
+        self._scheduler = AsyncIOScheduler(
+            jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{db_path}")},
+            job_defaults={
+                # A job overdue several times (it cannot be, being one-shot, but a later
+                # recurring kind might) runs once; never two copies of one job at a time.
+                "coalesce": True,
+                "max_instances": 1,
+                # Beyond this, APScheduler drops an overdue job (logged as missed).
+                "misfire_grace_time": int(misfire_grace_seconds),
+            },
+            timezone=UTC,
+        )
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._started = False
+
+    @property
+    def running(self) -> bool:
+        """True between `start()` and `stop()`."""
+        return self._started
+
+    async def start(self) -> None:
+        """Open `scheduler.db` and begin firing; overdue jobs within the grace fire now."""
+        if self._started:
+            return
+        other = _RUNNING.get(self._name)
+        if other is not None and other is not self:
+            raise RuntimeError(f"a scheduler named {self._name!r} is already running")
+        self._db_path.parent.mkdir(parents=True, exist_ok=True)
+        # Registered before starting: overdue jobs fire on the first wake-up after start.
+        _RUNNING[self._name] = self
+        try:
+            self._scheduler.start()
+        except BaseException:
+            _RUNNING.pop(self._name, None)
+            raise
+        self._started = True
+
+    async def stop(self) -> None:
+        """Stop firing, give in-flight handlers `stop_grace_seconds`, then close the store."""
+        if not self._started:
+            return
+        self._started = False
+        self._scheduler.pause()
+        if self._inflight:
+            _, late = await asyncio.wait(set(self._inflight), timeout=self._stop_grace)
+            if late:
+                log.warning("%d scheduled job(s) still running at shutdown; cancelled", len(late))
+                for task in late:
+                    task.cancel()
+        # AsyncIOScheduler.shutdown only queues the work on the loop (call_soon_threadsafe);
+        # yield until it has run so the job store is closed when this returns.
+        self._scheduler.shutdown(wait=False)
+        for _ in range(100):
+            if not self._scheduler.running:
+                break
+            await asyncio.sleep(0)
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        if _RUNNING.get(self._name) is self:
+            del _RUNNING[self._name]
+
+    async def schedule_at(
+        self,
+        job_id: str,
+        when: datetime,
+        kind: str,
+        payload: JobPayload,
+        *,
+        replace_existing: bool = True,
+    ) -> bool:
+        """Store a one-shot job (see `Scheduler.schedule_at`); needs a started scheduler."""
+        if not self._started:
+            raise RuntimeError("the scheduler is not running")
+        if when.tzinfo is None:
+            raise ValueError("`when` must be timezone-aware")
+        if not self._bus.has_subscriber(WakeUp, kind):
+            raise ValueError(f"no handler for job kind {kind!r}")
+        payload_json = json.dumps(dict(payload))  # fails here for values a restart would lose
+        run_at = when.astimezone(UTC)
+
+        def add() -> bool:
+            try:
+                self._scheduler.add_job(
+                    _FIRE_REF,
+                    trigger="date",
+                    run_date=run_at,
+                    id=job_id,
+                    name=f"{kind} {job_id}",
+                    args=[self._name, job_id, kind, payload_json, run_at.isoformat()],
+                    replace_existing=replace_existing,
+                )
+            except ConflictingIdError:
+                return False
+            return True
+
+        # The job store is synchronous SQLite: write it off the event loop.
+        return await asyncio.to_thread(add)
+
+    async def cancel(self, job_id: str) -> bool:
+        """Remove a job; False when unknown, already fired, or the scheduler is stopped."""
+        if not self._started:
+            return False
+
+        def remove() -> bool:
+            try:
+                self._scheduler.remove_job(job_id)
+            except JobLookupError:
+                return False
+            return True
+
+        return await asyncio.to_thread(remove)
+
+    async def pending_job_ids(self) -> list[str]:
+        """Ids of the jobs waiting to fire (for status and tests)."""
+        jobs: list[Job] = await asyncio.to_thread(self._scheduler.get_jobs)
+        return [job.id for job in jobs]
+
+    async def _dispatch(self, job: FiredJob) -> None:
+        if not self._bus.has_subscriber(WakeUp, job.kind):
+            log.error("no handler for scheduled job kind %r (job %s)", job.kind, job.job_id)
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        try:
+            log.info("job %s (%s) fired %.3fs late", job.job_id, job.kind, job.lateness_seconds)
+            if not await self._bus.publish(WakeUp(job)):
+                log.error("scheduled job %s (%s) failed", job.job_id, job.kind)
+        finally:
+            if task is not None:
+                self._inflight.discard(task)

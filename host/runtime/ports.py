@@ -1,0 +1,70 @@
+"""Protocols through which the core talks to the edge (channel adapters)."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from core.ids import ConversationRef
+from host.runtime.messages import OutboundMessage
+from host.runtime.prompt_record import Prompt
+
+
+class ChannelError(RuntimeError):
+    """A platform refused or failed a request; `retryable` says whether trying again may help.
+
+    Adapters raise it with `retryable=False` for answers that will not change (unknown
+    channel, missing scope); anything else an adapter raises counts as retryable.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class Channel(Protocol):
+    """One chat platform's egress, as the core sees it."""
+
+    @property
+    def platform(self) -> str:
+        """The platform name used in conversation keys (`slack`, `discord`, `console`)."""
+        ...
+
+    async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
+        """Post into the conversation's thread; return the platform message id.
+
+        Implementations use `message.idempotency_key` to avoid a second post when a
+        redelivery after a crash races one that already went out, where the platform allows.
+        """
+        ...
+
+    async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
+        """Replace the text of a message the bot posted earlier (status messages)."""
+        ...
+
+
+@runtime_checkable
+class PromptSurface(Protocol):
+    """How a platform shows prompts (buttons, modals, numbered choices) and their outcome."""
+
+    async def show_prompt(self, prompt: Prompt) -> str:
+        """Display a pending prompt in its conversation; return the platform message id."""
+        ...
+
+    async def close_prompt(self, prompt: Prompt) -> None:
+        """Edit the prompt's message: remove buttons, show the outcome and who decided."""
+        ...
+
+    async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
+        """Tell one user something only they see (ephemeral where the platform allows)."""
+        ...
+
+
+@runtime_checkable
+class PeopleDirectory(Protocol):
+    """How one platform names a person to other people: a display name, never a mention
+    (a mention pings). Each channel implements it; the core renders names through it."""
+
+    async def display_name(self, user_id: str) -> str:
+        """The person's display name as the platform has it (untrusted: the core cleans it);
+        the id itself when the platform cannot say."""
+        ...
