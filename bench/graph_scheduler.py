@@ -50,14 +50,14 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from core.ids import ConversationRef
-from host.events import EventBus
+from host.conversation.run_events import ConversationRunEvents
 from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
 from host.graph.records import RunFiles, atomic_write
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
-from host.run_events import ConversationRunEvents
+from host.runtime.events import EventBus
 from memory.store import Store
 
 SIZES: tuple[int, ...] = (100, 500, 1000)

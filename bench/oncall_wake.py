@@ -50,9 +50,9 @@ from datetime import UTC, datetime
 from agents.sandbox import DetachedSandbox, select_sandbox
 from bot.app import on_campaign_wake
 from core.ids import ConversationRef
-from host.apscheduler_adapter import ApschedulerScheduler
-from host.events import EventBus, subscribe_job
-from host.scheduling import FiredJob
+from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.events import EventBus, subscribe_job
+from host.runtime.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, Decider
