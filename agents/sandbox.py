@@ -106,9 +106,10 @@ _ISOLATION_ARGS: Final = (
     "--unshare-ipc",
     "--unshare-uts",
     "--unshare-cgroup-try",
-    # The whole sandbox dies with the bot (SIGKILL included): bwrap sets PDEATHSIG on
-    # itself and its init, and the PID namespace takes every descendant with it.
-    # Left out of a detached launch, and only that.
+    # The whole sandbox dies with its parent (SIGKILL included): bwrap sets PDEATHSIG on
+    # itself and its init, and the PID namespace takes every descendant with it. The parent
+    # is the bot, or for a detached launch the round's leader (which outlives the bot): a
+    # round whose leader was killed must not run on unwatched.
     _DIE_WITH_PARENT,
     "--new-session",  # no controlling terminal to inject keystrokes into
     "--cap-drop",
@@ -165,7 +166,8 @@ class Bubblewrap:
     ) -> list[str]:
         """The bwrap options (without the command) for one run in `workspace`.
 
-        `detached` drops only `--die-with-parent`: everything else confines the same way.
+        `detached` changes nothing here: a detached command's parent is its leader, not the
+        bot, and the sandbox dies with that parent like any other.
         `readonly` adds read-only binds (a campaign machine's `mounts`), laid like the
         workspace over any cover (a mount inside a hidden directory stays visible).
         """
@@ -195,7 +197,7 @@ class Bubblewrap:
         # Parents first, so a deeper mount always lands on top (the workspace inside a
         # hidden data dir stays visible and writable); the rank orders equal depths.
         mounts.sort(key=lambda mount: (len(mount.path.parts), mount.rank))
-        args = [a for a in _ISOLATION_ARGS if not (detached and a == _DIE_WITH_PARENT)]
+        args = list(_ISOLATION_ARGS)
         for mount in mounts:
             args += mount.args
         for path in covered:

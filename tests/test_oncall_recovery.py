@@ -67,6 +67,8 @@ async def test_a_round_that_vanished_while_no_engine_watched_is_detected_at_reco
         pid, _ = split_job_id(round_.handle.job_id)
         os.killpg(pid, signal.SIGKILL)
         await kit.until(_gone(pid))
+        # The sandboxed command dies with its leader: nothing of the round runs on unwatched.
+        await kit.until(_nothing_runs_in(kit.root / record.id / "round-1"))
         await kit.restart()
 
         async def woke() -> bool:
@@ -166,6 +168,25 @@ async def test_the_campaign_tools_refuse_with_the_reason_instead_of_raising(
 def _exists(path: Path) -> object:
     async def check() -> bool:
         return await asyncio.to_thread(path.exists)
+
+    return check
+
+
+def _nothing_runs_in(directory: Path) -> object:
+    """No process names `directory` on its command line (the sandbox binds it by path)."""
+    mark = str(directory).encode()
+
+    def scan() -> bool:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if mark in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return False
+            except OSError:
+                continue
+        return True
+
+    async def check() -> bool:
+        return await asyncio.to_thread(scan)
 
     return check
 

@@ -26,6 +26,7 @@ class Proc:
     ppid: int
     state: str
     start: str
+    name: str = ""  # comm: the executable's name, as the process may have set it
 
     @property
     def running(self) -> bool:
@@ -40,10 +41,12 @@ def read_proc(pid: int) -> Proc | None:
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     # comm (field 2) is in parentheses and may itself contain spaces or ")".
-    fields = text.rpartition(")")[2].split()
+    head, _, tail = text.rpartition(")")
+    fields = tail.split()
     if len(fields) < 20:
         return None
-    return Proc(pid=pid, ppid=int(fields[1]), state=fields[0], start=fields[19])
+    name = head.partition("(")[2]
+    return Proc(pid=pid, ppid=int(fields[1]), state=fields[0], start=fields[19], name=name)
 
 
 def alive(pid: int, start: str) -> bool:

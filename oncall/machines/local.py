@@ -191,8 +191,15 @@ class LocalMachine:
         if await asyncio.to_thread(leader_gone):
             return
 
-        # The leader itself stays (its handler ignores SIGTERM) to record the exit code.
-        await asyncio.to_thread(lambda: _proc.send(_proc.descendants(pid), signal.SIGTERM))
+        # The leader itself stays (its handler ignores SIGTERM) to record the exit code. The
+        # sandbox's own bwrap processes are spared the SIGTERM: they would die of it, and the
+        # sandbox dies with them (--die-with-parent), before the command could use its grace.
+        # Once the command exits they exit too; the SIGKILL below spares nothing.
+        await asyncio.to_thread(
+            lambda: _proc.send(
+                [p for p in _proc.descendants(pid) if p.name != "bwrap"], signal.SIGTERM
+            )
+        )
         if await _until(leader_gone, grace_seconds):
             return
 
