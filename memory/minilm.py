@@ -73,7 +73,7 @@ class MiniLMEncoder:
         self._tokenizer = tokenizer
         self._threads = ThreadpoolController()  # finds the BLAS libraries once
 
-    def encode(self, texts: list[str], batch_size: int = 64) -> Array:
+    def encode(self, texts: list[str], batch_size: int = 16) -> Array:
         """One normalized row per text. Texts of similar length are batched together, so
         little work is spent on padding. BLAS runs on one thread: measured faster here for
         these small products (its idle threads spin against the element-wise work), and it
