@@ -37,7 +37,7 @@ from oncall.machines.common import MAX_LOG_CHUNK, round_env
 from oncall.machines.registry import parse_machines
 from oncall.machines.ssh import ssh_command
 from oncall.model import JobHandle, JobRequest, JobStatus, Machine, MachineSpec, MachineUnavailable
-from tests.helpers import eventually
+from tests.helpers import eventually, processes_with
 from tests.sandboxing import real_sandbox
 
 LOCAL = MachineSpec(name="local", kind="local", slots=2)
@@ -71,22 +71,6 @@ async def _log_contains(machine: Machine, handle: JobHandle, text: bytes) -> byt
 def _own_start_time() -> str:
     """This process's start time (field 22 of /proc/self/stat)."""
     return Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19]
-
-
-def _processes_with(token: str) -> list[int]:
-    """Host pids of live processes whose command line contains `token`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if token.encode() in cmdline and state != "Z" and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -175,11 +159,11 @@ async def test_terminate_sends_sigterm_and_a_gone_job_is_fine(
     token = uuid.uuid4().hex
     handle = await local.submit(_request(tmp_path / "r", f"echo ready; sleep 600; : {token}"))
     await _log_contains(local, handle, b"ready")
-    await eventually(lambda: bool(_processes_with(token)))
+    await eventually(lambda: bool(processes_with(token)))
     await local.terminate(handle, grace_seconds=20)
     status = await local.poll(handle)
     assert status.state == "exited" and status.exit_code == 128 + signal.SIGTERM
-    assert not _processes_with(token)
+    assert not processes_with(token)
     await local.terminate(handle, grace_seconds=1)  # already gone: nothing to do
 
 
@@ -193,7 +177,7 @@ async def test_terminate_escalates_to_sigkill_when_sigterm_is_ignored(
     await local.terminate(handle, grace_seconds=0.5)
     # It saw the SIGTERM and carried on; only the SIGKILL that followed can have ended it.
     assert b"got TERM" in await local.read_log(handle, 0)
-    assert not _processes_with(token)
+    assert not processes_with(token)
     assert (await local.poll(handle)).state == "exited"
 
 
@@ -412,7 +396,7 @@ async def _remote_rounds(loopback_ssh: SshMachine, handle: JobHandle, tmp_path: 
     await _log_contains(loopback_ssh, handle, b"ready")
     await loopback_ssh.terminate(handle, grace_seconds=0.4)
     assert b"got TERM" in await loopback_ssh.read_log(handle, 0)
-    assert not _processes_with(token)
+    assert not processes_with(token)
     status = await loopback_ssh.poll(handle)
     assert status.state == "exited" and status.exit_code == 128 + signal.SIGKILL
     gone = handle.model_copy(update={"job_id": "999999999:1", "exit_path": "/nonexistent"})

@@ -16,6 +16,7 @@ from host.runtime.turn import TurnContext
 from oncall.machines.common import split_job_id
 from oncall.model import Budget
 from oncall.store import CampaignRecord, RoundRecord
+from tests.helpers import processes_with
 from tests.oncall_kit import CONV, OncallKit, oncall_kit, spec
 
 # Prints one value, then waits for a file in its round directory before printing the last.
@@ -174,19 +175,9 @@ def _exists(path: Path) -> object:
 
 def _nothing_runs_in(directory: Path) -> object:
     """No process names `directory` on its command line (the sandbox binds it by path)."""
-    mark = str(directory).encode()
-
-    def scan() -> bool:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if mark in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    return False
-            except OSError:
-                continue
-        return True
 
     async def check() -> bool:
-        return await asyncio.to_thread(scan)
+        return not await asyncio.to_thread(processes_with, str(directory))
 
     return check
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import processes_with
+
 REPO = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
 RAVEN = ".venv/bin/raven-bot"  # as the README writes it, run from a project directory
@@ -259,11 +261,9 @@ def screen_text(text: str) -> str:
 def end_processes_under(root: Path) -> None:
     """Kill every process whose command line names a path under `root`: what a test that
     failed half-way left running there (a foreground campaign, its detached round)."""
-    mark = str(root).encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in processes_with(str(root)):
         with contextlib.suppress(OSError):
-            if mark in Path(f"/proc/{pid}/cmdline").read_bytes() and int(pid) != os.getpid():
-                os.kill(int(pid), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
 def running(*argv: str) -> bool:

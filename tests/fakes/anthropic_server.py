@@ -146,10 +146,9 @@ class FakeAnthropic:
         # model set: replies name it and GET /v1/models/{id} knows it, besides MODELS.
         self.model = model
         # Answered without the script (a test that scripts one of them passes side_calls=()
-        # or leaves it out); their requests are kept apart in `side_requests`.
+        # or leaves it out), and not counted in `requests`.
         self.side_calls = side_calls
         self.requests: list[dict[str, Any]] = []
-        self.side_requests: list[dict[str, Any]] = []
         self.responder: Responder | None = None
         self._script: deque[_Answer | _Delay] = deque()
         self._runner: web.AppRunner | None = None
@@ -261,19 +260,15 @@ class FakeAnthropic:
         except ValueError:
             return raw.decode(errors="replace")
 
-    @staticmethod
-    def _entry(request: web.Request, body: Any) -> dict[str, Any]:
-        return {
+    async def _record(self, request: web.Request, body: Any = None) -> dict[str, Any]:
+        if body is None:
+            body = await self._body(request)
+        entry = {
             "method": request.method,
             "path": request.path,
             "headers": dict(request.headers),
             "json": body,
         }
-
-    async def _record(self, request: web.Request, body: Any = None) -> dict[str, Any]:
-        if body is None:
-            body = await self._body(request)
-        entry = self._entry(request, body)
         async with self._arrived:
             self.requests.append(entry)
             self._arrived.notify_all()
@@ -308,7 +303,6 @@ class FakeAnthropic:
             else None
         )
         if side is not None:
-            self.side_requests.append(self._entry(request, body))
             denied = self._auth_error(dict(request.headers))
             if denied is not None:
                 return denied
