@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from agents.sandbox import DetachedSandbox, select_sandbox
-from bot.app import on_campaign_wake
 from core.ids import ConversationRef
+from host.features.oncall.feature import on_campaign_wake
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job
 from host.runtime.scheduling import FiredJob

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
 import os
@@ -20,6 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import TypeVar
 
 from agents.backends import build_backend
 from agents.backends.base import AgentBackend
@@ -27,7 +27,7 @@ from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.permissions import DEFAULT_RULES_LABEL, rules_file_problem
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
-from agents.sandbox import DetachedSandbox, Sandbox, select_sandbox, shown_by
+from agents.sandbox import Sandbox, select_sandbox, shown_by
 from agents.specialists import default_specialists
 from agents.tools import ToolRegistry
 from agents.web_tools import WebConfig, web_tools_hook
@@ -38,8 +38,6 @@ from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.settings import Settings
-from bot.skill_forge import local_catalog, skill_router
-from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.conversation.lanes import LaneManager
@@ -47,29 +45,14 @@ from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.run_events import ConversationRunEvents
 from host.conversation.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.conversation.service import ConversationService
-from host.features.memory.episode_former import ModelFormer
-from host.features.memory.group import (
-    AssessmentRequest,
-    GroupContext,
-    GroupMemoryWriter,
-    GroupPrefetch,
-)
-from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter
-from host.features.oncall.approval import (
-    CAMPAIGN_COMMAND,
-    PromptCommandApprovals,
-    handle_campaign_command,
-)
-from host.features.oncall.decider import ModelDecider
-from host.features.oncall.notices import LaneNotifier
-from host.features.oncall.tools import build_campaign_tools
+from host.features.feature import Commands, Feature, FeatureKind, HostParts
+from host.features.memory.feature import MemoryFeature
+from host.features.memory.personal import MemoryWriter
+from host.features.oncall.feature import OncallFeature
 from host.features.permissions.gate import PermissionGates
-from host.features.skills.completer import ProviderCompleter
-from host.features.skills.context import SkillContext
 from host.features.skills.experience import ExperienceWriter
-from host.features.skills.prefetch import DispatchContexts, NodeSkills
-from host.features.skills.store import ExperienceStore
-from host.graph.executor import DispatchContext
+from host.features.skills.feature import SkillsFeature
+from host.features.skills.prefetch import DispatchContexts
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
@@ -78,44 +61,24 @@ from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker
 from host.prompts.clarify import Clarifier
 from host.prompts.handlers import subscribe_decision_handlers
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
-from host.runtime.events import (
-    ConversationStopped,
-    EventBus,
-    StoppedItem,
-    subscribe_decision,
-    subscribe_job,
-)
+from host.runtime.events import ConversationStopped, EventBus, subscribe_job
 from host.runtime.people import People
 from host.runtime.ports import Channel, PeopleDirectory, PromptSurface
 from host.runtime.roles import Roles
-from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
-from memory.archive import Archive
 from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
-from memory.episodes import RuleFormer
-from memory.erasure import UserErasure
-from memory.group_store import GroupStore
-from memory.index import HybridIndex
 from memory.service import MemoryService
 from memory.store import Store
-from oncall.access import CampaignLimits
-from oncall.engine import CampaignEngine, EngineSettings
-from oncall.machines.registry import (
-    Allocator,
-    Confinement,
-    build_machines,
-    load_machines,
-)
-from oncall.model import FINAL_STATES, MachineSpec
-from oncall.ports import CAMPAIGN_WAKE
-from oncall.store import CampaignStore
-from oncall.workdirs import BotPaths
-from skills.catalog import LocalCatalog
+from oncall.engine import CampaignEngine
+from oncall.machines.registry import Confinement, load_machines
+from oncall.model import MachineSpec
 
 log = logging.getLogger(__name__)
 
 __all__ = ["AdapterFactory", "Runtime", "build_runtime", "serve", "shutdown"]
+
+F = TypeVar("F", bound=Feature)
 
 # How long adapters' serve loops get to end after their adapter was closed.
 SERVE_END_SECONDS = 5.0
@@ -139,13 +102,33 @@ class Runtime:
     adapters: tuple[ChannelAdapter, ...]
     scheduler: ApschedulerScheduler
     run_events: ConversationRunEvents
-    campaigns: CampaignEngine
-    memory: MemoryService
-    memory_writer: MemoryWriter
-    experience_writer: ExperienceWriter
+    features: tuple[Feature, ...]
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def feature(self, kind: type[F]) -> F:
+        """The installed feature of class `kind`."""
+        for installed in self.features:
+            if isinstance(installed, kind):
+                return installed
+        raise LookupError(f"no {kind.__name__} in this runtime")
+
+    @property
+    def campaigns(self) -> CampaignEngine:
+        return self.feature(OncallFeature).engine
+
+    @property
+    def memory(self) -> MemoryService:
+        return self.feature(MemoryFeature).memory
+
+    @property
+    def memory_writer(self) -> MemoryWriter:
+        return self.feature(MemoryFeature).writer
+
+    @property
+    def experience_writer(self) -> ExperienceWriter:
+        return self.feature(SkillsFeature).writer
 
 
 def build_provider(settings: Settings) -> ModelProvider:
@@ -212,37 +195,6 @@ def load_machine_specs(home: Path, *, operator_dir: bool = False) -> dict[str, M
         raise RuntimeError(str(exc)) from None
 
 
-async def stop_campaigns(
-    campaigns: CampaignEngine, event: ConversationStopped, *, people: People | None = None
-) -> None:
-    """`stop` hook for campaigns: the engine cancels those the stopper may act on and
-    returns the rest; both go into the stop's tally. Notices name the stopper by display
-    name (`people`)."""
-    active = [
-        record
-        for record in await campaigns.store.of_conversation(event.conversation_id)
-        if record.state not in FINAL_STATES
-    ]
-    conv = ConversationRef.parse(event.conversation_id)
-    left = await campaigns.stop_conversation(
-        event.conversation_id,
-        by=event.by,
-        privileged=event.privileged,
-        by_name=await (people or People()).name(conv, event.by),
-    )
-    kept = {record.id for record in left}
-    for record in active:
-        if record.id not in kept:
-            event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=True)
-    for record in left:
-        event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=False)
-
-
-async def on_campaign_wake(campaigns: CampaignEngine, job: FiredJob) -> None:
-    """A campaign's scheduled wake-up fired."""
-    await campaigns.on_wake_job(str(job.payload["campaign_id"]), str(job.payload["wake_id"]))
-
-
 def build_embedder(settings: Settings) -> Embedder | None:
     """The memory embedder for RAVEN_MEMORY_EMBEDDER (None: keyword-only recall)."""
     try:
@@ -292,68 +244,122 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
     return adapters
 
 
-def dispatch_context(
-    settings: Settings,
-    memory: MemoryService,
-    group_store: GroupStore,
-    registry: AgentRegistry,
-    catalog: LocalCatalog,
-    experience: ExperienceStore,
-    provider: ModelProvider,
-) -> DispatchContext | None:
-    """What dispatched nodes get after their task: group memory's prefetch (Eq. 34) and
-    their specialist's default skills, each when turned on."""
-    parts: list[DispatchContext] = []
-    if settings.group_memory:
-        parts.append(
-            GroupPrefetch(
-                memory,
-                group_store,
-                k_group=settings.group_recall_k,
-                k_verdict=settings.group_verdicts_k,
-                budget_chars=settings.group_budget_chars,
-            )
-        )
-    if settings.skills:
-        specialists = default_specialists()
-        defaults = {
-            e.name: specialists[e.role].default_skills
-            for e in registry.entries()
-            if e.backend == "inproc" and e.role in specialists
-        }
-        tools = {
-            e.name: specialists[e.role].tools(settings.home).names()
-            for e in registry.entries()
-            if e.backend == "inproc" and e.role in specialists
-        }
-        parts.append(
-            NodeSkills(
-                catalog,
-                defaults,
-                router=skill_router(settings, experience, provider, catalog),
-                tools_by_agent=tools,
-                store=experience,
-            )
-        )
-    return DispatchContexts(parts) if parts else None
+# The capabilities, in the order they subscribe, open and start (and stop in reverse).
+FEATURES: tuple[FeatureKind, ...] = (MemoryFeature, SkillsFeature, OncallFeature)
 
 
 async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
-    """Collect → validate → build → subscribe → open the store (crash leftovers marked)."""
+    """Collect → validate → build the shared parts, then each feature, then the Host around
+    what the features add → subscribe → open the store (crash leftovers marked)."""
     check_home(settings.home)
     check_permissions_file(settings)
+    adapters = build_adapters(adapter_factories)
+    parts = await host_parts(settings, adapters)
+    features = tuple(kind(parts, settings.section(kind.Section)) for kind in FEATURES)
+    home = settings.home
+    roles = parts.roles
+    dispatch = [c for f in features for c in f.dispatch_contexts()]
+    run_store = RunStore(parts.store)
+    runs = RunManager(
+        store=run_store,
+        files=RunFiles(home / "runs"),
+        registry=parts.registry,
+        judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
+        backend=backend_factory(parts.provider, settings, parts.sandbox),
+        workspace=parts.workspace,
+        bus=parts.bus,
+        host_reachable=not parts.provider.offline,
+        settings=RunSettings(
+            concurrency=settings.graph_concurrency,
+            max_attempts=settings.node_max_attempts,
+            decision_seconds=settings.decision_seconds,
+            dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
+        ),
+        prompts=(clarifier := Clarifier(parts.provider, parts.broker, parts.conversation_log)),
+        prefetch=DispatchContexts(dispatch) if dispatch else None,
+        gates=PermissionGates(home, parts.store),
+    )
+    tool_deps = HostToolDeps(
+        runs=runs,
+        broker=parts.broker,
+        registry=parts.registry,
+        results_reach_users=parts.provider.offline,
+        request_attribution=settings.group_memory,
+        roles=roles,
+        people=parts.people,
+    )
+    host_tools = [*build_host_tools(tool_deps), *(t for f in features for t in f.host_tools())]
+    tool_names = [t.name for t in host_tools]
+    host = HostAgent(
+        parts.provider,
+        ToolRegistry[TurnContext](host_tools),
+        context_sources=(
+            OrchestrationContext(tool_deps),
+            *(c for f in features for c in f.context_sources(tool_names)),
+        ),
+        max_iterations=settings.max_iterations,
+        max_tokens=settings.max_tokens,
+    )
+    commands = [h for f in features if (h := f.commands()) is not None]
+    service = ConversationService(
+        conversation_log=parts.conversation_log,
+        lanes=parts.lanes,
+        host=host,
+        outbox=parts.outbox,
+        bus=parts.bus,
+        commands=Commands(tuple(commands)) if commands else None,
+        dedup_ttl_seconds=settings.dedup_ttl_seconds,
+        history_messages=settings.history_messages,
+        broker=parts.broker,
+        admins=settings.admins,
+        approvers=settings.approvers,
+        people=parts.people,
+        status_sources=(
+            runs.status,
+            parts.broker.status,
+            *(s for f in features for s in f.status_sources()),
+        ),
+        background_idle=runs.idle,
+        enrichers=MappingProxyType(
+            {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
+        ),
+    )
+    run_events = ConversationRunEvents(run_store, service, runs)
+    subscribe(parts, features, runs, service, clarifier, run_events)
+
+    runtime = Runtime(
+        settings=settings,
+        store=parts.store,
+        conversation_log=parts.conversation_log,
+        bus=parts.bus,
+        lanes=parts.lanes,
+        provider=parts.provider,
+        registry=parts.registry,
+        runs=runs,
+        broker=parts.broker,
+        host=host,
+        service=service,
+        adapters=adapters,
+        scheduler=parts.scheduler,
+        run_events=run_events,
+        features=features,
+    )
+    try:
+        await open_core(runtime)
+    except BaseException:
+        await runtime.lifecycle.aclose()
+        raise
+    return runtime
+
+
+async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> HostParts:
+    """The parts every feature and the Host are built from, each from parts already built."""
     home = settings.home
     # Probed once (it runs bwrap): off the event loop.
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
-    registry = load_agents(settings, sandbox)
     provider = build_provider(settings)
-    adapters = build_adapters(adapter_factories)
-    machine_specs = await asyncio.to_thread(load_machine_specs, home)
-    embedder = build_embedder(settings)
-
-    # Build, each part from parts already built.
     store = Store(home / "raven.db")
     conversation_log = ConversationLog(store)
     bus = EventBus()
@@ -361,10 +367,8 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     channels: MappingProxyType[str, Channel] = MappingProxyType(
         {a.platform: UnfencedChannel(a) for a in adapters}
     )
-    outbox = Outbox(conversation_log, channels)
     # What people read names people by display name (each platform's directory), not by id.
     people = People(people_directories(adapters))
-    run_store = RunStore(store)
     scheduler = ApschedulerScheduler(
         home / "scheduler.db", bus, misfire_grace_seconds=settings.scheduler_misfire_grace_seconds
     )
@@ -380,208 +384,58 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         scheduler=scheduler,
         people=people,
     )
-    clarifier = Clarifier(provider, broker, conversation_log)
-    group_store = GroupStore(store)
-    memory = MemoryService(
-        Archive(store),
-        HybridIndex(embedder, home / "index"),
-        sources=(group_store,) if settings.group_memory else (),
-        former=ModelFormer(provider)
-        if settings.memory_episodes == "model" and not provider.offline
-        else RuleFormer(),
-        erasure=UserErasure(store, runs_root=home / "runs"),
-    )
-    group = settings.group_memory
-    catalog = local_catalog(settings)
-    experience = ExperienceStore(store)
-    runs = RunManager(
-        store=run_store,
-        files=RunFiles(home / "runs"),
-        registry=registry,
-        judge=CompletionJudge(provider, timeout=settings.judge_timeout),
-        backend=backend_factory(provider, settings, sandbox),
+    return HostParts(
+        home=home,
+        cwd=Path.cwd(),
+        one_shot=False,
         workspace=workspace_for(home),
-        bus=bus,
-        host_reachable=not provider.offline,
-        settings=RunSettings(
-            concurrency=settings.graph_concurrency,
-            max_attempts=settings.node_max_attempts,
-            decision_seconds=settings.decision_seconds,
-            dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
-        ),
-        prompts=clarifier,
-        prefetch=dispatch_context(
-            settings, memory, group_store, registry, catalog, experience, provider
-        ),
-        gates=PermissionGates(home, store),
-    )
-    # `stop` reaches runs, prompts and campaigns as ConversationStopped on the bus.
-    lanes = LaneManager(
-        user_pool=settings.user_pool,
-        system_pool=settings.system_pool,
-        idle_seconds=settings.lane_idle_seconds,
-        queue_cap=settings.lane_queue_cap,
-        bus=bus,
-    )
-    campaigns = CampaignEngine(
-        store=CampaignStore(store),
-        machines=build_machines(
-            machine_specs, DetachedSandbox(sandbox), confinement=confinement(settings)
-        ),
-        allocator=Allocator(machine_specs),
-        scheduler=scheduler,
-        # Notices are system work in the conversation's lane, recorded before they post.
-        notifier=LaneNotifier(conversation_log, outbox, lanes),
-        decider=ModelDecider(provider),
-        root=home / "campaigns",
-        settings=EngineSettings(
-            report_tolerance=settings.campaign_report_tolerance,
-            limits=CampaignLimits(
-                max_budget_seconds=settings.campaign_max_budget_hours * 3600,
-                max_active_per_user=settings.campaign_max_per_user,
-            ),
-        ),
-        approvals=PromptCommandApprovals(broker),
-        # A chat campaign without a machine `workdir` runs in the conversation's workspace
-        # (where its attachments land); never in RAVEN_HOME itself or this directory.
-        workspace=workspace_for(home),
-        bot_paths=BotPaths.of(home, Path.cwd()),
-    )
-    memory_writer = MemoryWriter(memory, conversation_log)
-    memory_commands = MemoryCommands(memory, broker, outbox, people)
-    group_writer = GroupMemoryWriter(group_store, memory)
-    group_context = GroupContext(
-        memory,
-        agents=[e.name for e in registry.entries()],
-        k_group=settings.group_recall_k,
-        budget_chars=settings.group_budget_chars,
-    )
-    group_sources = (group_context, AssessmentRequest(group_store)) if group else ()
-    experience_writer = ExperienceWriter(
-        experience,
-        completer=None if provider.offline else ProviderCompleter(provider),
-        embedder=embedder,
-    )
-    tool_deps = HostToolDeps(
-        runs=runs,
-        broker=broker,
-        registry=registry,
-        results_reach_users=provider.offline,
-        request_attribution=group,
-        roles=Roles(admins=settings.admins, approvers=settings.approvers),
-        people=people,
-    )
-    host_tools = build_host_tools(tool_deps) + build_campaign_tools(
-        campaigns,
-        roles=Roles(admins=settings.admins, approvers=settings.approvers),
-        private=broker.notify_private,
-        people=people,
-    )
-    skill_sources = (
-        (
-            SkillContext(
-                skill_router(settings, experience, provider, catalog),
-                experience,
-                tools=[t.name for t in host_tools],
-                specialists=[e.name for e in registry.entries() if e.enabled],
-            ),
-        )
-        if settings.skills
-        else ()
-    )
-    host = HostAgent(
-        provider,
-        ToolRegistry[TurnContext](host_tools),
-        context_sources=(
-            OrchestrationContext(tool_deps),
-            MemoryContext(
-                memory, k=settings.memory_recall_k, budget_chars=settings.memory_budget_chars
-            ),
-            *group_sources,
-            *skill_sources,
-        ),
-        max_iterations=settings.max_iterations,
-        max_tokens=settings.max_tokens,
-    )
-    service = ConversationService(
-        conversation_log=conversation_log,
-        lanes=lanes,
-        host=host,
-        outbox=outbox,
-        bus=bus,
-        commands=memory_commands,
-        dedup_ttl_seconds=settings.dedup_ttl_seconds,
-        history_messages=settings.history_messages,
-        broker=broker,
-        admins=settings.admins,
-        approvers=settings.approvers,
-        people=people,
-        status_sources=(runs.status, broker.status, campaigns.status),
-        background_idle=runs.idle,
-        enrichers=MappingProxyType(
-            {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
-        ),
-    )
-    run_events = ConversationRunEvents(run_store, service, runs)
-
-    # Subscribe, then freeze: who hears what is fixed for this generation. Group memory
-    # hears a finished run before its report becomes a turn that may close the round.
-    if group:
-        group_writer.subscribe(bus)
-    run_events.subscribe(bus)
-    subscribe_decision_handlers(bus, runs, service, clarifier, people)
-    subscribe_decision(
-        bus,
-        CAMPAIGN_COMMAND,
-        functools.partial(
-            handle_campaign_command,
-            engine=campaigns,
-            broker=broker,
-            admins=settings.admins,
-            people=people,
-        ),
-    )
-    # Each owner of work cancels only what the stopper may stop and tallies the rest.
-    for stop in (
-        runs.stop_conversation,
-        broker.cancel_conversation_id,
-        functools.partial(stop_campaigns, campaigns, people=people),
-    ):
-        bus.subscribe(ConversationStopped, stop)
-    subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
-    subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
-    subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, campaigns))
-    memory_writer.subscribe(bus)
-    memory_commands.subscribe(bus)
-    experience_writer.subscribe(bus)
-    bus.freeze()
-
-    runtime = Runtime(
-        settings=settings,
         store=store,
         conversation_log=conversation_log,
         bus=bus,
-        lanes=lanes,
         provider=provider,
-        registry=registry,
-        runs=runs,
+        registry=load_agents(settings, sandbox),
         broker=broker,
-        host=host,
-        service=service,
-        adapters=adapters,
+        outbox=Outbox(conversation_log, channels),
+        people=people,
+        # `stop` reaches runs, prompts and campaigns as ConversationStopped on the bus.
+        lanes=LaneManager(
+            user_pool=settings.user_pool,
+            system_pool=settings.system_pool,
+            idle_seconds=settings.lane_idle_seconds,
+            queue_cap=settings.lane_queue_cap,
+            bus=bus,
+        ),
         scheduler=scheduler,
-        run_events=run_events,
-        campaigns=campaigns,
-        memory=memory,
-        memory_writer=memory_writer,
-        experience_writer=experience_writer,
+        roles=Roles(admins=settings.admins, approvers=settings.approvers),
+        sandbox=sandbox,
+        embedder=build_embedder(settings),
+        hidden=hidden_paths(settings),
+        unsandboxed=settings.unsandboxed,
     )
-    try:
-        await open_core(runtime)
-    except BaseException:
-        await runtime.lifecycle.aclose()
-        raise
-    return runtime
+
+
+def subscribe(
+    parts: HostParts,
+    features: Sequence[Feature],
+    runs: RunManager,
+    service: ConversationService,
+    clarifier: Clarifier,
+    run_events: ConversationRunEvents,
+) -> None:
+    """Subscribe, then freeze: who hears what is fixed for this generation."""
+    bus, broker = parts.bus, parts.broker
+    subscribe_decision_handlers(bus, runs, service, clarifier, parts.people)
+    # Each owner of work cancels only what the stopper may stop and tallies the rest
+    # (runs and prompts here, each feature's work in its own subscription).
+    bus.subscribe(ConversationStopped, runs.stop_conversation)
+    bus.subscribe(ConversationStopped, broker.cancel_conversation_id)
+    subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
+    subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
+    for feature in features:
+        feature.subscribe(bus)
+    # Last: every feature has heard a finished run before its report becomes a turn.
+    run_events.subscribe(bus)
+    bus.freeze()
 
 
 async def open_core(runtime: Runtime) -> None:
@@ -590,11 +444,8 @@ async def open_core(runtime: Runtime) -> None:
     stack = runtime.lifecycle
     await runtime.store.open()
     stack.push_async_callback(runtime.store.close)
-    # The recall index is derived: loaded (or rebuilt) from SQLite, saved at shutdown.
-    await runtime.memory.load_index()
-    stack.push_async_callback(runtime.memory.save_index)
-    stack.push_async_callback(runtime.memory_writer.close)
-    stack.push_async_callback(runtime.experience_writer.close)
+    for feature in runtime.features:
+        await feature.open(stack)
     stack.push_async_callback(close_provider, runtime.provider)
     # Egress lives almost to the end: messages said while draining must still go out.
     stack.push_async_callback(close_adapters, runtime)
@@ -616,22 +467,16 @@ async def start_serving(runtime: Runtime) -> None:
     for adapter in runtime.adapters:
         await runtime.service.recover(adapter.platform)
         await report_interrupted_runs(runtime, adapter.platform)
-    # Completed turns a crash kept from memory are taken in now, before serving.
-    caught_up = await runtime.memory_writer.recover()
-    if caught_up:
-        log.info("memory: taking in %d turn(s) completed before a crash", caught_up)
-    waiting = await runtime.experience_writer.catch_up()
-    if waiting:
-        log.info("skills: revising from %d case(s) recorded while no model was available", waiting)
+    # What a crash kept from the features (completed turns, recorded cases) is taken in now.
+    for feature in runtime.features:
+        await feature.recover()
     # After recovery, so a job firing now cannot race the replay of unhandled messages.
     await runtime.scheduler.start()
     # First to stop: a job firing during the drain would start work shutdown then cuts off.
     runtime.lifecycle.push_async_callback(runtime.scheduler.stop)
-    # Campaign monitors re-attach to rounds still running; overdue wake-ups fire once.
-    await runtime.campaigns.recover()
-    runtime.lifecycle.push_async_callback(runtime.campaigns.close)
     await runtime.broker.schedule_expiries()
-    await runtime.memory.warm_up()
+    for feature in runtime.features:
+        await feature.start(runtime.lifecycle)
     # Everything built so far (the embedder's model too) lives as long as the process: keep
     # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
     gc.collect()

@@ -38,12 +38,12 @@ from bot.app import (
     close_provider,
     confinement,
     load_machine_specs,
-    on_campaign_wake,
 )
 from bot.home import HomeError, check_home
 from bot.settings import Settings
 from core.ids import ConversationRef
 from host.features.oncall.decider import ModelDecider
+from host.features.oncall.feature import on_campaign_wake
 from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job

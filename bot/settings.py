@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 CsvList = Annotated[list[str], NoDecode]
+T = TypeVar("T", bound="DataclassInstance")
 # URL settings that may carry credentials (`https://user:token@proxy/`).
 _URL_FIELDS = frozenset(
     {
@@ -450,6 +455,15 @@ class Settings(BaseSettings):
     def offline(self) -> bool:
         """True when no model key is configured."""
         return self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value()
+
+    def section(self, kind: type[T]) -> T:
+        """A capability's settings section (a dataclass whose fields are named as here):
+        the feature declares what it reads, and nothing is copied field by field."""
+        names = [f.name for f in dataclasses.fields(kind)]
+        missing = [name for name in names if name not in type(self).model_fields]
+        if missing:
+            raise TypeError(f"{kind.__name__} names settings that do not exist: {missing}")
+        return kind(**{name: getattr(self, name) for name in names})
 
     def is_set(self, variable: str) -> bool:
         """True when the setting read from environment variable `variable` has a value."""

@@ -1,42 +1,22 @@
-"""Skill Forge from settings: the sources (bundled + user SKILL.md catalog, experience skills
-in SQLite, an optional hub) and the router, as the bot and `raven-bot skills` use them."""
+"""Skill Forge from settings, as the bot and `raven-bot skills` use it."""
 
 from __future__ import annotations
 
 from agents.models.provider import ModelProvider
 from bot.settings import Settings
-from host.features.skills.completer import ProviderCompleter
-from host.features.skills.store import ExperienceSkillSource, ExperienceStore
+from host.features.skills.forge import USER_SKILLS_DIR, SkillsSection
+from host.features.skills.forge import local_catalog as catalog_in
+from host.features.skills.forge import skill_router as router_for
+from host.features.skills.store import ExperienceStore
 from skills.catalog import LocalCatalog
-from skills.hub import HubSource
-from skills.model import SkillSource
-from skills.router import RouterSettings, SkillRouter
+from skills.router import SkillRouter
 
-USER_SKILLS_DIR = "skills"
+__all__ = ["USER_SKILLS_DIR", "local_catalog", "skill_router"]
 
 
 def local_catalog(settings: Settings) -> LocalCatalog:
     """Bundled skills overlaid by `RAVEN_HOME/skills/` (hot-reloaded)."""
-    return LocalCatalog(settings.home / USER_SKILLS_DIR)
-
-
-def skill_sources(
-    settings: Settings, experience: ExperienceStore, catalog: LocalCatalog | None = None
-) -> list[SkillSource]:
-    """Local catalog, experience skills, and the hub when a URL is configured."""
-    sources: list[SkillSource] = [
-        catalog or local_catalog(settings),
-        ExperienceSkillSource(experience),
-    ]
-    if settings.skills_hub_url:
-        token = settings.skills_hub_token
-        sources.append(
-            HubSource(
-                settings.skills_hub_url,
-                token=token.get_secret_value() if token is not None else None,
-            )
-        )
-    return sources
+    return catalog_in(settings.home)
 
 
 def skill_router(
@@ -45,16 +25,10 @@ def skill_router(
     provider: ModelProvider | None,
     catalog: LocalCatalog | None = None,
 ) -> SkillRouter:
-    """The router; its gate needs a model (offline the fused pool is used as is)."""
-    completer = (
-        ProviderCompleter(provider) if provider is not None and not provider.offline else None
-    )
-    return SkillRouter(
-        skill_sources(settings, experience, catalog),
-        completer=completer,
-        settings=RouterSettings(
-            gate_enabled=settings.skills_gate,
-            rewriter_enabled=settings.skills_rewriter,
-            blocked_names=frozenset(settings.skills_blocked),
-        ),
+    """The router the bot uses; its gate needs a model."""
+    return router_for(
+        settings.section(SkillsSection),
+        experience,
+        provider,
+        catalog or local_catalog(settings),
     )

@@ -55,7 +55,7 @@ async def test_a_finished_run_leaves_a_summary_and_verdicts_recalled_by_its_subm
     assert "b1 → echoer: completed" in summary and '"echoer": "adopted"' in outcome
     ((agent, phase, body),) = db_rows(home, "SELECT subject_agent, phase, body FROM verdicts")
     assert (agent, phase) == ("echoer", "close") and "b1 completed" in body
-    group = next(s for s in rt.host._sources if type(s).__name__ == "GroupContext")
+    group = next(s for s in rt.host.context_sources if type(s).__name__ == "GroupContext")
     conv = inbound("x", "x").conversation
     own = await group.context(TurnContext(conv, "t", "U1", "u", "user", "benchmark table"))
     other = await group.context(TurnContext(conv, "t", "U2", "v", "user", "echoer benchmark"))
@@ -91,6 +91,6 @@ async def test_group_memory_can_be_turned_off(
         await turn
         await rt.service.quiesce(inbound("x", "x").conversation)
         assert db_rows(isolated_env, "SELECT COUNT(*) FROM round_summaries") == [(0,)]
-        assert not any(type(s).__name__ == "GroupContext" for s in rt.host._sources)
+        assert not any(type(s).__name__ == "GroupContext" for s in rt.host.context_sources)
     finally:
         await shutdown(rt)

@@ -130,7 +130,7 @@ async def _context(runtime: Any, msg: InboundMessage) -> str:
     ctx = TurnContext(
         msg.conversation, "t", msg.author_id, msg.author_name, "user", msg.text, msg.is_dm
     )
-    return "\n".join([await source.context(ctx) for source in runtime.host._sources])
+    return "\n".join([await source.context(ctx) for source in runtime.host.context_sources])
 
 
 async def test_a_round_run_in_a_dm_stays_out_of_the_same_persons_channel_turns(

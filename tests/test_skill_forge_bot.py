@@ -108,7 +108,7 @@ async def test_skills_can_be_turned_off(
     monkeypatch.setenv("RAVEN_SKILLS", "false")
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
-        assert not any(type(s).__name__ == "SkillContext" for s in runtime.host._sources)
+        assert not any(type(s).__name__ == "SkillContext" for s in runtime.host.context_sources)
     finally:
         await shutdown(runtime)
 

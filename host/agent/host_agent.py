@@ -102,6 +102,11 @@ class HostAgent:
         self._max_tokens = max_tokens
         self.provider = provider
 
+    @property
+    def context_sources(self) -> tuple[ContextSource, ...]:
+        """What every turn is told before the request, in order."""
+        return self._sources
+
     async def run_turn(
         self,
         ctx: TurnContext,

@@ -1,0 +1,169 @@
+"""What a capability's glue declares to the assembly root, and what it is built from.
+
+A capability (memory, skills, oncall) is installed by one `Feature`: its settings section,
+the Host tools and turn context it adds, what dispatched nodes get, its status lines, its
+chat commands, its bus subscriptions, and its own start and stop (pushed on the runtime's
+exit stack by itself, so shutdown is the reverse of startup without a separate list). The
+assembly root lists the features; adding a capability is one folder and one line there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from agents.models.provider import ModelProvider
+from agents.registry import AgentRegistry
+from agents.sandbox import Sandbox
+from agents.tools import Tool
+from core.ids import ConversationRef
+from host.agent.host_agent import ContextSource
+from host.conversation.lanes import LaneManager
+from host.conversation.outbox import Outbox
+from host.conversation.service import CommandHandler
+from host.graph.executor import DispatchContext
+from host.prompts.broker import PromptBroker
+from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.events import EventBus
+from host.runtime.messages import InboundMessage
+from host.runtime.people import People
+from host.runtime.roles import Roles
+from host.runtime.turn import TurnContext
+from memory.conversation_log import ConversationLog
+from memory.embeddings import Embedder
+from memory.store import Store
+
+StatusSource = Callable[[ConversationRef], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class HostParts:
+    """The shared parts every feature may be built from (built once, before any feature)."""
+
+    home: Path
+    # The directory the process was started in: the bot's own (never a workdir) when
+    # serving; the operator's project for a one-shot command (`one_shot`).
+    cwd: Path
+    one_shot: bool
+    # Each conversation's workspace (where its attachments land).
+    workspace: Callable[[ConversationRef], Path]
+    store: Store
+    conversation_log: ConversationLog
+    bus: EventBus
+    provider: ModelProvider
+    registry: AgentRegistry
+    broker: PromptBroker
+    outbox: Outbox
+    people: People
+    lanes: LaneManager
+    scheduler: ApschedulerScheduler
+    roles: Roles
+    sandbox: Sandbox
+    embedder: Embedder | None
+    # What no sandboxed command may see (the data dir, the bot's own directory).
+    hidden: tuple[Path, ...]
+    unsandboxed: bool
+
+
+class Feature(Protocol):
+    """One capability installed into a runtime generation."""
+
+    name: ClassVar[str]
+
+    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+        """Tools the Host may call."""
+        ...
+
+    def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
+        """What a Host turn is told (given the names of every Host tool)."""
+        ...
+
+    def dispatch_contexts(self) -> Sequence[DispatchContext]:
+        """What a dispatched node gets after its task."""
+        ...
+
+    def status_sources(self) -> Sequence[StatusSource]:
+        """Lines for `status`."""
+        ...
+
+    def commands(self) -> CommandHandler | None:
+        """Chat commands answered without a Host turn."""
+        ...
+
+    def subscribe(self, bus: EventBus) -> None:
+        """Subscribe to the bus while the runtime is assembled."""
+        ...
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        """After the store opened: load state, push this feature's stops on `stack`."""
+        ...
+
+    async def recover(self) -> None:
+        """Before the scheduler starts: take in what a crash left behind."""
+        ...
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        """Once the scheduler runs: re-attach, warm up, push this feature's stops."""
+        ...
+
+
+class FeatureKind(Protocol):
+    """A feature class: its settings section and how it is built from the shared parts."""
+
+    Section: type[Any]
+
+    def __call__(self, parts: HostParts, section: Any) -> Feature: ...
+
+
+class BaseFeature:
+    """A feature that adds nothing: subclasses override what they contribute."""
+
+    name: ClassVar[str] = ""
+
+    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+        return ()
+
+    def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
+        return ()
+
+    def dispatch_contexts(self) -> Sequence[DispatchContext]:
+        return ()
+
+    def status_sources(self) -> Sequence[StatusSource]:
+        return ()
+
+    def commands(self) -> CommandHandler | None:
+        return None
+
+    def subscribe(self, bus: EventBus) -> None:
+        return None
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        return None
+
+    async def recover(self) -> None:
+        return None
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Commands:
+    """Every feature's chat commands as one handler: the first that answers wins."""
+
+    handlers: tuple[CommandHandler, ...]
+
+    @property
+    def help(self) -> str:
+        return " ".join(h.help for h in self.handlers if h.help)
+
+    async def handle(self, msg: InboundMessage) -> str | None:
+        for handler in self.handlers:
+            reply = await handler.handle(msg)
+            if reply is not None:
+                return reply
+        return None

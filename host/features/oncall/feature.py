@@ -1,0 +1,153 @@
+"""Oncall installed into a runtime: the campaign engine, its Host tools, its approvals,
+wake-ups and `stop`, with notices posted in the conversation's lane."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import ClassVar
+
+from agents.sandbox import DetachedSandbox
+from agents.tools import Tool
+from core.ids import ConversationRef
+from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.oncall.approval import (
+    CAMPAIGN_COMMAND,
+    PromptCommandApprovals,
+    handle_campaign_command,
+)
+from host.features.oncall.decider import ModelDecider
+from host.features.oncall.notices import LaneNotifier
+from host.features.oncall.tools import build_campaign_tools
+from host.runtime.events import (
+    ConversationStopped,
+    EventBus,
+    StoppedItem,
+    subscribe_decision,
+    subscribe_job,
+)
+from host.runtime.people import People
+from host.runtime.scheduling import FiredJob
+from host.runtime.turn import TurnContext
+from oncall.access import CampaignLimits
+from oncall.engine import CampaignEngine, EngineSettings
+from oncall.machines.registry import Allocator, Confinement, build_machines, load_machines
+from oncall.model import FINAL_STATES
+from oncall.ports import CAMPAIGN_WAKE
+from oncall.store import CampaignStore
+from oncall.workdirs import BotPaths
+
+
+@dataclass(frozen=True)
+class OncallSection:
+    """The campaign settings (named as in Settings)."""
+
+    campaign_report_tolerance: float
+    campaign_max_budget_hours: float
+    campaign_max_per_user: int
+
+
+class OncallFeature(BaseFeature):
+    """Campaigns started from chat, run on the machines of RAVEN_HOME/machines.toml."""
+
+    name: ClassVar[str] = "oncall"
+    Section: ClassVar[type[OncallSection]] = OncallSection
+
+    def __init__(self, parts: HostParts, section: OncallSection) -> None:
+        # Blocking (reads machines.toml) but part of assembly, before the loop serves.
+        try:
+            specs = load_machines(parts.home, parts.cwd, operator_dir=parts.one_shot)
+        except ValueError as exc:
+            raise RuntimeError(str(exc)) from None
+        self._parts = parts
+        self.engine = CampaignEngine(
+            store=CampaignStore(parts.store),
+            machines=build_machines(
+                specs,
+                DetachedSandbox(parts.sandbox),
+                confinement=Confinement(hidden=parts.hidden, unsandboxed=parts.unsandboxed),
+            ),
+            allocator=Allocator(specs),
+            scheduler=parts.scheduler,
+            # Notices are system work in the conversation's lane, recorded before they post.
+            notifier=LaneNotifier(parts.conversation_log, parts.outbox, parts.lanes),
+            decider=ModelDecider(parts.provider),
+            root=parts.home / "campaigns",
+            settings=EngineSettings(
+                report_tolerance=section.campaign_report_tolerance,
+                limits=CampaignLimits(
+                    max_budget_seconds=section.campaign_max_budget_hours * 3600,
+                    max_active_per_user=section.campaign_max_per_user,
+                ),
+            ),
+            approvals=PromptCommandApprovals(parts.broker),
+            # A chat campaign without a machine `workdir` runs in the conversation's
+            # workspace (where its attachments land); never in RAVEN_HOME or the bot's dir.
+            workspace=parts.workspace,
+            bot_paths=BotPaths.of(parts.home, parts.cwd),
+        )
+
+    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+        p = self._parts
+        return build_campaign_tools(
+            self.engine, roles=p.roles, private=p.broker.notify_private, people=p.people
+        )
+
+    def status_sources(self) -> Sequence[StatusSource]:
+        return (self.engine.status,)
+
+    def subscribe(self, bus: EventBus) -> None:
+        p = self._parts
+        subscribe_decision(
+            bus,
+            CAMPAIGN_COMMAND,
+            functools.partial(
+                handle_campaign_command,
+                engine=self.engine,
+                broker=p.broker,
+                admins=p.roles.admins,
+                people=p.people,
+            ),
+        )
+        bus.subscribe(
+            ConversationStopped, functools.partial(stop_campaigns, self.engine, people=p.people)
+        )
+        subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, self.engine))
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        # Monitors re-attach to rounds still running; overdue wake-ups fire once.
+        await self.engine.recover()
+        stack.push_async_callback(self.engine.close)
+
+
+async def on_campaign_wake(campaigns: CampaignEngine, job: FiredJob) -> None:
+    """A campaign's scheduled wake-up fired."""
+    await campaigns.on_wake_job(str(job.payload["campaign_id"]), str(job.payload["wake_id"]))
+
+
+async def stop_campaigns(
+    campaigns: CampaignEngine, event: ConversationStopped, *, people: People | None = None
+) -> None:
+    """`stop` hook for campaigns: the engine cancels those the stopper may act on and
+    returns the rest; both go into the stop's tally. Notices name the stopper by display
+    name (`people`)."""
+    active = [
+        record
+        for record in await campaigns.store.of_conversation(event.conversation_id)
+        if record.state not in FINAL_STATES
+    ]
+    conv = ConversationRef.parse(event.conversation_id)
+    left = await campaigns.stop_conversation(
+        event.conversation_id,
+        by=event.by,
+        privileged=event.privileged,
+        by_name=await (people or People()).name(conv, event.by),
+    )
+    kept = {record.id for record in left}
+    for record in active:
+        if record.id not in kept:
+            event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=True)
+    for record in left:
+        event.tally.record(StoppedItem("campaign", record.id, record.owner), cancelled=False)

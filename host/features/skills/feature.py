@@ -1,0 +1,82 @@
+"""Skills installed into a runtime: selection for Host turns and dispatched nodes, and the
+experience each finished run leaves (recorded even with selection off)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import ClassVar
+
+from agents.specialists import default_specialists
+from host.agent.host_agent import ContextSource
+from host.features.feature import BaseFeature, HostParts
+from host.features.skills.completer import ProviderCompleter
+from host.features.skills.context import SkillContext
+from host.features.skills.experience import ExperienceWriter
+from host.features.skills.forge import SkillsSection, local_catalog, skill_router
+from host.features.skills.prefetch import NodeSkills
+from host.features.skills.store import ExperienceStore
+from host.graph.executor import DispatchContext
+from host.runtime.events import EventBus
+
+log = logging.getLogger(__name__)
+
+
+class SkillsFeature(BaseFeature):
+    """The Skill Forge's router before turns and dispatches; experience from finished runs."""
+
+    name: ClassVar[str] = "skills"
+    Section: ClassVar[type[SkillsSection]] = SkillsSection
+
+    def __init__(self, parts: HostParts, section: SkillsSection) -> None:
+        self._on = section.skills
+        self._registry = parts.registry
+        self._home = parts.home
+        self.store = ExperienceStore(parts.store)
+        self.catalog = local_catalog(parts.home)
+        self.router = skill_router(section, self.store, parts.provider, self.catalog)
+        provider = parts.provider
+        self.writer = ExperienceWriter(
+            self.store,
+            completer=None if provider.offline else ProviderCompleter(provider),
+            embedder=parts.embedder,
+        )
+
+    def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
+        if not self._on:
+            return ()
+        specialists = [e.name for e in self._registry.entries() if e.enabled]
+        return (SkillContext(self.router, self.store, tools=host_tools, specialists=specialists),)
+
+    def dispatch_contexts(self) -> Sequence[DispatchContext]:
+        if not self._on:
+            return ()
+        specialists = default_specialists()
+        inproc = [
+            e for e in self._registry.entries() if e.backend == "inproc" and e.role in specialists
+        ]
+        return (
+            NodeSkills(
+                self.catalog,
+                {e.name: specialists[e.role].default_skills for e in inproc},
+                router=self.router,
+                tools_by_agent={
+                    e.name: specialists[e.role].tools(self._home).names() for e in inproc
+                },
+                store=self.store,
+            ),
+        )
+
+    def subscribe(self, bus: EventBus) -> None:
+        self.writer.subscribe(bus)
+
+    async def open(self, stack: AsyncExitStack) -> None:
+        stack.push_async_callback(self.writer.close)
+
+    async def recover(self) -> None:
+        waiting = await self.writer.catch_up()
+        if waiting:
+            log.info(
+                "skills: revising from %d case(s) recorded while no model was available", waiting
+            )
