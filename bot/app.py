@@ -248,17 +248,21 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
 FEATURES: tuple[FeatureKind, ...] = (MemoryFeature, SkillsFeature, OncallFeature)
 
 
-async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterFactory]) -> Runtime:
+async def build_runtime(
+    settings: Settings,
+    adapter_factories: Sequence[AdapterFactory],
+    features: Sequence[FeatureKind] = FEATURES,
+) -> Runtime:
     """Collect → validate → build the shared parts, then each feature, then the Host around
     what the features add → subscribe → open the store (crash leftovers marked)."""
     check_home(settings.home)
     check_permissions_file(settings)
     adapters = build_adapters(adapter_factories)
     parts = await host_parts(settings, adapters)
-    features = tuple(kind(parts, settings.section(kind.Section)) for kind in FEATURES)
+    installed = tuple(kind(parts, settings.section(kind.Section)) for kind in features)
     home = settings.home
     roles = parts.roles
-    dispatch = [c for f in features for c in f.dispatch_contexts()]
+    dispatch = [c for f in installed for c in f.dispatch_contexts()]
     run_store = RunStore(parts.store)
     runs = RunManager(
         store=run_store,
@@ -288,19 +292,19 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         roles=roles,
         people=parts.people,
     )
-    host_tools = [*build_host_tools(tool_deps), *(t for f in features for t in f.host_tools())]
+    host_tools = [*build_host_tools(tool_deps), *(t for f in installed for t in f.host_tools())]
     tool_names = [t.name for t in host_tools]
     host = HostAgent(
         parts.provider,
         ToolRegistry[TurnContext](host_tools),
         context_sources=(
             OrchestrationContext(tool_deps),
-            *(c for f in features for c in f.context_sources(tool_names)),
+            *(c for f in installed for c in f.context_sources(tool_names)),
         ),
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
     )
-    commands = [h for f in features if (h := f.commands()) is not None]
+    commands = [h for f in installed if (h := f.commands()) is not None]
     service = ConversationService(
         conversation_log=parts.conversation_log,
         lanes=parts.lanes,
@@ -317,7 +321,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         status_sources=(
             runs.status,
             parts.broker.status,
-            *(s for f in features for s in f.status_sources()),
+            *(s for f in installed for s in f.status_sources()),
         ),
         background_idle=runs.idle,
         enrichers=MappingProxyType(
@@ -325,7 +329,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         ),
     )
     run_events = ConversationRunEvents(run_store, service, runs)
-    subscribe(parts, features, runs, service, clarifier, run_events)
+    subscribe(parts, installed, runs, service, clarifier, run_events)
 
     runtime = Runtime(
         settings=settings,
@@ -342,7 +346,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         adapters=adapters,
         scheduler=parts.scheduler,
         run_events=run_events,
-        features=features,
+        features=installed,
     )
     try:
         await open_core(runtime)
