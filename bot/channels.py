@@ -1,6 +1,6 @@
 """The channel registry: every chat platform the bot can serve, one line each.
 
-`cli.py`, `app.py` and `doctor` use only this table; a platform's code lives in its own
+`bot/cli/`, `app.py` and `doctor` use only this table; a platform's code lives in its own
 package (`bot/slack/`, `bot/discord/`) and is imported only when configured.
 """
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from agents.campaign_syntax import parse_campaign
-from bot.campaigns_cli import stop_campaign
+from bot.cli.campaigns import stop_campaign
 from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from oncall.model import Budget, Measurement, RoundSummary
 from oncall.report_gate import check_report, draft_report, format_duration

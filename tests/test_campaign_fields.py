@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.campaign_syntax import parse_campaign
-from bot.campaigns_cli import add_parser, run_spec
+from bot.cli.campaigns import add_parser, run_spec
 from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from oncall.machines.slurm import sbatch_argv
 from oncall.model import (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import build_runtime, shutdown, start_serving
-from bot.campaigns_cli import build_headless
+from bot.cli.campaigns import build_headless
 from bot.settings import SettingsError, load_settings
 from host.prompts.broker import PromptBroker
 from memory.store import Store

@@ -292,7 +292,7 @@ async def test_the_model_call_count_tells_calls_while_waiting_from_decisions(
 ) -> None:
     from agents.models.offline import OfflineProvider
     from agents.models.types import Message
-    from bot.campaigns_cli import CountingProvider
+    from bot.cli.campaigns import CountingProvider
     from memory.store import Store
     from oncall.store import CampaignStore
     from tests.oncall_kit import CONV, spec

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.campaigns_cli import stop_campaign
+from bot.cli.campaigns import stop_campaign
 from oncall.engine import CampaignError, EngineSettings
 from oncall.model import Budget
 from tests.oncall_kit import CONV, oncall_kit, spec

@@ -32,7 +32,7 @@ from agents.sandbox import (
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
 from bot.app import build_sandbox
-from bot.doctor import run_checks
+from bot.cli.doctor import run_checks
 from bot.settings import load_settings
 from tests.helpers import eventually
 from tests.sandboxing import real_sandbox

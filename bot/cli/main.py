@@ -14,15 +14,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import MappingProxyType
 
-from bot.app import build_runtime, serve
-from bot.campaigns_cli import add_parser as add_campaigns_parser
 from bot.channels import AdapterFactory, configured_channels
+from bot.cli.campaigns import add_parser as add_campaigns_parser
+from bot.cli.memory import add_parser as add_memory_parser
+from bot.cli.skills import add_parser as add_skills_parser
 from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
 from bot.home import HomeError
 from bot.logging_setup import configure_logging, log_file
-from bot.memory_cli import add_parser as add_memory_parser
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
-from bot.skills_cli import add_parser as add_skills_parser
 
 
 def _version() -> str:
@@ -92,42 +91,46 @@ def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
 
 
 async def _serve(settings: Settings, command: str) -> int:
+    # The runtime is imported only by the commands that run it (`version` and `--help` stay
+    # light).
+    from bot.app import build_runtime, serve
+
     runtime = await build_runtime(settings, _adapters(settings, command))
     return await serve(runtime)
 
 
 def _graph(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.records_cli import validate_graph
+    from bot.cli.records import validate_graph
 
     return validate_graph(args.file, args.agents, settings, sys.stdout)
 
 
 def _runs(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.records_cli import runs_command
+    from bot.cli.records import runs_command
 
     return runs_command(settings, args.runs_command, getattr(args, "run", None))
 
 
 def _skills(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.skills_cli import skills_command
+    from bot.cli.skills import skills_command
 
     return skills_command(args, settings)
 
 
 def _memory(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.memory_cli import memory_command
+    from bot.cli.memory import memory_command
 
     return memory_command(args, settings)
 
 
 def _campaigns(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.campaigns_cli import campaigns_command
+    from bot.cli.campaigns import campaigns_command
 
     return campaigns_command(args, settings)
 
 
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.doctor import doctor
+    from bot.cli.doctor import doctor
 
     return doctor(settings, sys.stdout)
 
