@@ -74,7 +74,7 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
-from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker
+from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
 from host.prompts.handlers import subscribe_decision_handlers
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -374,9 +374,11 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
             {a.platform: a for a in adapters if isinstance(a, PromptSurface)}
         ),
         bus=bus,
-        admins=settings.admins,
-        approvers=settings.approvers,
-        default_expiry_seconds=settings.prompt_expiry_seconds,
+        policy=PromptPolicy(
+            admins=frozenset(settings.admins),
+            approvers=tuple(settings.approvers),
+            default_expiry_seconds=settings.prompt_expiry_seconds,
+        ),
         scheduler=scheduler,
         people=people,
     )
