@@ -44,9 +44,15 @@ from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import DeliveryError, Outbox
+from host.conversation.prompt_decisions import subscribe_decision_handlers
 from host.conversation.run_events import ConversationRunEvents
 from host.conversation.scheduled_turns import SYSTEM_TURN, system_turn_handler
-from host.conversation.service import ConversationService
+from host.conversation.service import (
+    ConversationConfig,
+    ConversationExtras,
+    ConversationParts,
+    ConversationService,
+)
 from host.features.memory.episode_former import ModelFormer
 from host.features.memory.group import (
     AssessmentRequest,
@@ -76,7 +82,6 @@ from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
-from host.prompts.handlers import subscribe_decision_handlers
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import (
     ConversationStopped,
@@ -506,22 +511,22 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
         max_tokens=settings.max_tokens,
     )
     service = ConversationService(
-        conversation_log=conversation_log,
-        lanes=lanes,
-        host=host,
-        outbox=outbox,
-        bus=bus,
-        commands=memory_commands,
-        dedup_ttl_seconds=settings.dedup_ttl_seconds,
-        history_messages=settings.history_messages,
-        broker=broker,
-        admins=settings.admins,
-        approvers=settings.approvers,
-        people=people,
-        status_sources=(runs.status, broker.status, campaigns.status),
-        background_idle=runs.idle,
-        enrichers=MappingProxyType(
-            {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
+        ConversationParts(conversation_log, lanes, host, outbox, bus),
+        ConversationConfig(
+            dedup_ttl_seconds=settings.dedup_ttl_seconds,
+            history_messages=settings.history_messages,
+            admins=frozenset(settings.admins),
+            approvers=frozenset(settings.approvers),
+        ),
+        ConversationExtras(
+            broker=broker,
+            commands=memory_commands,
+            status_sources=(runs.status, broker.status, campaigns.status),
+            background_idle=runs.idle,
+            enrichers=MappingProxyType(
+                {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
+            ),
+            people=people,
         ),
     )
     run_events = ConversationRunEvents(run_store, service, runs)
