@@ -42,9 +42,15 @@ from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import DeliveryError, Outbox
+from host.conversation.prompt_decisions import subscribe_decision_handlers
 from host.conversation.run_events import ConversationRunEvents
 from host.conversation.scheduled_turns import SYSTEM_TURN, system_turn_handler
-from host.conversation.service import ConversationService
+from host.conversation.service import (
+    ConversationConfig,
+    ConversationExtras,
+    ConversationParts,
+    ConversationService,
+)
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.personal import MemoryWriter
@@ -57,9 +63,8 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
-from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker
+from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
-from host.prompts.handlers import subscribe_decision_handlers
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import ConversationStopped, EventBus, subscribe_job
 from host.runtime.people import People
@@ -306,26 +311,26 @@ async def build_runtime(
     )
     commands = [h for f in installed if (h := f.commands()) is not None]
     service = ConversationService(
-        conversation_log=parts.conversation_log,
-        lanes=parts.lanes,
-        host=host,
-        outbox=parts.outbox,
-        bus=parts.bus,
-        commands=Commands(tuple(commands)) if commands else None,
-        dedup_ttl_seconds=settings.dedup_ttl_seconds,
-        history_messages=settings.history_messages,
-        broker=parts.broker,
-        admins=settings.admins,
-        approvers=settings.approvers,
-        people=parts.people,
-        status_sources=(
-            runs.status,
-            parts.broker.status,
-            *(s for f in installed for s in f.status_sources()),
+        ConversationParts(parts.conversation_log, parts.lanes, host, parts.outbox, parts.bus),
+        ConversationConfig(
+            dedup_ttl_seconds=settings.dedup_ttl_seconds,
+            history_messages=settings.history_messages,
+            admins=frozenset(settings.admins),
+            approvers=frozenset(settings.approvers),
         ),
-        background_idle=runs.idle,
-        enrichers=MappingProxyType(
-            {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
+        ConversationExtras(
+            broker=parts.broker,
+            commands=Commands(tuple(commands)) if commands else None,
+            status_sources=(
+                runs.status,
+                parts.broker.status,
+                *(s for f in installed for s in f.status_sources()),
+            ),
+            background_idle=runs.idle,
+            enrichers=MappingProxyType(
+                {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
+            ),
+            people=parts.people,
         ),
     )
     run_events = ConversationRunEvents(run_store, service, runs)
@@ -382,9 +387,11 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
             {a.platform: a for a in adapters if isinstance(a, PromptSurface)}
         ),
         bus=bus,
-        admins=settings.admins,
-        approvers=settings.approvers,
-        default_expiry_seconds=settings.prompt_expiry_seconds,
+        policy=PromptPolicy(
+            admins=frozenset(settings.admins),
+            approvers=tuple(settings.approvers),
+            default_expiry_seconds=settings.prompt_expiry_seconds,
+        ),
         scheduler=scheduler,
         people=people,
     )

@@ -15,7 +15,13 @@ from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import ConversationService, control_word
+from host.conversation.service import (
+    ConversationConfig,
+    ConversationParts,
+    ConversationService,
+    control_word,
+)
+from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
 from memory.conversation_log import ConversationLog
@@ -60,7 +66,8 @@ def _service(
     outbox = Outbox(log, MappingProxyType({channel.platform: channel}))
     host = HostAgent(provider, ToolRegistry[TurnContext]())
     service = ConversationService(
-        conversation_log=log, lanes=lanes, host=host, outbox=outbox, dedup_ttl_seconds=60
+        ConversationParts(log, lanes, host, outbox, EventBus()),
+        ConversationConfig(dedup_ttl_seconds=60),
     )
     return service, lanes
 

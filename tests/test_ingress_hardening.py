@@ -15,7 +15,8 @@ from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import ConversationService
+from host.conversation.service import ConversationConfig, ConversationParts, ConversationService
+from host.runtime.events import EventBus
 from host.runtime.messages import OutboundMessage
 from host.runtime.ports import ChannelError
 from host.runtime.turn import TurnContext
@@ -42,11 +43,10 @@ def _service(
     outbox = Outbox(log, MappingProxyType({channel.platform: channel}), retry_delays=retry_delays)
     now = clock if clock is not None else [0.0]
     service = ConversationService(
-        conversation_log=log,
-        lanes=lanes,
-        host=HostAgent(provider, ToolRegistry[TurnContext]()),
-        outbox=outbox,
-        dedup_ttl_seconds=60,
+        ConversationParts(
+            log, lanes, HostAgent(provider, ToolRegistry[TurnContext]()), outbox, EventBus()
+        ),
+        ConversationConfig(dedup_ttl_seconds=60),
         clock=lambda: now[0],
     )
     return service, lanes, outbox

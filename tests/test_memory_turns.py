@@ -17,7 +17,12 @@ from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import ConversationService
+from host.conversation.service import (
+    ConversationConfig,
+    ConversationExtras,
+    ConversationParts,
+    ConversationService,
+)
 from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter, owner_of
 from host.prompts.broker import PromptBroker
 from host.runtime.events import EventBus
@@ -95,13 +100,9 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         provider, ToolRegistry[TurnContext](), context_sources=(MemoryContext(memory),)
     )
     service = ConversationService(
-        conversation_log=log,
-        lanes=LaneManager(),
-        host=host,
-        outbox=outbox,
-        bus=bus,
-        commands=commands,
-        dedup_ttl_seconds=60,
+        ConversationParts(log, LaneManager(), host, outbox, bus),
+        ConversationConfig(dedup_ttl_seconds=60),
+        ConversationExtras(commands=commands),
     )
     yield Rig(service, channel, provider, memory, writer, broker, store)
     await service.close()

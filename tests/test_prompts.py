@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from core.ids import ConversationRef
-from host.prompts.broker import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker
+from host.prompts.broker import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker, PromptPolicy
 from host.runtime.prompt_record import APPROVE, DENY, Prompt
 from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
@@ -76,9 +76,9 @@ def make_rig(
         store,
         surfaces=surfaces if surfaces is not None else {"test": surface},
         bus=decision_bus(handlers),
-        admins=("root",),
-        approvers=("boss",),
-        default_expiry_seconds=60,
+        policy=PromptPolicy(
+            admins=frozenset({"root"}), approvers=("boss",), default_expiry_seconds=60
+        ),
         clock=clock,
         new_id=lambda: f"p{next(ids)}-{id(clock)}",
     )
@@ -679,7 +679,7 @@ async def test_answer_reads_the_message_id_recorded_after_it_read_the_prompt(
     assert copy is not None and copy.message_id is None
     await store.execute("UPDATE prompts SET message_id = 'pm9' WHERE id = ?", (stale.id,))
 
-    outcome = await rig.broker._answer(copy, "alice", "approve")
+    outcome = await rig.broker._decider.answer(copy, "alice", "approve")
 
     assert outcome.status == "accepted"
     assert [p.message_id for p in rig.surface.closed] == ["pm9"]

@@ -22,7 +22,12 @@ from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import HELP_TEXT, ConversationService
+from host.conversation.service import (
+    HELP_TEXT,
+    ConversationConfig,
+    ConversationParts,
+    ConversationService,
+)
 from host.runtime.events import EventBus, TurnCompleted
 from host.runtime.messages import OutboundMessage, stored_inbound
 from host.runtime.turn import TurnContext
@@ -109,12 +114,14 @@ async def seam_service(tmp_path: Path) -> tuple[ConversationService, RecordingCh
         context_sources=(recorder,),
     )
     service = ConversationService(
-        conversation_log=log,
-        lanes=LaneManager(),
-        host=host,
-        outbox=Outbox(log, MappingProxyType({channel.platform: channel})),
-        bus=bus,
-        dedup_ttl_seconds=60,
+        ConversationParts(
+            log,
+            LaneManager(),
+            host,
+            Outbox(log, MappingProxyType({channel.platform: channel})),
+            bus,
+        ),
+        ConversationConfig(dedup_ttl_seconds=60),
     )
     yield service, channel, recorder
     await service.close()

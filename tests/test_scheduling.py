@@ -18,9 +18,10 @@ from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
 from host.conversation.scheduled_turns import SYSTEM_TURN, schedule_system_turn, system_turn_handler
-from host.conversation.service import ConversationService
+from host.conversation.service import ConversationConfig, ConversationParts, ConversationService
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.events import EventBus
 from host.runtime.prompt_record import Prompt
 from host.runtime.scheduling import FiredJob, JobHandler
 from host.runtime.turn import TurnContext
@@ -198,11 +199,14 @@ async def test_system_turn_job_that_fires_twice_posts_once(
     channel = RecordingChannel()
     lanes = LaneManager()
     service = ConversationService(
-        conversation_log=conversation_log,
-        lanes=lanes,
-        host=HostAgent(EchoProvider(), ToolRegistry[TurnContext]()),
-        outbox=Outbox(conversation_log, MappingProxyType({channel.platform: channel})),
-        dedup_ttl_seconds=60,
+        ConversationParts(
+            conversation_log,
+            lanes,
+            HostAgent(EchoProvider(), ToolRegistry[TurnContext]()),
+            Outbox(conversation_log, MappingProxyType({channel.platform: channel})),
+            EventBus(),
+        ),
+        ConversationConfig(dedup_ttl_seconds=60),
     )
     fires = Recorder()
     turn = system_turn_handler(service)

@@ -20,7 +20,12 @@ from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import ConversationService, TurnOutcome
+from host.conversation.service import (
+    ConversationConfig,
+    ConversationParts,
+    ConversationService,
+    TurnOutcome,
+)
 from host.graph.executor import GraphRun
 from host.runtime.events import ConversationStopped, EventBus
 from host.runtime.messages import OutboundMessage
@@ -255,11 +260,14 @@ async def test_a_stop_cut_short_by_a_crash_runs_again_by_the_same_rule(
         lanes = LaneManager(bus=bus)
         channel = RecordingChannel()
         built = ConversationService(
-            conversation_log=conversation_log,
-            lanes=lanes,
-            host=HostAgent(OfflineProvider(), ToolRegistry[TurnContext]()),
-            outbox=Outbox(conversation_log, {channel.platform: channel}),
-            dedup_ttl_seconds=60,
+            ConversationParts(
+                conversation_log,
+                lanes,
+                HostAgent(OfflineProvider(), ToolRegistry[TurnContext]()),
+                Outbox(conversation_log, {channel.platform: channel}),
+                bus,
+            ),
+            ConversationConfig(dedup_ttl_seconds=60),
         )
         return built, lanes, channel
 

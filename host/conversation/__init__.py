@@ -1,2 +1,2 @@
 """Conversations: the service (message → record → lane → turn → reply), lanes, the outbox,
-scheduled turns, run announcements."""
+scheduled turns, run announcements, prompt decisions (typed answers, what a decision does)."""

@@ -8,8 +8,8 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Protocol
 
@@ -22,6 +22,7 @@ from core.keyed import KeyedSerial
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneBusy, LaneManager, LanesClosed
 from host.conversation.outbox import DeliveryError, Outbox
+from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted
 from host.runtime.messages import InboundMessage, stored_inbound
@@ -186,53 +187,80 @@ class CommandHandler(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ConversationParts:
+    """What every conversation needs: its log, lanes, Host, outbox and event bus."""
+
+    conversation_log: ConversationLog
+    lanes: LaneManager
+    host: HostAgent
+    outbox: Outbox
+    # Hears TurnCompleted (memory writes, notifications) and nothing else from here.
+    bus: EventBus
+
+
+@dataclass(frozen=True)
+class ConversationConfig:
+    """How long events are remembered, how much history a turn sees, who may stop all."""
+
+    dedup_ttl_seconds: float
+    history_messages: int = 40
+    busy_notice_seconds: float = BUSY_NOTICE_SECONDS
+    # Their `stop` cancels everyone's work in a thread; anyone else's only their own.
+    admins: frozenset[str] = frozenset()
+    approvers: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ConversationExtras:
+    """Optional collaborators: typed prompt answers, chat commands, `status` lines, the
+    background work `quiesce` waits for, platform enrichment, display names."""
+
+    broker: PromptBroker | None = None
+    commands: CommandHandler | None = None
+    status_sources: tuple[Callable[[ConversationRef], Awaitable[str]], ...] = ()
+    background_idle: Callable[[str], Awaitable[None]] | None = None
+    enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    # How replies name people (whose work `stop` left running): display names.
+    people: People = field(default_factory=People)
+
+
 class ConversationService:
     """Owns the path inbound message → durable record → lane → Host turn → one reply."""
 
     def __init__(
         self,
+        parts: ConversationParts,
+        config: ConversationConfig,
+        extras: ConversationExtras | None = None,
         *,
-        conversation_log: ConversationLog,
-        lanes: LaneManager,
-        host: HostAgent,
-        outbox: Outbox,
-        dedup_ttl_seconds: float,
-        history_messages: int = 40,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:16],
-        broker: PromptBroker | None = None,
-        bus: EventBus | None = None,
-        commands: CommandHandler | None = None,
-        status_sources: Sequence[Callable[[ConversationRef], Awaitable[str]]] = (),
-        background_idle: Callable[[str], Awaitable[None]] | None = None,
-        enrichers: Mapping[str, Callable[[InboundMessage], Awaitable[InboundMessage]]] = (
-            MappingProxyType({})
-        ),
-        busy_notice_seconds: float = BUSY_NOTICE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
-        admins: Collection[str] = (),
-        approvers: Collection[str] = (),
-        people: People | None = None,
     ) -> None:
-        self._log = conversation_log
-        # How replies name people (whose work `stop` left running): display names.
-        self._people = people or People()
-        self._lanes = lanes
-        self._host = host
-        self._outbox = outbox
-        self._ttl = dedup_ttl_seconds
-        self._history = history_messages
+        extras = extras or ConversationExtras()
+        self._log = parts.conversation_log
+        self._people = extras.people
+        self._lanes = parts.lanes
+        self._host = parts.host
+        self._outbox = parts.outbox
+        self._ttl = config.dedup_ttl_seconds
+        self._history = config.history_messages
         self._new_id = new_id
-        self._broker = broker
-        # Hears TurnCompleted (memory writes, notifications); a private bus when none is given.
-        self._bus = bus or EventBus()
-        self._commands = commands
-        self._status_sources = tuple(status_sources)
-        self._background_idle = background_idle
-        self._enrichers = enrichers
-        self._busy_notice_seconds = busy_notice_seconds
+        self._typed_answers = (
+            TypedAnswerReplies(extras.broker, parts.conversation_log, parts.outbox)
+            if extras.broker is not None
+            else None
+        )
+        self._bus = parts.bus
+        self._commands = extras.commands
+        self._status_sources = extras.status_sources
+        self._background_idle = extras.background_idle
+        self._enrichers = extras.enrichers
+        self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
-        # Their `stop` cancels everyone's work in a thread; anyone else's only their own.
-        self._privileged = frozenset(admins) | frozenset(approvers)
+        self._privileged = config.admins | config.approvers
         # (conversation, author) → when that author was last told the lane is full.
         self._busy_told: dict[tuple[str, str], float] = {}
         # What one conversation receives is dispatched in order, off the ingress path.
@@ -307,21 +335,10 @@ class ConversationService:
         if word is not None:
             await self._control(word, msg, message_id)
             return None
-        if not system and self._broker is not None:
-            # A typed reply to a pending prompt answers it instead of starting a turn.
-            outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
-            if outcome is not None:
-                await self._log.mark_handled(message_id)
-                if not outcome.notified:
-                    # Said in the thread, next to the typed answer: which prompt it answered,
-                    # which ones it could answer, or why it was not taken.
-                    plain = outcome.status in ("accepted", "ambiguous")
-                    await self._outbox.send(
-                        msg.conversation,
-                        outcome.message if plain else f"⚠️ {outcome.message}",
-                        idempotency_key=f"prompt-reply:{message_id}",
-                    )
-                return None
+        # A typed reply to a pending prompt answers it instead of starting a turn.
+        typed = self._typed_answers
+        if not system and typed is not None and await typed.take(msg, message_id):
+            return None
         if not system and self._commands is not None:
             reply = await self._commands.handle(msg)
             if reply is not None:

@@ -1,1 +1,1 @@
-"""Prompts: the broker (buttons and typed answers), their records and handlers, clarification."""
+"""Prompts: the broker façade (buttons and typed answers) and its parts, clarification."""

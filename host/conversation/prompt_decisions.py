@@ -1,23 +1,67 @@
-"""What happens when a prompt is decided: approved graphs start, answers reach the Host."""
+"""Prompt decisions in conversations: typed answers take prompts instead of turns, and a
+decided prompt's purpose says what follows (approved graphs start, answers reach the Host)."""
 
 from __future__ import annotations
 
 import functools
 import json
+from typing import Protocol
 
-from host.conversation.service import ConversationService
+from core.ids import ConversationRef
+from host.conversation.outbox import Outbox
 from host.graph.admission import AdmissionError
 from host.graph.runs import RunManager
+from host.prompts.broker import PromptBroker
 from host.prompts.clarify import COMMAND_APPROVAL, Clarifier
 from host.runtime.events import EventBus, subscribe_decision
+from host.runtime.messages import InboundMessage
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
+from memory.conversation_log import ConversationLog
+
+
+class ConversationPort(Protocol):
+    """What a decision says or starts in its conversation (the conversation service)."""
+
+    async def notify(
+        self, conv: ConversationRef, text: str, *, idempotency_key: str
+    ) -> str | None: ...
+
+    async def system_turn(self, conv: ConversationRef, text: str, *, key: str) -> None: ...
+
+
+class TypedAnswerReplies:
+    """Lets a typed message answer a pending prompt, and says in the thread how that went."""
+
+    def __init__(
+        self, broker: PromptBroker, conversation_log: ConversationLog, outbox: Outbox
+    ) -> None:
+        self._broker = broker
+        self._log = conversation_log
+        self._outbox = outbox
+
+    async def take(self, msg: InboundMessage, message_id: int) -> bool:
+        """True when `msg` answered (or tried to answer) a prompt, so it starts no turn."""
+        outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
+        if outcome is None:
+            return False
+        await self._log.mark_handled(message_id)
+        if not outcome.notified:
+            # Said in the thread, next to the typed answer: which prompt it answered, which
+            # ones it could answer, or why it was not taken.
+            plain = outcome.status in ("accepted", "ambiguous")
+            await self._outbox.send(
+                msg.conversation,
+                outcome.message if plain else f"⚠️ {outcome.message}",
+                idempotency_key=f"prompt-reply:{message_id}",
+            )
+        return True
 
 
 def subscribe_decision_handlers(
     bus: EventBus,
     runs: RunManager,
-    service: ConversationService,
+    service: ConversationPort,
     clarifier: Clarifier,
     people: People | None = None,
 ) -> None:
@@ -40,7 +84,7 @@ def subscribe_decision_handlers(
 
 
 async def handle_graph_approval(
-    prompt: Prompt, runs: RunManager, service: ConversationService, people: People
+    prompt: Prompt, runs: RunManager, service: ConversationPort, people: People
 ) -> None:
     """Start an approved graph (re-admitted, in the background); say so either way."""
     conv = prompt.conversation
@@ -82,7 +126,7 @@ async def handle_graph_approval(
     )
 
 
-async def handle_ask_user(prompt: Prompt, service: ConversationService, people: People) -> None:
+async def handle_ask_user(prompt: Prompt, service: ConversationPort, people: People) -> None:
     """Give the Host the user's answer (or the lack of one) as a proactive turn."""
     if prompt.state == "answered":
         who = await people.name(prompt.conversation, prompt.answered_by or "")
@@ -93,7 +137,7 @@ async def handle_ask_user(prompt: Prompt, service: ConversationService, people: 
 
 
 async def handle_command_approval(
-    prompt: Prompt, clarifier: Clarifier, service: ConversationService
+    prompt: Prompt, clarifier: Clarifier, service: ConversationPort
 ) -> None:
     """The waiting node reads its decision itself; an approval nobody waits for is said so."""
     if clarifier.command_decision_awaited(prompt) or prompt.state != "answered":
