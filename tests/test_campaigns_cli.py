@@ -11,11 +11,16 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import eventually
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 RAVEN = str(Path(sys.executable).with_name("raven-bot"))
 WITHIN = 90.0  # hang guard for one command
@@ -61,14 +66,6 @@ def _run_args(command: str, *extra: str) -> list[str]:
         "--json",
         *extra,
     ]
-
-
-async def _until(cond: Callable[[], Awaitable[bool]], within: float = WITHIN) -> None:
-    """Poll `cond` (it reads another process's records) until it holds (a hang guard)."""
-    async with asyncio.timeout(within):
-        # Polling is right: the records live in another process's SQLite writes.
-        while not await cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
 
 
 async def test_a_decreasing_loss_closes_with_its_measurements_and_no_model_calls(
@@ -282,7 +279,7 @@ async def _wait_listed(env: dict[str, str]) -> dict[str, Any]:
         found[:] = [r for r in rows if r["state"] in ("running", "waiting") and r["latest"]]
         return bool(found)
 
-    await _until(running)
+    await eventually(running, within=WITHIN, what="the campaign listed with a measurement")
     (row,) = found
     return row
 
