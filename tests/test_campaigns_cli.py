@@ -10,6 +10,7 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually
 
 # Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -269,18 +270,32 @@ async def test_ctrl_c_terminates_the_round_cancels_and_exits_130(isolated_env: P
     assert "cancelled by Ctrl-C" in err.decode()
 
 
+def _measured_running(home: Path) -> bool:
+    """Whether a campaign runs with a measurement, read from the runner's database (one
+    poll is a query, not a `campaigns list` process start, which costs seconds of CPU)."""
+    if not (home / "raven.db").exists():
+        return False  # not opened yet: connecting would create it
+    try:
+        return bool(
+            db_rows(
+                home,
+                "SELECT 1 FROM campaigns c JOIN campaign_measurements m ON m.campaign_id = c.id"
+                " WHERE c.state IN ('running', 'waiting')",
+            )
+        )
+    except sqlite3.OperationalError:
+        return False  # the runner is still creating its tables
+
+
 async def _wait_listed(env: dict[str, str]) -> dict[str, Any]:
     """The one campaign `list --json` shows once its round runs and has a measurement."""
-    found: list[dict[str, Any]] = []
-
-    async def running() -> bool:
-        code, out, _ = await _run("campaigns", "list", "--json", env=env)
-        rows = json.loads(out) if code == 0 else []
-        found[:] = [r for r in rows if r["state"] in ("running", "waiting") and r["latest"]]
-        return bool(found)
-
-    await eventually(running, within=WITHIN, what="the campaign listed with a measurement")
-    (row,) = found
+    home = Path(env["RAVEN_HOME"])
+    await eventually(
+        lambda: _measured_running(home), within=WITHIN, what="a measured running campaign"
+    )
+    code, out, err = await _run("campaigns", "list", "--json", env=env)
+    assert code == 0, err
+    (row,) = [r for r in json.loads(out) if r["state"] in ("running", "waiting") and r["latest"]]
     return row
 
 
