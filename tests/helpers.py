@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import os
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,21 +40,66 @@ def db_rows(home: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return list(db.execute(sql, params))
 
 
+Condition = Callable[[], object] | Callable[[], Awaitable[object]]
+Description = str | Callable[[], str] | None
+
+
+def _describe(cond: Callable[..., object], what: Description) -> str:
+    """What a wait was for: the caller's words (computed now, if a callable: the state at
+    the failure), else the condition's source line."""
+    if callable(what):
+        return what()
+    if what is not None:
+        return what
+    try:
+        return inspect.getsource(cond).strip()
+    except (OSError, TypeError):
+        return getattr(cond, "__qualname__", repr(cond))
+
+
 async def eventually(
-    cond: Callable[[], bool] | Callable[[], Awaitable[bool]], within: float = 10.0
+    cond: Condition, within: float = 10.0, *, what: Description = None, every: float = 0.01
 ) -> None:
-    """Wait until `cond()` holds (a coroutine function is awaited each time); fail after
-    `within` seconds (a hang guard, not a timing)."""
+    """Wait until `cond()` holds (a coroutine function is awaited each time), checking every
+    `every` seconds; after `within` seconds (a hang guard, not a timing) fail naming `what`
+    (or the condition's source). The one async poll loop of the suite: polling is right where
+    the state lives in another process or a library we do not get signals from."""
 
     async def holds() -> bool:
         result = cond()
         # An async predicate returns a coroutine, which is always truthy: await it.
         return bool(await result) if inspect.isawaitable(result) else bool(result)
 
-    async with asyncio.timeout(within):
-        # Polling is right here: the state lives in another process or library we don't signal.
-        while not await holds():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+    try:
+        async with asyncio.timeout(within) as guard:
+            while not await holds():  # noqa: ASYNC110
+                await asyncio.sleep(every)
+    except TimeoutError:
+        if not guard.expired():
+            raise  # the condition's own timeout, not ours
+        raise AssertionError(
+            f"timed out after {within:g}s waiting for {_describe(cond, what)}"
+        ) from None
+
+
+def wait_until(
+    cond: Callable[[], object], what: Description = None, within: float = 10.0, every: float = 0.05
+) -> None:
+    """`eventually` for synchronous code (a test driving a pty or a thread): block until
+    `cond()` holds; fail naming `what` after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within:g}s waiting for {_describe(cond, what)}")
+        time.sleep(every)
+
+
+def write_agents(home: Path, toml: str) -> Path:
+    """Write RAVEN_HOME/agents.toml (the home made if missing); its path."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "agents.toml"
+    path.write_text(toml)
+    return path
 
 
 def decision_bus(handlers: Mapping[str, Callable[[Prompt], Awaitable[None]]]) -> EventBus:

@@ -3,7 +3,6 @@ detached sandbox, the rule-based decider; an in-memory scheduler and notifier.""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from oncall.machines.registry import Allocator
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
 from oncall.ports import JSONScalar, PostedHook
 from oncall.store import CampaignRecord, CampaignStore
+from tests.helpers import eventually
 from tests.sandboxing import real_sandbox
 
 CONV = ConversationRef("test", "W", "C", "T")
@@ -103,20 +103,22 @@ class OncallKit:
 
     async def until_final(self, campaign_id: str, within: float = WITHIN) -> CampaignRecord:
         """Wait until the campaign closed, failed or was cancelled (a hang guard)."""
-        async with asyncio.timeout(within):
-            while True:
-                record = await self.campaigns.get(campaign_id)
-                assert record is not None
-                if record.state in FINAL_STATES:
-                    return record
-                await asyncio.sleep(0.02)  # the state lives in SQLite: poll it
+
+        async def final() -> bool:
+            record = await self.campaigns.get(campaign_id)
+            assert record is not None
+            return record.state in FINAL_STATES
+
+        # The state lives in SQLite: poll it.
+        await eventually(final, within, what=f"campaign {campaign_id} to end", every=0.02)
+        record = await self.campaigns.get(campaign_id)
+        assert record is not None
+        return record
 
     async def until(self, cond: Callable[[], object], within: float = WITHIN) -> None:
         """Poll an async condition (records live in SQLite) until it holds."""
-        async with asyncio.timeout(within):
-            # Polling is right: the state lives in SQLite and in the job's processes.
-            while not await cond():  # type: ignore[misc]  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        # Polling is right: the state lives in SQLite and in the job's processes.
+        await eventually(cond, within, every=0.02)
 
     async def fire_scheduled(self, campaign_id: str) -> None:
         """Fire the campaign's pending scheduled wake-up now (as APScheduler would)."""

@@ -797,6 +797,7 @@ def test_a_cycle_is_cut_where_no_placeholder_needs_the_dep(ctx: AdmissionContext
     assert err.repair is not None and "with `{{b.output}}` from the template of `a`" in err.repair
 
 
+@pytest.mark.slow
 async def test_graph_validate_never_suggests_a_cycle(isolated_env: Path, tmp_path: Path) -> None:
     from tests.test_cli_end_to_end import _env, _run
 

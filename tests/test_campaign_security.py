@@ -353,6 +353,7 @@ async def test_one_person_cannot_hold_every_slot_of_a_machine(
     assert states.count("planning") == 1
 
 
+@pytest.mark.slow
 async def test_an_approved_campaign_runs_on_the_real_slurm_for_its_allowed_user(
     defaults: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster: SlurmCluster
 ) -> None:

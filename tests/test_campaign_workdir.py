@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,8 @@ from typing import Any
 import pytest
 
 from agents.sandbox import DetachedSandbox
-from bot.app import build_runtime, shutdown, start_serving
+from bot.app import Runtime
 from bot.home import workspace_for
-from bot.settings import load_settings
 from core.ids import ConversationRef
 from host.features.oncall.decider import campaign_brief
 from host.runtime.messages import InboundMessage
@@ -34,15 +35,18 @@ from oncall.machines import LocalMachine, MachinesConfigError, SlurmMachine, loa
 from oncall.machines.confine import confine_function
 from oncall.model import Budget, JobRequest, MachineSpec
 from oncall.policy import Decision, DecisionContext, decide
+from oncall.store import CampaignRecord
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, eventually
 from tests.oncall_kit import CONV, oncall_kit, spec
+from tests.runtime_kit import chat_runtime
 from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster
 
 CHAT = ConversationRef("test", "W", "C", "T")
 RAVEN = str(Path(sys.executable).with_name("raven-bot"))
+StartRuntime = Callable[[], Awaitable[tuple[Runtime, FakeChatAdapter]]]
 WITHIN = 90.0
 LINE = (
     "campaign: tune the toy model | machine: local | run: python train.py | "
@@ -77,7 +81,7 @@ def _msg(text: str, event: str) -> InboundMessage:
     )
 
 
-async def _chat_campaign(rt: Any, adapter: FakeChatAdapter) -> tuple[Any, str]:
+async def _chat_campaign(rt: Runtime, adapter: FakeChatAdapter) -> tuple[CampaignRecord, str]:
     """Start the README's line from the thread, approve it; (record, the prompt's question)."""
     turn = await rt.service.accept(_msg(LINE, "e1"))
     assert turn is not None
@@ -89,27 +93,19 @@ async def _chat_campaign(rt: Any, adapter: FakeChatAdapter) -> tuple[Any, str]:
 
 
 @pytest.fixture
-async def runtime(isolated_env: Path) -> Any:
+async def runtime(isolated_env: Path) -> AsyncIterator[StartRuntime]:
+    """Starts the serving runtime when called (after the test wrote its settings files)."""
     adapter = FakeChatAdapter()
+    async with AsyncExitStack() as started:
 
-    async def start() -> Any:
-        rt = await build_runtime(load_settings(), [lambda: adapter])
-        await start_serving(rt)
-        return rt
+        async def make() -> tuple[Runtime, FakeChatAdapter]:
+            return await started.enter_async_context(chat_runtime(adapter, serving=True)), adapter
 
-    started: list[Any] = []
-
-    async def make() -> tuple[Any, FakeChatAdapter]:
-        started.append(await start())
-        return started[-1], adapter
-
-    yield make
-    for rt in started:
-        await shutdown(rt)
+        yield make
 
 
 async def test_a_chat_campaign_runs_python_train_py_in_the_conversation_workspace(
-    runtime: Any, isolated_env: Path
+    runtime: StartRuntime, isolated_env: Path
 ) -> None:
     workspace = workspace_for(isolated_env)(CHAT)
     campaigns = isolated_env / "campaigns"
@@ -133,7 +129,7 @@ async def test_a_chat_campaign_runs_python_train_py_in_the_conversation_workspac
 
 
 async def test_a_chat_campaign_runs_in_the_machine_workdir_with_its_mounts(
-    runtime: Any, isolated_env: Path, tmp_path: Path
+    runtime: StartRuntime, isolated_env: Path, tmp_path: Path
 ) -> None:
     project, data = tmp_path / "project", tmp_path / "data"
     data.mkdir()
@@ -183,6 +179,7 @@ async def _cli(cwd: Path, home: Path, *extra: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
+@pytest.mark.slow
 async def test_campaigns_run_runs_python_train_py_from_the_current_directory(
     isolated_env: Path, tmp_path: Path
 ) -> None:
@@ -198,6 +195,7 @@ async def test_campaigns_run_runs_python_train_py_from_the_current_directory(
     assert record["rounds"][0]["log_path"].startswith(str(isolated_env / "campaigns"))
 
 
+@pytest.mark.slow
 async def test_campaigns_run_workdir_flag_and_its_refusals(
     isolated_env: Path, tmp_path: Path
 ) -> None:
@@ -340,6 +338,7 @@ def test_remote_rounds_get_python_and_read_only_mounts_too(tmp_path: Path) -> No
     assert not (data / "x").exists()
 
 
+@pytest.mark.slow
 async def test_a_slurm_round_runs_python_train_py_in_its_workdir(
     tmp_path: Path, slurm_cluster: SlurmCluster
 ) -> None:

@@ -10,12 +10,18 @@ import math
 import os
 import re
 import signal
+import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.helpers import db_rows, eventually
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 RAVEN = str(Path(sys.executable).with_name("raven-bot"))
 WITHIN = 90.0  # hang guard for one command
@@ -61,14 +67,6 @@ def _run_args(command: str, *extra: str) -> list[str]:
         "--json",
         *extra,
     ]
-
-
-async def _until(cond: Callable[[], Awaitable[bool]], within: float = WITHIN) -> None:
-    """Poll `cond` (it reads another process's records) until it holds (a hang guard)."""
-    async with asyncio.timeout(within):
-        # Polling is right: the records live in another process's SQLite writes.
-        while not await cond():  # noqa: ASYNC110
-            await asyncio.sleep(0.2)
 
 
 async def test_a_decreasing_loss_closes_with_its_measurements_and_no_model_calls(
@@ -272,18 +270,32 @@ async def test_ctrl_c_terminates_the_round_cancels_and_exits_130(isolated_env: P
     assert "cancelled by Ctrl-C" in err.decode()
 
 
+def _measured_running(home: Path) -> bool:
+    """Whether a campaign runs with a measurement, read from the runner's database (one
+    poll is a query, not a `campaigns list` process start, which costs seconds of CPU)."""
+    if not (home / "raven.db").exists():
+        return False  # not opened yet: connecting would create it
+    try:
+        return bool(
+            db_rows(
+                home,
+                "SELECT 1 FROM campaigns c JOIN campaign_measurements m ON m.campaign_id = c.id"
+                " WHERE c.state IN ('running', 'waiting')",
+            )
+        )
+    except sqlite3.OperationalError:
+        return False  # the runner is still creating its tables
+
+
 async def _wait_listed(env: dict[str, str]) -> dict[str, Any]:
     """The one campaign `list --json` shows once its round runs and has a measurement."""
-    found: list[dict[str, Any]] = []
-
-    async def running() -> bool:
-        code, out, _ = await _run("campaigns", "list", "--json", env=env)
-        rows = json.loads(out) if code == 0 else []
-        found[:] = [r for r in rows if r["state"] in ("running", "waiting") and r["latest"]]
-        return bool(found)
-
-    await _until(running)
-    (row,) = found
+    home = Path(env["RAVEN_HOME"])
+    await eventually(
+        lambda: _measured_running(home), within=WITHIN, what="a measured running campaign"
+    )
+    code, out, err = await _run("campaigns", "list", "--json", env=env)
+    assert code == 0, err
+    (row,) = [r for r in json.loads(out) if r["state"] in ("running", "waiting") and r["latest"]]
     return row
 
 

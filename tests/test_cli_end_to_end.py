@@ -15,6 +15,9 @@ import pytest
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import eventually
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 RAVEN = str(Path(sys.executable).with_name("raven-bot"))
 
 

@@ -12,6 +12,9 @@ import pytest
 from bot.settings import load_settings, mask_url, unknown_variables
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 WITHIN = 60.0  # hang guard: a hang at exit is one of the bugs under test
 
 

@@ -6,6 +6,7 @@ mode asks a person before an unlisted command; "allow in this conversation" is r
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,9 @@ import pytest
 
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
-from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually, inbound
+from tests.runtime_kit import online
 
 TEST_COMMAND = "python3 test_mathx.py"
 CODE_STEPS: list[tuple[str, dict[str, Any]]] = [
@@ -70,12 +71,12 @@ def _tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def online(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
+async def online_models(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> AsyncIterator[tuple[Models, Path]]:
     models = Models()
-    async with FakeAnthropic() as fake:
+    async with online(monkeypatch) as fake:
         fake.responder = models
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         yield models, isolated_env
 
 
@@ -86,8 +87,10 @@ def _allow_tests(home: Path) -> None:
     )
 
 
-async def test_the_code_agent_writes_runs_its_test_and_is_judged_done(online: Any) -> None:
-    models, home = online
+async def test_the_code_agent_writes_runs_its_test_and_is_judged_done(
+    online_models: tuple[Models, Path],
+) -> None:
+    models, home = online_models
     _allow_tests(home)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
@@ -110,8 +113,10 @@ async def test_the_code_agent_writes_runs_its_test_and_is_judged_done(online: An
         await shutdown(runtime)
 
 
-async def test_smart_mode_asks_and_remembers_an_allow_for_the_conversation(online: Any) -> None:
-    _, home = online
+async def test_smart_mode_asks_and_remembers_an_allow_for_the_conversation(
+    online_models: tuple[Models, Path],
+) -> None:
+    _, home = online_models
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
         turn = await runtime.service.accept(inbound("please add an add function with a test", "e1"))

@@ -172,6 +172,7 @@ def test_pty_stop_and_status_leave_the_bot_working(chat: PtyChat) -> None:
     assert chat.end() == 0
 
 
+@pytest.mark.slow
 async def test_piped_oversized_and_non_utf8_lines_do_not_end_the_session(
     isolated_env: Path,
 ) -> None:
@@ -185,6 +186,7 @@ async def test_piped_oversized_and_non_utf8_lines_do_not_end_the_session(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 async def test_piped_plan_with_confirm_asks_then_reports(isolated_env: Path) -> None:
     plan = b"r1: research: find X\nc1: code: build Y after r1\nconfirm\n1\n"
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
@@ -193,6 +195,7 @@ async def test_piped_plan_with_confirm_asks_then_reports(isolated_env: Path) -> 
     assert out.index("Run this graph?") < out.index("Approved by") < out.index("Records:")
 
 
+@pytest.mark.slow
 async def test_new_starts_a_fresh_conversation_that_a_restart_continues(
     isolated_env: Path,
 ) -> None:
@@ -217,6 +220,7 @@ async def test_new_starts_a_fresh_conversation_that_a_restart_continues(
     assert "Approved by" in out
 
 
+@pytest.mark.slow
 def test_reader_going_away_exits_quietly_and_is_not_replayed(
     isolated_env: Path, tmp_path: Path
 ) -> None:

@@ -23,6 +23,9 @@ from bot.console.screen import Screen
 from bot.logging_setup import configure_logging
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 WITHIN = 120.0  # hang guard for each wait (the model loads first), not a timing assertion
 
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d .* (DEBUG|INFO) ", re.MULTILINE)

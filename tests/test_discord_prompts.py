@@ -13,7 +13,7 @@ import pytest
 
 from core.ids import ConversationRef
 from tests.discord_harness import ALICE, BOB, DiscordBot, discord_bot, shared_fake
-from tests.helpers import db_rows, eventually
+from tests.helpers import db_rows, eventually, write_agents
 
 AGENTS = """
 [agents.echo]
@@ -27,11 +27,6 @@ description = "Sleeps (test agent)."
 command = ["sh", "-c", "sleep 60"]
 """
 PLAN = "a: echo: hello world\nconfirm"
-
-
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
 
 
 def _buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,7 +81,7 @@ def _completed(bot: DiscordBot, thread: str) -> bool:
 async def test_approval_by_the_requester_runs_the_graph(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _plan(bot)
         assert [b["label"] for b in _buttons(message)] == ["Approve", "Deny"]
@@ -104,7 +99,7 @@ async def test_approval_by_the_requester_runs_the_graph(
 
 
 async def test_the_prompt_pings_nobody(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         await _plan(bot)
         sent = [
@@ -119,7 +114,7 @@ async def test_the_prompt_pings_nobody(monkeypatch: pytest.MonkeyPatch, isolated
 async def test_a_stranger_is_refused_privately(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _plan(bot)
         await _click(bot, thread, message, 0, BOB)
@@ -131,7 +126,7 @@ async def test_a_stranger_is_refused_privately(
 
 
 async def test_an_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch, env={"RAVEN_APPROVERS": BOB}) as bot:
         thread, message = await _plan(bot)
         await _click(bot, thread, message, 1, BOB)
@@ -143,7 +138,7 @@ async def test_an_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_
 async def test_a_second_click_is_a_friendly_no_op(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _plan(bot)
         await _click(bot, thread, message, 0, ALICE)
@@ -157,7 +152,7 @@ async def test_a_second_click_is_a_friendly_no_op(
 async def test_a_click_after_expiry_says_expired(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch, env={"RAVEN_PROMPT_EXPIRY_SECONDS": "0.5"}) as bot:
         thread, message = await _plan(bot)
         (prompt,) = await bot.runtime.broker.pending()
@@ -176,7 +171,7 @@ async def test_a_click_after_expiry_says_expired(
 async def test_buttons_work_after_a_restart(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread, message = await _plan(bot)
@@ -189,7 +184,7 @@ async def test_buttons_work_after_a_restart(
 async def test_a_typed_answer_in_the_thread_works(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _plan(bot)
         await bot.say(thread, "1")
@@ -260,7 +255,7 @@ async def test_a_modal_opened_before_a_restart_is_answered_after_it(
 async def test_stop_cancels_a_running_graph(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         root = await bot.mention("s: sleeper: wait a minute")
         thread = str(root["id"])
@@ -284,7 +279,7 @@ async def test_stop_cancels_a_running_graph(
 async def test_a_background_run_edits_one_status_message(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         root = await bot.mention("a: echo: one\nb: echo: two [after a]")
         thread = str(root["id"])
@@ -300,7 +295,7 @@ async def test_a_background_run_edits_one_status_message(
 async def test_a_click_on_a_prompt_decided_while_the_bot_was_down(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with shared_fake() as fake:
         async with discord_bot(monkeypatch, fake=fake) as bot:
             thread, message = await _plan(bot)
@@ -324,7 +319,7 @@ async def test_a_click_on_a_prompt_decided_while_the_bot_was_down(
 async def test_an_interaction_delivered_twice_is_answered_once(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with discord_bot(monkeypatch) as bot:
         thread, message = await _plan(bot)
         button = _buttons(message)[0]

@@ -11,9 +11,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.discord_harness import ALICE, GENERAL, TOKEN
 from tests.fakes.discord import FakeDiscord
+from tests.helpers import write_agents
 from tests.test_cli_end_to_end import RAVEN, _env
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 AGENTS = """
 [agents.echo]
@@ -25,11 +31,6 @@ command = ["cat"]
 
 def _buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for row in message.get("components") or [] for c in row.get("components", [])]
-
-
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
 
 
 @contextlib.asynccontextmanager
@@ -57,7 +58,7 @@ async def _bot_process(fake: FakeDiscord, home: Path) -> AsyncIterator[asyncio.s
 
 
 async def test_a_prompt_survives_kill_9_and_its_button_still_works(isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     async with FakeDiscord() as fake:
         fake.add_user(ALICE, "alice", global_name="Alice")
         connected = 0

@@ -21,6 +21,9 @@ from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster, _write_config, missing
 from tests.test_cli_end_to_end import _env, _run
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 BROKEN_RULES = '[default]\nmode = "sometimes"\n'
 
 

@@ -6,18 +6,19 @@ records on disk match."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.app import Runtime, build_runtime, shutdown
-from bot.settings import load_settings
+from bot.app import Runtime
 from host.graph.records import journal_records
 from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually
+from tests.runtime_kit import chat_runtime, online
 
 GRAPH = {
     "task_summary": "Survey, reproduce and present",
@@ -133,21 +134,21 @@ def _tool(name: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def runtime_with_fake(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
-    async with FakeAnthropic() as fake:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+async def runtime_with_fake(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> AsyncIterator[tuple[FakeAnthropic, FakeChatAdapter, Runtime]]:
+    async with online(monkeypatch) as fake:
         monkeypatch.setenv("RAVEN_MODEL_MAX_RETRIES", "0")
         adapter = FakeChatAdapter()
-        runtime = await build_runtime(load_settings(), [lambda: adapter])
-        await runtime.broker.recover()
-        yield fake, adapter, runtime
-        await shutdown(runtime)
+        async with chat_runtime(adapter) as runtime:
+            await runtime.broker.recover()
+            yield fake, adapter, runtime
 
 
-async def test_four_node_graph_with_one_continue(runtime_with_fake: Any) -> None:
+async def test_four_node_graph_with_one_continue(
+    runtime_with_fake: tuple[FakeAnthropic, FakeChatAdapter, Runtime],
+) -> None:
     fake, adapter, runtime = runtime_with_fake
-    runtime: Runtime
     script = Script()
     fake.responder = script
     msg = InboundMessage(

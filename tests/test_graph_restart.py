@@ -11,9 +11,14 @@ import signal
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from host.graph.records import journal_records
-from tests.helpers import eventually
+from tests.helpers import eventually, write_agents
 from tests.test_cli_end_to_end import RAVEN, _env, _run
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 AGENTS_TOML = """
 [agents.echo]
@@ -26,11 +31,6 @@ backend = "cli"
 description = "Sleeps for a minute (test agent)."
 command = ["sh", "-c", "sleep 60"]
 """
-
-
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS_TOML)
 
 
 def _text(path: str) -> str:
@@ -73,7 +73,7 @@ async def test_offline_deny_runs_nothing(isolated_env: Path) -> None:
 
 
 async def test_kill_during_run_then_restart(isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS_TOML)
     env = _env(isolated_env)
     db = isolated_env / "raven.db"
     proc = await asyncio.create_subprocess_exec(
@@ -135,7 +135,7 @@ ANNOUNCED_DONE = re.compile(r"^- ✅ `(\w+)` .*: completed$")
 
 
 async def test_kill_9_keeps_every_announced_node_result(isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS_TOML)
     env = _env(isolated_env)
     proc = await asyncio.create_subprocess_exec(
         RAVEN,

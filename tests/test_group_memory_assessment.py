@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.app import build_runtime, shutdown
-from bot.settings import load_settings
-from tests.fakes.anthropic_server import FakeAnthropic
+from bot.app import Runtime
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import db_rows, inbound
+from tests.helpers import db_rows, inbound, write_agents
+from tests.runtime_kit import chat_runtime, online
 
 AGENTS = """
 [agents.echo]
@@ -81,33 +81,29 @@ class Host:
         return {"content": "noted"}
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
-
-
 @pytest.fixture
-async def online(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
-    _write_agents(isolated_env)
+async def online_bot(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> AsyncIterator[tuple[Runtime, FakeChatAdapter, Host, Path]]:
+    write_agents(isolated_env, AGENTS)
     host = Host()
-    async with FakeAnthropic() as fake:
+    async with online(monkeypatch) as fake:
         fake.responder = host
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         adapter = FakeChatAdapter()
-        runtime = await build_runtime(load_settings(), [lambda: adapter])
-        yield runtime, adapter, host, isolated_env
-        await shutdown(runtime)
+        async with chat_runtime(adapter) as runtime:
+            yield runtime, adapter, host, isolated_env
 
 
-async def _say(runtime: Any, text: str, event: str, author: str = "U1") -> None:
+async def _say(runtime: Runtime, text: str, event: str, author: str = "U1") -> None:
     turn = await runtime.service.accept(inbound(text, event, author))
     assert turn is not None
     await turn
 
 
-async def test_close_then_feedback_verdicts_then_prefetch(online: Any) -> None:
-    runtime, adapter, host, home = online
+async def test_close_then_feedback_verdicts_then_prefetch(
+    online_bot: tuple[Runtime, FakeChatAdapter, Host, Path],
+) -> None:
+    runtime, adapter, host, home = online_bot
     await _say(runtime, "delegate: build the benchmark table", "e1")
     assert adapter.texts[-1] == "The table is ready."  # the block never reaches the thread
     ((run_id, phase),) = db_rows(home, "SELECT run_id, phase FROM round_summaries")

@@ -4,16 +4,17 @@ the summary, fenced."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bot.app import build_runtime, shutdown
+from bot.app import Runtime, build_runtime, shutdown
 from bot.settings import load_settings
 from host.runtime.turn import TurnContext
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import db_rows, eventually, inbound
+from tests.helpers import db_rows, eventually, inbound, write_agents
+from tests.runtime_kit import chat_runtime
 
 AGENTS = """
 [agents.echoer]
@@ -28,22 +29,15 @@ command = ["sh", "-c", "sleep 60"]
 """
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
-
-
 @pytest.fixture
-async def runtime(isolated_env: Path) -> Any:
-    _write_agents(isolated_env)
-    adapter = FakeChatAdapter()
-    rt = await build_runtime(load_settings(), [lambda: adapter])
-    yield rt, isolated_env
-    await shutdown(rt)
+async def runtime(isolated_env: Path) -> AsyncIterator[tuple[Runtime, Path]]:
+    write_agents(isolated_env, AGENTS)
+    async with chat_runtime() as rt:
+        yield rt, isolated_env
 
 
 async def test_a_finished_run_leaves_a_summary_and_verdicts_recalled_by_its_submitter(
-    runtime: Any,
+    runtime: tuple[Runtime, Path],
 ) -> None:
     rt, home = runtime
     turn = await rt.service.accept(inbound("b1: echoer: build the benchmark table", "e1"))
@@ -64,7 +58,7 @@ async def test_a_finished_run_leaves_a_summary_and_verdicts_recalled_by_its_subm
     assert "verdict by host on echoer" in other  # verdicts about an agent are shared
 
 
-async def test_a_stopped_run_deposits_nothing(runtime: Any) -> None:
+async def test_a_stopped_run_deposits_nothing(runtime: tuple[Runtime, Path]) -> None:
     rt, home = runtime
     turn = await rt.service.accept(inbound("s1: sleeper: wait", "e1"))
     assert turn is not None
@@ -82,7 +76,7 @@ async def test_a_stopped_run_deposits_nothing(runtime: Any) -> None:
 async def test_group_memory_can_be_turned_off(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, AGENTS)
     monkeypatch.setenv("RAVEN_GROUP_MEMORY", "false")
     rt = await build_runtime(load_settings(), [FakeChatAdapter])
     try:

@@ -6,7 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli_end_to_end import _env, _run
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 
 async def test_add_search_show_forget_and_reindex(isolated_env: Path) -> None:

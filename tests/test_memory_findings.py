@@ -34,6 +34,7 @@ OWNER = "user:cli:local:U1"
 # -- episodes: the author's words only --------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_offline_turn_leaves_no_bot_notice_in_the_episode(isolated_env: Path) -> None:
     env = _env(isolated_env)
     code, out, err = await _run("chat", stdin=b"I use PyTorch for my models\n", env=env)
@@ -90,6 +91,7 @@ async def test_the_model_former_never_sees_the_bots_reply(tmp_path: Path) -> Non
 # -- the command line: an unquoted sentence ---------------------------------------------
 
 
+@pytest.mark.slow
 async def test_memory_add_and_search_take_the_rest_of_the_line(isolated_env: Path) -> None:
     env = _env(isolated_env)
     code, out, err = await _run(

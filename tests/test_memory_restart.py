@@ -8,7 +8,12 @@ import signal
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli_end_to_end import RAVEN, _env, _run
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 FACT = "I maintain the billing service written in Rust."
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bot.app import build_runtime, shutdown
-from bot.settings import load_settings
+from bot.app import Runtime
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
-from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import db_rows, eventually
+from tests.helpers import db_rows, eventually, write_agents
+from tests.runtime_kit import chat_runtime, online
 
 AGENTS = """
 [agents.echo]
@@ -96,27 +96,21 @@ def message(text: str, event: str, author: str = "U1", *, dm: bool = False) -> I
     )
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
-
-
 @pytest.fixture
-async def online(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
-    _write_agents(isolated_env)
+async def online_bot(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> AsyncIterator[tuple[Runtime, FakeChatAdapter, Host, Path]]:
+    write_agents(isolated_env, AGENTS)
     monkeypatch.setenv("RAVEN_SKILLS", "true")  # the default (the shared fixture turns it off)
     host = Host()
-    async with FakeAnthropic() as fake:
+    async with online(monkeypatch) as fake:
         fake.responder = host
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         adapter = FakeChatAdapter()
-        runtime = await build_runtime(load_settings(), [lambda: adapter])
-        yield runtime, adapter, host, isolated_env
-        await shutdown(runtime)
+        async with chat_runtime(adapter) as runtime:
+            yield runtime, adapter, host, isolated_env
 
 
-async def _say(runtime: Any, msg: InboundMessage) -> None:
+async def _say(runtime: Runtime, msg: InboundMessage) -> None:
     turn = await runtime.service.accept(msg)
     if turn is not None:
         await turn
@@ -125,7 +119,7 @@ async def _say(runtime: Any, msg: InboundMessage) -> None:
     await runtime.experience_writer.idle()
 
 
-async def _context(runtime: Any, msg: InboundMessage) -> str:
+async def _context(runtime: Runtime, msg: InboundMessage) -> str:
     """Every context block the Host's system prompt would get for this message."""
     ctx = TurnContext(
         msg.conversation, "t", msg.author_id, msg.author_name, "user", msg.text, msg.is_dm
@@ -134,9 +128,9 @@ async def _context(runtime: Any, msg: InboundMessage) -> str:
 
 
 async def test_a_round_run_in_a_dm_stays_out_of_the_same_persons_channel_turns(
-    online: Any,
+    online_bot: tuple[Runtime, FakeChatAdapter, Host, Path],
 ) -> None:
-    runtime, _, _, home = online
+    runtime, _, _, home = online_bot
     await _say(runtime, message("delegate: summarise the zq1111 memo", "e1", dm=True))
     await eventually(lambda: bool(db_rows(home, "SELECT 1 FROM verdicts")))
     asking = "what do we know about the zq1111 memo"
@@ -145,13 +139,13 @@ async def test_a_round_run_in_a_dm_stays_out_of_the_same_persons_channel_turns(
     assert "zq1111" not in channel
     # The same person's channel turn runs, and its prompt carries nothing from the DM round.
     await _say(runtime, message(asking, "e2"))
-    assert "zq1111" not in online[2].systems[-1]
+    assert "zq1111" not in online_bot[2].systems[-1]
 
 
 async def test_a_verdict_quoting_a_task_reaches_no_other_conversations_turn_or_node(
-    online: Any,
+    online_bot: tuple[Runtime, FakeChatAdapter, Host, Path],
 ) -> None:
-    runtime, _, host, home = online
+    runtime, _, host, home = online_bot
     await _say(runtime, message("delegate: summarise the zq2222 memo", "e1", dm=True))
     await eventually(lambda: bool(db_rows(home, "SELECT 1 FROM verdicts")))
     ((body,),) = db_rows(home, "SELECT body FROM verdicts")
@@ -173,8 +167,10 @@ async def test_a_verdict_quoting_a_task_reaches_no_other_conversations_turn_or_n
     assert not any("zq2222" in s for s in host.systems[-2:])
 
 
-async def test_forget_everything_leaves_the_persons_words_nowhere(online: Any) -> None:
-    runtime, adapter, _, home = online
+async def test_forget_everything_leaves_the_persons_words_nowhere(
+    online_bot: tuple[Runtime, FakeChatAdapter, Host, Path],
+) -> None:
+    runtime, adapter, _, home = online_bot
     said = "zq3333"
     await _say(runtime, message(f"remember my locker code is {said}", "e1"))
     await _say(runtime, message(f"I keep the {said} ledger in the blue drawer", "e2"))

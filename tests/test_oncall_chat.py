@@ -186,6 +186,7 @@ def _write_machines(home: Path, text: str) -> None:
     (home / "machines.toml").write_text(text)
 
 
+@pytest.mark.slow
 async def test_doctor_names_a_broken_machines_file(isolated_env: Path) -> None:
     from tests.test_cli_end_to_end import _env, _run
 

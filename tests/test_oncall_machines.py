@@ -204,6 +204,7 @@ _PARENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_a_round_survives_its_parent_and_a_fresh_machine_finds_it(
     local: LocalMachine, tmp_path: Path
 ) -> None:
@@ -366,6 +367,7 @@ def loopback_ssh(tmp_path: Path) -> SshMachine:
     return SshMachine(spec, ssh=str(fake))
 
 
+@pytest.mark.slow
 async def test_ssh_remote_scripts_run_poll_read_and_terminate(
     loopback_ssh: SshMachine, tmp_path: Path
 ) -> None:

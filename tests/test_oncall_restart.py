@@ -12,8 +12,13 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import db_rows
 from tests.test_cli_end_to_end import RAVEN, _env
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 WITHIN = 60.0
 # Prints a decreasing loss every 0.3 s for about 12 s: long enough to span a kill/restart.

@@ -5,7 +5,6 @@ refused submission is a clear `MachineUnavailable`."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
@@ -15,7 +14,11 @@ from oncall.machines import SlurmMachine
 from oncall.machines.slurm import batch_script, exit_code_of, sbatch_argv
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
+from tests.helpers import eventually
 from tests.slurm_cluster import SlurmCluster, missing
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 SPEC = MachineSpec(name="cluster", kind="slurm", slots=2)
 
@@ -35,19 +38,26 @@ def _request(workdir: Path, command: str, **extra: object) -> JobRequest:
 async def _until(
     slurm: SlurmMachine, handle: JobHandle, state: str, within: float = 60.0
 ) -> JobStatus:
-    """Poll until the job is in `state` (a hang guard, not a timing)."""
-    async with asyncio.timeout(within):
-        # Polling: Slurm has no completion callback without accounting.
-        while (status := await slurm.poll(handle)).state != state:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-    return status
+    """Poll until the job is in `state` (Slurm has no completion callback without accounting)."""
+    seen: list[JobStatus] = []
+
+    async def reached() -> bool:
+        seen[:] = [await slurm.poll(handle)]
+        return seen[0].state == state
+
+    await eventually(reached, within, what=lambda: f"job state {state!r}, last {seen}", every=0.05)
+    return seen[0]
 
 
 async def _output_contains(slurm: SlurmMachine, handle: JobHandle, text: bytes) -> bytes:
-    async with asyncio.timeout(60):
-        while text not in (log := await slurm.read_log(handle, 0)):  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-    return log
+    log = [b""]
+
+    async def shown() -> bool:
+        log[0] = await slurm.read_log(handle, 0)
+        return text in log[0]
+
+    await eventually(shown, 60, what=lambda: f"{text!r} in the job's log {log[0]!r}", every=0.05)
+    return log[0]
 
 
 def test_sbatch_command_and_script(tmp_path: Path) -> None:

@@ -6,11 +6,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from oncall.machines import SlurmMachine
 from oncall.model import MachineSpec
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.oncall_kit import CONV, oncall_kit, spec
 from tests.slurm_cluster import SlurmCluster
+
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
 
 CLUSTER = MachineSpec(name="local", kind="slurm", slots=2)
 DECREASING = 'for v in 0.9 0.7 0.5 0.42; do echo "loss $v"; sleep 0.2; done'

@@ -4,23 +4,22 @@ superseded."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agents.tools import Tool
-from bot.app import build_runtime, shutdown
-from bot.settings import load_settings
+from bot.app import Runtime
 from core.ids import ConversationRef
 from host.agent.tools import HostToolDeps, ResolveInput, build_host_tools
 from host.graph.runs import RunManager
 from host.runtime.turn import TurnContext
-from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import eventually, write_agents
+from tests.runtime_kit import chat_runtime, online
 
 AGENTS = """
 [agents.echo]
@@ -54,30 +53,26 @@ def _responder(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": "noted"}
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
-
-
 @pytest.fixture
-async def online_runtime(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> Any:
-    _write_agents(isolated_env)
-    async with FakeAnthropic() as fake:
+async def online_runtime(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> AsyncIterator[tuple[Runtime, FakeChatAdapter]]:
+    write_agents(isolated_env, AGENTS)
+    async with online(monkeypatch) as fake:
         fake.responder = _responder
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
         adapter = FakeChatAdapter()
-        runtime = await build_runtime(load_settings(), [lambda: adapter])
-        yield runtime, adapter
-        await shutdown(runtime)
+        async with chat_runtime(adapter) as runtime:
+            yield runtime, adapter
 
 
-def _tool(runtime: Any, name: str) -> Tool[TurnContext]:
+def _tool(runtime: Runtime, name: str) -> Tool[TurnContext]:
     deps = HostToolDeps(runs=runtime.runs, broker=runtime.broker, registry=runtime.registry)
     return next(t for t in build_host_tools(deps) if t.name == name)
 
 
-async def test_replan_waits_for_approval_then_supersedes(online_runtime: Any) -> None:
+async def test_replan_waits_for_approval_then_supersedes(
+    online_runtime: tuple[Runtime, FakeChatAdapter],
+) -> None:
     runtime, adapter = online_runtime
     runs: RunManager = runtime.runs
     started = await runs.submit(
@@ -119,9 +114,8 @@ async def test_replan_waits_for_approval_then_supersedes(online_runtime: Any) ->
         record = await runs.store.run(new_id)
         return record.state if record is not None else None
 
-    for _ in range(500):
-        if await new_state() == "completed":
-            break
-        await asyncio.sleep(0.02)
-    assert await new_state() == "completed"
+    async def completed() -> bool:
+        return await new_state() == "completed"
+
+    await eventually(completed, what="the replanned run to complete")
     assert any("Approved by U1" in t for t in adapter.texts)

@@ -28,6 +28,9 @@ from tests.oncall_kit import CONV, oncall_kit, spec
 from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 BOT_TOKEN = "xoxb-secret-test"
 DB_TEXT = "SQLite format 3 stand-in for raven.db"
 HIDDEN_LOSS = "loss 0.0001\n"

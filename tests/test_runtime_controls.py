@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bot.app import build_runtime, shutdown
-from bot.settings import load_settings
+from bot.app import Runtime
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually, inbound
+from tests.helpers import eventually, inbound, write_agents
+from tests.runtime_kit import chat_runtime
 
 AGENTS = """
 [agents.sleeper]
@@ -21,21 +21,17 @@ command = ["sh", "-c", "sleep 60"]
 """
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(AGENTS)
-
-
 @pytest.fixture
-async def runtime(isolated_env: Path) -> Any:
-    _write_agents(isolated_env)
+async def runtime(isolated_env: Path) -> AsyncIterator[tuple[Runtime, FakeChatAdapter]]:
+    write_agents(isolated_env, AGENTS)
     adapter = FakeChatAdapter()
-    rt = await build_runtime(load_settings(), [lambda: adapter])
-    yield rt, adapter
-    await shutdown(rt)
+    async with chat_runtime(adapter) as rt:
+        yield rt, adapter
 
 
-async def test_stop_cancels_running_graph_and_prompts(runtime: Any) -> None:
+async def test_stop_cancels_running_graph_and_prompts(
+    runtime: tuple[Runtime, FakeChatAdapter],
+) -> None:
     rt, adapter = runtime
     turn = await rt.service.accept(inbound("a: sleeper: wait a minute", "e1"))
     assert turn is not None
@@ -61,7 +57,7 @@ async def test_stop_cancels_running_graph_and_prompts(runtime: Any) -> None:
     assert any("cancelled" in p.state for p in adapter.closed)
 
 
-async def test_stranger_cannot_approve_by_typing(runtime: Any) -> None:
+async def test_stranger_cannot_approve_by_typing(runtime: tuple[Runtime, FakeChatAdapter]) -> None:
     rt, adapter = runtime
     turn = await rt.service.accept(inbound("b: sleeper: later\nconfirm", "e1"))
     assert turn is not None

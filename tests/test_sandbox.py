@@ -133,6 +133,7 @@ _BOT_SIDE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_commands_cannot_read_the_bots_secrets_or_write_outside(tmp_path: Path) -> None:
     # The worst layout: the data dir is the working directory that holds .env.
     botdir = tmp_path / "bot"
@@ -284,6 +285,7 @@ _HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_unsandboxed_child_dies_when_the_bot_is_killed(tmp_path: Path) -> None:
     token = sleeper_token()
     holder = await asyncio.create_subprocess_exec(
@@ -327,6 +329,7 @@ def _node_state(db: Path, node_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+@pytest.mark.slow
 async def test_agent_processes_die_with_the_bot_on_kill_9(isolated_env: Path) -> None:
     token = sleeper_token()
     _write(

@@ -285,10 +285,12 @@ async def test_prompt_expires_through_its_scheduled_job(expiry_rig: ExpiryRig) -
     async with asyncio.timeout(WITHIN):
         decided = await rig.broker.wait(prompt.id, poll_interval=3600)
     assert decided.state == "expired" and not decided.approved
+
     # The waiter wakes at the decision; the close and the handler follow it.
-    async with asyncio.timeout(WITHIN):
-        while "handled" not in [a["action"] for a in await rig.broker.audit(prompt.id)]:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+    async def handled() -> bool:
+        return "handled" in [a["action"] for a in await rig.broker.audit(prompt.id)]
+
+    await eventually(handled, within=WITHIN)
     assert [(p.id, p.state) for p in rig.decided] == [(prompt.id, "expired")]
     assert [p.id for p in rig.surface.closed] == [prompt.id]
     audit = [a["action"] for a in await rig.broker.audit(prompt.id)]

@@ -20,6 +20,7 @@ from agents.registry import (
     load_registry,
 )
 from host.prompts.clarify import command_question
+from tests.helpers import write_agents
 from tests.sandboxing import real_sandbox
 from tests.test_cli_end_to_end import RAVEN, _env, _run
 
@@ -158,11 +159,6 @@ async def _chat(env: dict[str, str], plan: bytes, answer: bytes | None) -> str:
     return (seen + rest).decode()
 
 
-def _write_agents(home: Path, text: str) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(text)
-
-
 def _node(db: Path, node_id: str) -> tuple[str, str | None]:
     with sqlite3.connect(db) as conn:
         row = conn.execute(
@@ -171,6 +167,7 @@ def _node(db: Path, node_id: str) -> tuple[str, str | None]:
     return str(row[0]), row[1]
 
 
+@pytest.mark.slow
 async def test_console_shell_node_runs_after_approval(isolated_env: Path) -> None:
     out = await _chat(
         _env(isolated_env), b's1: shell: echo "hello from the sandbox"\n', answer=b"1\n"
@@ -183,6 +180,7 @@ async def test_console_shell_node_runs_after_approval(isolated_env: Path) -> Non
     assert _node(isolated_env / "raven.db", "s1")[0] == "completed"
 
 
+@pytest.mark.slow
 async def test_console_shell_node_denied_does_not_run(isolated_env: Path) -> None:
     out = await _chat(_env(isolated_env), b"s1: shell: touch ran.txt\n", answer=b"2\n")
     assert "Deny" in out
@@ -191,14 +189,16 @@ async def test_console_shell_node_denied_does_not_run(isolated_env: Path) -> Non
     assert not list((isolated_env / "workspaces").glob("*/ran.txt"))
 
 
+@pytest.mark.slow
 async def test_console_allow_listed_shell_node_runs_without_a_prompt(isolated_env: Path) -> None:
-    _write_agents(isolated_env, '[agents.shell]\nallow = ["echo *"]\n')
+    write_agents(isolated_env, '[agents.shell]\nallow = ["echo *"]\n')
     out = await _chat(_env(isolated_env), b"s1: shell: echo allowed here\n", answer=None)
     assert "[approval]" not in out
     assert "allowed here" in out
     assert _node(isolated_env / "raven.db", "s1")[0] == "completed"
 
 
+@pytest.mark.slow
 async def test_an_approval_answered_after_a_restart_runs_nothing_and_says_so(
     isolated_env: Path,
 ) -> None:

@@ -24,7 +24,7 @@ from memory.store import Store
 from skills.evolution import Case
 from tests.fakes.anthropic_server import EPISODE_FORMER, FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import db_rows, inbound
+from tests.helpers import db_rows, inbound, write_agents
 from tests.test_cli_end_to_end import _env, _run
 
 GOOD_BODY = "\n".join(
@@ -173,15 +173,11 @@ async def test_experience_revises_an_agents_skills(tmp_path: Path) -> None:
         await store.close()
 
 
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(
-        '[agents.echo]\nbackend = "cli"\ndescription = "Echoes."\ncommand = ["cat"]\n'
-    )
+ECHO_AGENTS = '[agents.echo]\nbackend = "cli"\ndescription = "Echoes."\ncommand = ["cat"]\n'
 
 
 async def test_a_finished_run_leaves_cases_offline(isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
         turn = await runtime.service.accept(inbound("b1: echo: build the benchmark table", "e1"))
@@ -196,6 +192,7 @@ async def test_a_finished_run_leaves_cases_offline(isolated_env: Path) -> None:
         await shutdown(runtime)
 
 
+@pytest.mark.slow
 async def test_the_skills_cli_lists_and_ranks(isolated_env: Path) -> None:
     env = _env(isolated_env)
     code, out, err = await _run("skills", "list", "--json", env=env)
@@ -297,6 +294,7 @@ def _break_config(home: Path) -> None:
     (home / "permissions.toml").write_text('[default]\nmode = "yolo"\n')
 
 
+@pytest.mark.slow
 async def test_doctor_reports_broken_skills_and_permission_rules(isolated_env: Path) -> None:
     _break_config(isolated_env)
     code, out, _ = await _run("doctor", env=_env(isolated_env, RAVEN_SKILLS="true"))

@@ -27,7 +27,7 @@ from bot.slack.factory import slack_adapter
 from bot.slack.normalize import plain_text
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
-from tests.helpers import db_rows, eventually
+from tests.helpers import db_rows, eventually, write_agents
 from tests.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
 
 ECHO_AGENTS = """
@@ -41,11 +41,6 @@ backend = "cli"
 description = "Sleeps (test agent)."
 command = ["sh", "-c", "sleep 60"]
 """
-
-
-def _write_agents(home: Path) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "agents.toml").write_text(ECHO_AGENTS)
 
 
 def _read(path: Path) -> bytes:
@@ -521,7 +516,7 @@ async def test_help_and_status(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_approval_by_requester_starts_the_graph(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hello world\nconfirm")
         labels = [b["text"]["text"] for b in _buttons(post)]
@@ -572,7 +567,7 @@ def test_slack_text_becomes_what_its_author_typed() -> None:
 async def test_stranger_click_refused_ephemerally(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         await _click(bot, post, 0, "U2", thread, prompt_ts)
@@ -584,7 +579,7 @@ async def test_stranger_click_refused_ephemerally(
 
 
 async def test_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch, env={"RAVEN_APPROVERS": "U2"}) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         await _click(bot, post, 1, "U2", thread, prompt_ts)
@@ -596,7 +591,7 @@ async def test_approver_may_answer(monkeypatch: pytest.MonkeyPatch, isolated_env
 async def test_second_click_is_a_friendly_no_op(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         await _click(bot, post, 0, "U1", thread, prompt_ts)
@@ -613,7 +608,7 @@ async def test_second_click_is_a_friendly_no_op(
 async def test_click_after_expiry_says_expired_and_denies(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch, env={"RAVEN_PROMPT_EXPIRY_SECONDS": "0.5"}) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         (prompt,) = await bot.runtime.broker.pending()
@@ -631,7 +626,7 @@ async def test_click_after_expiry_says_expired_and_denies(
 async def test_click_after_restart_still_works(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with FakeSlack() as fake:
         async with slack_bot(monkeypatch, fake=fake) as bot:
             thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
@@ -643,7 +638,7 @@ async def test_click_after_restart_still_works(
 
 
 async def test_typed_answer_in_thread(monkeypatch: pytest.MonkeyPatch, isolated_env: Path) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         thread, _, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         reply = payloads.thread_message(CHANNEL, "U1", "1", bot.ts(), thread)
@@ -704,7 +699,7 @@ async def test_free_text_answer_through_modal(monkeypatch: pytest.MonkeyPatch) -
 async def test_stop_cancels_a_running_graph(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         ts, _ = await bot.mention("s: sleeper: wait a minute")
         home = bot.runtime.settings.home
@@ -731,7 +726,7 @@ async def test_stop_cancels_a_running_graph(
 async def test_background_run_status_message_is_edited_in_place(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         ts, _ = await bot.mention("a: echo: one\nb: echo: two [after a]")
         await eventually(
@@ -777,7 +772,7 @@ def _with_blocks(args: dict[str, Any]) -> bool:
 async def test_click_before_the_prompt_post_returns_closes_the_clicked_message(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         # The prompt is posted, but the bot does not see Slack's reply (its ts) yet.
         held = bot.fake.hold("chat.postMessage", when=_with_blocks)
@@ -807,7 +802,7 @@ async def test_click_before_the_prompt_post_returns_closes_the_clicked_message(
 async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         held = bot.fake.hold("chat.postMessage", when=_with_blocks)
         thread, _ = await bot.mention("a: echo: hello\nconfirm")
@@ -839,7 +834,7 @@ async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
 async def test_click_is_acked_before_slack_answers_the_posts_it_causes(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path, transport: str
 ) -> None:
-    _write_agents(isolated_env)
+    write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch, transport=transport) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hi\nconfirm")
         # Slack stops answering the bot's own posts (as with a 429 and a long Retry-After).

@@ -358,6 +358,7 @@ WRITER_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_sigkill_mid_stream_keeps_every_reported_write_and_no_half_one(
     tmp_path: Path,
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from host.graph.admission import GUIDE_PATH, AdmissionError
 from tests.test_cli_end_to_end import _env, _run
 
@@ -16,6 +18,7 @@ def test_admission_error_for_people_names_the_guide_file_not_a_tool() -> None:
     assert str(GUIDE_PATH) in exc.for_user() and GUIDE_PATH.is_file()
 
 
+@pytest.mark.slow
 async def test_offline_rejection_in_chat_shows_the_guide_path(isolated_env: Path) -> None:
     code, out, err = await _run(
         "chat", stdin=b"x1: nosuch: do it\n", env=_env(isolated_env), within=120
@@ -26,6 +29,7 @@ async def test_offline_rejection_in_chat_shows_the_guide_path(isolated_env: Path
     assert "orchestration.md" in out
 
 
+@pytest.mark.slow
 async def test_graph_validate_shows_the_guide_path(isolated_env: Path, tmp_path: Path) -> None:
     graph = tmp_path / "g.json"
     graph.write_text(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import helpers
 from tests.helpers import processes_with
 
 REPO = Path(__file__).resolve().parents[2]
@@ -278,12 +279,9 @@ def running(*argv: str) -> bool:
 
 
 def wait_until(cond: Callable[[], bool], what: str, within: float = WITHIN) -> None:
-    """Poll a condition on state another process owns; fail naming `what` after `within`."""
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """Poll a condition on state another process owns; fail naming `what` after `within`
+    (the suite's `wait_until`, with the acceptance hang guard)."""
+    helpers.wait_until(cond, what, within)
 
 
 # What a person must never read: the markers that fence untrusted data for models, log

@@ -31,6 +31,9 @@ from tests.acceptance.harness import (
 )
 from tests.helpers import db_rows
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 # The local machine of the README's machines.toml: chat campaigns run in its workdir.
 LOCAL_MACHINE = """\
 [machines.local]

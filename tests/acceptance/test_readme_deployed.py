@@ -45,7 +45,7 @@ from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 AGENTS_TOML = """\
 [agents.reviewer]

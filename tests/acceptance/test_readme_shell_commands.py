@@ -14,6 +14,9 @@ from tests.acceptance.harness import Commands, Ran, Result, noise, running, wait
 from tests.acceptance.shell_commands import LONG_SLEEP
 from tests.helpers import db_rows
 
+# Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 README_EXAMPLES = [
     "raven-bot skills list [--json]",
     "skills list",

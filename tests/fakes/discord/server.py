@@ -18,7 +18,6 @@ blanked for a session that did not ask for the message-content intent.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import inspect
@@ -39,6 +38,7 @@ import yarl
 from aiohttp import BodyPartReader, WSMsgType, web
 
 from tests.fakes.discord import payloads
+from tests.helpers import eventually
 
 __all__ = ["MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile"]
 
@@ -491,19 +491,17 @@ class FakeDiscord:
         predicate: Callable[[], bool],
         timeout: float = 10.0,  # noqa: ASYNC109 - a bounded wait is the point of this helper
     ) -> None:
-        """Poll `predicate` every 5 ms until true; TimeoutError (with context) otherwise.
+        """Poll `predicate` every 5 ms until true; AssertionError (with context) otherwise.
 
         Polling rather than a condition the fake notifies: predicates usually read the
         client's state as well, which changes without the fake knowing.
         """
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"timed out after {timeout}s waiting for {_describe_predicate(predicate)}; "
-                    f"{self.describe()}"
-                )
-            await asyncio.sleep(_POLL_INTERVAL)
+        await eventually(
+            predicate,
+            timeout,
+            what=lambda: f"{_describe_predicate(predicate)}; {self.describe()}",
+            every=_POLL_INTERVAL,
+        )
 
     async def wait_ready(
         self,

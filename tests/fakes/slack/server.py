@@ -27,6 +27,8 @@ from typing import Any, Literal, TypeVar
 
 from aiohttp import WSMsgType, web
 
+from tests.helpers import eventually
+
 __all__ = [
     "DEFAULT_SCOPES",
     "Call",
@@ -142,13 +144,12 @@ class Hold:
 
     async def wait_held(self, count: int = 1, within: float = 5.0) -> list[Call]:
         """Wait until `count` calls are being held; returns them."""
-        deadline = time.monotonic() + within
-        while len(self.calls) < count:
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"expected {count} held call(s) to {self.method}, got {len(self.calls)}"
-                )
-            await asyncio.sleep(_POLL_INTERVAL)
+        await eventually(
+            lambda: len(self.calls) >= count,
+            within,
+            what=lambda: f"{count} held call(s) to {self.method}, got {len(self.calls)}",
+            every=_POLL_INTERVAL,
+        )
         return list(self.calls)
 
 
@@ -512,14 +513,15 @@ class FakeSlack:
     async def _poll(
         self, probe: Callable[[], T | None], within: float, why: Callable[[], str]
     ) -> T:
-        deadline = time.monotonic() + within
-        while True:
-            found = probe()
-            if found is not None:
-                return found
-            if time.monotonic() >= deadline:
-                raise AssertionError(why())
-            await asyncio.sleep(_POLL_INTERVAL)
+        found: list[T] = []
+
+        def probed() -> bool:
+            value = probe()
+            found[:] = [] if value is None else [value]
+            return bool(found)
+
+        await eventually(probed, within, what=why, every=_POLL_INTERVAL)
+        return found[0]
 
     async def wait_for_call(self, method: str, count: int = 1, within: float = 5.0) -> list[Call]:
         """Wait until `method` was called `count` times (any outcome); returns those calls."""
