@@ -103,6 +103,25 @@ def test_blocks(md: str, expected: str) -> None:
     assert markdown_to_mrkdwn(md) == expected
 
 
+# Chat Markdown, not a document: what CommonMark would hide or re-read stays as typed, and
+# Slack styles (which end at a line break) are closed and reopened on every line.
+CHAT_CASES = [
+    ("foo**bar** and 2*3", "foo**bar** and 2*3"),
+    ("a **bold\nacross** lines", "a *bold*\n*across* lines"),
+    ("Title *with\nbreak*\n---", "*Title _with_*\n*_break_*"),
+    ("intro\n\n    indented is not code", "intro\n\nindented is not code"),
+    ("[1]: https://e.com\nsee [1]", "[1]: https://e.com\nsee [1]"),
+    ("AT&amp;T &lt;b&gt;", "AT&amp;amp;T &amp;lt;b&amp;gt;"),
+    ("- ```\n  code\n  ```\n- next", "•\n```\ncode\n```\n• next"),
+    ("1. one\n2. two\n\n   more about two", "1. one\n2. two\n\n  more about two"),
+]
+
+
+@pytest.mark.parametrize(("md", "expected"), CHAT_CASES)
+def test_chat_markdown(md: str, expected: str) -> None:
+    assert markdown_to_mrkdwn(md) == expected
+
+
 CODE_CASES = [
     ("```python\nx = 1\n```", "```\nx = 1\n```"),
     ("```\nif a < b && c > d:\n```", "```\nif a &lt; b &amp;&amp; c &gt; d:\n```"),

@@ -6,7 +6,8 @@ from bot.access import AccessPolicy
 from bot.channel import ChannelAdapter
 from bot.home import workspace_for
 from bot.settings import Settings
-from bot.slack.adapter import SlackAdapter, SlackConfig
+from bot.slack.adapter import SlackAdapter
+from bot.slack.config import SlackConfig
 from bot.slack.doctor import check_slack
 
 

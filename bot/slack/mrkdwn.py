@@ -1,21 +1,32 @@
-"""Markdown (as the model writes it) to Slack mrkdwn, and neutralization of Slack pings.
+"""Markdown (as the model writes it) to Slack mrkdwn: parsed by markdown-it-py, rendered here.
 
-Line-oriented: Slack formatting can't span lines, so inline styles are converted per line.
-Tables become an aligned monospace code block, or "• col: value · col: value" lines when a
-rendered row would be wider than `TABLE_MAX_WIDTH` (a code block that wide wraps unreadably).
+Slack's `mrkdwn` is not Markdown: `*bold*`, `_italic_`, `~strike~`, `<url|label>`, no
+headings, lists or tables, and styles that cannot span lines. So headings become bold lines,
+lists get `•` or their number, tables become an aligned monospace code block (or
+"• col: value · col: value" lines when a row would be wider than `TABLE_MAX_WIDTH`), and
+`&`, `<`, `>` are escaped everywhere, code included (Slack decodes entities in code too).
+
+Chat Markdown, not a document: a blank line appears only where the source had one, indented
+text is not code, `[x]: url` lines are text (not hidden link definitions), entities such as
+`&lt;` are shown as typed, and `*` never opens emphasis inside a word (`2*3*4`; Slack could
+not show it).
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
-from bot.render.fences import closes_fence, open_fence
-from bot.render.split import ZWSP, neutralize_broadcasts, split_message
-from bot.render.tables import aligned_lines, bullet_rows, table_at
+from markdown_it import MarkdownIt
+from markdown_it.rules_inline import StateInline
+from markdown_it.rules_inline.state_inline import Delimiter
+from markdown_it.tree import SyntaxTreeNode
+
+from bot.render.split import ZWSP, split_message
+from bot.render.tables import aligned_lines, bullet_rows
+from bot.slack.pings import neutralize_slack_args, neutralize_slack_pings
 
 __all__ = [
     "HR_LINE",
@@ -31,54 +42,13 @@ HR_LINE = "———"
 # Below Slack's 4,000-char display cut-off for one message, with room for a footer.
 SLACK_CHUNK_LIMIT = 3500
 
-_Mode = Literal["mrkdwn", "heading", "plain"]
-
-# Private-use sentinels stand in for emitted markers and protected spans while the emphasis
-# pass runs, so it can never re-read a marker it produced or reach inside code or a link.
-_BOLD, _ITAL, _STRIKE = "\ue001", "\ue002", "\ue003"
-_SLOT_OPEN, _SLOT_CLOSE = "\ue004", "\ue005"
-_SENTINELS = re.compile("[\ue001-\ue005]")
-_SLOT = re.compile(f"{_SLOT_OPEN}(\\d+){_SLOT_CLOSE}")
-_MARKERS: dict[_Mode, tuple[str, str, str]] = {
-    "mrkdwn": ("*", "_", "~"),
-    "heading": ("", "_", "~"),  # the whole heading is already bold; nested "*" would break it
-    "plain": ("", "", ""),
-}
-
-_ASCII_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
-_BACKTICKS = re.compile(r"`+")
-_LINK = re.compile(
-    r"(?P<bang>!?)\[(?P<label>(?:[^\[\]\\]|\\.|\[[^\[\]]*\])*)\]"
-    r"\(\s*(?:<(?P<angle>[^<>\n]*)>|(?P<url>(?:[^\s()<>]|\([^\s()<>]*\))+))"
-    r"(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\)))?\s*\)"
-)
-# Markdown autolinks, plus Slack-native user/channel references the model may emit on purpose
-# (e.g. mentioning the requester); "<!...>" specials are deliberately absent: they get escaped.
-_ANGLE = re.compile(
-    r"<(?:(?P<auto>(?:https?|mailto|ftps?|sftp):[^\s<>]*)"
-    r"|(?P<email>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
-    r"|(?P<ref>[@#][UWC][A-Z0-9]{2,}(?:\|[^<>]*)?))>"
-)
-_BARE_URL = re.compile(r"(?:https?://|www\.)[^\s<>]+", re.IGNORECASE)
 _LINKABLE = re.compile(r"^(?:https?|mailto|ftps?|sftp|tel):", re.IGNORECASE)
-_STRIKE_RE = re.compile(r"(?<!~)~~(?![\s~])(.+?)(?<![\s~])~~(?!~)")
-_DELIM_RUN = re.compile(r"\*+|_+")
-
-_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-_SETEXT = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
-_HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_QUOTE = re.compile(r"^ {0,3}> ?(.*)$")
-_UL = re.compile(r"^(?P<indent>[ \t]*)[-*+][ \t]+(?P<body>.*)$")
-_OL = re.compile(r"^(?P<indent>[ \t]*)(?P<num>\d{1,9})[.)][ \t]+(?P<body>.*)$")
+# Slack-native user/channel references the model may emit on purpose (e.g. naming the
+# requester); "<!…>" specials are deliberately absent: they are escaped like any text.
+_SLACK_REF = re.compile(r"<[@#][UWC][A-Z0-9]{2,}(?:\|[^<>\n]*)?>")
 _TASK = re.compile(r"^\[([ xX])\][ \t]+")
-# Every "<!…>" special except a date (`<!date^1700000000^{time}|…>`), which pings nobody.
-_SPECIAL_MENTION = re.compile(r"<!(?!date\^\d+\^)([^<>]*)>")
-# A user mention pings that person; the bot never means to, so none survives (its label, or
-# the id, is shown as plain `@text`).
-_USER_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|([^<>]*))?>")
-# Web API arguments and Block Kit keys whose string values Slack displays.
-_DISPLAYED_ARGS = frozenset({"text", "blocks", "attachments", "view"})
-_DISPLAYED_KEYS = frozenset({"text", "fallback", "pretext", "title", "footer", "author_name"})
+_RIGHT = "text-align:right"
+_CENTER = "text-align:center"
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -86,510 +56,255 @@ def escape_mrkdwn(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
+# --- parsing ------------------------------------------------------------------------------
+
+
+def _emphasis_outside_words(state: StateInline, silent: bool) -> bool:
+    """markdown-it's emphasis tokenizer with the `_` flanking rules for `*` as well: Slack
+    cannot show intraword emphasis, so `2*3*4` and `foo**bar**` stay literal."""
+    marker = state.src[state.pos]
+    if silent or marker not in ("_", "*"):
+        return False
+    scanned = state.scanDelims(state.pos, False)
+    for _ in range(scanned.length):
+        token = state.push("text", "", 0)
+        token.content = marker
+        state.delimiters.append(
+            Delimiter(
+                marker=ord(marker),
+                length=scanned.length,
+                token=len(state.tokens) - 1,
+                end=-1,
+                open=scanned.can_open,
+                close=scanned.can_close,
+            )
+        )
+    state.pos += scanned.length
+    return True
+
+
+def _slack_reference(state: StateInline, silent: bool) -> bool:
+    """`<@U123>` / `<#C123|name>` kept as one token (the ping neutraliser decides later)."""
+    found = _SLACK_REF.match(state.src, state.pos)
+    if found is None:
+        return False
+    if not silent:
+        state.push("slack_ref", "", 0).content = found.group()
+    state.pos = found.end()
+    return True
+
+
+def _parser() -> MarkdownIt:
+    """CommonMark with tables and strikethrough, as chat Markdown (see the module doc)."""
+    md = MarkdownIt("commonmark", {"html": False})
+    md.enable(["table", "strikethrough"])
+    # text_join would merge backslash escapes into text: they are rendered on their own.
+    md.disable(["code", "reference", "entity", "text_join"])
+    md.inline.ruler.at("emphasis", _emphasis_outside_words)
+    md.inline.ruler.before("autolink", "slack_ref", _slack_reference)
+    return md
+
+
 # --- inline -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Delim:
-    """A run of "*" or "_" during CommonMark's delimiter matching."""
+@dataclass(frozen=True)
+class _Mode:
+    """How inline markup is shown: the markers for bold, italic and strike, and escaping."""
 
-    char: str
-    length: int
-    left: int  # characters not yet used by a match (rendered literally)
-    can_open: bool
-    can_close: bool
-    opens: list[str] = field(default_factory=list)  # markers opened here, innermost first
-    closes: list[str] = field(default_factory=list)  # markers closed here, innermost first
+    bold: str
+    italic: str
+    strike: str
+    escape: Callable[[str], str]
 
-    def render(self) -> str:
-        """The markers closed here, the characters no match used, the markers opened here."""
-        return "".join(self.closes) + self.char * self.left + "".join(reversed(self.opens))
+    @property
+    def plain(self) -> bool:
+        return self.escape is _as_is
 
 
-def _is_space(ch: str) -> bool:
-    return ch == "" or ch.isspace()
+_MRKDWN = _Mode("*", "_", "~", escape_mrkdwn)
+# A heading is bold as a whole; a nested "*" would end that early.
+_HEADING = _Mode("", "_", "~", escape_mrkdwn)
+# Text without markup, unescaped: link labels and table cells (escaped after padding).
+_PLAIN = _Mode("", "", "", _as_is)
 
 
-def _is_punct(ch: str) -> bool:
-    # Sentinels and protected spans count as punctuation, as the "`", "[" or ")" they replaced
-    # would in CommonMark's flanking rules ("**`code`**" must still be bold).
-    return ch != "" and (unicodedata.category(ch)[0] in "PS" or "\ue000" <= ch <= "\uf8ff")
+def _inline_children(node: SyntaxTreeNode) -> list[SyntaxTreeNode]:
+    """The inline nodes of a paragraph, heading or table cell."""
+    return [grandchild for child in node.children for grandchild in child.children]
 
 
-def _rule_of_three(opener: _Delim, closer: _Delim) -> bool:
-    return (
-        (opener.can_close or closer.can_open)
-        and (opener.length + closer.length) % 3 == 0
-        and not (opener.length % 3 == 0 and closer.length % 3 == 0)
-    )
+def _inlines(nodes: Sequence[SyntaxTreeNode], mode: _Mode) -> str:
+    return "".join(_inline(node, mode) for node in nodes)
 
 
-def _emphasis(s: str) -> str:
-    """Turn * and _ emphasis into sentinels with CommonMark's delimiter-run algorithm."""
-    parts = _split_delimiter_runs(s)
-    _match_delimiters([p for p in parts if isinstance(p, _Delim)])
-    return "".join(p if isinstance(p, str) else p.render() for p in parts)
+def _inline(node: SyntaxTreeNode, mode: _Mode) -> str:
+    kind = node.type
+    if kind == "text":
+        return mode.escape(node.content)
+    if kind == "text_special":  # a backslash escape
+        return _escaped(node.content, mode)
+    if kind in ("softbreak", "hardbreak"):
+        return "\n"  # Slack keeps line breaks
+    if kind == "code_inline":
+        return node.content if mode.plain else f"`{escape_mrkdwn(node.content)}`"
+    if kind == "slack_ref":
+        return node.content
+    if kind in ("link", "image"):
+        return _link(node, mode)
+    inner = _inlines(node.children, mode)
+    marker = {"strong": mode.bold, "em": mode.italic, "s": mode.strike}.get(kind, "")
+    return _styled(inner, marker)
 
 
-def _split_delimiter_runs(s: str) -> list[str | _Delim]:
-    """`s` as text between runs of "*" or "_", each run a `_Delim` that knows its flanking."""
-    parts: list[str | _Delim] = []
-    pos = 0
-    for m in _DELIM_RUN.finditer(s):
-        before = s[m.start() - 1] if m.start() else ""
-        after = s[m.end()] if m.end() < len(s) else ""
-        parts.append(s[pos : m.start()])
-        parts.append(_delimiter_run(m.group(), before, after))
-        pos = m.end()
-    parts.append(s[pos:])
-    return parts
+def _escaped(char: str, mode: _Mode) -> str:
+    literal = mode.escape(char)
+    if not mode.plain and literal in ("*", "_", "~", "`"):
+        # Slack has no escape for its markers; zero-width spaces on both sides keep the
+        # character from opening or closing a style, whichever way Slack reads them.
+        return ZWSP + literal + ZWSP
+    return literal
 
 
-def _delimiter_run(run: str, before: str, after: str) -> _Delim:
-    """A run of one delimiter character, between the characters `before` and `after` it."""
-    left = not _is_space(after) and (not _is_punct(after) or _is_space(before) or _is_punct(before))
-    right = not _is_space(before) and (
-        not _is_punct(before) or _is_space(after) or _is_punct(after)
-    )
-    # The "_" rules apply to "*" too: Slack can't render intraword emphasis, so
-    # "2*3*4" and "foo**bar**" stay literal instead of turning into stray markers.
-    return _Delim(
-        char=run[0],
-        length=len(run),
-        left=len(run),
-        can_open=left and (not right or _is_punct(before)),
-        can_close=right and (not left or _is_punct(after)),
-    )
+def _styled(inner: str, marker: str) -> str:
+    """`inner` between `marker`s, line by line: a Slack style ends at a line break."""
+    if not marker:
+        return inner
+    return "\n".join(f"{marker}{line}{marker}" if line else line for line in inner.split("\n"))
 
 
-def _match_delimiters(delims: list[_Delim]) -> None:
-    """Pair closers with earlier openers, recording on each the markers it opens or closes."""
-    # Per-character stacks of usable openers keep this linear on adversarial input.
-    stacks: dict[str, list[int]] = {"*": [], "_": []}
-    for ci, closer in enumerate(delims):
-        if closer.can_close:
-            _close_openers(delims, closer, stacks)
-        if closer.can_open and closer.left > 0:
-            stacks[closer.char].append(ci)
-
-
-def _close_openers(delims: list[_Delim], closer: _Delim, stacks: dict[str, list[int]]) -> None:
-    """Match `closer` against the open delimiters of its character, innermost first."""
-    stack = stacks[closer.char]
-    k = len(stack) - 1
-    while closer.left > 0 and k >= 0:
-        oi = stack[k]
-        opener = delims[oi]
-        if _rule_of_three(opener, closer):
-            k -= 1
-            continue
-        _pair(opener, closer)
-        # Openers inside the matched span are gone: emphasis can't interleave.
-        for other in stacks.values():
-            while other and other[-1] > oi:
-                other.pop()
-        if opener.left == 0:
-            stack.pop()
-            k -= 1
-
-
-def _pair(opener: _Delim, closer: _Delim) -> None:
-    """Use two characters of each for bold when both have them, else one for italics."""
-    use = 2 if opener.left >= 2 and closer.left >= 2 else 1
-    marker = _BOLD if use == 2 else _ITAL
-    opener.left -= use
-    closer.left -= use
-    opener.opens.append(marker)
-    closer.closes.append(marker)
-
-
-def _trim_url(url: str) -> str:
-    # GFM autolink rule: trailing punctuation and an unbalanced ")" end the sentence, not the URL.
-    while url:
-        last = url[-1]
-        if last in "?!.,:;*_~'\"" or (last == ")" and url.count("(") < url.count(")")):
-            url = url[:-1]
-        else:
-            break
-    return url
-
-
-def _render_link(m: re.Match[str], mode: _Mode) -> str:
-    label = _inline(m["label"], "plain").strip()
-    url = (m["angle"] if m["angle"] is not None else m["url"]).strip()
+def _link(node: SyntaxTreeNode, mode: _Mode) -> str:
+    """A link or image: `<url|label>`, or `label (url)` where Slack cannot link it."""
+    label = _inlines(node.children, _PLAIN).strip()
+    url = str(node.attrs.get("href") or node.attrs.get("src") or "")
     if url.lower().startswith("www."):
         url = "http://" + url
-    if mode == "plain":
-        return url if not label or label == url else f"{label} ({url})"
+    if mode.plain:
+        return url if label in ("", url, url.removeprefix("mailto:")) else f"{label} ({url})"
     if not _LINKABLE.match(url):
         # Relative or odd-scheme targets aren't clickable in Slack; show them as text.
         return escape_mrkdwn(url if not label else f"{label} ({url})")
-    # Slack's link syntax ends at ">" and labels at "|": keep the URL free of both and spaces.
-    url = url.replace(" ", "%20").replace("|", "%7C")
     if not label or label == url:
         return f"<{url}>"
     return f"<{url}|{escape_mrkdwn(label)}>"
 
 
-def _render_angle(m: re.Match[str], mode: _Mode) -> str:
-    if m["email"] is not None:
-        return m["email"] if mode == "plain" else f"<mailto:{m['email']}|{m['email']}>"
-    if m["auto"] is not None and mode == "plain":
-        return m["auto"]
-    return m.group()  # a Markdown autolink is already Slack syntax; so is <@U…> / <#C…>
-
-
-def _find_closing_backticks(text: str, start: int, n: int) -> int:
-    for m in _BACKTICKS.finditer(text, start):
-        if len(m.group()) == n:
-            return m.start()
-    return -1
-
-
-class _Token(NamedTuple):
-    """What an inline reader consumed: its rendering, where it ended, and whether the
-    rendering is protected from the emphasis and escaping passes (kept in a slot)."""
-
-    text: str
-    end: int
-    protected: bool = True
-
-
-def _escaper(mode: _Mode) -> Callable[[str], str]:
-    """Escapes & < > except in "plain" mode, which escapes nothing."""
-    return (lambda s: s) if mode == "plain" else escape_mrkdwn
-
-
-def _read_backslash(text: str, i: int, mode: _Mode) -> _Token | None:
-    """A backslash escape of ASCII punctuation, or a trailing backslash (a hard break)."""
-    if i + 1 == len(text):
-        return _Token("", i + 1, protected=False)  # a Markdown hard break; Slack keeps newlines
-    if text[i + 1] not in _ASCII_PUNCT:
-        return None
-    literal = _escaper(mode)(text[i + 1])
-    if mode != "plain" and literal in "*_~`":
-        # Slack has no escape for its markers; zero-width spaces on both sides keep
-        # the character from opening or closing a style, whichever way Slack reads them.
-        literal = ZWSP + literal + ZWSP
-    return _Token(literal, i + 2)
-
-
-def _read_code_span(text: str, i: int, mode: _Mode) -> _Token:
-    """A code span; a backtick run with no closing run of the same length stays literal."""
-    run = _BACKTICKS.match(text, i)
-    assert run is not None
-    end = _find_closing_backticks(text, run.end(), len(run.group()))
-    if end == -1:
-        return _Token(run.group(), run.end(), protected=False)
-    code = text[run.end() : end]
-    if len(code) > 2 and code[0] == " " and code[-1] == " " and code.strip():
-        code = code[1:-1]
-    return _Token(code if mode == "plain" else f"`{escape_mrkdwn(code)}`", end + len(run.group()))
-
-
-def _read_link(text: str, i: int, mode: _Mode) -> _Token | None:
-    """A Markdown link or image."""
-    m = _LINK.match(text, i)
-    return None if m is None else _Token(_render_link(m, mode), m.end())
-
-
-def _read_angle(text: str, i: int, mode: _Mode) -> _Token | None:
-    """An autolink, or a Slack user/channel reference."""
-    m = _ANGLE.match(text, i)
-    return None if m is None else _Token(_render_angle(m, mode), m.end())
-
-
-def _read_bare_url(text: str, i: int, mode: _Mode) -> _Token | None:
-    """A bare http(s):// or www. URL starting a word, without trailing punctuation."""
-    if i > 0 and text[i - 1].isalnum():
-        return None
-    m = _BARE_URL.match(text, i)
-    url = _trim_url(m.group()) if m is not None else ""
-    if not _BARE_URL.fullmatch(url):
-        return None
-    # Protected so "_" in a URL never becomes italics; "&" still needs escaping.
-    return _Token(_escaper(mode)(url), i + len(url))
-
-
-_InlineReader = Callable[[str, int, _Mode], _Token | None]
-# By the character a construct starts with; anything else is text for the emphasis pass.
-_INLINE_READERS: dict[str, _InlineReader] = {
-    "\\": _read_backslash,
-    "`": _read_code_span,
-    "[": _read_link,
-    "!": _read_link,
-    "<": _read_angle,
-    **dict.fromkeys("hHwW", _read_bare_url),
-}
-
-
-def _inline(text: str, mode: _Mode) -> str:
-    """Convert one line of inline Markdown; "plain" drops all markup and escapes nothing."""
-    slots: list[str] = []
-    buf: list[str] = []
-    i = 0
-    while i < len(text):
-        reader = _INLINE_READERS.get(text[i])
-        token = reader(text, i, mode) if reader is not None else None
-        if token is None:
-            buf.append(text[i])
-            i += 1
-        elif token.protected:
-            slots.append(token.text)
-            buf.append(f"{_SLOT_OPEN}{len(slots) - 1}{_SLOT_CLOSE}")
-            i = token.end
-        else:
-            buf.append(token.text)
-            i = token.end
-    return _style("".join(buf), slots, mode)
-
-
-def _style(text: str, slots: list[str], mode: _Mode) -> str:
-    """Strikethrough and emphasis as `mode`'s markers, text escaped, protected slots put back."""
-    s = _emphasis(_STRIKE_RE.sub(f"{_STRIKE}\\1{_STRIKE}", text))
-    s = _escaper(mode)(s)  # sentinels and slots contain no & < >, so escaping can't touch them
-    bold, ital, strike = _MARKERS[mode]
-    s = s.replace(_BOLD, bold).replace(_ITAL, ital).replace(_STRIKE, strike)
-    return _SLOT.sub(lambda m: slots[int(m[1])], s)
-
-
-# --- tables -------------------------------------------------------------------------------
-
-
-def _render_table(rows: list[list[str]], aligns: list[str]) -> list[str]:
-    lines = aligned_lines([[_inline(c, "plain") for c in row] for row in rows], aligns)
-    if lines is None:
-        return bullet_rows(rows, lambda c: _inline(c, "mrkdwn"))
-    # Pad first, escape after: an entity like "&amp;" shows as one column in the client.
-    return ["```", *map(escape_mrkdwn, lines), "```"]
-
-
 # --- blocks -------------------------------------------------------------------------------
 
 
-def _dedent(line: str, n: int) -> str:
-    k = 0
-    while k < n and k < len(line) and line[k] == " ":
-        k += 1
-    return line[k:]
+class _Line(NamedTuple):
+    """One output line; code lines are never indented under a list item (Slack would not
+    see the fence)."""
+
+    text: str
+    code: bool = False
 
 
-def _list_level(stack: list[int], indent: int) -> int:
-    """Nesting level from indentation, whether the model indents by 2, 3 or 4 spaces."""
-    while stack and indent < stack[-1]:
-        stack.pop()
-    if not stack or indent > stack[-1]:
-        stack.append(indent)
-    return len(stack) - 1
+def _code(lines: Sequence[str]) -> list[_Line]:
+    return [_Line(line, code=True) for line in ("```", *lines, "```")]
 
 
-def _heading(text: str) -> str:
-    content = _inline(text.strip(), "heading")
-    return f"*{content}*" if content else ""
+class _Renderer:
+    """mrkdwn lines of a parsed document; `source` is its text, line by line."""
+
+    def __init__(self, source: list[str]) -> None:
+        self._source = source
+
+    def blocks(self, nodes: Sequence[SyntaxTreeNode]) -> list[_Line]:
+        """Blocks one after another, a blank line between two only where the source had
+        one (chat text often puts a list right under its first line)."""
+        out: list[_Line] = []
+        for node in nodes:
+            lines = self._block(node)
+            if lines and out and self._blank_above(node):
+                out.append(_Line(""))
+            out += lines
+        return out
+
+    def _blank_above(self, node: SyntaxTreeNode) -> bool:
+        if node.map is None or node.map[0] == 0:
+            return False
+        return not self._source[node.map[0] - 1].strip(" \t>")
+
+    def _block(self, node: SyntaxTreeNode) -> list[_Line]:
+        kind = node.type
+        if kind == "paragraph":
+            return [_Line(line) for line in _inlines(_inline_children(node), _MRKDWN).split("\n")]
+        if kind == "heading":
+            text = _inlines(_inline_children(node), _HEADING).strip()
+            return [_Line(line) for line in _styled(text, "*").split("\n")] if text else []
+        if kind == "fence":
+            body = node.content.removesuffix("\n")
+            # Slack ignores info strings (and would show one as code), so the fence is bare.
+            return _code([escape_mrkdwn(line) for line in body.split("\n")] if body else [])
+        if kind == "hr":
+            return [_Line(HR_LINE)]
+        if kind == "blockquote":
+            return [_Line(f"> {t}" if t else ">", c) for t, c in self.blocks(node.children)]
+        if kind in ("bullet_list", "ordered_list"):
+            return self._list(node)
+        if kind == "table":
+            return _table(node)
+        return self.blocks(node.children)
+
+    def _list(self, node: SyntaxTreeNode) -> list[_Line]:
+        """Items under their marker, nested content indented two spaces a level."""
+        out: list[_Line] = []
+        for n, item in enumerate(node.children):
+            body = self.blocks(item.children)
+            if not item.children or item.children[0].type != "paragraph":
+                body.insert(0, _Line(""))  # a fence or list can't follow the marker
+            marker, first = _item_marker(node.type == "ordered_list", item.info, body[0].text)
+            if n and self._blank_above(item):
+                out.append(_Line(""))
+            out.append(_Line(f"{marker} {first}".rstrip()))
+            out += [_Line("  " + ln.text) if ln.text and not ln.code else ln for ln in body[1:]]
+        return out
 
 
-@dataclass
-class _Blocks:
-    """The state of one block-level conversion: the input lines and the output so far."""
-
-    lines: list[str]
-    out: list[str] = field(default_factory=list)
-    stack: list[int] = field(default_factory=list)  # indentation of the open list items
-
-
-# Each block reader converts the construct starting at line i and returns the next line's
-# index, or returns None (touching nothing) when line i does not start that construct.
-_BlockReader = Callable[[_Blocks, int], int | None]
-
-
-def _read_blank(b: _Blocks, i: int) -> int | None:
-    """Blank lines collapse into one."""
-    if b.lines[i].strip():
-        return None
-    if b.out and b.out[-1] != "":
-        b.out.append("")
-    return i + 1
-
-
-def _read_fenced_code(b: _Blocks, i: int) -> int | None:
-    """A fenced code block, to the closing fence or the end of the text."""
-    fence = open_fence(b.lines[i])
-    if fence is None:
-        return None
-    indent = len(fence["indent"])
-    j = i + 1
-    body: list[str] = []
-    while j < len(b.lines) and not closes_fence(b.lines[j], fence["fence"]):
-        body.append(_dedent(b.lines[j], indent))
-        j += 1
-    # Slack ignores info strings (and would show one as code), so the fence is bare;
-    # Slack renders entities inside code too, so the body is escaped like text.
-    b.out.extend(["```", *(escape_mrkdwn(line) for line in body), "```"])
-    return j + 1
-
-
-def _read_rule(b: _Blocks, i: int) -> int | None:
-    """A thematic break (---, ***, ___)."""
-    if not _HR.match(b.lines[i]):
-        return None
-    b.stack.clear()
-    b.out.append(HR_LINE)
-    return i + 1
-
-
-def _read_atx_heading(b: _Blocks, i: int) -> int | None:
-    """A "#" heading, bold; an empty one is dropped."""
-    m = _HEADING.match(b.lines[i])
-    if m is None:
-        return None
-    b.stack.clear()
-    if heading := _heading(m[2] or ""):
-        b.out.append(heading)
-    return i + 1
-
-
-def _read_quote(b: _Blocks, i: int) -> int | None:
-    """A block quote: its lines converted as a document of their own, then quoted."""
-    if not _QUOTE.match(b.lines[i]):
-        return None
-    b.stack.clear()
-    inner: list[str] = []
-    while i < len(b.lines) and (q := _QUOTE.match(b.lines[i])) is not None:
-        inner.append(q[1])
-        i += 1
-    b.out.extend(f"> {q}" if q else ">" for q in _convert_lines(inner))
-    return i
-
-
-def _read_table(b: _Blocks, i: int) -> int | None:
-    """A GFM pipe table."""
-    found = table_at(b.lines, i)
-    if found is None:
-        return None
-    b.stack.clear()
-    (rows, aligns), end = found
-    b.out.extend(_render_table(rows, aligns))
-    return end
-
-
-def _read_list_item(b: _Blocks, i: int) -> int | None:
-    """A bulleted, numbered or task list item, indented by its nesting level."""
-    m = _UL.match(b.lines[i]) or _OL.match(b.lines[i])
-    if m is None:
-        return None
-    level = _list_level(b.stack, len(m["indent"].expandtabs(4)))
-    marker, body = _item_marker(m)
-    b.out.append(("  " * level + marker + " " + _inline(body, "mrkdwn")).rstrip())
-    return i + 1
-
-
-def _item_marker(m: re.Match[str]) -> tuple[str, str]:
-    """The marker a list item shows ("3.", "•", "• ☑", "• ☐") and the rest of its text."""
-    body = m["body"].strip()
-    if "num" in m.groupdict():
-        return m["num"] + ".", body
-    task = _TASK.match(body)
+def _item_marker(ordered: bool, number: str, first: str) -> tuple[str, str]:
+    """The marker a list item shows ("3.", "•", "• ☑", "• ☐") and its first line's rest."""
+    if ordered:
+        return f"{number}.", first
+    task = _TASK.match(first)
     if task is None:
-        return "•", body
-    return ("• ☑" if task[1] in "xX" else "• ☐"), body[task.end() :]
+        return "•", first
+    return ("• ☑" if task[1] in "xX" else "• ☐"), first[task.end() :]
 
 
-def _read_text(b: _Blocks, i: int) -> int:
-    """Anything else: a list item's continuation, a setext heading, or a line of text."""
-    line = b.lines[i]
-    indent = len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
-    text = line.strip()
-    if indent and b.stack:
-        # A continuation line inside a list item: indent it under the item's text.
-        depth = sum(1 for w in b.stack if w < indent)
-        b.out.append("  " * depth + _inline(text, "mrkdwn"))
-        return i + 1
-    b.stack.clear()
-    if i + 1 < len(b.lines) and _SETEXT.match(b.lines[i + 1]):
-        if heading := _heading(text):
-            b.out.append(heading)
-        return i + 2
-    b.out.append(_inline(text, "mrkdwn"))
-    return i + 1
+def _table(node: SyntaxTreeNode) -> list[_Line]:
+    rows = [row.children for section in node.children for row in section.children]
+    if not rows:
+        return []
+    aligns = [_alignment(str(cell.attrs.get("style", ""))) for cell in rows[0]]
+    plain = [[_inlines(_inline_children(cell), _PLAIN) for cell in row] for row in rows]
+    lines = aligned_lines(plain, aligns)
+    if lines is None:
+        styled = [[_inlines(_inline_children(cell), _MRKDWN) for cell in row] for row in rows]
+        return [_Line(line) for line in bullet_rows(styled, _as_is)]
+    # Pad first, escape after: an entity like "&amp;" shows as one column in the client.
+    return _code([escape_mrkdwn(line) for line in lines])
 
 
-# Tried in order at each line; the last reads any line, so one always applies.
-_BLOCK_READERS: tuple[_BlockReader, ...] = (
-    _read_blank,
-    _read_fenced_code,
-    _read_rule,
-    _read_atx_heading,
-    _read_quote,
-    _read_table,
-    _read_list_item,
-    _read_text,
-)
+def _alignment(style: str) -> str:
+    if _CENTER in style:
+        return "center"
+    return "right" if _RIGHT in style else "left"
 
 
-def _convert_lines(lines: list[str]) -> list[str]:
-    """Convert Markdown lines to mrkdwn lines, one block construct at a time."""
-    blocks = _Blocks(lines)
-    i = 0
-    while i < len(lines):
-        i = next(end for read in _BLOCK_READERS if (end := read(blocks, i)) is not None)
-    return blocks.out
+# --- entry points -------------------------------------------------------------------------
 
 
 def markdown_to_mrkdwn(md: str) -> str:
     """Convert model-written Markdown to Slack mrkdwn (code kept verbatim, & < > escaped)."""
     text = md.replace("\r\n", "\n").replace("\r", "\n")
-    # The conversion uses private-use code points as sentinels; none may come from the input.
-    text = _SENTINELS.sub("\ufffd", text)
-    return "\n".join(_convert_lines(text.split("\n"))).strip("\n")
-
-
-def neutralize_slack_pings(text: str) -> str:
-    """Make <!channel>/<!here>/<!everyone>/<!subteam^…>, user mentions (<@U123>, shown as
-    `@U123` or `@label`) and bare @channel etc. inert.
-
-    Idempotent and safe on converted mrkdwn.
-    """
-    # Every "<!...>" special is escaped so Slack shows it literally; none should come from
-    # the model, and a blanket rule also covers forms like "<!here|here>".
-    text = _SPECIAL_MENTION.sub(lambda m: f"&lt;!{m[1]}&gt;", text)
-    text = _USER_MENTION.sub(lambda m: f"@{m[2] or m[1]}", text)
-    return neutralize_broadcasts(text)
-
-
-def _neutralize_plain(text: str) -> str:
-    # plain_text never pings, but is shown verbatim: break "<!" rather than escaping it.
-    text = _USER_MENTION.sub(lambda m: f"@{m[2] or m[1]}", text)
-    return neutralize_broadcasts(text.replace("<!", "<" + ZWSP + "!"))
-
-
-def _neutralize_value(value: Any, *, plain: bool) -> Any:
-    if isinstance(value, str):
-        return _neutralize_plain(value) if plain else neutralize_slack_pings(value)
-    if isinstance(value, list):
-        return [_neutralize_value(item, plain=plain) for item in value]
-    if isinstance(value, Mapping):
-        is_plain = value.get("type") == "plain_text"
-        return {
-            key: (
-                _neutralize_value(item, plain=is_plain)
-                if key in _DISPLAYED_KEYS or not isinstance(item, str)
-                else item
-            )
-            for key, item in value.items()
-        }
-    return value
-
-
-def neutralize_slack_args(args: Mapping[str, Any]) -> dict[str, Any]:
-    """Web API arguments with every displayed string made ping-free: `text` and each text
-    field inside `blocks`, `attachments` and `view` (ids, values and metadata untouched).
-
-    The Slack adapter sends every call through this, so no outgoing string bypasses it.
-    """
-    return {
-        key: _neutralize_value(value, plain=False) if key in _DISPLAYED_ARGS else value
-        for key, value in args.items()
-    }
+    tree = SyntaxTreeNode(_parser().parse(text))
+    lines = _Renderer(text.split("\n")).blocks(tree.children)
+    return "\n".join(line.text for line in lines).strip("\n")
 
 
 def render_for_slack(md: str, limit: int = SLACK_CHUNK_LIMIT) -> list[str]:

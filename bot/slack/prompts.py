@@ -1,0 +1,66 @@
+"""Prompts as Slack messages: Block Kit buttons, the closed outcome, the answer modal."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bot.prompt_ui import closed_text
+from bot.slack.blocks import answer_modal, closed_blocks, prompt_blocks
+from bot.slack.identity import SlackIdentity
+from bot.slack.mrkdwn import markdown_to_mrkdwn
+from bot.slack.outgoing import SlackOutgoing, thread_ts
+from core.ids import ConversationRef
+from host.runtime.prompt_record import Prompt
+
+
+class SlackPromptMessages:
+    """Shows, closes and answers prompts (the `PromptSurface` side of the adapter)."""
+
+    def __init__(self, outgoing: SlackOutgoing, identity: SlackIdentity) -> None:
+        self._outgoing = outgoing
+        self._identity = identity
+
+    async def show(self, prompt: Prompt) -> str:
+        """Buttons (Approve/Deny or options) or an `Answer…` button that opens a modal."""
+        question = markdown_to_mrkdwn(prompt.question)
+        resp = await self._outgoing.call(
+            self._outgoing.client.chat_postMessage,
+            channel=prompt.conversation.channel,
+            thread_ts=thread_ts(prompt.conversation),
+            text=prompt.question[:300],
+            blocks=prompt_blocks(prompt, question, await self._identity.shown(prompt.requester)),
+        )
+        return str(resp["ts"])
+
+    async def close(self, prompt: Prompt) -> None:
+        """Remove the buttons and show the outcome and who decided."""
+        if prompt.message_id:
+            await self.close_message(prompt.conversation.channel, prompt.message_id, prompt)
+
+    async def close_message(self, channel: str, ts: str, prompt: Prompt) -> None:
+        """Close the prompt message `ts` in `channel` (the one shown, or the one clicked)."""
+        closed = replace(prompt, message_id=ts)
+        decider = await self._identity.shown(prompt.answered_by)
+        await self._outgoing.call(
+            self._outgoing.client.chat_update,
+            channel=channel,
+            ts=ts,
+            text=closed_text(closed, decider),
+            blocks=closed_blocks(closed, markdown_to_mrkdwn(prompt.question), decider),
+        )
+
+    async def open_answer_form(self, trigger_id: str | None, prompt: Prompt) -> None:
+        """The free-text modal, opened with a click's trigger id."""
+        await self._outgoing.call(
+            self._outgoing.client.views_open,
+            trigger_id=trigger_id,
+            view=answer_modal(prompt, markdown_to_mrkdwn(prompt.question)),
+        )
+
+    async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> None:
+        """An ephemeral message only `user_id` sees."""
+        await self.notify_in(conv.channel, user_id, text, thread_ts(conv))
+
+    async def notify_in(self, channel: str, user_id: str, text: str, thread: str | None) -> None:
+        """An ephemeral message only `user_id` sees, in `thread` of `channel`."""
+        await self._outgoing.ephemeral(channel, user_id, text, thread)
