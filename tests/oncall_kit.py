@@ -13,7 +13,7 @@ from agents.sandbox import DetachedSandbox
 from core.ids import ConversationRef
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine, Decider, EngineSettings
+from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, EngineSettings
 from oncall.machines.local import LocalMachine
 from oncall.machines.registry import Allocator
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
@@ -172,16 +172,15 @@ async def oncall_kit(
         options["settings"] = settings
 
     def new_engine() -> CampaignEngine:
-        return CampaignEngine(
+        deps = EngineDeps(
             store=campaigns,
             machines={"local": machine},
             allocator=Allocator({"local": local}),
             scheduler=scheduler,
             notifier=notifier,
             decider=decider or RuleBasedDecider(),
-            root=tmp / "campaigns",
-            **options,  # type: ignore[arg-type]
         )
+        return CampaignEngine(deps, EngineConfig(root=tmp / "campaigns", **options))  # type: ignore[arg-type]
 
     kit = OncallKit(
         new_engine(), store, campaigns, scheduler, notifier, tmp / "campaigns", new_engine, machine

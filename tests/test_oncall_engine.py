@@ -140,8 +140,9 @@ async def test_a_freed_slot_started_twice_at_once_submits_one_round(tmp_path: Pa
         first = await kit.engine.start("U1", CONV, spec("echo loss=0.5; sleep 60"))
         second = await kit.engine.start("U2", CONV, spec("echo loss=0.5; sleep 60"))
         # The slot frees (as when a campaign ends) and two callers start what waits for it.
-        await kit.engine._allocator.release("local", first.id)
-        await asyncio.gather(kit.engine._start_queued("local"), kit.engine._start_queued("local"))
+        await kit.engine._core.deps.allocator.release("local", first.id)
+        slots = kit.engine._rooms.slots
+        await asyncio.gather(slots.start_queued("local"), slots.start_queued("local"))
 
         async def started() -> bool:
             record = await kit.campaigns.get(second.id)
