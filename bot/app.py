@@ -55,6 +55,7 @@ from host.features.feature import Commands, Feature, FeatureKind, HostParts
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.personal import MemoryWriter
 from host.features.oncall.feature import OncallFeature
+from host.features.oncall.site import CampaignSite
 from host.features.permissions.gate import PermissionGates
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.feature import SkillsFeature
@@ -76,8 +77,6 @@ from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
 from memory.service import MemoryService
 from memory.store import Store
 from oncall.engine import CampaignEngine
-from oncall.machines.registry import Confinement, load_machines
-from oncall.model import MachineSpec
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +160,11 @@ def hidden_paths(settings: Settings) -> tuple[Path, ...]:
     return (settings.home, Path.cwd())
 
 
-def confinement(settings: Settings) -> Confinement:
-    """How remote (Slurm, ssh) rounds are confined: the same hidden paths as the sandbox."""
-    return Confinement(hidden=hidden_paths(settings), unsandboxed=settings.unsandboxed)
+def campaign_site(settings: Settings, sandbox: Sandbox, *, one_shot: bool) -> CampaignSite:
+    """Where campaigns run: rounds confined like the sandbox (the same hidden paths)."""
+    return CampaignSite(
+        settings.home, Path.cwd(), one_shot, sandbox, hidden_paths(settings), settings.unsandboxed
+    )
 
 
 def backend_factory(
@@ -189,15 +190,6 @@ def backend_factory(
         return built[entry.name]
 
     return backend
-
-
-def load_machine_specs(home: Path, *, operator_dir: bool = False) -> dict[str, MachineSpec]:
-    """RAVEN_HOME/machines.toml (a RuntimeError naming the problem). `operator_dir`: loaded
-    by a one-shot command, whose current directory is the operator's project."""
-    try:
-        return load_machines(home, operator_dir=operator_dir)
-    except ValueError as exc:
-        raise RuntimeError(str(exc)) from None
 
 
 def build_embedder(settings: Settings) -> Embedder | None:

@@ -31,19 +31,13 @@ from typing import Any, Final, TextIO
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, ToolSpec
-from agents.sandbox import DetachedSandbox
-from bot.app import (
-    build_provider,
-    build_sandbox,
-    close_provider,
-    confinement,
-    load_machine_specs,
-)
+from bot.app import build_provider, build_sandbox, campaign_site, close_provider
 from bot.home import HomeError, check_home
 from bot.settings import Settings
 from core.ids import ConversationRef
 from host.features.oncall.decider import ModelDecider
 from host.features.oncall.feature import on_campaign_wake
+from host.features.oncall.site import Wiring, machine_specs
 from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job
@@ -51,7 +45,7 @@ from host.runtime.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, CampaignError, Decider, EngineSettings
-from oncall.machines.registry import Allocator, build_machines
+from oncall.machines.registry import build_machines
 from oncall.model import (
     FINAL_STATES,
     CampaignSpec,
@@ -663,7 +657,7 @@ def run_command(args: argparse.Namespace, settings: Settings) -> int:
 def _machine_specs(home: Path) -> dict[str, MachineSpec]:
     """machines.toml as this command sees it: the current directory is the operator's, so a
     machine's `workdir` may be it (`cd project && raven-bot campaigns run`)."""
-    return load_machine_specs(home, operator_dir=True)
+    return machine_specs(home, Path.cwd(), one_shot=True)
 
 
 def _on_ssh(home: Path, machine: str) -> bool:
@@ -821,22 +815,20 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
         bus,
         misfire_grace_seconds=settings.scheduler_misfire_grace_seconds,
     )
-    machines = build_machines(specs, DetachedSandbox(sandbox), confinement=confinement(settings))
     notifier = StderrNotifier()
     campaigns = CampaignStore(store)
     # The bot's selection: the model with a key, the offline provider (so the policy) without.
     provider = build_provider(settings)
     model = None if provider.offline else CountingProvider(provider, campaigns, campaign_id)
     decider: Decider = RuleBasedDecider() if model is None else ModelDecider(model)
-    engine = CampaignEngine(
-        store=campaigns,
+    # The bot's own site and engine, wired to this terminal.
+    site = campaign_site(settings, sandbox, one_shot=True)
+    machines = site.machines(specs)
+    engine = site.engine(
+        specs,
+        Wiring(campaigns, scheduler, notifier, decider),
+        EngineSettings(report_tolerance=settings.campaign_report_tolerance),
         machines=machines,
-        allocator=Allocator(specs),
-        scheduler=scheduler,
-        notifier=notifier,
-        decider=decider,
-        root=home / "campaigns",
-        settings=EngineSettings(report_tolerance=settings.campaign_report_tolerance),
         new_id=lambda: campaign_id,
     )
     headless = Headless(engine, scheduler, machines, notifier, campaign_id, model)

@@ -9,7 +9,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agents.sandbox import DetachedSandbox
 from agents.tools import Tool
 from core.ids import ConversationRef
 from host.features.feature import BaseFeature, HostParts, StatusSource
@@ -20,6 +19,7 @@ from host.features.oncall.approval import (
 )
 from host.features.oncall.decider import ModelDecider
 from host.features.oncall.notices import LaneNotifier
+from host.features.oncall.site import CampaignSite, Wiring
 from host.features.oncall.tools import build_campaign_tools
 from host.runtime.events import (
     ConversationStopped,
@@ -33,11 +33,9 @@ from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
 from oncall.access import CampaignLimits
 from oncall.engine import CampaignEngine, EngineSettings
-from oncall.machines.registry import Allocator, Confinement, build_machines, load_machines
 from oncall.model import FINAL_STATES
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
-from oncall.workdirs import BotPaths
 
 
 @dataclass(frozen=True)
@@ -56,37 +54,31 @@ class OncallFeature(BaseFeature):
     Section: ClassVar[type[OncallSection]] = OncallSection
 
     def __init__(self, parts: HostParts, section: OncallSection) -> None:
-        # Blocking (reads machines.toml) but part of assembly, before the loop serves.
-        try:
-            specs = load_machines(parts.home, parts.cwd, operator_dir=parts.one_shot)
-        except ValueError as exc:
-            raise RuntimeError(str(exc)) from None
+        site = CampaignSite(
+            parts.home, parts.cwd, parts.one_shot, parts.sandbox, parts.hidden, parts.unsandboxed
+        )
         self._parts = parts
-        self.engine = CampaignEngine(
-            store=CampaignStore(parts.store),
-            machines=build_machines(
-                specs,
-                DetachedSandbox(parts.sandbox),
-                confinement=Confinement(hidden=parts.hidden, unsandboxed=parts.unsandboxed),
+        self.engine = site.engine(
+            # Blocking (reads machines.toml) but part of assembly, before the loop serves.
+            site.machine_specs(),
+            Wiring(
+                CampaignStore(parts.store),
+                parts.scheduler,
+                # Notices are system work in the conversation's lane, recorded before they post.
+                LaneNotifier(parts.conversation_log, parts.outbox, parts.lanes),
+                ModelDecider(parts.provider),
+                PromptCommandApprovals(parts.broker),
             ),
-            allocator=Allocator(specs),
-            scheduler=parts.scheduler,
-            # Notices are system work in the conversation's lane, recorded before they post.
-            notifier=LaneNotifier(parts.conversation_log, parts.outbox, parts.lanes),
-            decider=ModelDecider(parts.provider),
-            root=parts.home / "campaigns",
-            settings=EngineSettings(
+            EngineSettings(
                 report_tolerance=section.campaign_report_tolerance,
                 limits=CampaignLimits(
                     max_budget_seconds=section.campaign_max_budget_hours * 3600,
                     max_active_per_user=section.campaign_max_per_user,
                 ),
             ),
-            approvals=PromptCommandApprovals(parts.broker),
             # A chat campaign without a machine `workdir` runs in the conversation's
-            # workspace (where its attachments land); never in RAVEN_HOME or the bot's dir.
+            # workspace (where its attachments land).
             workspace=parts.workspace,
-            bot_paths=BotPaths.of(parts.home, parts.cwd),
         )
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
