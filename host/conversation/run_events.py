@@ -116,7 +116,7 @@ class ConversationRunEvents:
         conv = run.conversation
         key = f"run:{run.id}:status"
         async with self._locks.hold(run.id):
-            # Built now, not when the change happened: a throttled edit shows the newest state.
+            # Built now from the newest snapshot heard: a throttled edit shows the newest state.
             newest = self._latest.get(run.id, run)
             text = progress_text(newest, newest.nodes)
             message_id = self._message_ids.get(run.id)
