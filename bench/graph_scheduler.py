@@ -51,13 +51,13 @@ from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from core.ids import ConversationRef
 from host.conversation.run_events import ConversationRunEvents
-from host.graph.executor import GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
 from host.graph.records import RunFiles, atomic_write
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.runtime.events import EventBus
+from host.runtime.run_snapshot import RunSnapshot
 from memory.store import Store
 
 SIZES: tuple[int, ...] = (100, 500, 1000)
@@ -301,7 +301,7 @@ class TimedRunEvents(ConversationRunEvents):
         self.calls = 0
         self.seconds = 0.0
 
-    async def progress(self, run: GraphRun) -> None:
+    async def progress(self, run: RunSnapshot) -> None:
         """Time the real announcement."""
         self.calls += 1
         started = time.perf_counter()
@@ -317,13 +317,13 @@ class NullEvents:
     calls = 0
     seconds = 0.0
 
-    async def progress(self, run: GraphRun) -> None:
+    async def progress(self, run: RunSnapshot) -> None:
         """Ignored."""
 
-    async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
+    async def exception(self, run: RunSnapshot, node_id: str, report: str) -> None:
         """Ignored (never happens: the judge accepts everything)."""
 
-    async def finished(self, run: GraphRun) -> None:
+    async def finished(self, run: RunSnapshot) -> None:
         """Ignored."""
 
 

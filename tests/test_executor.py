@@ -21,6 +21,7 @@ from host.graph.executor import GraphRun
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.graph.runs import RunSettings, Submitted
+from host.runtime.run_snapshot import RunSnapshot
 from memory.store import Store
 from tests.fakes.graph_kit import (
     OTHER_CONV,
@@ -51,7 +52,9 @@ def in_order(seen: list[str], committed: list[str]) -> bool:
     return all(state in remaining for state in seen)
 
 
-async def resolve(kit: GraphKit, run: GraphRun, node_id: str, action: str, **kw: object) -> str:
+async def resolve(
+    kit: GraphKit, run: GraphRun | RunSnapshot, node_id: str, action: str, **kw: object
+) -> str:
     """Apply a Host decision and return its text."""
     text, _ = await kit.manager.resolve(
         kit.conv,
@@ -529,7 +532,7 @@ async def test_no_decision_by_the_deadline_fails_the_node(tmp_path: Path) -> Non
     async with open_kit(tmp_path, settings=RunSettings(decision_seconds=60.0)) as kit:
         kit.provider.reject(needle("a"))
 
-        async def time_passes(run: GraphRun, node_id: str, report: str) -> None:
+        async def time_passes(run: RunSnapshot, node_id: str, report: str) -> None:
             kit.clock.advance(61.0)
 
         kit.events.on_exception = time_passes
@@ -738,7 +741,7 @@ async def test_state_is_committed_before_it_is_announced(kit: GraphKit) -> None:
     kit.provider.reject(needle("b"))
     kit.backend.script("c", Step(offline=True))
 
-    async def host_decides(run: GraphRun, node_id: str, report: str) -> None:
+    async def host_decides(run: RunSnapshot, node_id: str, report: str) -> None:
         await resolve(kit, run, node_id, "continue", message="again")
 
     kit.events.on_exception = host_decides

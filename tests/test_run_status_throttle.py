@@ -3,11 +3,13 @@ state is always shown."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 from core.ids import ConversationRef
 from host.conversation.run_events import ConversationRunEvents
+from host.runtime.run_snapshot import NodeSnapshot, RunSnapshot
 from tests.helpers import eventually
 
 CONV = ConversationRef("test", "W", "C", "T")
@@ -50,15 +52,15 @@ class FakeReports:
         return "the report"
 
 
-def _run(n: int) -> Any:
-    record = SimpleNamespace(
-        id="run_1", background=True, conversation=CONV, task_summary="many nodes"
-    )
-    nodes = {
-        f"n{i}": SimpleNamespace(node_id=f"n{i}", state="pending", summary="", agent="raven")
-        for i in range(n)
-    }
-    return SimpleNamespace(id="run_1", record=record, nodes=nodes)
+def _run(n: int) -> RunSnapshot:
+    nodes = tuple(NodeSnapshot(f"n{i}", "raven", "pending", 0) for i in range(n))
+    return RunSnapshot("run_1", CONV, "many nodes", True, "running", "U1", nodes)
+
+
+def _with(run: RunSnapshot, node_id: str, state: str) -> RunSnapshot:
+    """The next event's snapshot: `node_id` now in `state`."""
+    nodes = tuple(replace(n, state=state) if n.node_id == node_id else n for n in run.nodes)
+    return replace(run, nodes=nodes)
 
 
 def _events(interval: float) -> tuple[ConversationRunEvents, FakeStore, FakePort]:
@@ -71,12 +73,12 @@ async def test_a_burst_of_changes_gives_one_post_and_one_final_edit() -> None:
     events, store, port = _events(interval=3600)
     run = _run(50)
     await events.progress(run)
-    for node in run.nodes.values():
-        node.state = "running"
+    for node in run.nodes:
+        run = _with(run, node.node_id, "running")
         await events.progress(run)
-        node.state = "completed"
+        run = _with(run, node.node_id, "completed")
         await events.progress(run)
-    await events.finished(run)
+    await events.finished(replace(run, state="completed"))
     assert len(port.posts) == 1
     assert len(port.edits) == 1 and port.edits[0].count(": completed") == 50
     assert port.turns == ["the report"] and store.reported
@@ -87,9 +89,9 @@ async def test_a_throttled_change_is_shown_by_a_trailing_edit() -> None:
     events, _, port = _events(interval=0.01)
     run = _run(3)
     await events.progress(run)
-    run.nodes["n0"].state = "running"
+    run = _with(run, "n0", "running")
     await events.progress(run)  # within the interval: owed, then edited
-    run.nodes["n1"].state = "running"
+    run = _with(run, "n1", "running")
     await events.progress(run)
     # However the calls fall against the interval, the newest state is shown in the end.
     await eventually(lambda: bool(port.edits) and port.edits[-1].count(": running") == 2)

@@ -13,10 +13,10 @@ from typing import Protocol
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError
-from host.graph.executor import GraphRun
 from host.graph.report import progress_text
 from host.graph.run_store import RunStore
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
+from host.runtime.run_snapshot import RunSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ class ConversationRunEvents:
         self._last_text: dict[str, str] = {}
         self._last_edit: dict[str, float] = {}
         self._message_ids: dict[str, str] = {}
+        # The newest snapshot of each announced background run: what an edit shows, so a
+        # throttled edit shows the newest state, not the one that was throttled.
+        self._latest: dict[str, RunSnapshot] = {}
         # One trailing edit per run while edits are throttled; it shows the newest state.
         self._flushers: dict[str, asyncio.Task[None]] = {}
 
@@ -80,10 +83,11 @@ class ConversationRunEvents:
     async def _on_finished(self, event: RunFinished) -> None:
         await self.finished(event.run)
 
-    async def progress(self, run: GraphRun) -> None:
+    async def progress(self, run: RunSnapshot) -> None:
         """Create the run's single status message, or edit it at most once per interval."""
-        if not run.record.background:
+        if not run.background:
             return
+        self._latest[run.id] = run
         if run.id in self._flushers:
             return  # a trailing edit is already due and will show this change too
         wait = self._last_edit.get(run.id, -math.inf) + self._interval - self._clock()
@@ -104,16 +108,17 @@ class ConversationRunEvents:
         if tasks:
             await asyncio.wait(tasks)
 
-    async def _flush_later(self, run: GraphRun, delay: float) -> None:
+    async def _flush_later(self, run: RunSnapshot, delay: float) -> None:
         await asyncio.sleep(delay)
         await self._publish(run)
 
-    async def _publish(self, run: GraphRun) -> None:
-        conv = run.record.conversation
+    async def _publish(self, run: RunSnapshot) -> None:
+        conv = run.conversation
         key = f"run:{run.id}:status"
         async with self._locks.hold(run.id):
-            # Built now, not when the change happened: a throttled edit shows the newest state.
-            text = progress_text(run.record, list(run.nodes.values()))
+            # Built now from the newest snapshot heard: a throttled edit shows the newest state.
+            newest = self._latest.get(run.id, run)
+            text = progress_text(newest, newest.nodes)
             message_id = self._message_ids.get(run.id)
             if message_id is None:
                 current = await self._store.run(run.id)
@@ -135,28 +140,29 @@ class ConversationRunEvents:
             self._last_text[run.id] = text
             self._last_edit[run.id] = self._clock()
 
-    async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
+    async def exception(self, run: RunSnapshot, node_id: str, report: str) -> None:
         """Background: the Host gets the exception report as a proactive turn."""
-        if not run.record.background:
+        if not run.background:
             return
-        attempt = run.nodes[node_id].attempts
+        attempt = run.node(node_id).attempts
         await self._port.system_turn(
-            run.record.conversation, report, key=f"run:{run.id}:exception:{node_id}:{attempt}"
+            run.conversation, report, key=f"run:{run.id}:exception:{node_id}:{attempt}"
         )
 
-    async def finished(self, run: GraphRun) -> None:
+    async def finished(self, run: RunSnapshot) -> None:
         """Background: final status edit, then the run report as a proactive turn."""
-        if not run.record.background:
+        if not run.background:
             return
+        self._latest[run.id] = run
         flusher = self._flushers.pop(run.id, None)
         if flusher is not None:
             flusher.cancel()
             await asyncio.wait({flusher})
         await self._publish(run)  # the final state, never throttled away
-        for table in (self._last_text, self._last_edit, self._message_ids):
+        for table in (self._last_text, self._last_edit, self._message_ids, self._latest):
             table.pop(run.id, None)
         report = await self._report.report(run.id)
-        await self._port.system_turn(run.record.conversation, report, key=f"run:{run.id}:report")
+        await self._port.system_turn(run.conversation, report, key=f"run:{run.id}:report")
         await self._store.mark_reported(run.id)
 
 

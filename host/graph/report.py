@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from host.graph.render import fence, new_marker, untrusted_preface
 from host.graph.run_store import NodeRecord, RunRecord
@@ -59,7 +60,33 @@ def _errors(nodes: Sequence[NodeRecord], quote: Callable[[str, str], str] | None
     return items
 
 
-def progress_text(run: RunRecord, nodes: Sequence[NodeRecord]) -> str:
+class _Titled(Protocol):
+    """A run as its status message names it (a record or an event's snapshot)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def task_summary(self) -> str: ...
+
+
+class _Line(Protocol):
+    """A node as its status line shows it (a record or an event's snapshot)."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def agent(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+def progress_text(run: _Titled, nodes: Sequence[_Line]) -> str:
     """The single status message of a background run (edited in place)."""
     counts = Counter(n.state for n in nodes)
     done = sum(counts[s] for s in ("completed", "failed", "skipped", "cancelled"))

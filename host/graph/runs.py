@@ -20,11 +20,14 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.graph.admission import AdmissionError, AdmittedGraph, ApprovalRequired, admit
 from host.graph.executor import (
+    AgentAccess,
     ConversationCapacity,
+    DispatchAids,
     DispatchContext,
     GraphRun,
     PermitFactory,
     RunDeps,
+    RunPolicy,
     WorkerPrompts,
 )
 from host.graph.judge import CompletionJudge
@@ -202,16 +205,12 @@ class RunManager:
             store=self._store,
             files=self._files,
             judge=self._judge,
-            agent=self._registry.get,
-            backend=self._backend,
             bus=self._bus,
-            workspace=self._workspace(conv),
-            host_reachable=self._host_reachable,
-            decision_seconds=self._settings.decision_seconds,
-            clock=self._clock,
-            prompts=self._prompts,
-            prefetch=self._prefetch,
-            gates=self._gates,
+            agents=AgentAccess(self._registry.get, self._backend, self._workspace(conv)),
+            policy=RunPolicy(
+                self._host_reachable, self._settings.decision_seconds, clock=self._clock
+            ),
+            aids=DispatchAids(self._prompts, self._prefetch, self._gates),
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

@@ -12,15 +12,13 @@ import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from core.ids import ConversationRef
 from host.runtime.prompt_record import Prompt
+from host.runtime.run_snapshot import RunSnapshot
 from host.runtime.scheduling import FiredJob
 from memory.group import Attribution
-
-if TYPE_CHECKING:
-    from host.graph.executor import GraphRun
 
 log = logging.getLogger(__name__)
 
@@ -83,25 +81,25 @@ class ConversationStopped(Event):
 
 @dataclass(frozen=True)
 class RunProgress(Event):
-    """Node states of a run changed (committed)."""
+    """Node states of a run changed (committed); `run` is the run as of the publish."""
 
-    run: GraphRun
+    run: RunSnapshot
 
 
 @dataclass(frozen=True)
 class RunException(Event):
-    """A node was suspended and needs a Host decision."""
+    """A node was suspended and needs a Host decision; `run` is the run as suspended."""
 
-    run: GraphRun
+    run: RunSnapshot
     node_id: str
     report: str
 
 
 @dataclass(frozen=True)
 class RunFinished(Event):
-    """Every node of a run settled; the run has its final state."""
+    """Every node of a run settled; `run` is the run in its final state."""
 
-    run: GraphRun
+    run: RunSnapshot
 
 
 @dataclass(frozen=True)

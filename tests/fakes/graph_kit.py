@@ -25,6 +25,7 @@ from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
+from host.runtime.run_snapshot import RunSnapshot
 from memory.store import Store
 
 CONV = ConversationRef("console", "local", "main", "thread-1")
@@ -354,7 +355,7 @@ class RecordingEvents:
         self.seen_states: dict[str, list[str]] = defaultdict(list)
         self.mismatches: list[str] = []
         self.checked = 0
-        self.on_exception: Callable[[GraphRun, str, str], Awaitable[None]] | None = None
+        self.on_exception: Callable[[RunSnapshot, str, str], Awaitable[None]] | None = None
         self.fail_announcements = False
         self._exception_events: dict[str, asyncio.Event] = {}
         self._finished_events: dict[str, asyncio.Event] = {}
@@ -382,10 +383,10 @@ class RecordingEvents:
         event.clear()
         return next(r for _, n, r in reversed(self.exceptions) if n == node_id)
 
-    async def _check(self, run: GraphRun, kind: str) -> None:
+    async def _check(self, run: RunSnapshot, kind: str) -> None:
         # What is being announced, taken before reading SQLite (which yields to other tasks).
-        announced = {node_id: node.state for node_id, node in run.nodes.items()}
-        run_state = run.record.state
+        announced = run.states()
+        run_state = run.state
         committed = self._store.committed
         marks = {node_id: len(committed[node_id]) for node_id in announced}
         for node_id, state in announced.items():
@@ -415,8 +416,9 @@ class RecordingEvents:
                     f"finished: run announced {run_state} but SQLite has {stored_state}"
                 )
 
-    def _note_states(self, run: GraphRun) -> None:
-        for node_id, node in run.nodes.items():
+    def _note_states(self, run: RunSnapshot) -> None:
+        for node in run.nodes:
+            node_id = node.node_id
             states = self.seen_states[node_id]
             if not states or states[-1] != node.state:
                 states.append(node.state)
@@ -424,7 +426,7 @@ class RecordingEvents:
             if event is not None:
                 event.set()
 
-    async def progress(self, run: GraphRun) -> None:
+    async def progress(self, run: RunSnapshot) -> None:
         """Node states changed."""
         await self._check(run, "progress")
         self.log.append(("progress", run.id, None))
@@ -432,7 +434,7 @@ class RecordingEvents:
         if self.fail_announcements:
             raise RuntimeError("the chat API is down")
 
-    async def exception(self, run: GraphRun, node_id: str, report: str) -> None:
+    async def exception(self, run: RunSnapshot, node_id: str, report: str) -> None:
         """A node was suspended."""
         await self._check(run, "exception")
         self.log.append(("exception", run.id, node_id))
@@ -444,7 +446,7 @@ class RecordingEvents:
         if self.fail_announcements:
             raise RuntimeError("the chat API is down")
 
-    async def finished(self, run: GraphRun) -> None:
+    async def finished(self, run: RunSnapshot) -> None:
         """The run ended."""
         await self._check(run, "finished")
         self.log.append(("finished", run.id, None))

@@ -114,16 +114,16 @@ class GroupMemoryWriter:
 
     async def _on_finished(self, event: RunFinished) -> None:
         run = event.run
-        if run.record.state in ("cancelled", "superseded"):
+        if run.state in ("cancelled", "superseded"):
             return  # a stop or a replan decided the statuses: not evidence about the agents
         nodes = [
-            RoundNode(n.node_id, n.agent, n.state, tuple(n.deps), n.summary or n.template)
-            for n in run.nodes.values()
+            RoundNode(n.node_id, n.agent, n.state, n.deps, n.summary or n.template)
+            for n in run.nodes
         ]
         outcomes = agent_outcomes(nodes)
-        conv = run.record.conversation
+        conv = run.conversation
         scope = await self._store.conversation_scope(conv.id)
-        library = host_library(owner_of(conv, run.record.submitted_by), scope)
+        library = host_library(owner_of(conv, run.submitted_by), scope)
         summary = round_summary(run.id, nodes, outcomes)
         summary_id = await self._store.deposit_round(
             run.id, conv.id, library, nodes, outcomes, summary, scope

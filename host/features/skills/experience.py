@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from core.fence import fence, new_marker, untrusted_preface
 from core.keyed import KeyedLocks
 from host.features.skills.store import ExperienceStore
-from host.graph.executor import GraphRun
 from host.runtime.events import EventBus, RunFinished
+from host.runtime.run_snapshot import RunSnapshot
 from memory.embeddings import Embedder
 from memory.group import RoundNode, agent_outcomes
 from skills.evolution import (
@@ -93,7 +93,7 @@ class ExperienceWriter:
 
     async def _on_finished(self, event: RunFinished) -> None:
         run = event.run
-        if run.record.state in ("cancelled", "superseded"):
+        if run.state in ("cancelled", "superseded"):
             return
         task = asyncio.get_running_loop().create_task(self._learn(run), name=f"experience:{run.id}")
         self._tasks.add(task)
@@ -108,13 +108,13 @@ class ExperienceWriter:
         """Let pending writes finish before the store closes."""
         await self.idle()
 
-    async def _learn(self, run: GraphRun) -> None:
+    async def _learn(self, run: RunSnapshot) -> None:
         nodes = [
-            RoundNode(n.node_id, n.agent, n.state, tuple(n.deps), n.summary or n.template)
-            for n in run.nodes.values()
+            RoundNode(n.node_id, n.agent, n.state, n.deps, n.summary or n.template)
+            for n in run.nodes
         ]
         outcomes = agent_outcomes(nodes)
-        for node in run.nodes.values():
+        for node in run.nodes:
             quality = OUTCOME_QUALITY.get(outcomes.get(node.agent, ""))
             if quality is None or node.state not in ("completed", "failed"):
                 continue

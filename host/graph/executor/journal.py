@@ -1,0 +1,130 @@
+"""A run's files as it executes: journal lines, output and memory record files, manifest.
+
+The run journal is one group commit (prompts, outputs, transcripts; one write and one fsync
+per batch, off the loop). A settling node waits for its journal lines to be on disk before
+its state is committed, so SQLite (the source of truth) never points at records that are
+not there; a node only starting never waits behind an fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.backends.base import AgentOutcome
+from core.fence import Markers
+from host.graph.records import RunFiles, RunJournal
+from host.graph.render import Artifact
+from host.graph.run_store import NodeRecord, RunRecord
+
+log = logging.getLogger(__name__)
+
+
+class RunWriter:
+    """Writes one run's records: what each attempt was asked and answered, completed
+    nodes' outputs and memory records, and the manifest at decision points and the end."""
+
+    def __init__(self, run_id: str, files: RunFiles) -> None:
+        self._run_id = run_id
+        self._files = files
+        self._journal: RunJournal = files.open_journal(run_id)
+        self._markers = Markers()
+        self._outputs_dir = files.outputs_dir(run_id)
+        self._memory_dir = files.memory_dir(run_id)
+
+    def marker(self) -> str:
+        """A fence marker for untrusted text shown in this run's prompts and reports."""
+        return self._markers()
+
+    def prompt(self, node_id: str, attempt: int, request: str) -> None:
+        """Journal what an attempt asks for (before dispatch; synced with the next batch)."""
+        self._journal.record("prompt", node_id, attempt, text=request)
+
+    def answer(self, node_id: str, attempt: int, outcome: AgentOutcome) -> None:
+        """Journal an attempt's output and transcript (synced with the next batch)."""
+        self._journal.record("output", node_id, attempt, text=outcome.output)
+        self._journal.record("transcript", node_id, attempt, items=outcome.transcript)
+
+    def output_path(self, node_id: str) -> Path:
+        """Where a completed node's output is written (`outputs/<node>.md`)."""
+        return self._outputs_dir / f"{node_id}.md"
+
+    def output(self, path: Path, text: str) -> None:
+        """Write a completed node's output file (durable once the journal is synced)."""
+        self._journal.view(path, text)
+
+    def memory(self, node_id: str, attempt: int, text: str) -> None:
+        """Journal a completed node's memory record; its file follows asynchronously (paper
+        Fig. 5a): it never delays successors."""
+        self._journal.record("memory", node_id, attempt, text=text)
+        self._journal.later(self._memory_dir / f"{node_id}.md", text)
+
+    def memory_paths(
+        self, ancestors: Iterable[str], inside: Sequence[str], artifacts: dict[str, Artifact]
+    ) -> list[str]:
+        """Eq. 32: the memory records of every transitive predecessor — earlier runs' nodes
+        (`ancestors` outside the run) one path each, this run's (`inside`) as one line."""
+        lines = [
+            str(self._files.memory_beside(artifacts[a].output_path))
+            for a in sorted(set(ancestors).difference(inside))
+            if a in artifacts
+        ]
+        if inside:
+            lines.append(RunFiles.memory_listing(self._memory_dir, list(inside)))
+        return lines
+
+    async def synced(self, node_id: str) -> None:
+        """Wait until this node's journal lines (and output file) are on disk: one write and
+        one fsync for every node settling meanwhile (raises OSError when they failed)."""
+        try:
+            await self._journal.sync()
+        except OSError:
+            log.exception(
+                "run %s: the records of node %s could not be written", self._run_id, node_id
+            )
+            raise
+
+    async def write_manifest(self, record: RunRecord, nodes: Iterable[NodeRecord]) -> None:
+        """A snapshot of states, paths and accounting (SQLite is the live record)."""
+        # Built here (the nodes change on this loop), written with fsync off it.
+        manifest = self._manifest(record, nodes)
+        try:
+            await asyncio.to_thread(self._files.write_manifest, self._run_id, manifest)
+        except OSError:
+            log.exception("writing the manifest of run %s failed", self._run_id)
+
+    async def close(self) -> None:
+        """Write what is still owed (memory records) and close the journal."""
+        await self._journal.close()
+
+    def _manifest(self, record: RunRecord, nodes: Iterable[NodeRecord]) -> dict[str, Any]:
+        return {
+            "run_id": record.id,
+            "conversation": record.conversation.id,
+            "state": record.state,
+            "task_summary": record.task_summary,
+            "replaces_run": record.replaces_run,
+            "journal": str(self._journal.path),
+            "nodes": {
+                n.node_id: {
+                    "agent": n.agent,
+                    "state": n.state,
+                    "attempts": n.attempts,
+                    "instance": n.instance,
+                    "deps": list(n.deps),
+                    "output_path": str(n.output_path) if n.output_path else None,
+                    "error": n.error,
+                    "verdict": n.verdict,
+                    "model_calls": n.model_calls,
+                    "input_tokens": n.input_tokens,
+                    "output_tokens": n.output_tokens,
+                    "judge_calls": n.judge_calls,
+                    "judge_tokens": n.judge_tokens,
+                    "seconds": round(n.seconds, 3),
+                }
+                for n in nodes
+            },
+        }
