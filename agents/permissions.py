@@ -8,17 +8,16 @@ full-access). "Ask" goes to an `Asker`; a gate built without one (unattended run
 from __future__ import annotations
 
 import asyncio
-import difflib
 import logging
 import posixpath
 import re
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, Protocol, get_args
+from typing import Annotated, Final, Literal, Protocol, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,6 +25,7 @@ from agents.secret_paths import SECRETS_WHAT, command_reaches_secret, is_secret_
 from agents.shell_programs import code_runner, programs
 from agents.shell_words import ShellParseError, Word, tokenize
 from agents.workspace_tools import denied_reason
+from core.errors import FieldError, describe_validation_error, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -325,36 +325,48 @@ def parse_rules(text: str, workspace: str, *, label: str) -> PermissionRules:
 
 def _describe(exc: ValidationError) -> list[str]:
     """pydantic's errors as `[section] key: problem` lines."""
-    return [
-        _describe_one(err["loc"], err["type"], err["msg"], err["input"]) for err in exc.errors()
-    ]
+    rules = {
+        "model_type": _not_table,
+        "dict_type": _not_table,
+        "extra_forbidden": _unknown_key,
+        "literal_error": _not_a_mode,
+    }
+    return describe_validation_error(exc, label=_section_key, rules=rules)
 
 
-def _describe_one(loc: Sequence[int | str], kind: str, msg: str, value: Any) -> str:
-    parts = [str(p) for p in loc]
+def _section(err: FieldError) -> tuple[str, str, list[str]]:
+    """The `[section]` an error is in ("" at the top level), the key in it, its known keys."""
+    parts = [str(p) for p in err.loc]
     if parts[:1] == ["workspace"] and len(parts) >= 2:
-        where, rest, known = (
-            f'[workspace."{parts[1]}"]',
-            parts[2:],
-            list(PermissionRules.model_fields),
-        )
+        where, rest = f'[workspace."{parts[1]}"]', parts[2:]
+        known = list(PermissionRules.model_fields)
     elif parts[:1] == ["default"]:
         where, rest, known = "[default]", parts[1:], list(PermissionRules.model_fields)
     else:
         where, rest, known = "", parts, list(_RulesFile.model_fields)
-    if not rest and kind in ("model_type", "dict_type"):
-        return f"{where} must be a table of settings (mode, allow, deny)"
-    key = ".".join(rest)
-    if len(rest) == 2:
-        key = f"{rest[0]}[{rest[1]}]"  # an item of an allow/deny list
-    if kind == "extra_forbidden":
-        close = difflib.get_close_matches(key, known, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-        return f"{where} unknown key '{key}'{hint}".strip()
-    if kind == "literal_error":
-        choices = ", ".join(f'"{m}"' for m in _MODES)
-        return f"{where} {key}: {value!r} is not a mode; use one of {choices}".strip()
-    return f"{where} {key}: {msg.removeprefix('Value error, ')}".strip()
+    key = f"{rest[0]}[{rest[1]}]" if len(rest) == 2 else ".".join(rest)  # [1]: an allow/deny item
+    return where, key, known
+
+
+def _section_key(err: FieldError) -> str:
+    where, key, _ = _section(err)
+    return f"{where} {key}".strip()
+
+
+def _not_table(err: FieldError) -> str | None:
+    where, key, _ = _section(err)
+    return None if key else f"{where} must be a table of settings (mode, allow, deny)"
+
+
+def _unknown_key(err: FieldError) -> str:
+    where, key, known = _section(err)
+    hint = did_you_mean(key, known, otherwise=f" (known keys: {', '.join(known)})")
+    return f"{where} unknown key '{key}'{hint}".strip()
+
+
+def _not_a_mode(err: FieldError) -> str:
+    choices = ", ".join(f'"{m}"' for m in _MODES)
+    return f"{_section_key(err)}: {err.value!r} is not a mode; use one of {choices}"
 
 
 # -- risk ------------------------------------------------------------------------------------

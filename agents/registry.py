@@ -18,7 +18,6 @@ or extended, from an optional TOML file (`RAVEN_HOME/agents.toml`):
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 import shutil
@@ -32,6 +31,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.process import looks_secret
+from core.errors import FieldError, describe_validation_error, did_you_mean
 
 Backend = Literal["inproc", "cli", "api", "acp"]
 Which = Callable[[str], str | None]
@@ -312,37 +312,41 @@ def _read_config(path: Path) -> _FileConfig:
     try:
         return _FileConfig.model_validate(raw)
     except ValidationError as exc:
-        raise RegistryError("\n".join(f"{label}: {p}" for p in _describe(exc, raw))) from exc
+        raise RegistryError("\n".join(f"{label}: {p}" for p in _describe(exc))) from exc
 
 
-def _describe(exc: ValidationError, raw: dict[str, Any]) -> list[str]:
+def _describe(exc: ValidationError) -> list[str]:
     """Pydantic errors as `[agents.NAME] key: problem` clauses."""
-    problems = []
-    known = list(_EntryConfig.model_fields)
-    for err in exc.errors():
-        loc = [str(p) for p in err["loc"]]
-        if loc and loc[0] == "agents" and len(loc) >= 2:
-            where, rest = f"[agents.{loc[1]}]", loc[2:]
-        else:
-            where, rest = "", loc
-        if not where and loc == ["agents"] and err["type"] == "dict_type":
-            problems.append("agents: must be a table of [agents.NAME] tables")
-            continue
-        if err["type"] == "extra_forbidden" and rest:
-            key = rest[-1]
-            options = known if where else ["agents"]
-            close = difflib.get_close_matches(key, options, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            problems.append(f"{where} unknown key '{key}'{hint}".strip())
-            continue
-        if err["type"] in ("dict_type", "model_type") and where and not rest:
-            problems.append(f"{where} must be a table of settings")
-            continue
-        key = ".".join(rest) or "(table)"
-        problems.append(f"{where} {key}: {err['msg']}".strip())
-    if not problems:  # pragma: no cover - pydantic always reports at least one error
-        problems.append(str(exc))
-    return problems
+    rules = {"extra_forbidden": _unknown_key, "dict_type": _not_table, "model_type": _not_table}
+    return describe_validation_error(exc, label=_entry_key, rules=rules)
+
+
+def _entry_table(err: FieldError) -> tuple[str, list[str]]:
+    """The `[agents.NAME]` table an error is in ("" at the top level) and the key path in it."""
+    loc = [str(p) for p in err.loc]
+    if loc and loc[0] == "agents" and len(loc) >= 2:
+        return f"[agents.{loc[1]}]", loc[2:]
+    return "", loc
+
+
+def _entry_key(err: FieldError) -> str:
+    where, rest = _entry_table(err)
+    return f"{where} {'.'.join(rest) or '(table)'}".strip()
+
+
+def _unknown_key(err: FieldError) -> str | None:
+    where, rest = _entry_table(err)
+    if not rest:
+        return None
+    options = list(_EntryConfig.model_fields) if where else ["agents"]
+    return f"{where} unknown key '{rest[-1]}'{did_you_mean(rest[-1], options)}".strip()
+
+
+def _not_table(err: FieldError) -> str | None:
+    where, rest = _entry_table(err)
+    if not where and rest == ["agents"] and err.kind == "dict_type":
+        return "agents: must be a table of [agents.NAME] tables"
+    return f"{where} must be a table of settings" if where and not rest else None
 
 
 def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) -> AgentEntry:

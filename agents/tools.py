@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agents.models.types import ToolCall, ToolResult, ToolSpec
+from core.errors import describe_validation_error
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +88,7 @@ class ToolRegistry(Generic[Ctx]):
 
 def describe_validation(exc: ValidationError) -> str:
     """Render pydantic errors as `field: problem` clauses a model (or person) can act on."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(input)"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+    return "; ".join(describe_validation_error(exc, label=lambda err: err.path() or "(input)"))
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

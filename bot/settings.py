@@ -13,6 +13,8 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from core.errors import FieldError, describe_validation_error
+
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
@@ -594,17 +596,16 @@ def load_settings(**overrides: Any) -> Settings:
 
 def describe_errors(exc: ValidationError) -> str:
     """Render pydantic errors as `VARIABLE: problem (got 'value')` lines."""
-    fields = Settings.model_fields
-    lines = ["Invalid configuration (fix these in .env or the environment):"]
-    for err in exc.errors():
-        loc = str(err["loc"][0]) if err["loc"] else "?"
-        field = fields.get(loc)
-        env = loc
-        if field is not None and field.validation_alias is not None:
-            alias = field.validation_alias
-            env = str(alias.choices[0] if isinstance(alias, AliasChoices) else alias)
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        got = err.get("input")
-        shown = "" if isinstance(got, dict) or got is None else f" (got {str(got)[:40]!r})"
-        lines.append(f"  {env}: {msg}{shown}")
-    return "\n".join(lines)
+    lines = describe_validation_error(exc, label=_env_name, show_input=True)
+    head = "Invalid configuration (fix these in .env or the environment):"
+    return "\n".join([head, *(f"  {line}" for line in lines)])
+
+
+def _env_name(err: FieldError) -> str:
+    """The environment variable a settings field is read from."""
+    name = str(err.loc[0]) if err.loc else "?"
+    field = Settings.model_fields.get(name)
+    if field is None or field.validation_alias is None:
+        return name
+    alias = field.validation_alias
+    return str(alias.choices[0] if isinstance(alias, AliasChoices) else alias)

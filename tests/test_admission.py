@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import networkx as nx
 import pytest
 
 from host.graph.admission import (
@@ -639,6 +641,30 @@ def test_order_is_topological_and_ancestors_transitive(ctx: AdmissionContext) ->
     assert admitted.node("code").deps == ["r1", "old"]
     with pytest.raises(KeyError):
         admitted.node("nope")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_ancestors_match_a_traversal_per_node(ctx: AdmissionContext, seed: int) -> None:
+    """The one-pass ancestry equals its definition: every node reachable backwards, plus the
+    earlier nodes any of them depends on (random DAGs, shuffled, with earlier deps mixed in)."""
+    rnd = random.Random(seed)
+    size = rnd.randrange(1, 40)
+    nodes = []
+    for i in range(size):
+        deps = {f"n{rnd.randrange(i)}" for _ in range(rnd.randrange(min(i, 4) + 1))} if i else set()
+        if rnd.random() < 0.2:
+            deps.add(rnd.choice(["old", "old_coder"]))
+        nodes.append(node(f"n{i}", deps=sorted(deps)))
+    rnd.shuffle(nodes)
+    admitted = admit(graph(*nodes), ctx)
+    dag = nx.DiGraph()
+    dag.add_nodes_from(n["id"] for n in nodes)
+    dag.add_edges_from((d, n["id"]) for n in nodes for d in n["deps"] if d.startswith("n"))
+    external = {n["id"]: {d for d in n["deps"] if not d.startswith("n")} for n in nodes}
+    for node_id in dag:
+        inner = nx.ancestors(dag, node_id)
+        expected = inner | external[node_id] | set().union(*(external[a] for a in inner))
+        assert admitted.ancestors[node_id] == expected
 
 
 def test_accepts_model_and_mapping(ctx: AdmissionContext) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from core.errors import FieldError, describe_validation_error
 from oncall.machines.local import CommandWrapper, LocalMachine
 from oncall.machines.slurm import SlurmMachine
 from oncall.machines.ssh import SshMachine
@@ -153,20 +154,19 @@ def _machine(name: str, table: Any, paths: BotPaths | None = None) -> MachineSpe
 
 
 def _describe(exc: ValidationError) -> list[str]:
-    """pydantic's errors as `field: what is wrong (how to fix it)`."""
-    lines = []
-    for err in exc.errors():
-        if not err["loc"]:  # the whole machine (workdir and mounts): the message names it
-            lines.append(str(err["msg"]).removeprefix("Value error, "))
-            continue
-        field = str(err["loc"][0])
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(sorted(MachineSpec.model_fields))
-            lines.append(f"{field}: not a machine field (known fields: {known})")
-            continue
-        hint = _HINTS.get(field)
-        lines.append(f"{field}: {err['msg']}" + (f" ({hint})" if hint else ""))
-    return lines
+    """pydantic's errors as `field: what is wrong (how to fix it)`; errors about the whole
+    machine (workdir and mounts) without a field: their message names it."""
+    rules = {"extra_forbidden": _not_a_field}
+    return describe_validation_error(exc, label=_field, rules=rules, hints=_HINTS)
+
+
+def _field(err: FieldError) -> str:
+    return str(err.loc[0]) if err.loc else ""
+
+
+def _not_a_field(err: FieldError) -> str:
+    known = ", ".join(sorted(MachineSpec.model_fields))
+    return f"{_field(err)}: not a machine field (known fields: {known})"
 
 
 def _check_kind(spec: MachineSpec, given: set[str]) -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_core import ErrorDetails
 
 from agents.tools import Tool
+from core.errors import FieldError, describe_validation_error
 from core.ids import ConversationRef
 from host.runtime.people import People
 from host.runtime.roles import Roles
@@ -146,13 +146,12 @@ def campaign_spec(
             **{k: v for k, v in optional.items() if v is not None},
         )
     except ValidationError as exc:
-        raise ValueError(_problems([_pydantic_problem(e) for e in exc.errors()])) from None
+        raise ValueError(_problems(describe_validation_error(exc, label=_quoted_path))) from None
 
 
-def _pydantic_problem(error: ErrorDetails) -> str:
-    """One validation error as `field`: problem, without pydantic's "Value error, " prefix."""
-    where = ".".join(map(str, error["loc"]))
-    return f"`{where}`: {str(error['msg']).removeprefix('Value error, ')}"
+def _quoted_path(err: FieldError) -> str:
+    """A campaign field as the `field`: problem lines name it."""
+    return f"`{err.path()}`"
 
 
 def _metric(raw: str | None, problems: list[str]) -> tuple[str, str]:

@@ -1,0 +1,105 @@
+"""Capability, the third group: each node's agent can do what the node asks — keep a stateful
+instance, and read local files when the node passes paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from host.graph.admission.errors import AdmissionError
+from host.graph.admission.grammar import Placeholder
+from host.graph.model import (
+    AdmissionContext,
+    AgentCapabilities,
+    GraphSubmission,
+    NodeSpec,
+    TextInput,
+)
+
+
+def check_capability(
+    submission: GraphSubmission,
+    placeholders: Mapping[str, list[Placeholder]],
+    ctx: AdmissionContext,
+) -> None:
+    """Per node, in order: text-input paths, instance ownership, then file access."""
+    owners: dict[str, tuple[str, str]] = {}  # instance -> (agent, where it was claimed)
+    for prior in ctx.prior_nodes.values():
+        if prior.instance is not None:
+            owners.setdefault(prior.instance, (prior.agent, f"earlier node `{prior.id}`"))
+    for spec in submission.nodes:
+        agent = ctx.agents.get(spec.agent)
+        _check_text_input_paths(spec, placeholders[spec.id])
+        if spec.instance is not None:
+            _check_instance(spec, spec.instance, agent, owners, ctx)
+        if agent is not None and not agent.file_capable:
+            _check_no_path_placeholders(spec, placeholders[spec.id])
+
+
+def _check_text_input_paths(spec: NodeSpec, placeholders: Sequence[Placeholder]) -> None:
+    """A text input has no path, so `{{inputs.k.path}}` cannot name one."""
+    for ph in placeholders:
+        binding = spec.inputs.get(ph.target)
+        if ph.kind == "input_path" and isinstance(binding, TextInput):
+            raise AdmissionError(
+                "capability",
+                f"`{ph.raw}` asks for the path of text input `{ph.target}`, "
+                "but a text input has no path",
+                node=spec.id,
+                field="template",
+                repair=f"use `{{{{inputs.{ph.target}}}}}` to insert the text",
+            )
+
+
+def _check_instance(
+    spec: NodeSpec,
+    instance: str,
+    agent: AgentCapabilities | None,
+    owners: dict[str, tuple[str, str]],
+    ctx: AdmissionContext,
+) -> None:
+    """An instance needs a stateful agent and belongs to the first agent that claims it."""
+    if agent is not None and not agent.stateful:
+        stateful = sorted(n for n, a in ctx.agents.items() if a.stateful and a.enabled)
+        raise AdmissionError(
+            "capability",
+            f"instance `{instance}` needs a stateful agent, but `{spec.agent}` is stateless",
+            node=spec.id,
+            field="instance",
+            repair="remove `instance`, or use a stateful agent ("
+            + (", ".join(f"`{n}`" for n in stateful) or "none available")
+            + ")",
+        )
+    owner = owners.setdefault(instance, (spec.agent, f"node `{spec.id}`"))
+    if owner[0] != spec.agent:
+        raise AdmissionError(
+            "capability",
+            f"instance `{instance}` belongs to agent `{owner[0]}` ({owner[1]}), "
+            f"but this node uses agent `{spec.agent}`",
+            node=spec.id,
+            field="instance",
+            repair=f"use a different instance handle for `{spec.agent}`, or run this "
+            f"node on `{owner[0]}`",
+        )
+
+
+def _check_no_path_placeholders(spec: NodeSpec, placeholders: Sequence[Placeholder]) -> None:
+    """An agent without local-file access can only be given content, not paths."""
+    for ph in placeholders:
+        if ph.is_path:
+            raise AdmissionError(
+                "capability",
+                f"agent `{spec.agent}` has no local-file access, so it cannot use the "
+                f"path placeholder `{ph.raw}`",
+                node=spec.id,
+                field="template",
+                repair=f"use the content form `{_content_form(ph)}` instead, or choose a "
+                "file-capable agent",
+            )
+
+
+def _content_form(ph: Placeholder) -> str:
+    if ph.kind == "output_path":
+        return f"{{{{{ph.target}.output}}}}"
+    if ph.kind == "input_path":
+        return f"{{{{inputs.{ph.target}}}}}"
+    return f"{{{{ref:{ph.target}}}}}"

@@ -1,0 +1,74 @@
+"""Structure, the second group (cycles): the dependencies form a DAG; a cycle's repair cuts the
+dependency that costs least (a bare ordering before one whose output is used)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import networkx as nx
+
+from host.graph.admission.checks.uses import Use, listed, uses_of
+from host.graph.admission.errors import AdmissionError, Edit
+from host.graph.admission.grammar import Placeholder
+from host.graph.model import GraphSubmission
+
+
+def dependency_graph(submission: GraphSubmission, ids: set[str]) -> Any:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(spec.id for spec in submission.nodes)
+    for spec in submission.nodes:
+        graph.add_edges_from((dep, spec.id) for dep in spec.deps if dep in ids)
+    return graph
+
+
+def check_acyclic(
+    submission: GraphSubmission, graph: Any, placeholders: Mapping[str, list[Placeholder]]
+) -> None:
+    for spec in submission.nodes:
+        if spec.id in spec.deps:
+            raise AdmissionError(
+                "structure",
+                f"node `{spec.id}` depends on itself (a cycle)",
+                node=spec.id,
+                field="deps",
+                repair=f"remove `{spec.id}` from its own deps",
+                edits=[Edit(spec.id, "remove_dep", spec.id)],
+            )
+    try:
+        edges = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    # Edges point dep -> dependent; reversed, each node depends on the next one.
+    cycle = [str(v) for _, v in edges][::-1]
+    position = {spec.id: i for i, spec in enumerate(submission.nodes)}
+    start = min(range(len(cycle)), key=lambda i: position[cycle[i]])
+    cycle = cycle[start:] + cycle[:start]
+    chain = " → ".join(f"`{n}`" for n in [*cycle, cycle[0]])
+    dependent, dep, uses = _cut(submission, cycle, placeholders)
+    repair = f"remove `{dep}` from the deps of `{dependent}` so the work flows one way"
+    if uses:
+        repair += f", with {listed(uses)} of `{dependent}` (it cannot use `{dep}`'s output)"
+    raise AdmissionError(
+        "structure",
+        f"the graph has a cycle: {chain} (each node depends on the next)",
+        node=cycle[0],
+        field="deps",
+        repair=repair,
+        edits=[Edit(dependent, "remove_dep", dep), *(use.edit for use in uses)],
+    )
+
+
+def _cut(
+    submission: GraphSubmission, cycle: Sequence[str], placeholders: Mapping[str, list[Placeholder]]
+) -> tuple[str, str, list[Use]]:
+    """The dependency of `cycle` to remove: the first one no placeholder or input uses (a
+    bare ordering), else the first one together with its uses, which would otherwise be
+    refused as not in deps."""
+    by_id = {spec.id: spec for spec in submission.nodes}
+    edges = [(cycle[i], cycle[(i + 1) % len(cycle)]) for i in range(len(cycle))]
+    for dependent, dep in edges:
+        if not uses_of(by_id[dependent], placeholders[dependent], dep):
+            return dependent, dep, []
+    dependent, dep = edges[0]
+    return dependent, dep, uses_of(by_id[dependent], placeholders[dependent], dep)

@@ -1,0 +1,34 @@
+"""Status, the fourth group: each node's agent is registered and enabled."""
+
+from __future__ import annotations
+
+import difflib
+
+from host.graph.admission.errors import AdmissionError
+from host.graph.model import AdmissionContext, GraphSubmission
+
+
+def check_status(submission: GraphSubmission, ctx: AdmissionContext) -> None:
+    enabled = sorted(name for name, agent in ctx.agents.items() if agent.enabled)
+    available = ", ".join(f"`{n}`" for n in enabled) or "none (no agent is enabled)"
+    for spec in submission.nodes:
+        agent = ctx.agents.get(spec.agent)
+        if agent is None:
+            close = difflib.get_close_matches(spec.agent, enabled, n=1)
+            raise AdmissionError(
+                "status",
+                f"unknown agent `{spec.agent}`; available agents: {available}",
+                node=spec.id,
+                field="agent",
+                repair=f"did you mean `{close[0]}`?"
+                if close
+                else "use one of the available agents",
+            )
+        if not agent.enabled:
+            raise AdmissionError(
+                "status",
+                f"agent `{spec.agent}` is disabled; available agents: {available}",
+                node=spec.id,
+                field="agent",
+                repair="use an enabled agent, or ask the user to enable this one",
+            )
