@@ -50,6 +50,7 @@ class Bot(discord.Client):
         self.persistent: list[discord.ui.View] = []
         self.handler: OnMessage | None = None
         self.resumed = 0
+        self.votes: list[tuple[int, int]] = []  # (choice, user id) of dynamic-button clicks
 
     async def setup_hook(self) -> None:
         for view in self.persistent:
@@ -258,6 +259,47 @@ async def test_thread_reply_with_persistent_button_and_ephemeral_click(fake: Fak
         await fake.click(GENERAL, "123456789012345678", "raven:approve", ALICE)
         await h.until(lambda: len(fake.interaction_callbacks) == 2)
         assert clicks == [int(ALICE), int(ALICE)]
+
+
+class VoteButton(
+    discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], template=r"vote:(?P<n>\d+)"
+):
+    """A dynamic button: its custom id carries the state, and no view is registered."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(discord.ui.Button(label=f"Vote {n}", custom_id=f"vote:{n}"))
+        self.n = n
+
+    @classmethod
+    async def from_custom_id(
+        cls, interaction: discord.Interaction, item: discord.ui.Item[Any], match: Any, /
+    ) -> VoteButton:
+        return cls(int(match["n"]))
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        bot = interaction.client  # a fresh item per click: state lives on the client
+        assert isinstance(bot, Bot)
+        bot.votes.append((self.n, interaction.user.id))
+        await interaction.response.defer()
+
+
+async def test_dynamic_items_route_clicks_by_custom_id_template(fake: FakeDiscord) -> None:
+    bot = Bot()
+    async with running(fake, bot) as h:
+        bot.add_dynamic_items(VoteButton)
+        view = discord.ui.View(timeout=None)
+        view.add_item(VoteButton(7))
+        sent = await h.run(_text_channel(bot, GENERAL).send("Vote?", view=view))
+        row = fake.messages[GENERAL][str(sent.id)]["components"][0]
+        assert row["components"][0]["custom_id"] == "vote:7"
+        await fake.click(GENERAL, str(sent.id), "vote:7", ALICE)
+        await h.until(lambda: len(fake.interaction_callbacks) == 1)
+        assert fake.interaction_callbacks[0]["type"] == 6
+        # A message this process never sent (as after a restart): the stand-in message shows
+        # the clicked button, which discord.py rebuilds as the dynamic item.
+        await fake.click(GENERAL, "123456789012345678", "vote:3", ALICE)
+        await h.until(lambda: len(fake.interaction_callbacks) == 2)
+        assert bot.votes == [(7, int(ALICE)), (3, int(ALICE))]
 
 
 async def test_answering_an_interaction_twice_is_rejected(fake: FakeDiscord) -> None:

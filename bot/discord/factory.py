@@ -6,7 +6,8 @@ import aiohttp
 
 from bot.access import AccessPolicy
 from bot.channel import ChannelAdapter
-from bot.discord.adapter import DiscordAdapter, DiscordConfig
+from bot.discord.adapter import DiscordAdapter
+from bot.discord.config import DiscordConfig
 from bot.home import workspace_for
 from bot.settings import Settings
 

@@ -1,22 +1,37 @@
-"""discord.ui for prompts: a persistent view of buttons (custom ids carry prompt id + nonce,
-so they keep working after a restart) and a modal for free-text answers."""
+"""discord.ui for prompts: buttons whose custom ids carry prompt id, nonce and choice, so
+discord.py rebuilds them from any click (a `DynamicItem`: no per-message registration, and
+they keep working after a restart), and a modal for free-text answers."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+import logging
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import discord
 
 from bot.discord.markdown import markdown_to_discord
-from bot.prompt_ui import action_id, answer_hint, button_labels, outcome_line
+from bot.prompt_ui import (
+    ACTION_PREFIX,
+    Click,
+    action_id,
+    answer_hint,
+    button_labels,
+    outcome_line,
+)
 from host.runtime.prompt_record import Prompt
+
+log = logging.getLogger(__name__)
 
 MODAL_PREFIX = "answer"
 MODAL_INPUT = "text"
 QUESTION_CHARS = 1500  # the question, hint and outcome stay within one 2,000-char message
+# `prompt:<id>:<nonce>:<choice>` (bot.prompt_ui.action_id); discord.py full-matches it.
+BUTTON_TEMPLATE = (
+    re.escape(ACTION_PREFIX) + r":(?P<prompt_id>[^:]+):(?P<nonce>[^:]+):(?P<choice>[^:]+)"
+)
 
-ClickHandler = Callable[[discord.Interaction, str], Awaitable[None]]
 SubmitHandler = Callable[[discord.Interaction, str, str, str], Awaitable[None]]
 
 
@@ -51,29 +66,81 @@ def _style(prompt: Prompt, index: int) -> discord.ButtonStyle:
     )
 
 
-class PromptView(discord.ui.View):
-    """The buttons of one prompt; `timeout=None` and stable custom ids make it persistent."""
+class PromptClient(discord.Client):
+    """A client that hears clicks on prompt buttons. discord.py builds a fresh
+    `PromptButton` for each click, so the button reaches the bot through the client."""
 
-    def __init__(self, prompt: Prompt, on_click: ClickHandler, *, disabled: bool = False) -> None:
+    async def prompt_clicked(self, interaction: discord.Interaction, click: Click) -> None:
+        """Answer a click on a prompt button (acknowledge it within Discord's 3 s)."""
+        raise NotImplementedError
+
+
+class PromptButton(
+    discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], template=BUTTON_TEMPLATE
+):
+    """One choice of one prompt. Register the class once (`Client.add_dynamic_items`): every
+    click whose custom id matches the template reaches `callback`, whether or not this
+    process sent the message, and whether or not the prompt is still pending."""
+
+    def __init__(
+        self,
+        custom_id: str,
+        *,
+        label: str | None = None,
+        style: discord.ButtonStyle = discord.ButtonStyle.secondary,
+        disabled: bool = False,
+    ) -> None:
+        super().__init__(
+            discord.ui.Button(custom_id=custom_id, label=label, style=style, disabled=disabled)
+        )
+        match = self.template.fullmatch(custom_id)
+        assert match is not None  # DynamicItem checked it against the template already
+        self.prompt_id: str = match["prompt_id"]
+        self.nonce: str = match["nonce"]
+        self.choice: str = match["choice"]
+
+    @classmethod
+    async def from_custom_id(
+        cls,
+        interaction: discord.Interaction,
+        item: discord.ui.Item[Any],
+        match: re.Match[str],
+        /,
+    ) -> PromptButton:
+        """The button a click came from, rebuilt from its custom id."""
+        return cls(match.string)
+
+    async def callback(self, interaction: discord.Interaction) -> None:
+        """Hand the click to the client (which knows the prompts)."""
+        client = interaction.client
+        if not isinstance(client, PromptClient):
+            log.warning("discord: a prompt click reached a client without prompts; ignored")
+            return
+        message = interaction.message
+        click = Click(
+            self.prompt_id,
+            self.nonce,
+            self.choice,
+            str(interaction.user.id),
+            str(message.id) if message is not None else None,
+        )
+        await client.prompt_clicked(interaction, click)
+
+
+class PromptView(discord.ui.View):
+    """The buttons of one prompt; `timeout=None` and dynamic buttons make it persistent."""
+
+    def __init__(self, prompt: Prompt, *, disabled: bool = False) -> None:
         super().__init__(timeout=None)
         for index, (choice, label) in enumerate(button_labels(prompt)):
-            button: discord.ui.Button[PromptView] = discord.ui.Button(
-                label=label,
-                custom_id=action_id(prompt, choice),
-                style=_style(prompt, index),
-                disabled=disabled,
+            self.add_item(
+                PromptButton(
+                    action_id(prompt, choice),
+                    label=label,
+                    style=_style(prompt, index),
+                    disabled=disabled,
+                )
             )
-            button.callback = self._callback(button.custom_id or "", on_click)  # type: ignore[method-assign,assignment]
-            self.add_item(button)
-
-    @staticmethod
-    def _callback(
-        custom_id: str, on_click: ClickHandler
-    ) -> Callable[[discord.Interaction], Coroutine[Any, Any, None]]:
-        async def clicked(interaction: discord.Interaction) -> None:
-            await on_click(interaction, custom_id)
-
-        return clicked
 
 
 class AnswerModal(discord.ui.Modal):

@@ -283,6 +283,16 @@ def attachment(
     return obj
 
 
+def button(custom_id: str, *, label: str = "Choose", style: int = 2) -> JSON:
+    """An interactive button (component type 2) as a message shows it."""
+    return {"type": 2, "custom_id": custom_id, "style": style, "label": label}
+
+
+def action_row(components: Sequence[JSON]) -> JSON:
+    """An action row (component type 1) holding up to five buttons."""
+    return {"type": 1, "components": list(components)}
+
+
 def message(
     message_id: str,
     channel_id: str,

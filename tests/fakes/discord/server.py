@@ -662,15 +662,25 @@ class FakeDiscord:
             user_obj, nick=info["nick"], roles=info["roles"], joined_at=info["joined_at"]
         )
 
-    def _component_message(self, channel_id: str, message_id: str) -> JSON:
+    def _component_message(
+        self, channel_id: str, message_id: str, clicked: str | None = None
+    ) -> JSON:
         stored = self.messages.get(channel_id, {}).get(message_id)
         if stored is not None:
             return stored
         # A click on a message this fake never saw (e.g. sent before a simulated restart):
         # stand in a bot message with that id, so updates to it have something to apply to.
+        # It shows the clicked button, as the message of a real click always does (discord.py
+        # rebuilds dynamic items from it).
         self._ids.observe(message_id)
+        components = [payloads.action_row([payloads.button(clicked)])] if clicked else []
         msg = payloads.message(
-            message_id, channel_id, self.bot_user, "", guild_id=self._guild_of(channel_id)
+            message_id,
+            channel_id,
+            self.bot_user,
+            "",
+            guild_id=self._guild_of(channel_id),
+            components=components,
         )
         self._put_message(channel_id, msg)
         return msg
@@ -683,7 +693,10 @@ class FakeDiscord:
             raise KeyError(f"unknown channel {channel_id}")
         guild_id = self._guild_of(channel_id)
         invoker = self._interaction_invoker(user_id, guild_id)
-        message_obj = self._component_message(channel_id, message_id) if message_id else None
+        clicked = str(data["custom_id"]) if type == 3 else None
+        message_obj = (
+            self._component_message(channel_id, message_id, clicked) if message_id else None
+        )
         inter = _Interaction(
             id=self._ids.next(),
             token=f"aW50ZXJhY3Rpb246{uuid.uuid4().hex}{uuid.uuid4().hex}",
