@@ -55,7 +55,7 @@ from host.runtime.events import EventBus, subscribe_job
 from host.runtime.scheduling import FiredJob
 from memory.store import Store
 from oncall.deciders import RuleBasedDecider
-from oncall.engine import CampaignEngine, Decider
+from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps
 from oncall.machines.registry import Allocator, build_machines
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, MachineSpec, MetricSpec
 from oncall.policy import Decision, DecisionContext
@@ -242,13 +242,15 @@ async def build_engine(tmp: Path, store: Store, slots: int) -> EngineParts:
     notifier = CountingNotifier()
     campaigns = CampaignStore(store)
     engine = CampaignEngine(
-        store=campaigns,
-        machines=build_machines(specs, DetachedSandbox(sandbox)),
-        allocator=Allocator(specs),
-        scheduler=scheduler,
-        notifier=notifier,
-        decider=decider,
-        root=tmp / "campaigns",
+        EngineDeps(
+            campaigns,
+            build_machines(specs, DetachedSandbox(sandbox)),
+            Allocator(specs),
+            scheduler,
+            notifier,
+            decider,
+        ),
+        EngineConfig(root=tmp / "campaigns"),
     )
     subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, engine))
     bus.freeze()

@@ -15,13 +15,12 @@ recovery, describe), which share an `EngineCore`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal, Unpack, cast, overload
+from typing import Literal
 
 from core.ids import ConversationRef
 from oncall.access import Requester
 from oncall.engine.core import EngineCore
 from oncall.engine.describe import Describer
-from oncall.engine.keywords import EngineKeywords, grouped
 from oncall.engine.parts import EngineConfig, EngineDeps
 from oncall.engine.rooms import Rooms
 from oncall.model import CampaignSpec
@@ -31,21 +30,7 @@ from oncall.store import CampaignRecord, CampaignStore
 class CampaignEngine:
     """Owns every campaign of this process: start, monitor, wake, decide, close."""
 
-    @overload
-    def __init__(self, deps: EngineDeps, config: EngineConfig) -> None: ...
-
-    @overload
-    def __init__(self, **keywords: Unpack[EngineKeywords]) -> None: ...
-
-    def __init__(
-        self,
-        deps: EngineDeps | None = None,
-        config: EngineConfig | None = None,
-        **keywords: Any,  # the overloads type them
-    ) -> None:
-        """Either the two records, or their fields as keywords (see `keywords`)."""
-        if deps is None or config is None:
-            deps, config = grouped(cast(EngineKeywords, keywords))
+    def __init__(self, deps: EngineDeps, config: EngineConfig) -> None:
         self._core = EngineCore(deps, config)
         self._rooms = Rooms(self._core)
         self._describer = Describer(deps.store)

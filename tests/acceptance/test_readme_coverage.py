@@ -20,8 +20,9 @@ EXEMPT: dict[str, str] = {
         "`make run` (re)installs into .venv and then runs `raven-bot run`, which the platform "
         "and console tests run; `make test` is the whole suite this check is part of"
     ),
-    "bot/      the edge: settings, assembly root (bot/app.py), CLI, channel contract and "
-    "registry": "the source tree's layout, not something to run",
+    "bot/      the edge: settings, assembly root (bot/app.py), channel contract and registry": (
+        "the source tree's layout, not something to run"
+    ),
 }
 
 

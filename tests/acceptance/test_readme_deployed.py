@@ -353,7 +353,7 @@ async def test_the_slack_manifest_is_what_step_1_says() -> None:
 
 
 async def test_doctor_accepts_the_configuration_and_checks_the_tokens(bot: Deployed) -> None:
-    result = bot.cli.doctor
+    result = bot.doctor
     # "the exit code is non-zero only when a required check fails"; "Offline mode is a
     # warning, not a failure"
     assert result.code == 0, result.both
@@ -487,5 +487,5 @@ async def test_what_people_read_is_clean(bot: Deployed, platform: str) -> None:
     raw = (SLACK_ALICE,) if platform == "slack" else (DISCORD_ALICE,)
     found = [line for text in read for line in noise(text, raw)]
     if platform == "slack":  # `doctor`, in a terminal: both streams are read
-        found += [f"[doctor] {line}" for line in noise(bot.cli.doctor.both)]
+        found += [f"[doctor] {line}" for line in noise(bot.doctor.both)]
     assert not found, "\n".join(found[:20])
