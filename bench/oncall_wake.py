@@ -49,11 +49,12 @@ from datetime import UTC, datetime
 
 from agents.sandbox import DetachedSandbox, select_sandbox
 from bot.app import on_campaign_wake
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job
 from host.runtime.scheduling import FiredJob
-from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, Decider
 from oncall.machines.registry import Allocator, build_machines
@@ -270,7 +271,7 @@ def job_spec(index: int, sleep_seconds: float, poll: float) -> CampaignSpec:
 
 async def engine_phase(tmp: Path, count: int, poll: float) -> None:
     """(b), (c), (d): `count` campaigns on the real engine until each closes."""
-    store = Store(tmp / "raven.db")
+    store = Store(tmp / "raven.db", all_migrations())
     await store.open()
     parts = await build_engine(tmp, store, slots=count)
     await parts.scheduler.start()

@@ -37,9 +37,11 @@ from bot.channels import AdapterFactory
 from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
+from bot.schema import all_migrations
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.conversation.lanes import LaneManager
@@ -78,6 +80,7 @@ from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker
 from host.prompts.clarify import Clarifier
 from host.prompts.handlers import subscribe_decision_handlers
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import (
     ConversationStopped,
     EventBus,
@@ -91,14 +94,12 @@ from host.runtime.roles import Roles
 from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
 from memory.archive import Archive
-from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
 from memory.episodes import RuleFormer
 from memory.erasure import UserErasure
 from memory.group_store import GroupStore
 from memory.index import HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 from oncall.access import CampaignLimits
 from oncall.engine import CampaignEngine, EngineSettings
 from oncall.machines.registry import (
@@ -354,7 +355,7 @@ async def build_runtime(settings: Settings, adapter_factories: Sequence[AdapterF
     embedder = build_embedder(settings)
 
     # Build, each part from parts already built.
-    store = Store(home / "raven.db")
+    store = Store(home / "raven.db", all_migrations())
     conversation_log = ConversationLog(store)
     bus = EventBus()
     # People never see fence markers: every post and edit is unfenced on its way out.

@@ -25,13 +25,13 @@ import aiosqlite
 
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
+from core.store import Row, Store
+from host.runtime.conversation_log import ensure_conversation
 from host.runtime.events import ConversationStopped, EventBus, PromptDecided, StoppedItem
 from host.runtime.people import People
 from host.runtime.ports import PromptSurface
 from host.runtime.prompt_record import APPROVE, DENY, Prompt, PromptKind, PromptState
 from host.runtime.scheduling import FiredJob, Scheduler
-from memory.conversation_log import ensure_conversation
-from memory.store import Row, Store
 
 log = logging.getLogger(__name__)
 
