@@ -49,7 +49,9 @@ import networkx as nx
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.conversation.run_events import ConversationRunEvents
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
@@ -58,7 +60,6 @@ from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.runtime.events import EventBus
 from host.runtime.run_snapshot import RunSnapshot
-from memory.store import Store
 
 SIZES: tuple[int, ...] = (100, 500, 1000)
 CONCURRENCY: tuple[int, ...] = (4, 32)
@@ -353,7 +354,7 @@ async def run_raven(
     root = Path(tempfile.mkdtemp(prefix=f"raven_{work.size}_c{concurrency}_", dir=scratch))
     workspace = root / "workspace"
     workspace.mkdir()
-    store = Store(root / "raven.db")
+    store = Store(root / "raven.db", all_migrations())
     await store.open()
     try:
         backend = SleepBackend(work.durations)

@@ -48,12 +48,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from agents.sandbox import DetachedSandbox, select_sandbox
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.features.oncall.feature import on_campaign_wake
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job
 from host.runtime.scheduling import FiredJob
-from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps
 from oncall.machines.registry import Allocator, build_machines
@@ -272,7 +273,7 @@ def job_spec(index: int, sleep_seconds: float, poll: float) -> CampaignSpec:
 
 async def engine_phase(tmp: Path, count: int, poll: float) -> None:
     """(b), (c), (d): `count` campaigns on the real engine until each closes."""
-    store = Store(tmp / "raven.db")
+    store = Store(tmp / "raven.db", all_migrations())
     await store.open()
     parts = await build_engine(tmp, store, slots=count)
     await parts.scheduler.start()

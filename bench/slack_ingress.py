@@ -66,7 +66,7 @@ from bot.app import build_runtime, serve
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.factory import slack_adapter
-from memory.store import Store, WriteStats
+from core.store import Store, WriteStats
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 

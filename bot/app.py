@@ -37,7 +37,9 @@ from bot.channels import AdapterFactory
 from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
+from bot.schema import all_migrations
 from bot.settings import Settings
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
 from host.conversation.lanes import LaneManager
@@ -67,15 +69,18 @@ from host.graph.runs import RunManager, RunSettings
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
-from host.runtime.events import ConversationStopped, EventBus, subscribe_job
+from host.runtime.conversation_log import ConversationLog
+from host.runtime.events import (
+    ConversationStopped,
+    EventBus,
+    subscribe_job,
+)
 from host.runtime.people import People
 from host.runtime.ports import Channel, PeopleDirectory, PromptSurface
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
 from memory.service import MemoryService
-from memory.store import Store
 from oncall.engine import CampaignEngine
 
 log = logging.getLogger(__name__)
@@ -361,7 +366,7 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
     provider = build_provider(settings)
-    store = Store(home / "raven.db")
+    store = Store(home / "raven.db", all_migrations())
     conversation_log = ConversationLog(store)
     bus = EventBus()
     # People never see fence markers: every post and edit is unfenced on its way out.

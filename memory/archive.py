@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from memory.store import Row, Store
+from core.store import Row, Store
 
 NoteKind = Literal["note", "profile"]
 FactKind = Literal["fact", "foresight"]

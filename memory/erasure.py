@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memory.store import Store
+from core.store import Store
 
 T = TypeVar("T")
 FORGOTTEN = "[forgotten]"

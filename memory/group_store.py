@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from core.store import Row, Store
 from memory.group import Outcome, RoundNode, Verdict, outcome_entry, verdict_header
 from memory.index import Doc
-from memory.store import Row, Store
 
 Phase = Literal["awaiting_close", "awaiting_feedback", "released"]
 Scope = Literal["any", "dm"]

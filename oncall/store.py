@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.ids import ConversationRef
-from memory.store import Row, Store
+from core.store import Row, Store
 from oncall.model import CampaignSpec, CampaignState, JobHandle, Measurement, WakeReason
 
 

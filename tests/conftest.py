@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from memory.conversation_log import ConversationLog
-from memory.store import Store
+from bot.schema import all_migrations
+from core.store import Store
+from host.runtime.conversation_log import ConversationLog
 from tests.xdist_groups import GroupedScheduling
 
 _ISOLATED_VARS = (
@@ -54,7 +55,7 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Pa
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
     """An open store on a fresh database."""
-    db = Store(tmp_path / "db" / "raven.db")
+    db = Store(tmp_path / "db" / "raven.db", all_migrations())
     await db.open()
     yield db
     await db.close()

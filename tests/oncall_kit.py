@@ -10,8 +10,9 @@ from datetime import datetime
 from pathlib import Path
 
 from agents.sandbox import DetachedSandbox
+from bot.schema import all_migrations
 from core.ids import ConversationRef
-from memory.store import Store
+from core.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, EngineSettings
 from oncall.machines.local import LocalMachine
@@ -157,7 +158,7 @@ async def oncall_kit(
 ) -> AsyncIterator[OncallKit]:
     """An engine on a fresh database with one machine named `local`: by default the local
     machine of `slots` slots in the real sandbox."""
-    store = Store(tmp / "raven.db")
+    store = Store(tmp / "raven.db", all_migrations())
     await store.open()
     campaigns = CampaignStore(store)
     local = MachineSpec(name="local", kind="local", slots=slots)

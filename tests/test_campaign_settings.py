@@ -9,9 +9,10 @@ import pytest
 
 from bot.app import build_runtime, shutdown, start_serving
 from bot.cli.campaigns import build_headless
+from bot.schema import all_migrations
 from bot.settings import SettingsError, load_settings
+from core.store import Store
 from host.prompts.broker import PromptBroker
-from memory.store import Store
 from oncall.engine import CampaignEngine
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, eventually
@@ -63,7 +64,7 @@ async def test_a_headless_run_holds_reports_to_the_configured_tolerance(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAVEN_CAMPAIGN_REPORT_TOLERANCE", "0.1")
-    store = Store(isolated_env / "raven.db")
+    store = Store(isolated_env / "raven.db", all_migrations())
     await store.open()
     headless = await build_headless(load_settings(), store)
     await headless.scheduler.start()

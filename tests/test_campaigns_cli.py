@@ -305,11 +305,12 @@ async def test_the_model_call_count_tells_calls_while_waiting_from_decisions(
     from agents.models.offline import OfflineProvider
     from agents.models.types import Message
     from bot.cli.campaigns import CountingProvider
-    from memory.store import Store
+    from bot.schema import all_migrations
+    from core.store import Store
     from oncall.store import CampaignStore
     from tests.oncall_kit import CONV, spec
 
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         campaigns = CampaignStore(store)

@@ -10,10 +10,10 @@ from typing import Any
 from agents.models.offline import OfflineProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec
 from core.ids import ConversationRef
+from core.store import Store
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import Clarifier, needs_approval
-from memory.conversation_log import ConversationLog
-from memory.store import Store
+from host.runtime.conversation_log import ConversationLog
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider
 from tests.helpers import decision_bus, eventually

@@ -20,8 +20,10 @@ import pytest
 from agents.registry import AgentRegistry, default_registry
 from bot.app import Runtime, build_runtime, shutdown, start_serving
 from bot.home import workspace_for
+from bot.schema import all_migrations
 from bot.settings import load_settings
 from bot.skill_forge import skill_router
+from core.store import Store
 from host.features.memory.group import GroupPrefetch
 from host.features.skills.store import ExperienceStore
 from host.graph.model import NodeSpec
@@ -31,7 +33,6 @@ from host.graph.run_store import RunRecord
 from host.prompts.clarify import COMMAND_APPROVAL, code_block
 from host.runtime.prompt_record import Prompt
 from memory.group_store import GroupStore
-from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.graph_kit import node, open_kit
 from tests.helpers import db_rows, eventually, inbound
@@ -336,7 +337,7 @@ async def test_offline_selection_needs_a_reason(
 ) -> None:
     settings = load_settings()
     assert settings.skills and settings.anthropic_api_key is None
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         router = skill_router(settings, ExperienceStore(store), provider=None)

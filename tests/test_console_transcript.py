@@ -165,7 +165,7 @@ def _assert_clean(lines: list[str], shown: str, home: Path) -> None:
             assert lines[n - 1] == "", f"no blank line before {line!r}:\n{shown}"
     # The logs went to the file instead, with what the model loading said.
     logged = (home / "logs" / "raven.log").read_text(encoding="utf-8")
-    assert " INFO memory.store: applied migrations" in logged
+    assert " INFO core.store.store: applied migrations" in logged
     assert "MiniLM" in logged
 
 
@@ -310,7 +310,7 @@ async def test_run_without_platforms_is_the_console_and_logs_to_the_file(
     assert "Status:" in out
     assert not _LOG_LINE.search(out + err), err
     logged = (isolated_env / "logs" / "raven.log").read_text(encoding="utf-8")
-    assert " INFO memory.store: applied migrations" in logged
+    assert " INFO core.store.store: applied migrations" in logged
 
 
 async def test_doctor_names_the_log_file(isolated_env: Path) -> None:

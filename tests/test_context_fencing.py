@@ -18,8 +18,8 @@ from agents.models.types import Message, TextBlock, ToolSpec
 from core.ids import ConversationRef
 from host.agent.host_agent import build_messages
 from host.runtime.author_labels import author_label
+from host.runtime.conversation_log import LoggedMessage
 from host.runtime.turn import TurnContext
-from memory.conversation_log import LoggedMessage
 from tests.discord_harness import ALICE, BOB, GENERAL, discord_bot
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.discord import payloads

@@ -12,6 +12,7 @@ from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -21,11 +22,10 @@ from host.conversation.service import (
     ConversationService,
     control_word,
 )
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
-from memory.store import Store
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import eventually

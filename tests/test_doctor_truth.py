@@ -14,8 +14,8 @@ from agents.permissions import rules_file_problem
 from agents.registry import default_registry
 from agents.sandbox import Bubblewrap, shown_by
 from core.ids import ConversationRef
+from core.store import Store
 from host.features.permissions.gate import PermissionGates
-from memory.store import Store
 from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401  (the session cluster)
 from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster, _write_config, missing

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
+from bot.schema import all_migrations
+from core.store import Store
 from host.features.memory.episode_former import DAY, ModelFormer
 from memory.archive import Archive
 from memory.index import HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 from tests.fakes.anthropic_server import SKILL_GATE, FakeAnthropic
 
 KEY = "sk-ant-test-0123456789"
@@ -105,7 +106,7 @@ async def test_an_unreachable_model_falls_back_too(tmp_path: Path) -> None:
 async def test_the_service_stores_what_the_model_formed(
     tmp_path: Path, fake: FakeAnthropic
 ) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         memory = MemoryService(

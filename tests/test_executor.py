@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from agents.models.types import Message, ModelError, Usage
+from bot.schema import all_migrations
 from core.fence import unfence
+from core.store import Store
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.graph.runs import RunSettings, Submitted
 from host.runtime.run_snapshot import RunSnapshot
-from memory.store import Store
 from tests.fakes.graph_kit import (
     OTHER_CONV,
     REJECT,
@@ -947,7 +948,7 @@ async def test_shutdown_halts_without_rewriting_records(tmp_path: Path) -> None:
     assert not (kit.files.run_dir(run.id) / "manifest.json").exists()
     await kit.store.close()
 
-    reopened = Store(tmp_path / "db" / "raven.db")
+    reopened = Store(tmp_path / "db" / "raven.db", all_migrations())
     await reopened.open()
     try:
         after = RunStore(reopened, clock=FakeClock())

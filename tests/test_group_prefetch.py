@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.features.memory.group import GroupPrefetch, fenced_block
 from host.features.memory.personal import owner_of
 from host.graph.run_store import RunRecord
@@ -19,7 +21,6 @@ from memory.group import RoundNode, Verdict, agent_outcomes, round_summary
 from memory.group_store import GroupStore, audience_library, host_library, verdict_doc
 from memory.index import Doc, HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 
 CONV = ConversationRef("test", "W", "C", "T")
 
@@ -66,7 +67,7 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     group = GroupStore(store)
     memory = MemoryService(Archive(store), HybridIndex(None, tmp_path / "index"), sources=(group,))

@@ -12,16 +12,16 @@ from agents.tools import ToolRegistry
 from bot.app import build_runtime, shutdown
 from bot.settings import load_settings
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
 from host.conversation.service import ConversationConfig, ConversationParts, ConversationService
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.messages import OutboundMessage
 from host.runtime.ports import ChannelError
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
-from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import eventually

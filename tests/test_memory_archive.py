@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from core.store import Store
 from memory.archive import Archive, NewFact, user_owner
 from memory.episodes import from_turn, same_topic
-from memory.store import Store
 
 ALICE = user_owner("slack", "T1", "U1")
 BOB = user_owner("slack", "T1", "U2")

@@ -14,16 +14,17 @@ from typing import Any
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.features.memory.episode_former import ModelFormer
 from host.features.memory.personal import MemoryWriter, owner_of
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, TurnCompleted
 from memory.archive import Archive
-from memory.conversation_log import ConversationLog
 from memory.embeddings import MiniLMEmbedder
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 from tests.fakes.anthropic_server import SKILL_GATE, FakeAnthropic
 from tests.test_cli_end_to_end import _env, _run
 
@@ -52,7 +53,7 @@ async def test_an_offline_turn_leaves_no_bot_notice_in_the_episode(isolated_env:
 async def test_the_model_former_never_sees_the_bots_reply(tmp_path: Path) -> None:
     """A completed turn carries the bot's reply; what memory forms from it never sees it."""
     reply = "I'm in offline mode: set ANTHROPIC_API_KEY for free-form answers."
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         async with FakeAnthropic(api_key=KEY, side_calls=(SKILL_GATE,)) as fake:
@@ -140,7 +141,7 @@ async def memory(
 ) -> AsyncIterator[MemoryService]:
     """The person's memory as `memory add` (notes) or chat turns (episodes, facts, notes)
     leave it, recalled with the default embedder."""
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     service = MemoryService(
         Archive(store), HybridIndex(MiniLMEmbedder(model=minilm_model), tmp_path / "index")

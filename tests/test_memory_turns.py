@@ -13,7 +13,9 @@ import pytest
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -25,14 +27,13 @@ from host.conversation.service import (
 )
 from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter, owner_of
 from host.prompts.broker import PromptBroker
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
 from memory.archive import Archive
-from memory.conversation_log import ConversationLog
 from memory.index import HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
 
@@ -81,7 +82,7 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     log = ConversationLog(store)
     channel = RecordingChannel()
@@ -220,7 +221,7 @@ async def test_a_burst_of_turns_costs_one_index_save_and_shutdown_writes_it(
     tmp_path: Path,
 ) -> None:
     # Each turn rewrote and fsynced the manifest of every owner's partition.
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         index = HybridIndex(None, tmp_path / "index")

@@ -11,10 +11,11 @@ from types import MappingProxyType
 
 import pytest
 
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.prompts.broker import MAX_ANSWER_CHARS, DecisionHandler, PromptBroker, PromptPolicy
 from host.runtime.prompt_record import APPROVE, DENY, Prompt
-from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.helpers import decision_bus
 
@@ -463,7 +464,7 @@ async def test_prompts_survive_reopening_the_database(store: Store) -> None:
     prompt = await choice(old)
     await store.close()
 
-    reopened = Store(store.path)
+    reopened = Store(store.path, all_migrations())
     await reopened.open()
     try:
         new = make_rig(reopened, clock=old.clock)
@@ -588,10 +589,10 @@ async def test_audit_log_is_in_order(store: Store) -> None:
 
 
 async def test_migration_creates_prompt_tables(tmp_path: Path) -> None:
-    db = Store(tmp_path / "fresh.db")
+    db = Store(tmp_path / "fresh.db", all_migrations())
     await db.open()
     try:
-        assert await db.schema_version() >= 2
+        assert (await db.schema_versions())["prompts"] >= 1
         tables = {
             r["name"]
             for r in await db.fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")

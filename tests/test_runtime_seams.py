@@ -17,8 +17,10 @@ from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from bot.app import build_runtime, serve, shutdown, start_serving
 from bot.channel import ChannelFeatures, Ingress
+from bot.schema import all_migrations
 from bot.settings import load_settings
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -28,12 +30,11 @@ from host.conversation.service import (
     ConversationParts,
     ConversationService,
 )
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, TurnCompleted
 from host.runtime.messages import OutboundMessage, stored_inbound
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
 from memory.embeddings import Vectors, normalize_rows
-from memory.store import Store
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel
@@ -99,7 +100,7 @@ class Recorder:
 
 @pytest.fixture
 async def seam_service(tmp_path: Path) -> tuple[ConversationService, RecordingChannel, Recorder]:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     log = ConversationLog(store)
     channel = RecordingChannel()

@@ -14,6 +14,7 @@ import pytest
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from agents.tools import ToolRegistry
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -21,12 +22,11 @@ from host.conversation.scheduled_turns import SYSTEM_TURN, schedule_system_turn,
 from host.conversation.service import ConversationConfig, ConversationParts, ConversationService
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.prompt_record import Prompt
 from host.runtime.scheduling import FiredJob, JobHandler
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
-from memory.store import Store
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider
 from tests.fakes.recording_channel import RecordingChannel

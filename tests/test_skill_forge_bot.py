@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from bot.app import build_runtime, shutdown
+from bot.schema import all_migrations
 from bot.settings import load_settings
+from core.store import Store
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.store import ExperienceSkillSource, ExperienceStore
 from memory.embeddings import Vectors, normalize_rows
-from memory.store import Store
 from skills.evolution import Case
 from tests.fakes.anthropic_server import EPISODE_FORMER, FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
@@ -146,7 +147,7 @@ class OpsCompleter:
 
 
 async def test_experience_revises_an_agents_skills(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)
@@ -251,7 +252,7 @@ class ClusteringCompleter(OpsCompleter):
 
 
 async def test_a_close_intent_joins_a_cluster_by_the_models_choice(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)
@@ -267,7 +268,7 @@ async def test_a_close_intent_joins_a_cluster_by_the_models_choice(tmp_path: Pat
 
 
 async def test_cases_recorded_offline_are_revised_once_a_model_is_there(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)

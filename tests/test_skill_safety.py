@@ -15,10 +15,11 @@ import pytest
 from aiohttp import web
 
 from bot.app import build_runtime, shutdown
+from bot.schema import all_migrations
 from bot.settings import load_settings
+from core.store import Store
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.store import ExperienceSkillSource, ExperienceStore
-from memory.store import Store
 from skills.catalog import LocalCatalog
 from skills.evolution import Case, SkillRecord
 from skills.model import Skill, SkillHit, SourceName
@@ -155,7 +156,7 @@ async def test_a_hub_skill_named_like_a_bundled_one_never_provides_its_body(
 async def test_an_experience_skill_named_like_a_bundled_one_never_provides_its_body(
     tmp_path: Path, learned_name: str
 ) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)
@@ -246,7 +247,7 @@ async def test_agent_stderr_reaches_the_evolution_prompt_only_fenced(
     ((insight,),) = db_rows(isolated_env, "SELECT insight FROM agent_cases")
     assert INJECTION in insight  # the stderr is what the case carries
     # ... then revised once a model is there: the extraction prompt fences it.
-    store = Store(isolated_env / "raven.db")
+    store = Store(isolated_env / "raven.db", all_migrations())
     await store.open()
     try:
         completer = RecordingCompleter()
@@ -264,7 +265,7 @@ async def test_agent_stderr_reaches_the_evolution_prompt_only_fenced(
 async def test_node_intents_reach_the_cluster_choice_and_extraction_only_fenced(
     tmp_path: Path,
 ) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)

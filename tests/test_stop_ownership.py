@@ -27,11 +27,11 @@ from host.conversation.service import (
     TurnOutcome,
 )
 from host.graph.executor import GraphRun
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import ConversationStopped, EventBus
 from host.runtime.messages import OutboundMessage
 from host.runtime.prompt_record import Prompt
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
 from oncall.model import FINAL_STATES
 from oncall.store import CampaignRecord
 from tests.fakes.chat_adapter import FakeChatAdapter

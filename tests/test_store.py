@@ -10,23 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from memory.migrations import MIGRATIONS
-from memory.store import Store
+from bot.schema import all_migrations
+from core.store import Store
 from tests.helpers import eventually
 
 
 async def test_open_applies_migrations_once(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    migrations = all_migrations()
+    store = Store(tmp_path / "raven.db", migrations)
     await store.open()
-    assert await store.schema_version() == max(v for v, _, _ in MIGRATIONS)
+    highest = {m.package: m.version for m in migrations}
+    assert await store.schema_versions() == dict(sorted(highest.items()))
     mode = await store.fetchone("PRAGMA journal_mode")
     assert mode is not None and mode[0] == "wal"
     assert await store.migrate() == []
     await store.close()
-    reopened = Store(tmp_path / "raven.db")
+    reopened = Store(tmp_path / "raven.db", all_migrations())
     await reopened.open()
-    rows = await reopened.fetchall("SELECT version FROM schema_migrations")
-    assert [r["version"] for r in rows] == [v for v, _, _ in MIGRATIONS]
+    rows = await reopened.fetchall("SELECT package, version FROM schema_ledger")
+    assert sorted((r["package"], r["version"]) for r in rows) == sorted(m.key for m in migrations)
     await reopened.close()
 
 
@@ -83,7 +85,7 @@ async def test_concurrent_writers_are_serialised(store: Store) -> None:
 
 
 async def test_closed_store_says_so(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     with pytest.raises(RuntimeError, match="not open"):
         await store.fetchone("SELECT 1")
 
@@ -111,7 +113,7 @@ async def test_cancel_while_begin_waits_for_the_lock_leaves_no_open_transaction(
 ) -> None:
     # Regression: BEGIN IMMEDIATE was awaited unshielded outside the try; a cancel while it
     # waited left the shared writer inside a transaction and every later write failed.
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     blocker = sqlite3.connect(tmp_path / "raven.db", isolation_level=None, check_same_thread=False)
     blocker.execute("BEGIN IMMEDIATE")
@@ -186,7 +188,7 @@ async def test_a_failed_open_leaves_no_connection_thread_behind(tmp_path: Path) 
     path = tmp_path / "raven.db"
     path.write_bytes(b"this is not a database" * 100)
     before = set(threading.enumerate())
-    store = Store(path)
+    store = Store(path, all_migrations())
     with pytest.raises(sqlite3.DatabaseError):
         await store.open()
     # The thread ends just after close() returns: wait for it (bounded), no fixed sleep.

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from memory.store import Store, StoreClosed, WritePriority
+from bot.schema import all_migrations
+from core.store import Store, StoreClosed, WritePriority
 from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +156,7 @@ async def test_a_failed_commit_fails_every_unit_of_its_batch(store: Store) -> No
 
 
 async def test_an_ingress_unit_goes_into_the_next_batch_first(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db", max_batch=8)
+    store = Store(tmp_path / "raven.db", all_migrations(), max_batch=8)
     await store.open()
     try:
         ran: list[str] = []
@@ -299,7 +300,7 @@ async def test_cancelling_a_write_at_every_step_keeps_it_atomic(store: Store) ->
 
 
 async def test_close_runs_queued_units_then_refuses_new_ones(tmp_path: Path) -> None:
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
     await store.open()
     async with writer_held(store):
         tasks = [asyncio.create_task(store.write(insert(f"c{i}"))) for i in range(100)]
@@ -313,7 +314,7 @@ async def test_close_runs_queued_units_then_refuses_new_ones(tmp_path: Path) -> 
     assert all(isinstance(r, int) for r in await asyncio.gather(*tasks))
     with pytest.raises(RuntimeError, match="not open"):
         await store.write(insert("closed"))
-    reopened = Store(tmp_path / "raven.db")
+    reopened = Store(tmp_path / "raven.db", all_migrations())
     await reopened.open()
     try:
         assert await keys(reopened) == {f"c{i}" for i in range(100)}
@@ -333,7 +334,8 @@ WRITER_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from memory.store import Store
+    from bot.schema import all_migrations
+    from core.store import Store
 
     async def writer(store, w):
         i = 0
@@ -348,7 +350,7 @@ WRITER_SCRIPT = textwrap.dedent(
             i += 1
 
     async def main():
-        store = Store(Path(sys.argv[1]))
+        store = Store(Path(sys.argv[1]), all_migrations())
         await store.open()
         print("open", flush=True)
         await asyncio.gather(*(writer(store, w) for w in range(8)))
@@ -404,7 +406,7 @@ async def test_sigkill_mid_stream_keeps_every_reported_write_and_no_half_one(
 def test_a_store_reopens_under_another_event_loop(tmp_path: Path) -> None:
     # One asyncio.run per CLI command: the writer's primitives must not stay bound to the
     # first loop.
-    store = Store(tmp_path / "raven.db")
+    store = Store(tmp_path / "raven.db", all_migrations())
 
     async def write_and_close(key: str) -> set[str]:
         await store.open()

@@ -33,8 +33,10 @@ from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, ToolSpec
 from bot.app import build_provider, build_sandbox, campaign_site, close_provider
 from bot.home import HomeError, check_home
+from bot.schema import all_migrations
 from bot.settings import Settings
 from core.ids import ConversationRef
+from core.store import Store
 from host.features.oncall.decider import ModelDecider
 from host.features.oncall.feature import on_campaign_wake
 from host.features.oncall.site import Wiring, machine_specs
@@ -42,7 +44,6 @@ from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, subscribe_job
 from host.runtime.scheduling import FiredJob
-from memory.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, CampaignError, Decider, EngineSettings
 from oncall.machines.registry import build_machines
@@ -209,7 +210,7 @@ def campaigns_command(args: argparse.Namespace, settings: Settings) -> int:
 @asynccontextmanager
 async def open_campaigns(home: Path) -> AsyncIterator[CampaignStore]:
     """The campaign records in `home/raven.db` (HomeError naming the file if it won't open)."""
-    store = Store(home / "raven.db")
+    store = Store(home / "raven.db", all_migrations())
     try:
         await store.open()
     except (OSError, sqlite3.Error) as exc:
@@ -843,7 +844,7 @@ async def run_headless(
     """Run one campaign to a final state and print its record; the exit code."""
     if logging.getLogger().getEffectiveLevel() >= logging.INFO:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)  # three lines a job else
-    store = Store(settings.home / "raven.db")
+    store = Store(settings.home / "raven.db", all_migrations())
     async with AsyncExitStack() as stack:
         await store.open()
         stack.push_async_callback(store.close)

@@ -18,10 +18,11 @@ from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
+from bot.schema import all_migrations
 from bot.settings import Settings, unknown_variables
 from bot.skill_forge import USER_SKILLS_DIR, local_catalog
+from core.store import Store
 from memory.embeddings import semantic_unavailable_reason
-from memory.store import Store
 from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
 
@@ -67,7 +68,7 @@ async def _check_data_dir(settings: Settings) -> Check:
 
 
 async def _check_database(settings: Settings) -> Check:
-    store = Store(settings.home / "raven.db")
+    store = Store(settings.home / "raven.db", all_migrations())
     try:
         # Synchronous probe first: a failed async open can leave a thread that hangs the exit.
         check_database(store.path, settings.home)
@@ -75,12 +76,13 @@ async def _check_database(settings: Settings) -> Check:
         return Check("database", "fail", str(exc))
     try:
         await store.open()
-        version = await store.schema_version()
+        versions = await store.schema_versions()
     except (OSError, sqlite3.Error) as exc:
         return Check("database", "fail", f"{store.path}: {exc}")
     finally:
         await store.close()
-    return Check("database", "ok", f"{store.path} (WAL, schema v{version})")
+    schema = ", ".join(f"{package} v{version}" for package, version in versions.items())
+    return Check("database", "ok", f"{store.path} (WAL, schema: {schema})")
 
 
 async def _check_scheduler_store(settings: Settings) -> Check:

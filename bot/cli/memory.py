@@ -11,14 +11,15 @@ from types import MappingProxyType
 from typing import Any, TextIO
 
 from bot.home import check_home
+from bot.schema import all_migrations
 from bot.settings import Settings
+from core.store import Store
 from memory.archive import Archive
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
 from memory.erasure import UserErasure
 from memory.group_store import GroupStore
 from memory.index import Hit, HybridIndex
 from memory.service import MemoryService
-from memory.store import Store
 
 CLI_PLATFORM = "cli:local"
 
@@ -65,7 +66,7 @@ def memory_command(args: argparse.Namespace, settings: Settings, out: TextIO = s
 async def _run(
     args: argparse.Namespace, settings: Settings, embedder: Embedder | None, out: TextIO
 ) -> int:
-    store = Store(settings.home / "raven.db")
+    store = Store(settings.home / "raven.db", all_migrations())
     await store.open()
     try:
         # Assembled as the bot assembles it: a rebuild keeps group memory's records, and

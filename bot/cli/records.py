@@ -10,14 +10,15 @@ from typing import TextIO
 
 from agents.registry import RegistryError, load_registry
 from bot.home import HomeError, check_home
+from bot.schema import all_migrations
 from bot.settings import Settings
+from core.store import Store
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.report import node_line
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunStore
-from memory.store import Store
 
 
 def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out: TextIO) -> int:
@@ -57,7 +58,7 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
 
 
 async def _with_store(settings: Settings) -> tuple[Store, RunStore]:
-    store = Store(settings.home / "raven.db")
+    store = Store(settings.home / "raven.db", all_migrations())
     try:
         await store.open()
     except (OSError, sqlite3.Error) as exc:

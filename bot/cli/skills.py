@@ -9,10 +9,11 @@ import sys
 from typing import Any, TextIO
 
 from bot.home import check_home
+from bot.schema import all_migrations
 from bot.settings import Settings
 from bot.skill_forge import local_catalog, skill_router
+from core.store import Store
 from host.features.skills.store import ExperienceStore
-from memory.store import Store
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +42,7 @@ def skills_command(args: argparse.Namespace, settings: Settings, out: TextIO = s
 
 
 async def _run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
-    store = Store(settings.home / "raven.db")
+    store = Store(settings.home / "raven.db", all_migrations())
     await store.open()
     try:
         experience = ExperienceStore(store)

@@ -14,8 +14,8 @@ from agents.models.types import Message, TextBlock
 from agents.tools import ToolRegistry
 from host.graph.render import fence, new_marker
 from host.runtime.author_labels import author_label, quote_answer_headers, quote_header_lines
+from host.runtime.conversation_log import LoggedMessage
 from host.runtime.turn import TurnContext
-from memory.conversation_log import LoggedMessage
 from memory.group import Attribution, extract_attribution
 
 HOST_SYSTEM_PROMPT = """\

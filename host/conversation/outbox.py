@@ -10,9 +10,9 @@ from contextlib import AbstractAsyncContextManager
 
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.messages import OutboundMessage
 from host.runtime.ports import Channel, ChannelError
-from memory.conversation_log import ConversationLog
 
 log = logging.getLogger(__name__)
 

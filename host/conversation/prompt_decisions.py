@@ -13,11 +13,11 @@ from host.graph.admission import AdmissionError
 from host.graph.runs import RunManager
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import COMMAND_APPROVAL, Clarifier
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, subscribe_decision
 from host.runtime.messages import InboundMessage
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
-from memory.conversation_log import ConversationLog
 
 
 class ConversationPort(Protocol):

@@ -24,11 +24,11 @@ from host.conversation.lanes import LaneBusy, LaneManager, LanesClosed
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
+from host.runtime.conversation_log import ConversationLog, LoggedMessage
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted
 from host.runtime.messages import InboundMessage, stored_inbound
 from host.runtime.people import People
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog, LoggedMessage
 from memory.group import Attribution
 
 log = logging.getLogger(__name__)

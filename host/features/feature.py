@@ -20,6 +20,7 @@ from agents.registry import AgentRegistry
 from agents.sandbox import Sandbox
 from agents.tools import Tool
 from core.ids import ConversationRef
+from core.store import Store
 from host.agent.host_agent import ContextSource
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -27,14 +28,13 @@ from host.conversation.service import CommandHandler
 from host.graph.executor import DispatchContext
 from host.prompts.broker import PromptBroker
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.people import People
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
-from memory.conversation_log import ConversationLog
 from memory.embeddings import Embedder
-from memory.store import Store
 
 StatusSource = Callable[[ConversationRef], Awaitable[str]]
 

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from agents.models.types import Message
 from core.ids import ConversationRef
+from core.store import Store
 from host.graph.model import NodeState, PriorNode
-from memory.conversation_log import ensure_conversation
-from memory.store import Store
+from host.runtime.conversation_log import ensure_conversation
 
 RunState = Literal[
     "awaiting_approval",

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.ids import ConversationRef
+from core.store import Store
 from host.prompts.decisions import (
     AnswerOutcome,
     AnswerStatus,
@@ -39,7 +40,6 @@ from host.runtime.people import People
 from host.runtime.ports import PromptSurface
 from host.runtime.prompt_record import APPROVE, DENY, Prompt, PromptKind
 from host.runtime.scheduling import FiredJob, Scheduler
-from memory.store import Store
 
 # The prompts room's vocabulary, importable from its façade.
 __all__ = [

@@ -14,8 +14,8 @@ from core.ids import ConversationRef
 from host.graph.render import fence, new_marker
 from host.prompts.broker import PromptBroker
 from host.runtime.author_labels import context_line
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.prompt_record import Prompt
-from memory.conversation_log import ConversationLog
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Any
 import aiosqlite
 
 from core.ids import ConversationRef
+from core.store import Row, Store
+from host.runtime.conversation_log import ensure_conversation
 from host.runtime.prompt_record import Prompt, PromptKind, PromptState
-from memory.conversation_log import ensure_conversation
-from memory.store import Row, Store
 
 KINDS: tuple[PromptKind, ...] = ("approval", "choice", "free_text")
 _STATES: tuple[PromptState, ...] = ("pending", "answered", "expired", "cancelled")

@@ -18,7 +18,9 @@ from typing import Any
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, AgentRegistry, default_registry
+from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.store import Store
 from host.graph.executor import DispatchContext, GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import NodeRecords, RunFiles
@@ -26,7 +28,6 @@ from host.graph.run_store import NodeRecord, RunStore
 from host.graph.runs import RunManager, RunSettings
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import RunSnapshot
-from memory.store import Store
 
 CONV = ConversationRef("console", "local", "main", "thread-1")
 OTHER_CONV = ConversationRef("console", "local", "main", "thread-2")
@@ -582,7 +583,7 @@ async def open_kit_parts(
 ) -> GraphKit:
     """Assemble a kit (the caller closes it)."""
     clock = clock or FakeClock()
-    store = Store(root / "db" / "raven.db")
+    store = Store(root / "db" / "raven.db", all_migrations())
     await store.open()
     run_store = TrackingRunStore(store, clock=clock)
     files = RunFiles(root / "runs")

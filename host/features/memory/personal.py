@@ -13,13 +13,13 @@ from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
 from host.graph.render import fence, new_marker, untrusted_preface
 from host.prompts.broker import PromptBroker
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, PromptDecided, TurnCompleted
 from host.runtime.messages import InboundMessage, stored_inbound
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
 from host.runtime.turn import TurnContext
 from memory.archive import user_owner
-from memory.conversation_log import ConversationLog
 from memory.service import MemoryService, render_recalled
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import logging
 from core.ids import ConversationRef
 from host.conversation.lanes import LaneManager, LanesClosed
 from host.conversation.outbox import DeliveryError, Outbox
-from memory.conversation_log import ConversationLog
+from host.runtime.conversation_log import ConversationLog
 from oncall.ports import PostedHook
 
 log = logging.getLogger(__name__)

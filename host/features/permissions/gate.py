@@ -22,7 +22,7 @@ from agents.permissions import (
     load_rules,
 )
 from core.ids import ConversationRef
-from memory.store import Store
+from core.store import Store
 
 log = logging.getLogger(__name__)
 

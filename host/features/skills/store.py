@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memory.store import Row, Store
+from core.store import Row, Store
 from skills.catalog import SkillIndex
 from skills.evolution import Case, Cluster, SkillRecord
 from skills.model import Skill, SkillHit, SourceName

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.ids import ConversationRef
-from memory.store import Store, WritePriority
+from core.store import Store, WritePriority
 
 DEDUP_PURGE_SECONDS = 60.0
 TurnStatus = Literal["running", "completed", "failed", "interrupted", "cancelled"]

@@ -8,7 +8,6 @@ import dataclasses
 import enum
 import logging
 import sqlite3
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -18,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
-from memory.migrations import MIGRATIONS
+from core.store.migrations import LEDGER_TABLE, Migration, check_order, migrate
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +85,19 @@ class Store:
     connection and see only committed data (WAL).
     """
 
-    def __init__(self, path: Path, *, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    def __init__(
+        self,
+        path: Path,
+        migrations: Sequence[Migration],
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        check_order(migrations)
         self.path = path
+        # Every package's tables, collected by whoever assembles the application.
+        self.migrations = tuple(migrations)
         self.max_batch = max_batch
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
@@ -171,38 +179,20 @@ class Store:
         # Nothing is left unless the writer died; never leave a caller waiting forever.
         self._fail_queued(StoreClosed("the store closed before this write ran"))
 
-    async def migrate(self) -> list[int]:
-        """Apply every migration not yet recorded; return the versions applied now."""
-        applied: list[int] = []
-        async with self.transaction() as db:
-            await db.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version INTEGER PRIMARY KEY, description TEXT NOT NULL,"
-                " applied_at REAL NOT NULL)"
-            )
-        for version, description, script in MIGRATIONS:
-            async with self.transaction() as db:
-                cur = await db.execute(
-                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
-                )
-                if await cur.fetchone() is not None:
-                    continue
-                for statement in _split_sql(script):
-                    await db.execute(statement)
-                await db.execute(
-                    "INSERT INTO schema_migrations (version, description, applied_at)"
-                    " VALUES (?, ?, ?)",
-                    (version, description, time.time()),
-                )
-                applied.append(version)
+    async def migrate(self) -> list[Migration]:
+        """Apply every migration not yet in the ledger; return those applied now."""
+        applied = await migrate(self, self.migrations)
         if applied:
-            log.info("applied migrations %s to %s", applied, self.path)
+            log.info("applied migrations %s to %s", [str(m) for m in applied], self.path)
         return applied
 
-    async def schema_version(self) -> int:
-        """The highest applied migration number."""
-        row = await self.fetchone("SELECT MAX(version) AS v FROM schema_migrations")
-        return int(row["v"]) if row is not None and row["v"] is not None else 0
+    async def schema_versions(self) -> dict[str, int]:
+        """Each package's highest applied migration."""
+        rows = await self.fetchall(
+            f"SELECT package, MAX(version) AS v FROM {LEDGER_TABLE} GROUP BY package"
+            " ORDER BY package"
+        )
+        return {str(row["package"]): int(row["v"]) for row in rows}
 
     # ----------------------------------------------------------------------------- writes
 
@@ -515,8 +505,3 @@ async def _rollback(db: aiosqlite.Connection) -> None:
     # "no transaction is active": the BEGIN never happened or COMMIT already ended it.
     with contextlib.suppress(sqlite3.OperationalError):
         await run_to_completion(db.execute("ROLLBACK"))
-
-
-def _split_sql(script: str) -> list[str]:
-    # Migrations hold plain DDL without semicolons inside literals, so a split is safe.
-    return [part.strip() for part in script.split(";") if part.strip()]

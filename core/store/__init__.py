@@ -1,0 +1,20 @@
+"""Persistence: the SQLite store and the runner of the migrations each package registers."""
+
+from core.store.migrations import Migration, MigrationError
+from core.store.store import (
+    Row,
+    Store,
+    StoreClosed,
+    WritePriority,
+    WriteStats,
+)
+
+__all__ = [
+    "Migration",
+    "MigrationError",
+    "Row",
+    "Store",
+    "StoreClosed",
+    "WritePriority",
+    "WriteStats",
+]
