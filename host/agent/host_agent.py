@@ -12,7 +12,7 @@ from agents.models.provider import ModelProvider
 from agents.models.requester_text import answer_header
 from agents.models.types import Message, TextBlock
 from agents.tools import ToolRegistry
-from host.graph.render import fence, new_marker
+from core.fence import fence, new_marker
 from host.runtime.author_labels import author_label, quote_answer_headers, quote_header_lines
 from host.runtime.conversation_log import LoggedMessage
 from host.runtime.turn import TurnContext

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from host.graph.render import fence, new_marker, untrusted_preface
+from core.fence import fence, new_marker, untrusted_preface
 from host.graph.run_store import NodeRecord, RunRecord
 
 TERMINAL_OUTPUT_CAP = 3000

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
+from core.fence import fence, new_marker
 from core.ids import ConversationRef
-from host.graph.render import fence, new_marker
 from host.prompts.broker import PromptBroker
 from host.runtime.author_labels import context_line
 from host.runtime.conversation_log import ConversationLog

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.fence import fence, new_marker, untrusted_preface
 from host.features.memory.personal import owner_of
-from host.graph.render import fence, new_marker, untrusted_preface
 from host.graph.run_store import RunRecord
 from host.runtime.events import EventBus, RunFinished, TurnCompleted
 from host.runtime.turn import TurnContext

@@ -9,9 +9,9 @@ import logging
 import re
 from dataclasses import dataclass
 
+from core.fence import fence, new_marker, untrusted_preface
 from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
-from host.graph.render import fence, new_marker, untrusted_preface
 from host.prompts.broker import PromptBroker
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, PromptDecided, TurnCompleted

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
-from host.graph.render import fence, new_marker, untrusted_preface
+from core.fence import fence, new_marker, untrusted_preface
 from oncall.deciders import RuleBasedDecider
 from oncall.model import DecisionAction
 from oncall.policy import Decision, DecisionContext

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.fence import fence, new_marker, untrusted_preface
 from host.features.skills.store import ExperienceStore
-from host.graph.render import fence, new_marker, untrusted_preface
 from host.runtime.turn import TurnContext
 from skills.router import SkillRouter, render_selected
 

@@ -8,9 +8,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from core.fence import fence, new_marker, untrusted_preface
 from host.features.skills.store import ExperienceStore
 from host.graph.executor import DispatchContext
-from host.graph.render import fence, new_marker, untrusted_preface
 from host.graph.run_store import RunRecord
 from skills.catalog import LocalCatalog
 from skills.model import SkillHit
