@@ -17,6 +17,10 @@ from host.runtime.messages import InboundMessage
 from host.runtime.prompt_record import Prompt
 from host.runtime.scheduling import JobHandler
 
+# The repository and the tests' data files, wherever a test module sits.
+REPO = Path(__file__).resolve().parent.parent
+TEST_DATA = REPO / "tests" / "data"
+
 
 def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:
     """A user's message in the test platform's one thread (W/C/T), with its own event id."""

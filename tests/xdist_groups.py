@@ -26,8 +26,8 @@ SLURM_FIXTURE_MODULE = "tests.conftest_slurm"
 def slurm_modules() -> frozenset[str]:
     """The test files (as in node ids) that use the Slurm cluster."""
     return frozenset(
-        f"tests/{path.name}"
-        for path in TESTS.glob("test_*.py")
+        f"tests/{path.relative_to(TESTS).as_posix()}"
+        for path in TESTS.rglob("test_*.py")
         if SLURM_FIXTURE_MODULE in path.read_text(encoding="utf-8")
     )
 
