@@ -57,7 +57,7 @@ from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
 from host.graph.records import RunFiles, atomic_write
 from host.graph.run_store import RunStore
-from host.graph.runs import RunManager, RunSettings
+from host.graph.runs import RunManager, RunParts, RunSettings
 from host.runtime.events import EventBus
 from host.runtime.run_snapshot import RunSnapshot
 
@@ -366,13 +366,15 @@ async def run_raven(
         channel = FakeChannel()
         bus = EventBus()
         manager = RunManager(
-            store=run_store,
-            files=RunFiles(root / "runs"),
-            registry=default_registry(),
-            judge=CompletionJudge(AcceptingJudgeProvider()),
-            backend=backend_for,
-            workspace=lambda conv: workspace,
-            bus=bus,
+            RunParts(
+                store=run_store,
+                files=RunFiles(root / "runs"),
+                registry=default_registry(),
+                judge=CompletionJudge(AcceptingJudgeProvider()),
+                backend=backend_for,
+                workspace=lambda conv: workspace,
+                bus=bus,
+            ),
             host_reachable=True,
             settings=RunSettings(concurrency=concurrency, dispatch_budget_per_hour=10**9),
         )

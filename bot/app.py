@@ -65,7 +65,7 @@ from host.features.skills.prefetch import DispatchContexts
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
-from host.graph.runs import RunManager, RunSettings
+from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -267,13 +267,15 @@ async def build_runtime(
     dispatch = [c for f in installed for c in f.dispatch_contexts()]
     run_store = RunStore(parts.store)
     runs = RunManager(
-        store=run_store,
-        files=RunFiles(home / "runs"),
-        registry=parts.registry,
-        judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
-        backend=backend_factory(parts.provider, settings, parts.sandbox),
-        workspace=parts.workspace,
-        bus=parts.bus,
+        RunParts(
+            store=run_store,
+            files=RunFiles(home / "runs"),
+            registry=parts.registry,
+            judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
+            backend=backend_factory(parts.provider, settings, parts.sandbox),
+            workspace=parts.workspace,
+            bus=parts.bus,
+        ),
         host_reachable=not parts.provider.offline,
         settings=RunSettings(
             concurrency=settings.graph_concurrency,
@@ -281,9 +283,11 @@ async def build_runtime(
             decision_seconds=settings.decision_seconds,
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
-        prompts=(clarifier := Clarifier(parts.provider, parts.broker, parts.conversation_log)),
-        prefetch=DispatchContexts(dispatch) if dispatch else None,
-        gates=PermissionGates(home, parts.store),
+        aids=RunAids(
+            prompts=(clarifier := Clarifier(parts.provider, parts.broker, parts.conversation_log)),
+            prefetch=DispatchContexts(dispatch) if dispatch else None,
+            gates=PermissionGates(home, parts.store),
+        ),
     )
     tool_deps = HostToolDeps(
         runs=runs,

@@ -458,14 +458,28 @@ class Settings(BaseSettings):
         """True when no model key is configured."""
         return self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value()
 
-    def section(self, kind: type[T]) -> T:
-        """A capability's settings section (a dataclass whose fields are named as here):
-        the feature declares what it reads, and nothing is copied field by field."""
-        names = [f.name for f in dataclasses.fields(kind)]
-        missing = [name for name in names if name not in type(self).model_fields]
-        if missing:
+    def section(self, kind: type[T], *, prefix: str = "", reveal: bool = False) -> T:
+        """A part's settings section: a dataclass whose fields are named as here, or as here
+        after `prefix` (`SlackConfig.bot_token` is `slack_bot_token`). The part declares what
+        it reads and nothing is copied field by field. A field with no setting keeps its
+        default (a tunable no one configures) only when `prefix` is given; a capability's
+        section must name real settings. `reveal`: secrets as plain strings (an adapter's
+        tokens), else as SecretStr."""
+        known = type(self).model_fields
+        values: dict[str, Any] = {}
+        missing: list[str] = []
+        for f in dataclasses.fields(kind):
+            name = next((n for n in (prefix + f.name, f.name) if n in known), None)
+            if name is None:
+                missing.append(f.name)
+                continue
+            value = getattr(self, name)
+            values[f.name] = (
+                value.get_secret_value() if reveal and isinstance(value, SecretStr) else value
+            )
+        if missing and not prefix:
             raise TypeError(f"{kind.__name__} names settings that do not exist: {missing}")
-        return kind(**{name: getattr(self, name) for name in names})
+        return kind(**values)
 
     def is_set(self, variable: str) -> bool:
         """True when the setting read from environment variable `variable` has a value."""

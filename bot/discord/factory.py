@@ -17,15 +17,7 @@ DOCTOR_TIMEOUT_SECONDS = 10.0
 def discord_config(settings: Settings) -> DiscordConfig:
     """The adapter's configuration from settings (the token must be set)."""
     assert settings.discord_token is not None
-    return DiscordConfig(
-        token=settings.discord_token.get_secret_value(),
-        thread_replies=settings.discord_thread_replies,
-        allow_bots=settings.discord_allow_bots,
-        attachment_max_bytes=settings.attachment_max_bytes,
-        thread_context_messages=settings.thread_context_messages,
-        api_url=settings.discord_api_url,
-        gateway_url=settings.discord_gateway_url,
-    )
+    return settings.section(DiscordConfig, prefix="discord_", reveal=True)
 
 
 def discord_adapter(settings: Settings) -> ChannelAdapter:

@@ -19,19 +19,7 @@ def slack_configured(settings: Settings) -> bool:
 def slack_adapter(settings: Settings) -> ChannelAdapter:
     """The Slack adapter from settings (transport chosen by which tokens are set)."""
     assert settings.slack_bot_token is not None
-    config = SlackConfig(
-        bot_token=settings.slack_bot_token.get_secret_value(),
-        app_token=_secret(settings.slack_app_token),
-        signing_secret=_secret(settings.slack_signing_secret),
-        api_url=settings.slack_api_url,
-        http_host=settings.slack_http_host,
-        http_port=settings.slack_http_port,
-        http_path=settings.slack_http_path,
-        thread_replies=settings.slack_thread_replies,
-        allow_bots=settings.slack_allow_bots,
-        attachment_max_bytes=settings.attachment_max_bytes,
-        thread_context_messages=settings.thread_context_messages,
-    )
+    config = settings.section(SlackConfig, prefix="slack_", reveal=True)
     try:
         _ = config.transport
     except ValueError as exc:
@@ -56,9 +44,3 @@ async def slack_doctor(settings: Settings) -> tuple[bool, str]:
     )
     transport = "Socket Mode" if settings.slack_app_token is not None else "HTTP Events API"
     return ok, f"{transport}: {detail}"
-
-
-def _secret(value: object) -> str | None:
-    from pydantic import SecretStr
-
-    return value.get_secret_value() if isinstance(value, SecretStr) else None

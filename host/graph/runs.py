@@ -54,6 +54,30 @@ class RunSettings:
 
 
 @dataclass(frozen=True)
+class RunParts:
+    """What runs are made of: their records and files, the agents and how each is reached,
+    the judge, each conversation's workspace, and the bus runs are announced on."""
+
+    store: RunStore
+    files: RunFiles
+    registry: AgentRegistry
+    judge: CompletionJudge
+    backend: Callable[[AgentEntry], AgentBackend]
+    workspace: Callable[[ConversationRef], Path]
+    bus: EventBus
+
+
+@dataclass(frozen=True)
+class RunAids:
+    """What dispatched nodes may get: a way to ask people, context after their task, and
+    permission gates for their tool calls."""
+
+    prompts: WorkerPrompts | None = None
+    prefetch: DispatchContext | None = None
+    gates: PermitFactory | None = None
+
+
+@dataclass(frozen=True)
 class Submitted:
     """Outcome of `submit`: a started run, or a graph waiting for approval."""
 
@@ -67,36 +91,28 @@ class RunManager:
 
     def __init__(
         self,
+        parts: RunParts,
         *,
-        store: RunStore,
-        files: RunFiles,
-        registry: AgentRegistry,
-        judge: CompletionJudge,
-        backend: Callable[[AgentEntry], AgentBackend],
-        workspace: Callable[[ConversationRef], Path],
-        bus: EventBus,
         host_reachable: bool,
         settings: RunSettings = RunSettings(),
+        aids: RunAids = RunAids(),
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: "run_" + uuid.uuid4().hex[:10],
-        prompts: WorkerPrompts | None = None,
-        prefetch: DispatchContext | None = None,
-        gates: PermitFactory | None = None,
     ) -> None:
-        self._store = store
-        self._prefetch = prefetch
-        self._gates = gates
-        self._files = files
-        self._registry = registry
-        self._judge = judge
-        self._backend = backend
-        self._workspace = workspace
-        self._bus = bus
+        self._store = parts.store
+        self._files = parts.files
+        self._registry = parts.registry
+        self._judge = parts.judge
+        self._backend = parts.backend
+        self._workspace = parts.workspace
+        self._bus = parts.bus
+        self._prompts = aids.prompts
+        self._prefetch = aids.prefetch
+        self._gates = aids.gates
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
         self._new_id = new_id
-        self._prompts = prompts
         self._capacity: dict[str, ConversationCapacity] = {}
         self._admission_locks = KeyedLocks()
         self._runs: dict[str, GraphRun] = {}

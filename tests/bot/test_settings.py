@@ -74,3 +74,20 @@ def test_dotenv_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings()
     assert ".env is not UTF-8 text" in str(err.value)
+
+
+def test_a_channel_config_is_read_as_a_prefixed_section(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    from bot.slack.config import SlackConfig
+
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1")
+    monkeypatch.setenv("SLACK_APP_TOKEN", "xapp-1")
+    monkeypatch.setenv("RAVEN_THREAD_CONTEXT_MESSAGES", "7")
+    config = load_settings().section(SlackConfig, prefix="slack_", reveal=True)
+    # Prefixed names, then unprefixed shared ones; a tunable with no setting keeps its default.
+    assert (config.bot_token, config.app_token, config.signing_secret) == ("xoxb-1", "xapp-1", None)
+    assert config.thread_context_messages == 7
+    assert config.rate_limit_retries == SlackConfig(bot_token="x").rate_limit_retries
+    hidden = load_settings().section(SlackConfig, prefix="slack_")
+    assert hidden.bot_token.get_secret_value() == "xoxb-1"  # type: ignore[attr-defined]

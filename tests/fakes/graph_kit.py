@@ -25,7 +25,7 @@ from host.graph.executor import DispatchContext, GraphRun
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunStore
-from host.graph.runs import RunManager, RunSettings
+from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import RunSnapshot
 
@@ -598,18 +598,20 @@ async def open_kit_parts(
     bus.freeze()
     registry = registry or graph_registry()
     manager = RunManager(
-        store=run_store,
-        files=files,
-        registry=registry,
-        judge=judge,
-        backend=backend,
-        workspace=lambda conv: workspace,
-        bus=bus,
+        RunParts(
+            store=run_store,
+            files=files,
+            registry=registry,
+            judge=judge,
+            backend=backend,
+            workspace=lambda conv: workspace,
+            bus=bus,
+        ),
         host_reachable=host_reachable,
         settings=settings or RunSettings(),
+        aids=RunAids(prefetch=prefetch),
         clock=clock,
         new_id=_ids(),
-        prefetch=prefetch,
     )
     return GraphKit(
         root=root,
