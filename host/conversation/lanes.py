@@ -96,12 +96,12 @@ class LaneManager:
 
     def __init__(
         self,
+        bus: EventBus,
         *,
         user_pool: int = 4,
         system_pool: int = 2,
         idle_seconds: float = 300.0,
         queue_cap: int = 50,
-        bus: EventBus | None = None,
     ) -> None:
         if user_pool < 1 or system_pool < 1:
             raise ValueError("lane pools need at least one slot each")
@@ -215,9 +215,8 @@ class LaneManager:
                 else:
                     event.tally.record(_item(running), cancelled=False)
             lane.refresh_idle()
-        if self._bus is not None:
-            # The bus logs a failing subscriber and still calls the others.
-            await self._bus.publish(event)
+        # The bus logs a failing subscriber and still calls the others.
+        await self._bus.publish(event)
         # A turn that calls stop() on its own lane must not wait for itself.
         if running_task is not None and running_task is not asyncio.current_task():
             await asyncio.wait({running_task})

@@ -62,7 +62,7 @@ class GatedProvider(TestProvider):
 def _service(
     log: ConversationLog, channel: RecordingChannel, provider: ModelProvider, **lane_kw: int
 ) -> tuple[ConversationService, LaneManager]:
-    lanes = LaneManager(**lane_kw)  # type: ignore[arg-type]
+    lanes = LaneManager(EventBus(), **lane_kw)  # type: ignore[arg-type]
     outbox = Outbox(log, MappingProxyType({channel.platform: channel}))
     host = HostAgent(provider, ToolRegistry[TurnContext]())
     service = ConversationService(

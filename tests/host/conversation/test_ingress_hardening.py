@@ -39,7 +39,7 @@ def _service(
     clock: list[float] | None = None,
     retry_delays: tuple[float, ...] = (),
 ) -> tuple[ConversationService, LaneManager, Outbox]:
-    lanes = LaneManager(queue_cap=queue_cap)
+    lanes = LaneManager(EventBus(), queue_cap=queue_cap)
     outbox = Outbox(log, MappingProxyType({channel.platform: channel}), retry_delays=retry_delays)
     now = clock if clock is not None else [0.0]
     service = ConversationService(
@@ -104,7 +104,7 @@ async def test_system_turns_are_not_refused_by_the_user_queue_cap(
 
 
 async def test_lane_cap_counts_only_user_turns() -> None:
-    lanes = LaneManager(queue_cap=1)
+    lanes = LaneManager(EventBus(), queue_cap=1)
     gate = asyncio.Event()
     started = asyncio.Event()
 

@@ -74,7 +74,7 @@ def other_tasks() -> set[asyncio.Task[object]]:
 
 
 async def test_fifo_order_and_serial_within_lane() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
     names = [f"j{i}" for i in range(5)]
     futures = [lanes.submit("c1", gate.job(n), label=n) for n in names]
@@ -97,7 +97,7 @@ async def test_fifo_order_and_serial_within_lane() -> None:
 
 
 async def test_parallelism_across_lanes_bounded_by_user_pool() -> None:
-    lanes = LaneManager(user_pool=2)
+    lanes = LaneManager(EventBus(), user_pool=2)
     gate = Gate()
     futures = [lanes.submit(f"c{i}", gate.job(f"j{i}")) for i in range(4)]
 
@@ -120,7 +120,7 @@ async def test_parallelism_across_lanes_bounded_by_user_pool() -> None:
 
 
 async def test_user_job_runs_while_system_pool_saturated() -> None:
-    lanes = LaneManager(user_pool=1, system_pool=2)
+    lanes = LaneManager(EventBus(), user_pool=1, system_pool=2)
     gate = Gate()
     system = [lanes.submit(f"s{i}", gate.job(f"sys{i}"), kind="system") for i in range(3)]
     await gate.wait_started("sys0")
@@ -138,7 +138,7 @@ async def test_user_job_runs_while_system_pool_saturated() -> None:
 
 
 async def test_system_pool_cap_respected() -> None:
-    lanes = LaneManager(system_pool=2)
+    lanes = LaneManager(EventBus(), system_pool=2)
     gate = Gate()
     futures = [
         lanes.submit(f"s{i}", gate.job(f"j{i}"), kind="system", label=f"j{i}") for i in range(3)
@@ -161,7 +161,7 @@ async def test_system_pool_cap_respected() -> None:
 
 
 async def test_failure_propagates_and_lane_keeps_working() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
 
     async def boom() -> str:
@@ -182,7 +182,7 @@ async def test_failure_propagates_and_lane_keeps_working() -> None:
 
 
 async def test_cancelling_waiter_of_running_job_cancels_it_and_lane_survives() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
 
     waiter = asyncio.create_task(lanes.run("c1", gate.job("long"), label="long"))
@@ -203,7 +203,7 @@ async def test_cancelling_waiter_of_running_job_cancels_it_and_lane_survives() -
 
 
 async def test_cancelling_submitted_future_of_running_job() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
     future = lanes.submit("c1", gate.job("long"))
     queued = lanes.submit("c1", gate.job("queued", block=False))
@@ -217,7 +217,7 @@ async def test_cancelling_submitted_future_of_running_job() -> None:
 
 
 async def test_cancelling_waiter_of_queued_job_drops_it() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
     first = lanes.submit("c1", gate.job("first"))
     waiter = asyncio.create_task(lanes.run("c1", gate.job("dropped")))
@@ -277,7 +277,7 @@ async def test_stop_cancels_running_and_queued_and_tells_the_bus() -> None:
 
 
 async def test_idle_lane_is_reaped_and_recreated() -> None:
-    lanes = LaneManager(idle_seconds=0.05)
+    lanes = LaneManager(EventBus(), idle_seconds=0.05)
     gate = Gate()
     assert await lanes.run("c1", gate.job("a", block=False)) == "a"
     assert lanes.active_keys() == ["c1"]
@@ -297,7 +297,7 @@ async def test_idle_lane_is_reaped_and_recreated() -> None:
 
 
 async def test_submit_around_idle_deadline_is_never_lost() -> None:
-    lanes = LaneManager(idle_seconds=0.01)
+    lanes = LaneManager(EventBus(), idle_seconds=0.01)
     results: list[asyncio.Future[int]] = []
     loop = asyncio.get_running_loop()
 
@@ -326,7 +326,7 @@ def block_loop(seconds: float) -> None:
 
 
 async def test_submit_landing_as_idle_timeout_fires_is_not_lost() -> None:
-    lanes = LaneManager(idle_seconds=0.02)
+    lanes = LaneManager(EventBus(), idle_seconds=0.02)
     gate = Gate()
     assert await lanes.run("c1", gate.job("first", block=False)) == "first"
     await settle()  # the worker is now waiting for work with its idle timer armed
@@ -345,7 +345,7 @@ async def test_submit_landing_as_idle_timeout_fires_is_not_lost() -> None:
 
 
 async def test_idle_zero_reaps_immediately_without_losing_work() -> None:
-    lanes = LaneManager(idle_seconds=0)
+    lanes = LaneManager(EventBus(), idle_seconds=0)
     for i in range(5):
         assert await lanes.run("c1", Gate().job(f"j{i}", block=False)) == f"j{i}"
         await settle()
@@ -354,7 +354,7 @@ async def test_idle_zero_reaps_immediately_without_losing_work() -> None:
 
 
 async def test_queue_cap_raises_lane_busy() -> None:
-    lanes = LaneManager(queue_cap=2)
+    lanes = LaneManager(EventBus(), queue_cap=2)
     gate = Gate()
     running = lanes.submit("c1", gate.job("running"), label="running")
     await gate.wait_started("running")
@@ -386,7 +386,7 @@ async def test_queue_cap_raises_lane_busy() -> None:
 
 
 async def test_drain_waits_for_work_within_grace() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
     running = lanes.submit("c1", gate.job("running"))
     queued = lanes.submit("c1", gate.job("queued", block=False))
@@ -410,7 +410,7 @@ async def test_drain_waits_for_work_within_grace() -> None:
 
 
 async def test_drain_cancels_work_beyond_grace() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     gate = Gate()
     running = lanes.submit("c1", gate.job("stuck"))
     queued = lanes.submit("c1", gate.job("never"))
@@ -435,7 +435,7 @@ async def test_drain_cancels_work_beyond_grace() -> None:
 
 
 async def test_drain_with_no_lanes_returns_and_rejects_work() -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     await lanes.drain(1.0)
     with pytest.raises(LanesClosed):
         await lanes.run("c1", Gate().job("late", block=False))
@@ -443,7 +443,7 @@ async def test_drain_with_no_lanes_returns_and_rejects_work() -> None:
 
 
 async def test_failure_after_submitter_left_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     started = asyncio.Event()
 
     async def fails_on_cancel() -> None:
@@ -466,10 +466,10 @@ async def test_failure_after_submitter_left_is_logged(caplog: pytest.LogCaptureF
 
 async def test_invalid_arguments() -> None:
     with pytest.raises(ValueError):
-        LaneManager(user_pool=0)
+        LaneManager(EventBus(), user_pool=0)
     with pytest.raises(ValueError):
-        LaneManager(queue_cap=0)
-    lanes = LaneManager()
+        LaneManager(EventBus(), queue_cap=0)
+    lanes = LaneManager(EventBus())
     with pytest.raises(ValueError):
         lanes.submit("c1", Gate().job("x"), kind="bogus")  # type: ignore[arg-type]
     assert lanes.active_keys() == []

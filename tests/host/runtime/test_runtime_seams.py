@@ -117,7 +117,7 @@ async def seam_service(tmp_path: Path) -> tuple[ConversationService, RecordingCh
     service = ConversationService(
         ConversationParts(
             log,
-            LaneManager(),
+            LaneManager(EventBus()),
             host,
             Outbox(log, MappingProxyType({channel.platform: channel})),
             bus,

@@ -197,7 +197,7 @@ async def test_system_turn_job_that_fires_twice_posts_once(
     conversation_log: ConversationLog, store: Store, db_path: Path
 ) -> None:
     channel = RecordingChannel()
-    lanes = LaneManager()
+    lanes = LaneManager(EventBus())
     service = ConversationService(
         ConversationParts(
             conversation_log,

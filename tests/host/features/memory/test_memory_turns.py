@@ -101,7 +101,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         provider, ToolRegistry[TurnContext](), context_sources=(MemoryContext(memory),)
     )
     service = ConversationService(
-        ConversationParts(log, LaneManager(), host, outbox, bus),
+        ConversationParts(log, LaneManager(EventBus()), host, outbox, bus),
         ConversationConfig(dedup_ttl_seconds=60),
         ConversationExtras(commands=commands),
     )
