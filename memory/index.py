@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
-import logging
 import math
 from collections.abc import AsyncIterable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,19 +29,13 @@ import numpy as np
 from numpy.typing import NDArray
 from rank_bm25 import BM25Okapi
 
-from core.files import atomic_write
 from memory.embeddings import Embedder, Vectors
+from memory.index_files import IndexFiles, owner_key
 from memory.tokenize import tokenize
-
-log = logging.getLogger(__name__)
 
 DocKind = Literal["episode", "fact", "note", "profile", "case", "verdict"]
 Channel = Literal["lex", "dense"]
 ALL_CHANNELS: frozenset[Channel] = frozenset({"lex", "dense"})
-# 2: verdict bodies moved to their conversation's audience library and DM rounds to the DM
-# partition of a host library (migration 11): an index of version 1 is rebuilt at start.
-MANIFEST_VERSION = 2
-MANIFEST_NAME = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -140,11 +132,6 @@ def _sigmoid(x: float) -> float:
 
 def _text_hash(doc: Doc) -> str:
     return hashlib.sha1(f"{doc.kind}\0{doc.parent}\0{doc.text}".encode()).hexdigest()[:16]
-
-
-def owner_key(owner: str) -> str:
-    """The file-name stem of an owner's partition (owner ids may contain any character)."""
-    return hashlib.sha1(owner.encode()).hexdigest()[:20]
 
 
 @dataclass
@@ -435,28 +422,12 @@ class _Competition:
         return frozenset(self.entries)
 
 
-def _manifest_problem(manifest: Any, embedder: Embedder | None) -> str | None:
-    """Why a manifest cannot be used with `embedder`, or None."""
-    if not isinstance(manifest, dict) or manifest.get("version") != MANIFEST_VERSION:
-        return "manifest version differs"
-    want_name = embedder.name if embedder is not None else None
-    want_dim = embedder.dimension if embedder is not None else None
-    if manifest.get("embedder") != want_name or manifest.get("dimension") != want_dim:
-        return (
-            f"built with embedder {manifest.get('embedder')}/{manifest.get('dimension')}, "
-            f"now {want_name}/{want_dim}"
-        )
-    if not isinstance(manifest.get("owners"), dict):
-        return "manifest has no owners table"
-    return None
-
-
 class HybridIndex:
     """Per-owner hybrid BM25 + dense recall over `Doc`s; keyword-only when `embedder` is None.
 
     All CPU work (encoding, FAISS, BM25) runs in worker threads; a lock per owner partition
     makes searches safe alongside adds and removals. `directory` (if given) is where `save`
-    writes and `load` reads the derived files.
+    writes and `load` reads the derived files (`IndexFiles`, memory/index_files.py).
     """
 
     def __init__(
@@ -469,8 +440,7 @@ class HybridIndex:
         self.directory = directory
         self.settings = settings or IndexSettings()
         self._parts: dict[str, _Partition] = {}
-        # Saves overlap (after each write, on shutdown): one manifest writer at a time.
-        self._manifest_lock = asyncio.Lock()
+        self._files = IndexFiles(directory, embedder, self._parts)
         self.last_load_reason: str | None = None  # why the last `load` re-encoded, if it did
 
     @property
@@ -478,7 +448,8 @@ class HybridIndex:
         """`hybrid` with an embedder, `keyword` without."""
         return "keyword" if self.embedder is None else "hybrid"
 
-    def _part(self, owner: str) -> _Partition:
+    def partition(self, owner: str) -> _Partition:
+        """The owner's partition, created empty on first use."""
         part = self._parts.get(owner)
         if part is None:
             dim = self.embedder.dimension if self.embedder is not None else None
@@ -518,7 +489,7 @@ class HybridIndex:
             by_owner.setdefault(doc.owner, []).append(doc)
         for owner, group in by_owner.items():
             vectors = await self._encode([d.text for d in group])
-            part = self._part(owner)
+            part = self.partition(owner)
             async with part.lock:
                 await asyncio.to_thread(part.put, group, vectors)
 
@@ -541,7 +512,7 @@ class HybridIndex:
                 count = await asyncio.to_thread(part.drop, ids)
             if count:
                 removed += count
-                await self._persist(part)
+                await self._files.persist(part)
         return removed
 
     async def remove_owner(self, owner: str) -> None:
@@ -551,8 +522,8 @@ class HybridIndex:
             async with part.lock:
                 part.docs.clear()
         if self.directory is not None:
-            await asyncio.to_thread(self._delete_owner_files, owner)
-            await self._write_manifest()
+            await asyncio.to_thread(self._files.delete_owner_files, owner)
+            await self._files.write_manifest()
 
     # -- recall --------------------------------------------------------------------------
 
@@ -698,68 +669,11 @@ class HybridIndex:
                 )
         return sorted(hits.values(), key=lambda h: -h.score)
 
-    # -- persistence ---------------------------------------------------------------------
-
-    def _owner_paths(self, owner: str) -> tuple[Path, Path]:
-        assert self.directory is not None
-        stem = owner_key(owner)
-        return self.directory / f"{stem}.faiss", self.directory / f"{stem}.rows.json"
-
-    def _delete_owner_files(self, owner: str) -> None:
-        for path in self._owner_paths(owner):
-            path.unlink(missing_ok=True)
-
-    def _write_partition_files(self, part: _Partition) -> None:
-        assert self.directory is not None
-        self.directory.mkdir(parents=True, exist_ok=True)
-        faiss_path, rows_path = self._owner_paths(part.owner)
-        if part.faiss is None or not part.docs:
-            self._delete_owner_files(part.owner)
-            return
-        if part.dead:
-            part.compact()  # files never carry deleted vectors
-        rows = [[d, part.hashes[d]] for d in part.row_ids if d is not None]
-        atomic_write(faiss_path, bytes(faiss.serialize_index(part.faiss)))
-        atomic_write(rows_path, json.dumps({"owner": part.owner, "rows": rows}).encode())
-        part.saved = True
-
-    async def _persist(self, part: _Partition) -> None:
-        if self.directory is None:
-            return
-        async with part.lock:
-            await asyncio.to_thread(self._write_partition_files, part)
-        await self._write_manifest()
-
-    async def _write_manifest(self) -> None:
-        if self.directory is None:
-            return
-        async with self._manifest_lock:
-            await asyncio.to_thread(
-                atomic_write, self.directory / MANIFEST_NAME, self._manifest_bytes()
-            )
-
-    def _manifest_bytes(self) -> bytes:
-        manifest = {
-            "version": MANIFEST_VERSION,
-            "embedder": self.embedder.name if self.embedder is not None else None,
-            "dimension": self.embedder.dimension if self.embedder is not None else None,
-            "owners": {
-                o: {"file": owner_key(o), "documents": len(p.docs), "vectors": len(p.row_of)}
-                for o, p in self._parts.items()
-                if p.docs
-            },
-        }
-        return json.dumps(manifest, indent=1, sort_keys=True).encode()
+    # -- persistence (IndexFiles) ----------------------------------------------------------
 
     async def save(self) -> None:
         """Write every changed partition and the manifest under `directory`."""
-        if self.directory is None:
-            return
-        for part in list(self._parts.values()):
-            if not part.saved:
-                async with part.lock:
-                    await asyncio.to_thread(self._write_partition_files, part)
-        await self._write_manifest()
+        await self._files.save()
 
     @classmethod
     async def load(
@@ -775,87 +689,8 @@ class HybridIndex:
         built with another embedder/dimension, or do not match the source's documents.
         """
         index = cls(embedder, directory, settings)
-        by_owner: dict[str, list[Doc]] = {}
-        async for doc in documents_source:
-            by_owner.setdefault(doc.owner, []).append(doc)
-        manifest_problem = await asyncio.to_thread(index._read_manifest_problem)
-        reasons: dict[str, int] = {}
-        for owner, docs in by_owner.items():
-            reason = manifest_problem or await index._load_owner(owner, docs)
-            if reason is not None:
-                reasons[reason] = reasons.get(reason, 0) + 1
-                await index._rebuild_owner(owner, docs)
-        stale = set(await asyncio.to_thread(index._saved_owner_keys)) - {
-            owner_key(o) for o in by_owner
-        }
-        # A fresh home (nothing to index, no files) is not a rebuild worth a warning.
-        fresh = not by_owner and not stale and manifest_problem == "no index files"
-        if (reasons or stale or manifest_problem) and not fresh:
-            index.last_load_reason = "; ".join(
-                f"{r} ({n} owner{'s' if n > 1 else ''})" for r, n in reasons.items()
-            ) or (manifest_problem or "files of owners no longer in the source")
-            log.warning("memory index: rebuilding under %s: %s", directory, index.last_load_reason)
-            await asyncio.to_thread(index._delete_stale_files, stale)
-            await index.save()
+        index.last_load_reason = await index._files.restore(index, documents_source)
         return index
-
-    def _read_manifest_problem(self) -> str | None:
-        assert self.directory is not None
-        path = self.directory / MANIFEST_NAME
-        if not path.exists():
-            return "no index files"
-        try:
-            manifest = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            return f"unreadable manifest ({exc.__class__.__name__})"
-        return _manifest_problem(manifest, self.embedder)
-
-    def _saved_owner_keys(self) -> list[str]:
-        if self.directory is None or not self.directory.is_dir():
-            return []
-        return [p.name.removesuffix(".rows.json") for p in self.directory.glob("*.rows.json")]
-
-    def _delete_stale_files(self, keys: Iterable[str]) -> None:
-        assert self.directory is not None
-        for key in keys:
-            for suffix in (".faiss", ".rows.json"):
-                (self.directory / f"{key}{suffix}").unlink(missing_ok=True)
-
-    async def _load_owner(self, owner: str, docs: list[Doc]) -> str | None:
-        """Install saved vectors for `owner` if they match `docs` exactly; else say why."""
-        part = self._part(owner)
-        part.put(docs, None)
-        if self.embedder is None:
-            part.saved = True
-            return None
-        try:
-            loaded = await asyncio.to_thread(self._read_owner_files, owner)
-        except Exception as exc:  # any load error means the derived files are unusable
-            return f"unreadable index files ({exc.__class__.__name__})"
-        faiss_index, rows = loaded
-        expected = sorted([d, h] for d, h in part.hashes.items())
-        if sorted(rows) != expected or faiss_index.d != self.embedder.dimension:
-            return "index files do not match the stored documents"
-        order = [r[0] for r in rows]
-        await asyncio.to_thread(part.adopt_vectors, faiss_index, order)
-        part.saved = True
-        return None
-
-    def _read_owner_files(self, owner: str) -> tuple[Any, list[list[str]]]:
-        faiss_path, rows_path = self._owner_paths(owner)
-        payload = json.loads(rows_path.read_text())
-        rows = [[str(r[0]), str(r[1])] for r in payload["rows"]]
-        if payload.get("owner") != owner:
-            raise ValueError("rows file belongs to another owner")
-        data = np.frombuffer(faiss_path.read_bytes(), dtype=np.uint8)
-        faiss_index = faiss.deserialize_index(data)
-        if faiss_index.ntotal != len(rows):
-            raise ValueError("vector count differs from the rows file")
-        return faiss_index, rows
-
-    async def _rebuild_owner(self, owner: str, docs: list[Doc]) -> None:
-        self._parts.pop(owner, None)
-        await self.add(docs)
 
 
 __all__ = [
