@@ -39,6 +39,7 @@ from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings
+from core.lifecycle import TimedExitStack
 from core.store import Store
 from host.agent.host_agent import HostAgent
 from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
@@ -113,7 +114,7 @@ class Runtime:
     run_events: ConversationRunEvents
     features: tuple[Feature, ...]
     # Stop callbacks of everything started, in start order (closed in reverse).
-    lifecycle: AsyncExitStack = field(default_factory=AsyncExitStack)
+    lifecycle: AsyncExitStack = field(default_factory=TimedExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
 
     def feature(self, kind: type[F]) -> F:
