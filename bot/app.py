@@ -400,7 +400,6 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
     return HostParts(
         home=home,
         cwd=Path.cwd(),
-        one_shot=False,
         workspace=workspace_for(home),
         store=store,
         conversation_log=conversation_log,

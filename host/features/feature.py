@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from agents.models.provider import ModelProvider
 from agents.registry import AgentRegistry
@@ -44,10 +44,8 @@ class HostParts:
     """The shared parts every feature may be built from (built once, before any feature)."""
 
     home: Path
-    # The directory the process was started in: the bot's own (never a workdir) when
-    # serving; the operator's project for a one-shot command (`one_shot`).
+    # The directory the bot was started in: its own, never a campaign's workdir.
     cwd: Path
-    one_shot: bool
     # Each conversation's workspace (where its attachments land).
     workspace: Callable[[ConversationRef], Path]
     store: Store
@@ -70,8 +68,6 @@ class HostParts:
 
 class Feature(Protocol):
     """One capability installed into a runtime generation."""
-
-    name: ClassVar[str]
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         """Tools the Host may call."""
@@ -120,8 +116,6 @@ class FeatureKind(Protocol):
 
 class BaseFeature:
     """A feature that adds nothing: subclasses override what they contribute."""
-
-    name: ClassVar[str] = ""
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         return ()

@@ -48,7 +48,6 @@ class MemoryFeature(BaseFeature):
     """Recall for a turn's author, episodes from completed turns, the memory commands; with
     group memory, what the team learned about its agents, before turns and dispatches."""
 
-    name: ClassVar[str] = "memory"
     Section: ClassVar[type[MemorySection]] = MemorySection
 
     def __init__(self, parts: HostParts, section: MemorySection) -> None:

@@ -50,12 +50,12 @@ class OncallSection:
 class OncallFeature(BaseFeature):
     """Campaigns started from chat, run on the machines of RAVEN_HOME/machines.toml."""
 
-    name: ClassVar[str] = "oncall"
     Section: ClassVar[type[OncallSection]] = OncallSection
 
     def __init__(self, parts: HostParts, section: OncallSection) -> None:
+        # The serving bot's site: its own directory is never a workdir.
         site = CampaignSite(
-            parts.home, parts.cwd, parts.one_shot, parts.sandbox, parts.hidden, parts.unsandboxed
+            parts.home, parts.cwd, False, parts.sandbox, parts.hidden, parts.unsandboxed
         )
         self._parts = parts
         self.engine = site.engine(

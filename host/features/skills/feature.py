@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 class SkillsFeature(BaseFeature):
     """The Skill Forge's router before turns and dispatches; experience from finished runs."""
 
-    name: ClassVar[str] = "skills"
     Section: ClassVar[type[SkillsSection]] = SkillsSection
 
     def __init__(self, parts: HostParts, section: SkillsSection) -> None:

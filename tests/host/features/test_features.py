@@ -54,7 +54,6 @@ class ToyCommands:
 class ToyFeature(BaseFeature):
     """Contributes one of everything and records its lifecycle."""
 
-    name: ClassVar[str] = "toy"
     Section: ClassVar[type[ToySection]] = ToySection
     events: ClassVar[list[str]] = []
 
