@@ -11,6 +11,7 @@ import pytest
 from bot.schema import all_migrations
 from core.store import Store
 from host.runtime.conversation_log import ConversationLog
+from tests.slurm_cluster import SlurmCluster, missing, running_cluster
 from tests.xdist_groups import GroupedScheduling
 
 _ISOLATED_VARS = (
@@ -65,3 +66,18 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 def conversation_log(store: Store) -> ConversationLog:
     """The conversation log over the fresh store."""
     return ConversationLog(store)
+
+
+@pytest.fixture(scope="session", name="slurm_cluster")
+def slurm_cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """The session's one-node Slurm cluster, started when a test first asks for it.
+
+    Defined here, once: a session fixture imported into several test modules is a separate
+    fixture in each, so every module started (and at the end stopped, ~4 s each) a cluster of
+    its own. Skipped, with the reason printed, when Slurm is not installed or not root.
+    """
+    reason = missing()
+    if reason is not None:
+        pytest.skip(f"Slurm tests skipped: {reason}")
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster

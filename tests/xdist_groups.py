@@ -19,8 +19,8 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 TESTS = Path(__file__).parent
-# Modules that use the session's Slurm cluster import its fixture from here.
-SLURM_FIXTURE_MODULE = "tests.conftest_slurm"
+# The session's Slurm cluster fixture (tests/conftest.py): a module that asks for it names it.
+SLURM_FIXTURE = "slurm_cluster"
 
 
 def slurm_modules() -> frozenset[str]:
@@ -28,7 +28,7 @@ def slurm_modules() -> frozenset[str]:
     return frozenset(
         f"tests/{path.relative_to(TESTS).as_posix()}"
         for path in TESTS.rglob("test_*.py")
-        if SLURM_FIXTURE_MODULE in path.read_text(encoding="utf-8")
+        if SLURM_FIXTURE in path.read_text(encoding="utf-8")
     )
 
 

@@ -35,7 +35,6 @@ from host.features.oncall.tools import (
 from host.runtime.prompt_record import Prompt
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import (
     approve_campaigns,

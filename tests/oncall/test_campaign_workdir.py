@@ -36,7 +36,6 @@ from oncall.machines.confine import confine_function
 from oncall.model import Budget, JobRequest, MachineSpec
 from oncall.policy import Decision, DecisionContext, decide
 from oncall.store import CampaignRecord
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, eventually
 from tests.oncall_kit import CONV, oncall_kit, spec

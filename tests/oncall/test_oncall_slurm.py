@@ -13,7 +13,6 @@ import pytest
 from oncall.machines import SlurmMachine
 from oncall.machines.slurm import batch_script, exit_code_of, sbatch_argv
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.helpers import eventually
 from tests.slurm_cluster import SlurmCluster, missing
 

@@ -10,7 +10,6 @@ import pytest
 
 from oncall.machines import SlurmMachine
 from oncall.model import MachineSpec
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.oncall_kit import CONV, oncall_kit, spec
 from tests.slurm_cluster import SlurmCluster
 

@@ -22,7 +22,6 @@ import pytest
 from agents.sandbox import DetachedSandbox
 from oncall.machines import LocalMachine, SlurmMachine, SshMachine
 from oncall.model import JobHandle, JobRequest, JobStatus, Machine, MachineSpec
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401 - the fixture
 from tests.helpers import eventually
 from tests.oncall_kit import CONV, oncall_kit, spec
 from tests.sandboxing import real_sandbox

@@ -17,7 +17,6 @@ from core.ids import ConversationRef
 from core.store import Store
 from host.features.permissions.gate import PermissionGates
 from tests.bot.cli.test_cli_end_to_end import _env, _run
-from tests.conftest_slurm import slurm_cluster_fixture  # noqa: F401  (the session cluster)
 from tests.sandboxing import real_sandbox
 from tests.slurm_cluster import SlurmCluster, _write_config, missing
 
