@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from agents.sandbox import Sandbox
+from core.spawn import start_uncancelled
 
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER")
 SECRET_NAME: Final = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|^SLACK_|^DISCORD_|^ANTHROPIC_", re.I)
@@ -153,16 +154,19 @@ async def run_process(
     launch = sandbox.launch(argv, workspace=cwd, env=env)
     started = time.monotonic()
     loop = asyncio.get_running_loop()
-    transport, protocol = await loop.subprocess_exec(
-        lambda: _ExitAwareProtocol(_READ_CHUNK, loop),
-        *launch.argv,
-        preexec_fn=launch.preexec,
-        cwd=str(cwd),
-        env=dict(env),
-        stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
-        start_new_session=True,  # its own process group, so a kill reaches grandchildren too
+    transport, protocol = await start_uncancelled(
+        loop.subprocess_exec(
+            lambda: _ExitAwareProtocol(_READ_CHUNK, loop),
+            *launch.argv,
+            preexec_fn=launch.preexec,
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=asyncio.subprocess.PIPE if stdin_data is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group, so a kill reaches grandchildren too
+        ),
+        _kill_started,
     )
     proc = asyncio.subprocess.Process(transport, protocol, loop)
     out = _Capture(output_cap)
@@ -231,6 +235,17 @@ async def _terminate(pgid: int, protocol: _ExitAwareProtocol, grace: float) -> N
     _kill_group(pgid, signal.SIGKILL)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(protocol.exited.wait(), timeout=grace)
+
+
+async def _kill_started(started: tuple[asyncio.SubprocessTransport, _ExitAwareProtocol]) -> None:
+    """A start its caller no longer waits for: kill the group, release the pipes."""
+    transport, protocol = started
+    pid = transport.get_pid()
+    if pid is not None:
+        _kill_group(pid, signal.SIGKILL)
+    transport.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(protocol.exited.wait(), _DRAIN_GRACE_SECONDS)
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

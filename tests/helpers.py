@@ -156,3 +156,25 @@ def processes_with(token: str) -> list[int]:
         if token.encode() in cmdline and state != "Z" and int(entry.name) != os.getpid():
             found.append(int(entry.name))
     return found
+
+
+def _awaiting(task: asyncio.Task[Any]) -> list[str]:
+    names = []
+    coro: Any = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None)
+        if frame is not None:
+            names.append(frame.f_code.co_name)
+        coro = getattr(coro, "cr_await", None)
+    return names
+
+
+async def cancel_while_spawning(task: asyncio.Task[Any], after: int) -> None:
+    """Cancel `task` `after` loop iterations into asyncio's start of a child process (while
+    it connects the pipes: the window of CPython's gh-103847 hang)."""
+    # Polled each loop iteration: asyncio's own progress has no event to wait on.
+    while not any("_make_subprocess_transport" in _awaiting(t) for t in asyncio.all_tasks()):  # noqa: ASYNC110
+        await asyncio.sleep(0)
+    for _ in range(after):
+        await asyncio.sleep(0)
+    task.cancel()

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from core.spawn import kill_process, start_uncancelled
 from oncall.model import JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
 LOG_NAME: Final = "round.log"
@@ -219,12 +220,15 @@ async def run_client(
     `seconds` (`silence` describes who did not answer); the hung process is killed.
     """
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        proc = await start_uncancelled(
+            asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            ),
+            kill_process,
         )
     except OSError as exc:
         raise MachineUnavailable(f"{where}: cannot run {argv[0]}: {exc}") from exc

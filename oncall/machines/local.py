@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
+from core.spawn import kill_process, start_uncancelled
 from oncall.machines import _proc
 from oncall.machines.common import (
     EXIT_NAME,
@@ -123,14 +124,17 @@ class LocalMachine:
     ) -> tuple[int, str]:
         """Run the launcher (it forks the leader and returns at once); the leader's identity."""
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=workdir,
-                env=dict(env),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
+            proc = await start_uncancelled(
+                asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=workdir,
+                    env=dict(env),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                ),
+                kill_process,
             )
         except OSError as exc:
             raise MachineUnavailable(

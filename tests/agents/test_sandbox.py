@@ -36,7 +36,7 @@ from bot.cli.doctor import run_checks
 from bot.settings import load_settings
 from tests.agents.test_backends import pids_running, sleeper_token
 from tests.bot.cli.test_cli_end_to_end import RAVEN, _env
-from tests.helpers import eventually
+from tests.helpers import cancel_while_spawning, eventually
 from tests.sandboxing import real_sandbox
 
 FAKE_ANTHROPIC = "sk-ant-FAKE-" + "a1" * 12
@@ -385,3 +385,28 @@ async def test_a_venv_inside_the_hidden_working_dir_stays_usable(tmp_path: Path)
     assert "tool ran" in out and FAKE_ANTHROPIC not in out
     assert "No such file" in out  # .env is not there at all
     assert "Read-only" not in out  # /tmp stays writable
+
+
+@pytest.mark.parametrize("after", range(4))
+async def test_a_stop_while_the_sandboxed_command_starts_ends_the_attempt(
+    tmp_path: Path, after: int
+) -> None:
+    # Regression: cancelled before asyncio had connected the child's pipes, the start killed
+    # bwrap alone and then waited for the pipes to close, which the processes inside still
+    # held: the attempt hung for good (CPython gh-103847), and with it `stop` and shutdown.
+    token = sleeper_token()
+    task = asyncio.create_task(
+        run_process(
+            ["sh", "-c", f"sleep {token} & sleep {token}"],
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin"},
+            sandbox=real_sandbox(),
+            timeout=600,
+            output_cap=1000,
+        )
+    )
+    await cancel_while_spawning(task, after)
+    async with asyncio.timeout(30):  # a hang guard: the bug never returned
+        await asyncio.wait({task})
+    assert task.cancelled()
+    await eventually(lambda: not pids_running("sleep", token), within=10)
