@@ -10,12 +10,14 @@ import functools
 import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.channel import ChannelAdapter
 from bot.settings import Settings
 
-AdapterFactory = Callable[[], ChannelAdapter]
+if TYPE_CHECKING:  # the adapters' module is imported only to serve, not to parse a command
+    from bot.channel import ChannelAdapter
+
+AdapterFactory = Callable[[], "ChannelAdapter"]
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from types import MappingProxyType
 
 from bot.channels import AdapterFactory, configured_channels
-from bot.cli.campaigns import add_parser as add_campaigns_parser
-from bot.cli.memory import add_parser as add_memory_parser
-from bot.cli.skills import add_parser as add_skills_parser
-from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
+from bot.cli.parsers import parser
 from bot.home import HomeError
 from bot.logging_setup import configure_logging, log_file
 from bot.settings import Settings, SettingsError, load_settings, unknown_variables
@@ -31,53 +27,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="raven-bot",
-        description="A Slack/Discord bot hosting a multi-agent Host. Configure with .env.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser(
-        "run",
-        help="start every configured channel (console when no Slack/Discord tokens)",
-        description="Serve Slack and/or Discord when their tokens are set, else the console.",
-    )
-    sub.add_parser(
-        "chat",
-        help="chat in the terminal (console adapter only)",
-        description="Each input line is a message; works with piped stdin and exits at EOF.",
-    )
-    sub.add_parser(
-        "doctor",
-        help="print the effective configuration and check every dependency",
-        description="Exit code 1 when a required check fails; offline mode is a warning.",
-    )
-    sub.add_parser("version", help="print the version", description="Print the version.")
-    graph = sub.add_parser(
-        "graph", help="graph tools", description="Check a graph submission file offline."
-    )
-    graph_sub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
-    validate = graph_sub.add_parser(
-        "validate",
-        help="run admission on a graph JSON file",
-        description="Prints `admitted` and exits 0, or the first admission error and exits 2.",
-    )
-    validate.add_argument("file", type=Path, help="graph submission JSON")
-    validate.add_argument(
-        "--agents", type=Path, default=None, help="agents.toml (default: RAVEN_HOME/agents.toml)"
-    )
-    runs = sub.add_parser("runs", help="graph run records", description="Read run records.")
-    runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
-    runs_sub.add_parser("list", help="recent runs", description="List recent runs, newest first.")
-    show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
-    show.add_argument("run", help="run id (from `raven-bot runs list`)")
-    add_campaigns_parser(sub)
-    add_memory_parser(sub)
-    add_skills_parser(sub)
-    return parser
-
-
 def _console(settings: Settings) -> AdapterFactory:
+    from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
+
     # The active console conversation survives restarts until the user types `new`.
     return functools.partial(ConsoleAdapter, state_file=settings.home / CONSOLE_STATE_FILE)
 
@@ -183,7 +135,7 @@ def _run_bot(settings: Settings, command: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `raven-bot` console script."""
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     command = args.command or "run"
     if command == "version":
         print(f"raven-bot {_version()}")

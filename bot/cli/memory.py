@@ -24,34 +24,6 @@ from memory.service import MemoryService
 CLI_PLATFORM = "cli:local"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The `memory` subcommand and its actions."""
-    memory = sub.add_parser(
-        "memory", help="per-user memory", description="Read and change one user's memory."
-    )
-    actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
-    user_help = (
-        "the user: an owner key `user:PLATFORM:WORKSPACE:ID`, or an id known to memory "
-        "(e.g. U012AB3CD)"
-    )
-    add = actions.add_parser(
-        "add", help="store a note", description="Store a note, as `remember` would."
-    )
-    add.add_argument("--user", required=True, help=user_help)
-    # Several words are one note: `memory add --user U1 deep learning notes` works unquoted.
-    add.add_argument("text", nargs="+", help="what to remember (the rest of the line)")
-    search = actions.add_parser("search", help="ranked recall", description="Recall for a query.")
-    search.add_argument("--user", required=True, help=user_help)
-    search.add_argument("--json", action="store_true", help="a JSON list of results")
-    search.add_argument("--dm", action="store_true", help="include what was said in DMs")
-    search.add_argument("query", nargs="+", help="what to look for (the rest of the line)")
-    show = actions.add_parser("show", help="everything remembered", description="Show records.")
-    show.add_argument("--user", required=True, help=user_help)
-    forget = actions.add_parser("forget", help="delete all", description="Delete all records.")
-    forget.add_argument("--user", required=True, help=user_help)
-    actions.add_parser("reindex", help="rebuild the index", description="Rebuild from SQLite.")
-
-
 def memory_command(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
     """Run one memory action; 0 on success, 2 for a bad user or setting."""
     try:

@@ -16,21 +16,6 @@ from core.store import Store
 from host.features.skills.store import ExperienceStore
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The `skills` subcommand and its actions."""
-    skills = sub.add_parser(
-        "skills", help="Skill Forge", description="List skills, or rank them for a query."
-    )
-    actions = skills.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
-    listing = actions.add_parser("list", help="every skill", description="Every loaded skill.")
-    listing.add_argument("--json", action="store_true", help="a JSON list")
-    search = actions.add_parser(
-        "search", help="fused ranking", description="The fused ranking before the gate."
-    )
-    search.add_argument("--json", action="store_true", help="a JSON list")
-    search.add_argument("query", help="the request to find skills for")
-
-
 def skills_command(args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout) -> int:
     """Run one skills action; 0 on success, 2 for a bad setting."""
     try:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agents.campaign_syntax import parse_campaign
-from bot.cli.campaigns import add_parser, run_spec
+from bot.cli.campaign_run import run_spec
+from bot.cli.parsers import parser
 from host.features.oncall.tools import StartCampaignInput, campaign_spec
 from oncall.machines.slurm import sbatch_argv
 from oncall.model import (
@@ -69,10 +70,8 @@ def _replace_field(line: str, name: str, value: str) -> str:
 
 
 def _cli(*extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
     base = ["campaigns", "run", "--goal", "g", "--run", "python train.py"]
-    return parser.parse_args([*base, "--metric", "loss:min", "--budget", "2h", *extra])
+    return parser().parse_args([*base, "--metric", "loss:min", "--budget", "2h", *extra])
 
 
 def test_the_cli_flags_set_the_same_fields() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.app import build_runtime, shutdown, start_serving
-from bot.cli.campaigns import build_headless
+from bot.cli.campaign_run import build_headless
 from bot.schema import all_migrations
 from bot.settings import SettingsError, load_settings
 from core.store import Store

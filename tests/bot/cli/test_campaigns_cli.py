@@ -304,7 +304,7 @@ async def test_the_model_call_count_tells_calls_while_waiting_from_decisions(
 ) -> None:
     from agents.models.offline import OfflineProvider
     from agents.models.types import Message
-    from bot.cli.campaigns import CountingProvider
+    from bot.cli.campaign_run import CountingProvider
     from bot.schema import all_migrations
     from core.store import Store
     from oncall.store import CampaignStore

@@ -1,0 +1,180 @@
+"""The `raven-bot` command line's arguments, every command's: kept apart from the commands,
+which import the runtime, so that parsing (and `--help`, `version`) imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TypeAlias
+
+# A string: argparse's action class is generic to type checkers only.
+_Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+_CAMPAIGN_RUN_HELP = """\
+Run one campaign in the foreground until it reaches a final state, then print its record.
+
+The command runs in the current directory (or --workdir), sandboxed: that directory is its
+working directory and the only place it may write, so `--run "python train.py"` runs the
+train.py found there. Its output and exit code are kept under RAVEN_HOME/campaigns/<id>/.
+
+Decisions are made by the model when ANTHROPIC_API_KEY is set (one call per wake-up, none
+while the campaign waits; the policy when a call fails), else by the offline rule-based
+policy (continue while improving within budget, stop on divergence or budget, resubmit a
+crash once). Notices go to stderr, one line each; the record goes to stdout (--json adds
+the model calls measured while the campaign waited). Exit code 0 when the campaign closed,
+1 when it failed or was cancelled, 2 for invalid arguments, 130 after Ctrl-C (the round is
+terminated and the campaign cancelled).
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole `raven-bot` command line."""
+    parser = argparse.ArgumentParser(
+        prog="raven-bot",
+        description="A Slack/Discord bot hosting a multi-agent Host. Configure with .env.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser(
+        "run",
+        help="start every configured channel (console when no Slack/Discord tokens)",
+        description="Serve Slack and/or Discord when their tokens are set, else the console.",
+    )
+    sub.add_parser(
+        "chat",
+        help="chat in the terminal (console adapter only)",
+        description="Each input line is a message; works with piped stdin and exits at EOF.",
+    )
+    sub.add_parser(
+        "doctor",
+        help="print the effective configuration and check every dependency",
+        description="Exit code 1 when a required check fails; offline mode is a warning.",
+    )
+    sub.add_parser("version", help="print the version", description="Print the version.")
+    graph = sub.add_parser(
+        "graph", help="graph tools", description="Check a graph submission file offline."
+    )
+    graph_sub = graph.add_subparsers(dest="graph_command", metavar="ACTION", required=True)
+    validate = graph_sub.add_parser(
+        "validate",
+        help="run admission on a graph JSON file",
+        description="Prints `admitted` and exits 0, or the first admission error and exits 2.",
+    )
+    validate.add_argument("file", type=Path, help="graph submission JSON")
+    validate.add_argument(
+        "--agents", type=Path, default=None, help="agents.toml (default: RAVEN_HOME/agents.toml)"
+    )
+    runs = sub.add_parser("runs", help="graph run records", description="Read run records.")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+    runs_sub.add_parser("list", help="recent runs", description="List recent runs, newest first.")
+    show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
+    show.add_argument("run", help="run id (from `raven-bot runs list`)")
+    _add_campaigns(sub)
+    _add_memory(sub)
+    _add_skills(sub)
+    return parser
+
+
+def _add_campaigns(sub: _Commands) -> None:
+    """The `campaigns` subcommand and its actions, on `raven-bot`'s subparsers."""
+    campaigns = sub.add_parser(
+        "campaigns",
+        help="oncall campaign records, stop, and headless runs",
+        description="Read campaign records, stop a campaign, or run one headless.",
+    )
+    actions = campaigns.add_subparsers(dest="campaigns_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", help="recent campaigns", description="List campaigns, newest first."
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    show = actions.add_parser(
+        "show",
+        help="one campaign's full record",
+        description="Spec, state, baseline, rounds, wake-ups, decisions, measurements, report.",
+    )
+    show.add_argument("campaign", help="campaign id (from `raven-bot campaigns list`)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    stop = actions.add_parser(
+        "stop",
+        help="cancel a campaign (terminates its running round)",
+        description="Cancel a campaign and terminate its round; works while a bot runs it.",
+    )
+    stop.add_argument("campaign", help="campaign id (from `raven-bot campaigns list`)")
+    _add_run_parser(actions)
+
+
+def _add_run_parser(actions: _Commands) -> None:
+    run = actions.add_parser(
+        "run",
+        help="run one campaign in the foreground (model or rule-based decisions)",
+        description=_CAMPAIGN_RUN_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--goal", required=True, help="what the campaign is for")
+    run.add_argument("--machine", default="local", help="a machine from machines.toml")
+    run.add_argument("--run", required=True, metavar="CMD", help="the command one round runs")
+    run.add_argument("--metric", required=True, metavar="NAME:min|max", help="e.g. loss:min")
+    run.add_argument("--pattern", metavar="REGEX", help="regex with one group around the value")
+    run.add_argument("--budget", required=True, metavar="DURATION", help="wall clock, e.g. 2h")
+    run.add_argument("--wake-every", metavar="DURATION", help="scheduled wake-ups (default 5m)")
+    run.add_argument("--poll", metavar="DURATION", help="how often output is read (default 5s)")
+    run.add_argument("--stall", metavar="DURATION", help="no output this long = stalled (10m)")
+    run.add_argument("--rounds", metavar="N", help="at most this many rounds (default 5)")
+    run.add_argument("--baseline", metavar="X", help="the starting metric value")
+    run.add_argument("--margin", metavar="X", help="worse than the baseline by this = diverged")
+    run.add_argument(
+        "--json-key", metavar="KEY", help="read the metric from JSON lines (a.b for nested)"
+    )
+    run.add_argument("--partition", metavar="NAME", help="Slurm: the partition to submit to")
+    run.add_argument("--cpus", metavar="N", help="cpus per round (Slurm: --cpus-per-task)")
+    run.add_argument("--time", metavar="DURATION", help="time limit of one round, e.g. 30m")
+    run.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="where the command runs, writable (default: the current directory; on an ssh "
+        "machine its `workdir` unless given)",
+    )
+    run.add_argument("--json", action="store_true", help="print the final record as JSON")
+
+
+def _add_memory(sub: _Commands) -> None:
+    """The `memory` subcommand and its actions."""
+    memory = sub.add_parser(
+        "memory", help="per-user memory", description="Read and change one user's memory."
+    )
+    actions = memory.add_subparsers(dest="memory_command", metavar="ACTION", required=True)
+    user_help = (
+        "the user: an owner key `user:PLATFORM:WORKSPACE:ID`, or an id known to memory "
+        "(e.g. U012AB3CD)"
+    )
+    add = actions.add_parser(
+        "add", help="store a note", description="Store a note, as `remember` would."
+    )
+    add.add_argument("--user", required=True, help=user_help)
+    # Several words are one note: `memory add --user U1 deep learning notes` works unquoted.
+    add.add_argument("text", nargs="+", help="what to remember (the rest of the line)")
+    search = actions.add_parser("search", help="ranked recall", description="Recall for a query.")
+    search.add_argument("--user", required=True, help=user_help)
+    search.add_argument("--json", action="store_true", help="a JSON list of results")
+    search.add_argument("--dm", action="store_true", help="include what was said in DMs")
+    search.add_argument("query", nargs="+", help="what to look for (the rest of the line)")
+    show = actions.add_parser("show", help="everything remembered", description="Show records.")
+    show.add_argument("--user", required=True, help=user_help)
+    forget = actions.add_parser("forget", help="delete all", description="Delete all records.")
+    forget.add_argument("--user", required=True, help=user_help)
+    actions.add_parser("reindex", help="rebuild the index", description="Rebuild from SQLite.")
+
+
+def _add_skills(sub: _Commands) -> None:
+    """The `skills` subcommand and its actions."""
+    skills = sub.add_parser(
+        "skills", help="Skill Forge", description="List skills, or rank them for a query."
+    )
+    actions = skills.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every skill", description="Every loaded skill.")
+    listing.add_argument("--json", action="store_true", help="a JSON list")
+    search = actions.add_parser(
+        "search", help="fused ranking", description="The fused ranking before the gate."
+    )
+    search.add_argument("--json", action="store_true", help="a JSON list")
+    search.add_argument("query", help="the request to find skills for")
