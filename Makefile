@@ -31,7 +31,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Bytecode first: with PYTHONDONTWRITEBYTECODE set (as in CI containers), every one of the
+# ~150 processes the tests start would otherwise compile the bot's modules again.
 pytest: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 agents bot core host memory oncall skills tests > /dev/null
 	$(BIN)/pytest
 
 test: lint pytest
