@@ -363,12 +363,9 @@ class ConsoleAdapter:
 
     async def _readline(self, interactive: bool = False) -> _Line | None:
         line = await self._next_line()
-        if interactive:
-            # Enter (or Ctrl-D, which does not end the line) moved the cursor past the prompt.
-            if line is None:
-                self._screen.end_input()
-            else:
-                self._screen.entered()
+        if interactive and line is None:
+            # Ctrl-D does not end the prompt's line (Enter was noted as the line arrived).
+            self._screen.end_input()
         return line
 
     async def _next_line(self) -> _Line | None:
@@ -410,11 +407,19 @@ class ConsoleAdapter:
             except (OSError, ValueError):
                 line = None
             try:
-                loop.call_soon_threadsafe(lines.put_nowait, line)
+                loop.call_soon_threadsafe(self._arrived, lines, line)
             except RuntimeError:
                 return  # the loop is gone: the process is exiting
             if line is None:
                 return
+
+    def _arrived(self, lines: asyncio.Queue[_Line | None], line: _Line | None) -> None:
+        """A line read: on a terminal, Enter moved the cursor below the prompt as it was
+        pressed, so the screen learns it now, not when the line is taken from the queue (a
+        reply shown in between would take the prompt's line without its blank line)."""
+        if line is not None and self._stdin.isatty():
+            self._screen.entered()
+        lines.put_nowait(line)
 
     async def close(self) -> None:
         """Stop reading input."""
