@@ -1,10 +1,12 @@
 """Starting a child process so that a cancellation cannot hang the caller.
 
-CPython before 3.13.x (gh-103847): cancelling `create_subprocess_exec` (or
-`loop.subprocess_exec`) while it connects the child's pipes leaves it awaiting an exit that
-is never reported, so the cancelled task hangs for good (a `stop` or a shutdown never
-returns). The start therefore runs to its end in a task of its own; a caller cancelled
-meanwhile undoes what was started (kills it) and then sees its cancellation.
+CPython 3.11 (gh-103847, fixed in later releases): `create_subprocess_exec` (or
+`loop.subprocess_exec`) cancelled before it has connected the child's pipes kills the child
+alone and then waits for the pipes to close; processes the child started (bwrap's sandboxed
+command, a shell's background job) still hold them, so the cancelled task hangs for good and
+with it `stop` and the shutdown. The start therefore runs to its end in a task of its own; a
+caller cancelled meanwhile kills what was started (its whole group) and then sees its
+cancellation.
 """
 
 from __future__ import annotations
