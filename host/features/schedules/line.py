@@ -1,0 +1,174 @@
+"""A scheduled task as people write it, one line:
+
+    schedule: in 20m | WHAT
+    schedule: at 2026-12-24 09:00 | WHAT
+    schedule: every 2h | WHAT
+    schedule: cron 0 9 * * 1-5 | WHAT
+
+with optional trailing fields `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`,
+`| missed: skip|once|all`, `| notify: always|changes|failures`, `| post: thread|channel`.
+WHAT is kept verbatim (it may itself hold `|` and `name:` fields, as a campaign line does):
+only trailing fields with one of the names above are the schedule's. Lines after the first
+continue WHAT (an explicit plan spans several lines).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime, time
+from types import MappingProxyType
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.errors import FieldError, field_errors
+
+Kind = Literal["in", "at", "every", "cron"]
+Missed = Literal["skip", "once", "all"]
+Notify = Literal["always", "changes", "failures"]
+Post = Literal["thread", "channel"]
+
+SYNTAX = (
+    "`schedule: in 20m | WHAT`, `schedule: at 2026-12-24 09:00 | WHAT`, "
+    "`schedule: every 2h | WHAT` or `schedule: cron 0 9 * * 1-5 | WHAT`, optionally followed "
+    "by `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`, `| missed: skip|once|all`, "
+    "`| notify: always|changes|failures`, `| post: thread|channel`"
+)
+# The trailing fields that belong to the schedule, with what each accepts (for errors).
+FIELDS: Mapping[str, str] = MappingProxyType(
+    {
+        "tz": "an IANA time zone such as Europe/Paris",
+        "until": "a date or date and time (2027-01-31 or 2027-01-31 18:00)",
+        "count": "a whole number of firings, at least 1",
+        "missed": "skip, once or all",
+        "notify": "always, changes or failures",
+        "post": "thread or channel",
+    }
+)
+_START = re.compile(
+    r"^\s*schedule\s*:\s*(?P<kind>in|at|every|cron)\s+(?P<when>[^|]+?)\s*\|(?P<rest>.*)$",
+    re.IGNORECASE,
+)
+_BARE_START = re.compile(r"^\s*schedule\s*:", re.IGNORECASE)
+_TRAILING = re.compile(
+    r"\s*\|\s*(?P<key>" + "|".join(FIELDS) + r")\s*:\s*(?P<value>[^|]*?)\s*$", re.IGNORECASE
+)
+
+
+class ScheduleError(ValueError):
+    """A schedule line people must fix: what is wrong, then the syntax."""
+
+
+class TaskSchedule(BaseModel):
+    """When a task fires and how its firings are handled; `what` is run at each firing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Kind
+    when: str = Field(min_length=1)
+    what: str = Field(min_length=1)
+    tz: str = "UTC"
+    until: datetime | None = None
+    count: int | None = Field(default=None, ge=1)
+    missed: Missed = "once"
+    notify: Notify = "always"
+    post: Post = "thread"
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        zone(value)
+        return value
+
+    @property
+    def zone(self) -> ZoneInfo:
+        """The task's time zone."""
+        return zone(self.tz)
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone `name`; ValueError naming it when it is unknown."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{name!r} is not a time zone: use an IANA name such as Europe/Paris"
+        ) from None
+
+
+def is_schedule_line(text: str) -> bool:
+    """Whether `text` starts with `schedule:` (then it is parsed, or refused with the syntax)."""
+    return _BARE_START.match(text) is not None
+
+
+def parse_schedule(text: str, *, default_tz: str = "UTC") -> TaskSchedule:
+    """The task of a `schedule:` message; ScheduleError saying what is wrong and the syntax."""
+    first, _, more = text.strip().partition("\n")
+    match = _START.match(first)
+    if match is None:
+        raise ScheduleError(f"I could not read this schedule. Write {SYNTAX}.")
+    rest = match["rest"]
+    fields: dict[str, str] = {}
+    while (trailing := _TRAILING.search(rest)) is not None:
+        fields.setdefault(trailing["key"].lower(), trailing["value"])
+        rest = rest[: trailing.start()]
+    what = "\n".join(part for part in (rest.strip(), more.strip()) if part)
+    raw: dict[str, object] = {
+        "kind": match["kind"].lower(),
+        "when": match["when"].strip(),
+        "what": what,
+        "tz": fields.pop("tz", default_tz),
+        **fields,
+    }
+    problems: list[str] = []
+    if "until" in fields:
+        raw["until"] = _until(fields["until"], str(raw["tz"]), problems)
+    try:
+        schedule = TaskSchedule.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_problem(err) for err in field_errors(exc))
+        raise ScheduleError(refusal(problems)) from None
+    if problems:
+        raise ScheduleError(refusal(problems))
+    return schedule
+
+
+def _until(text: str, tz: str, problems: list[str]) -> object:
+    try:
+        value = local_datetime(text, end_of_day=True)
+    except ValueError:
+        problems.append(f"`until: {text}` is not {FIELDS['until']}")
+        return None
+    try:
+        return value.replace(tzinfo=zone(tz))
+    except ValueError:
+        return value  # the zone's own problem is reported by the model
+
+
+def local_datetime(text: str, *, end_of_day: bool = False) -> datetime:
+    """`2026-12-24 09:00` (or `T`), or a bare date (its start, or end with `end_of_day`)."""
+    raw = text.strip()
+    if len(raw) == len("2026-12-24"):
+        return datetime.combine(date.fromisoformat(raw), time.max if end_of_day else time.min)
+    parsed = datetime.fromisoformat(raw)
+    if parsed.tzinfo is not None:
+        raise ValueError("give the time without an offset; set the zone with `tz:`")
+    return parsed
+
+
+def _problem(err: FieldError) -> str:
+    name = err.name or ""
+    if name == "what":
+        return "nothing to run: write what to do after the schedule (`| WHAT`)"
+    if name == "tz":
+        return err.message
+    if name in FIELDS:
+        return f"`{name}: {err.value}` is not {FIELDS[name]}"
+    return err.message
+
+
+def refusal(problems: list[str]) -> str:
+    lines = "\n".join(f"- {p}" for p in problems)
+    return f"This schedule cannot be used:\n{lines}\nWrite {SYNTAX}."

@@ -1,0 +1,195 @@
+"""When a scheduled task fires: APScheduler's triggers over a `TaskSchedule`.
+
+Every trigger is anchored at the task's creation time, which is stored with the task: an
+`every` task keeps its phase across restarts (a daily task made at 09:10 fires at 09:10, not
+a day after each boot), and the fire times a restart missed can be counted exactly.
+
+Cron lines use the standard crontab weekday numbers (0 or 7 = Sunday, 1 = Monday): APScheduler
+3 counts from Monday, so the weekday field is rewritten as day names before it sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from host.features.schedules.line import (
+    ScheduleError,
+    TaskSchedule,
+    local_datetime,
+    parse_schedule,
+    refusal,
+)
+from oncall.durations import parse_duration
+from oncall.report_gate import format_duration
+
+_DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# `missed: all` runs each missed firing, up to this many (a week of 5-minute firings is not
+# replayed after a long outage; the rest are counted and said).
+MAX_CATCH_UP = 24
+
+
+def trigger(schedule: TaskSchedule, anchor: datetime) -> BaseTrigger:
+    """The APScheduler trigger of `schedule` for a task created at `anchor` (aware).
+
+    ValueError, in words for people, when the schedule's time part is not valid.
+    """
+    tz = schedule.zone
+    if schedule.kind == "in":
+        return DateTrigger(anchor + timedelta(seconds=parse_duration(schedule.when)), tz)
+    if schedule.kind == "at":
+        try:
+            local = local_datetime(schedule.when)
+        except ValueError:
+            raise ValueError(
+                f"`at {schedule.when}` is not a date and time: write it like 2026-12-24 09:00"
+            ) from None
+        return DateTrigger(local.replace(tzinfo=tz), tz)
+    if schedule.kind == "every":
+        seconds = parse_duration(schedule.when)
+        return IntervalTrigger(
+            seconds=seconds,
+            start_date=anchor + timedelta(seconds=seconds),
+            end_date=schedule.until,
+            timezone=tz,
+        )
+    return _cron(schedule, tz)
+
+
+def _cron(schedule: TaskSchedule, tz: object) -> CronTrigger:
+    fields = schedule.when.split()
+    if len(fields) != 5:
+        raise ValueError(
+            f"`cron {schedule.when}` needs five fields (minute hour day month weekday), "
+            f"not {len(fields)}: for example `cron 0 9 * * 1-5`"
+        )
+    minute, hour, day, month, weekday = fields
+    try:
+        return CronTrigger(
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=_weekdays(weekday),
+            timezone=tz,
+            end_date=schedule.until,
+        )
+    except ValueError as exc:
+        raise ValueError(f"`cron {schedule.when}` is not a valid cron line: {exc}") from None
+
+
+def _weekdays(field: str) -> str:
+    """A crontab weekday field (0/7 = Sunday) as APScheduler day names."""
+    if field == "*":
+        return "*"
+    days: set[int] = set()
+    for part in field.split(","):
+        span, _, step_text = part.partition("/")
+        step = int(step_text) if step_text.isdigit() and int(step_text) > 0 else None
+        if step_text and step is None:
+            raise ValueError(f"weekday step {step_text!r} must be a whole number above 0")
+        if span == "*":
+            low, high = 0, 6
+        elif "-" in span:
+            first, _, last = span.partition("-")
+            low, high = _day(first), _day(last)
+        else:
+            low = _day(span)
+            high = 6 if step else low
+        if high < low:
+            raise ValueError(f"weekday range {span!r} runs backwards")
+        days.update(d % 7 for d in range(low, high + 1, step or 1))
+    return ",".join(_DAY_NAMES[d] for d in sorted(days))
+
+
+def _day(text: str) -> int:
+    name = text.strip().lower()[:3]
+    if name in _DAY_NAMES:
+        return _DAY_NAMES.index(name)
+    if text.isdigit() and int(text) <= 7:
+        return int(text)
+    raise ValueError(f"{text!r} is not a weekday (0–7 or sun–sat)")
+
+
+def fire_times(
+    schedule: TaskSchedule, anchor: datetime, after: datetime, *, fired: int = 0
+) -> Iterator[datetime]:
+    """The task's fire times strictly after `after`, in order, ending with its `count` (of
+    which `fired` are used) or its `until`; a one-shot task yields at most its one time."""
+    when = trigger(schedule, anchor)
+    left = None if schedule.count is None else schedule.count - fired
+    previous: datetime | None = None
+    now = after
+    while left is None or left > 0:
+        nxt = when.get_next_fire_time(previous, now)
+        if nxt is None:
+            return
+        if nxt > after:
+            yield nxt
+            if left is not None:
+                left -= 1
+        previous = nxt
+        now = nxt + timedelta(microseconds=1)
+
+
+def upcoming(
+    schedule: TaskSchedule, anchor: datetime, after: datetime, n: int = 3
+) -> list[datetime]:
+    """The next `n` fire times after `after` (for the approval prompt and `status`)."""
+    times = []
+    for when in fire_times(schedule, anchor, after):
+        times.append(when)
+        if len(times) == n:
+            break
+    return times
+
+
+def due_between(
+    schedule: TaskSchedule, anchor: datetime, after: datetime, until: datetime, *, fired: int = 0
+) -> tuple[list[datetime], int]:
+    """Fire times in (`after`, `until`]: the first MAX_CATCH_UP of them, and how many in all
+    (a restart's missed firings: counted exactly, replayed within a bound)."""
+    due: list[datetime] = []
+    total = 0
+    for when in fire_times(schedule, anchor, after, fired=fired):
+        if when > until:
+            break
+        total += 1
+        if len(due) < MAX_CATCH_UP:
+            due.append(when)
+    return due, total
+
+
+def checked_schedule(
+    text: str, *, now: datetime, default_tz: str = "UTC", min_interval: float = 300.0
+) -> TaskSchedule:
+    """The schedule of a `schedule:` line that will fire: its grammar, fields and time part
+    checked, its interval no shorter than `min_interval` seconds, a first firing after `now`.
+    ScheduleError with every problem and the syntax otherwise."""
+    schedule = parse_schedule(text, default_tz=default_tz)
+    problems = timing_problems(schedule, now, min_interval=min_interval)
+    if problems:
+        raise ScheduleError(refusal(problems))
+    return schedule
+
+
+def timing_problems(schedule: TaskSchedule, anchor: datetime, *, min_interval: float) -> list[str]:
+    """What keeps `schedule`, created at `anchor`, from firing as asked (empty when nothing)."""
+    try:
+        first = next(fire_times(schedule, anchor, anchor), None)
+    except ValueError as exc:
+        return [str(exc)]
+    if schedule.kind == "every" and parse_duration(schedule.when) < min_interval:
+        return [
+            f"`every {schedule.when}` is more often than the limit of one firing every "
+            f"{format_duration(min_interval)} (RAVEN_SCHEDULE_MIN_INTERVAL)"
+        ]
+    if first is None:
+        when = "is in the past" if schedule.kind == "at" else "ends before its first firing"
+        return [f"this schedule never fires: `{schedule.kind} {schedule.when}` {when}"]
+    return []
