@@ -60,6 +60,7 @@ from host.features.memory.personal import MemoryWriter
 from host.features.oncall.feature import OncallFeature
 from host.features.oncall.site import CampaignSite
 from host.features.permissions.gate import PermissionGates
+from host.features.schedules.feature import SchedulesFeature
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.feature import SkillsFeature
 from host.features.skills.prefetch import DispatchContexts
@@ -74,6 +75,7 @@ from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import (
     ConversationStopped,
     EventBus,
+    TurnRequested,
     subscribe_job,
 )
 from host.runtime.people import People
@@ -248,7 +250,7 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
 
 
 # The capabilities, in the order they subscribe, open and start (and stop in reverse).
-FEATURES: tuple[FeatureKind, ...] = (MemoryFeature, SkillsFeature, OncallFeature)
+FEATURES: tuple[FeatureKind, ...] = (MemoryFeature, SkillsFeature, OncallFeature, SchedulesFeature)
 
 
 async def build_runtime(
@@ -285,7 +287,14 @@ async def build_runtime(
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         aids=RunAids(
-            prompts=(clarifier := Clarifier(parts.provider, parts.broker, parts.conversation_log)),
+            prompts=(
+                clarifier := Clarifier(
+                    parts.provider,
+                    parts.broker,
+                    parts.conversation_log,
+                    grants=[g for f in installed for g in f.command_grants()],
+                )
+            ),
             prefetch=DispatchContexts(dispatch) if dispatch else None,
             gates=PermissionGates(home, parts.store),
         ),
@@ -443,6 +452,7 @@ def subscribe(
     bus.subscribe(ConversationStopped, broker.cancel_conversation_id)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
     subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
+    bus.subscribe(TurnRequested, service.requested_turn)
     for feature in features:
         feature.subscribe(bus)
     # Last: every feature has heard a finished run before its report becomes a turn.

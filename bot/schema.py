@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from core.store import Migration
 from host.features.permissions.migrations import MIGRATIONS as PERMISSIONS
+from host.features.schedules.migrations import MIGRATIONS as SCHEDULES
 from host.features.skills.migrations import MIGRATIONS as SKILLS
 from host.graph.migrations import MIGRATIONS as GRAPH
 from host.prompts.migrations import MIGRATIONS as PROMPTS
@@ -18,4 +19,4 @@ def all_migrations() -> tuple[Migration, ...]:
     Conversations first: other packages' tables refer to them, and memory's scope migration
     reads their messages. A package that adds tables adds its tuple here.
     """
-    return (*CONVERSATIONS, *PROMPTS, *GRAPH, *ONCALL, *MEMORY, *SKILLS, *PERMISSIONS)
+    return (*CONVERSATIONS, *PROMPTS, *GRAPH, *ONCALL, *MEMORY, *SKILLS, *PERMISSIONS, *SCHEDULES)

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
@@ -403,12 +404,46 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_CAMPAIGN_MAX_PER_USER",
         description="How many active campaigns one person may have at once (admins: no limit).",
     )
+    schedule_max_per_user: int = Field(
+        default=20,
+        ge=1,
+        validation_alias="RAVEN_SCHEDULE_MAX_PER_USER",
+        description="How many scheduled tasks one person may have at once (live or paused).",
+    )
+    schedule_min_interval_seconds: float = Field(
+        default=300.0,
+        ge=60,
+        validation_alias="RAVEN_SCHEDULE_MIN_INTERVAL",
+        description="The shortest `every` interval a scheduled task may use, in seconds.",
+    )
+    schedule_channel_per_hour: int = Field(
+        default=30,
+        ge=1,
+        validation_alias="RAVEN_SCHEDULE_CHANNEL_PER_HOUR",
+        description="How many scheduled firings may run in one channel per hour.",
+    )
+    timezone: str = Field(
+        default="UTC",
+        validation_alias="RAVEN_TIMEZONE",
+        description="The time zone of schedules that name none (an IANA name).",
+    )
     scheduler_misfire_grace_seconds: int = Field(
         default=3600,
         gt=0,
         validation_alias="RAVEN_SCHEDULER_MISFIRE_GRACE_SECONDS",
         description="Scheduled jobs overdue (e.g. after downtime) by more than this are dropped.",
     )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"{value!r} is not a time zone: use an IANA name such as Europe/Paris"
+            ) from None
+        return value
 
     @field_validator(
         "allowed_users",

@@ -25,10 +25,10 @@ from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.runtime.conversation_log import ConversationLog, LoggedMessage
-from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted
+from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted, TurnRequested
 from host.runtime.messages import InboundMessage, stored_inbound
 from host.runtime.people import People
-from host.runtime.turn import TurnContext
+from host.runtime.turn import TurnContext, TurnOrigin
 from memory.group import Attribution
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,8 @@ def help_text(commands_help: str = "") -> str:
         "These work without a model:",
         *(f"- `{word}` {does}" for word, does in CONTROL_WORDS.items()),
         f"- **Answering a question**: {TYPED_ANSWER_HELP}",
-        *([f"- **Memory**: {commands_help}"] if commands_help else []),
+        # One `- **Topic**: …` line per feature's commands.
+        *([commands_help] if commands_help else []),
         f"- **Campaigns**: {CAMPAIGN_HELP}",
         # Last: it ends with an example block.
         f"- **Plans**: {PLAN_HELP}",
@@ -152,11 +153,13 @@ def _describe(items: Sequence[StoppedItem], *, by: str, name: Callable[[str], st
     return phrases
 
 
-def _running_label(msg: InboundMessage, *, system: bool) -> str:
+def _running_label(msg: InboundMessage) -> str:
     """What `status` says a turn is: whose request it is, by display name (no ids)."""
-    if system:
+    if msg.origin == "system":
         return "a report of mine"
     name = _UNSAFE_NAME.sub("", msg.author_name).strip()[:40] or "someone"
+    if msg.origin == "scheduled":
+        return f"scheduled task `{msg.task}` of {name}"
     return f"a request by {name}"
 
 
@@ -179,7 +182,7 @@ class CommandHandler(Protocol):
 
     @property
     def help(self) -> str:
-        """What the commands are and do, for `help`."""
+        """What the commands are and do, for `help`: one line, `**Topic**: …`."""
         ...
 
     async def handle(self, msg: InboundMessage) -> str | None:
@@ -330,16 +333,17 @@ class ConversationService:
     async def _dispatch(
         self, msg: InboundMessage, message_id: int
     ) -> asyncio.Future[TurnOutcome] | None:
-        system = msg.origin == "system"
-        word = None if system else control_word(msg.text)
+        # Only a person's own message can be a control word, an answer or a command.
+        person = msg.origin == "user"
+        word = control_word(msg.text) if person else None
         if word is not None:
             await self._control(word, msg, message_id)
             return None
         # A typed reply to a pending prompt answers it instead of starting a turn.
         typed = self._typed_answers
-        if not system and typed is not None and await typed.take(msg, message_id):
+        if person and typed is not None and await typed.take(msg, message_id):
             return None
-        if not system and self._commands is not None:
+        if person and self._commands is not None:
             reply = await self._commands.handle(msg)
             if reply is not None:
                 await self._log.mark_handled(message_id)
@@ -352,9 +356,10 @@ class ConversationService:
             return self._lanes.submit(
                 msg.conversation.id,
                 lambda: self._run_turn(msg, message_id, turn_id),
-                kind=msg.origin,
-                label=_running_label(msg, system=system),
-                owner="" if system else msg.author_id,
+                kind="user" if person else "system",
+                label=_running_label(msg),
+                # A scheduled firing is its owner's to stop; the bot's own reports nobody's.
+                owner="" if msg.origin == "system" else msg.author_id,
             )
         except LanesClosed:
             # Shutting down: the message stays unhandled and runs after the restart.
@@ -421,7 +426,8 @@ class ConversationService:
         await self._log.start_turn(
             conv,
             turn_id=turn_id,
-            kind=msg.origin,
+            # The log knows people's turns and the bot's; a firing is the bot acting.
+            kind="user" if msg.origin == "user" else "system",
             author_id=msg.author_id,
             author_name=msg.author_name,
             inbound_message_id=message_id,
@@ -435,6 +441,7 @@ class ConversationService:
             msg.text,
             msg.is_dm,
             roles=msg.roles,
+            task=msg.task,
         )
         if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.
@@ -612,17 +619,47 @@ class ConversationService:
         Recorded like an inbound message first, so it survives a crash and runs once;
         returns once recorded. System turns are never refused by the user queue cap.
         """
+        await self._proactive(
+            conv, text, key=key, author=(SYSTEM_AUTHOR, SYSTEM_NAME), origin="system"
+        )
+
+    async def requested_turn(self, event: TurnRequested) -> None:
+        """A scheduled task's firing: a turn on its owner's behalf, recorded once per key
+        before this returns, run in the system pool (never refused by the user queue cap)."""
+        await self._proactive(
+            event.conversation,
+            event.text,
+            key=event.key,
+            author=(event.author_id, event.author_name),
+            origin="scheduled",
+            roles=event.roles,
+            task=event.task,
+        )
+
+    async def _proactive(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        key: str,
+        author: tuple[str, str],
+        origin: TurnOrigin,
+        roles: tuple[str, ...] = (),
+        task: str = "",
+    ) -> None:
         msg = InboundMessage(
             platform=conv.platform,
             workspace=conv.workspace,
             channel=conv.channel,
             thread=conv.thread,
             message_id=key[:128],
-            author_id=SYSTEM_AUTHOR,
-            author_name=SYSTEM_NAME,
+            author_id=author[0],
+            author_name=author[1],
             text=text[:40_000],
             event_id=f"system:{key}"[:256],
-            origin="system",
+            origin=origin,
+            roles=roles,
+            task=task,
         )
         message_id = await self._log.claim_inbound(
             conv,

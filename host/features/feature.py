@@ -27,6 +27,7 @@ from host.conversation.outbox import Outbox
 from host.conversation.service import CommandHandler
 from host.graph.executor import DispatchContext
 from host.prompts.broker import PromptBroker
+from host.prompts.clarify import CommandGrants
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
@@ -89,6 +90,10 @@ class Feature(Protocol):
         """Chat commands answered without a Host turn."""
         ...
 
+    def command_grants(self) -> Sequence[CommandGrants]:
+        """Commands people approved in advance (a node's run without asking again)."""
+        ...
+
     def subscribe(self, bus: EventBus) -> None:
         """Subscribe to the bus while the runtime is assembled."""
         ...
@@ -132,6 +137,9 @@ class BaseFeature:
     def commands(self) -> CommandHandler | None:
         return None
 
+    def command_grants(self) -> Sequence[CommandGrants]:
+        return ()
+
     def subscribe(self, bus: EventBus) -> None:
         return None
 
@@ -153,7 +161,7 @@ class Commands:
 
     @property
     def help(self) -> str:
-        return " ".join(h.help for h in self.handlers if h.help)
+        return "\n".join(f"- {h.help}" for h in self.handlers if h.help)
 
     async def handle(self, msg: InboundMessage) -> str | None:
         for handler in self.handlers:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
@@ -102,6 +104,14 @@ class ClarificationResult:
     source: str  # "conversation" | "user" | "none"
 
 
+class CommandGrants(Protocol):
+    """Commands a person approved in advance (a scheduled task's, approved with the task)."""
+
+    async def covers(self, conv: ConversationRef, requester: str, command: str) -> bool:
+        """Whether `requester` already approved exactly `command` in `conv`."""
+        ...
+
+
 class Clarifier:
     """Answers worker questions for one generation of the bot."""
 
@@ -113,7 +123,9 @@ class Clarifier:
         *,
         history_messages: int = 30,
         timeout: float = 60.0,
+        grants: Sequence[CommandGrants] = (),
     ) -> None:
+        self._grants = tuple(grants)
         self._provider = provider
         self._broker = broker
         self._log = conversation_log
@@ -164,8 +176,13 @@ class Clarifier:
         """Ask a person (never the model) to approve running `command`; False unless approved.
 
         The requester, RAVEN_APPROVERS and admins may answer; denied, expired or cancelled
-        all mean no (fail closed).
+        all mean no (fail closed). A command the requester approved in advance, exactly,
+        runs without asking again.
         """
+        for grants in self._grants:
+            if await grants.covers(conv, requester, command):
+                log.info("command of node %s approved in advance by %s", node_id, requester)
+                return True
         key = f"{conv.id}:{node_id}"
         self._awaiting_commands.add(key)
         try:

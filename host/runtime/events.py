@@ -18,6 +18,7 @@ from core.ids import ConversationRef
 from host.runtime.prompt_record import Prompt
 from host.runtime.run_snapshot import RunSnapshot
 from host.runtime.scheduling import FiredJob
+from host.runtime.turn import TurnOrigin
 from memory.group import Attribution
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,27 @@ class TurnCompleted(Event):
     conversation: ConversationRef
     turn_id: str
     author_id: str
-    origin: Literal["user", "system"]
+    origin: TurnOrigin
     request: str
     reply: str
     author_name: str = ""
     is_dm: bool = False
     # Attribution blocks the Host appended to its reply (already stripped from `reply`).
     attributions: tuple[Attribution, ...] = ()
+
+
+@dataclass(frozen=True)
+class TurnRequested(Event):
+    """Start a turn on someone's behalf (a scheduled task's firing), recorded once per `key`
+    before this returns: a repeat with the same key starts nothing."""
+
+    conversation: ConversationRef
+    text: str
+    key: str
+    author_id: str
+    author_name: str
+    roles: tuple[str, ...] = ()
+    task: str = ""
 
 
 @dataclass(frozen=True)

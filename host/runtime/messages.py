@@ -59,6 +59,9 @@ class InboundMessage(BaseModel):
     origin: TurnOrigin = Field(
         default="user", description="set to `system` only by the core, for its own turns"
     )
+    task: str = Field(
+        default="", max_length=64, description="set only by the core: the task a turn fires"
+    )
 
     @property
     def conversation(self) -> ConversationRef:

@@ -7,9 +7,10 @@ from typing import Literal
 
 from core.ids import ConversationRef
 
-# Why a turn runs: a person wrote (`user`), or the bot itself started it (`system`: a run
-# report, an answered question, a scheduled wake-up). Set by the core, never by a platform.
-TurnOrigin = Literal["user", "system"]
+# Why a turn runs: a person wrote (`user`), the bot itself started it (`system`: a run
+# report, an answered question, a wake-up), or a person's scheduled task fired (`scheduled`:
+# on their behalf, unattended). Set by the core, never by a platform.
+TurnOrigin = Literal["user", "system", "scheduled"]
 
 
 @dataclass(frozen=True)
@@ -24,3 +25,4 @@ class TurnContext:
     text: str = ""  # the message this turn answers (context sources recall against it)
     is_dm: bool = False
     roles: tuple[str, ...] = ()  # the author's platform roles (Discord), for machine access
+    task: str = ""  # the scheduled task a `scheduled` turn fires

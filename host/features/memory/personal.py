@@ -192,7 +192,7 @@ class MemoryCommands:
     @property
     def help(self) -> str:
         """The memory commands, for `help`."""
-        return "; ".join(f"`{usage}` {does}" for usage, does in USAGE) + "."
+        return "**Memory**: " + "; ".join(f"`{usage}` {does}" for usage, does in USAGE) + "."
 
     async def handle(self, msg: InboundMessage) -> str | None:
         """The reply to a memory command, or None when `msg` is not one."""

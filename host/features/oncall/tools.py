@@ -250,8 +250,9 @@ class CampaignTools:
 
     async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
         """The `start_campaign` tool."""
-        if ctx.origin != "user":
-            return "Refused: a campaign starts only from a person's own message."
+        # A person's message, or their approved scheduled task firing on their behalf.
+        if ctx.origin == "system":
+            return "Refused: a campaign starts only from a person's own message or task."
         who = Requester(ctx.author_id, ctx.roles, admin=ctx.author_id in self._roles.admins)
         try:
             spec = campaign_spec(args)

@@ -1,0 +1,137 @@
+"""Scheduled tasks installed into a runtime: the `schedule:` commands and Host tools, the
+approval decisions, the firing jobs, the commands approved with a task, and `status` lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from agents.tools import Tool
+from core.ids import ConversationRef
+from host.agent.host_agent import ContextSource
+from host.conversation.service import CommandHandler
+from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.schedules.commands import ScheduleCommands
+from host.features.schedules.store import TaskStore
+from host.features.schedules.tasks import (
+    SCHEDULE_APPROVAL,
+    SCHEDULED_TASK_JOB,
+    ScheduledTasks,
+    ScheduleLimits,
+    TaskDeps,
+)
+from host.features.schedules.tools import FiringContext, build_schedule_tools
+from host.prompts.clarify import CommandGrants
+from host.runtime.events import EventBus, subscribe_decision, subscribe_job
+from host.runtime.scheduling import FiredJob
+from host.runtime.turn import TurnContext
+
+log = logging.getLogger(__name__)
+
+# How often changes made by another process (`raven-bot schedules …`) are picked up.
+RECONCILE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class SchedulesSection:
+    """The scheduled-task settings (named as in Settings)."""
+
+    schedule_max_per_user: int
+    schedule_min_interval_seconds: float
+    schedule_channel_per_hour: int
+    timezone: str
+
+
+class TaskGrants:
+    """The exact commands of its owner's active tasks in a conversation, approved with them."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self._store = store
+
+    async def covers(self, conv: ConversationRef, requester: str, command: str) -> bool:
+        return any(
+            task.state == "active" and task.owner == requester and command in task.grants
+            for task in await self._store.of_conversation(conv.id)
+        )
+
+
+class SchedulesFeature(BaseFeature):
+    """Tasks that run later or regularly, approved once by their owner."""
+
+    Section: ClassVar[type[SchedulesSection]] = SchedulesSection
+
+    def __init__(
+        self,
+        parts: HostParts,
+        section: SchedulesSection,
+        *,
+        reconcile_seconds: float = RECONCILE_SECONDS,
+    ) -> None:
+        self._parts = parts
+        self._reconcile_seconds = reconcile_seconds
+        self.tasks = ScheduledTasks(
+            TaskStore(parts.store),
+            TaskDeps(parts.scheduler, parts.broker, parts.outbox, parts.bus, parts.roles),
+            ScheduleLimits(
+                max_per_user=section.schedule_max_per_user,
+                min_interval_seconds=section.schedule_min_interval_seconds,
+                channel_firings_per_hour=section.schedule_channel_per_hour,
+                default_tz=section.timezone,
+            ),
+            offline=parts.provider.offline,
+        )
+
+    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+        return build_schedule_tools(self.tasks, self._parts.roles)
+
+    def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
+        return (FiringContext(),)
+
+    def status_sources(self) -> Sequence[StatusSource]:
+        return (self.tasks.status,)
+
+    def commands(self) -> CommandHandler | None:
+        return ScheduleCommands(self.tasks, self._parts.roles)
+
+    def command_grants(self) -> Sequence[CommandGrants]:
+        return (TaskGrants(self.tasks.store),)
+
+    def subscribe(self, bus: EventBus) -> None:
+        subscribe_decision(bus, SCHEDULE_APPROVAL, self.tasks.decided)
+        subscribe_job(bus, SCHEDULED_TASK_JOB, self._on_job)
+
+    async def _on_job(self, job: FiredJob) -> None:
+        due = datetime.fromisoformat(str(job.payload["due"]))
+        await self.tasks.on_job(str(job.payload["task_id"]), due)
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        since = time.time()
+        # What came due while the bot was down fires now (once, as each task's `missed` says).
+        await self.tasks.start()
+        watcher = asyncio.create_task(self._watch(since), name="scheduled-tasks-watch")
+
+        async def stop() -> None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+        stack.push_async_callback(stop)
+
+    async def _watch(self, since: float) -> None:
+        """Pick up what another process changed (pause, resume, run now from the CLI)."""
+        while True:
+            await asyncio.sleep(self._reconcile_seconds)
+            checked = time.time()
+            try:
+                await self.tasks.reconcile_since(since)
+            except Exception:
+                log.exception("checking scheduled tasks for changes failed; retrying")
+                continue
+            since = checked

@@ -1,0 +1,519 @@
+"""Scheduled tasks from proposal to firing: approval, one durable wake-up per task, catch-up
+after downtime, limits, and who may pause, resume, cancel or run a task.
+
+Each active task has one job in the scheduler (`scheduled-task:<id>`) for its next due time.
+A firing is idempotent: it acts only when the task still waits for that due time, each turn
+it starts is keyed by task and scheduled time (recorded once, posted once), and the task
+moves on to its next due time in the same commit that records the firing. A crash anywhere
+in between repeats the firing at the next start, and the keys make the repeat a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from core.ids import ConversationRef
+from core.keyed import KeyedLocks
+from host.conversation.outbox import DeliveryError, Outbox
+from host.features.schedules.line import ScheduleError, TaskSchedule, refusal
+from host.features.schedules.store import (
+    LIVE_STATES,
+    Firing,
+    FiringOutcome,
+    ScheduledTask,
+    TaskStore,
+    channel_key,
+    iso,
+)
+from host.features.schedules.timing import (
+    MAX_CATCH_UP,
+    checked_schedule,
+    fire_times,
+    upcoming,
+)
+from host.features.schedules.work import task_work
+from host.prompts.broker import PromptBroker
+from host.runtime.events import EventBus, TurnRequested
+from host.runtime.prompt_record import Prompt
+from host.runtime.roles import Roles
+from host.runtime.scheduling import Scheduler
+from oncall.report_gate import format_duration
+
+log = logging.getLogger(__name__)
+
+SCHEDULED_TASK_JOB = "scheduled_task"
+SCHEDULE_APPROVAL = "schedule_approval"
+# A firing later than this is said to be late (a restart, a long stall).
+LATE_GRACE_SECONDS = 120.0
+# Counting the fire times a long outage missed stops here (a 5-minute task down for a year).
+_MAX_COUNTED = 100_000
+
+
+@dataclass(frozen=True)
+class ScheduleLimits:
+    """What one person and one channel may schedule (each refused with the limit named)."""
+
+    max_per_user: int = 20
+    min_interval_seconds: float = 300.0
+    channel_firings_per_hour: int = 30
+    default_tz: str = "UTC"
+
+
+@dataclass(frozen=True)
+class Proposer:
+    """Who asks for a task, where, and the key of their request (a redelivery reuses it)."""
+
+    conversation: ConversationRef
+    user_id: str
+    name: str
+    key: str
+    roles: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskDeps:
+    """What tasks are run with: durable wake-ups, prompts, posting and the bus for turns."""
+
+    scheduler: Scheduler
+    broker: PromptBroker
+    outbox: Outbox
+    bus: EventBus
+    roles: Roles
+
+
+def job_id(task_id: str) -> str:
+    """The scheduler job of a task's next firing."""
+    return f"scheduled-task:{task_id}"
+
+
+def shown(when: datetime, tz: object) -> str:
+    """A time as people read it, in the task's zone, with the zone named."""
+    local = when.astimezone(tz)  # type: ignore[arg-type]
+    return local.strftime("%a %-d %b %Y %H:%M %Z")
+
+
+def describe_schedule(schedule: TaskSchedule) -> str:
+    """`every 2h (Europe/Paris), until …, at most 5 times; missed runs: once`."""
+    parts = [f"{schedule.kind} {schedule.when} ({schedule.tz})"]
+    if schedule.until is not None:
+        parts.append(f"until {shown(schedule.until, schedule.zone)}")
+    if schedule.count is not None:
+        parts.append(f"at most {schedule.count} time(s)")
+    parts.append(f"missed runs: {schedule.missed}")
+    parts.append(f"results: {schedule.notify}")
+    return ", ".join(parts)
+
+
+class ScheduledTasks:
+    """Every scheduled task of this bot: proposals, approvals, firings, and actions on them."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        deps: TaskDeps,
+        limits: ScheduleLimits,
+        *,
+        offline: bool,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self._deps = deps
+        self.limits = limits
+        self._offline = offline
+        # Public so tests drive time; every decision reads it, nothing reads the wall clock.
+        self.clock = now
+        # Due times before this were missed while the bot was down (said, however late).
+        self._up_since = now()
+        self._locks = KeyedLocks()
+
+    # ------------------------------------------------------------------ proposing a task
+
+    async def propose(self, who: Proposer, line: str) -> str:
+        """Check a `schedule:` line and ask its author to approve it; the reply to post."""
+        now = self.clock()
+        try:
+            schedule = checked_schedule(
+                line,
+                now=now,
+                default_tz=self.limits.default_tz,
+                min_interval=self.limits.min_interval_seconds,
+            )
+            work = task_work(schedule.what, offline=self._offline)
+        except ScheduleError as exc:
+            return f"⚠️ {exc}"
+        task_id = (
+            "t_" + hashlib.sha256(f"{who.conversation.id}\n{who.key}".encode()).hexdigest()[:8]
+        )
+        existing = await self.store.get(task_id)
+        if existing is not None:
+            return f"Task `{task_id}` was already proposed ({existing.state})."
+        if await self.store.live_count(who.user_id) >= self.limits.max_per_user:
+            return (
+                "⚠️ "
+                + refusal(
+                    [
+                        f"you already have {self.limits.max_per_user} scheduled tasks, the limit "
+                        "(RAVEN_SCHEDULE_MAX_PER_USER): cancel one first"
+                    ]
+                ).split("\nWrite ")[0]
+            )
+        task = ScheduledTask(
+            id=task_id,
+            conversation=who.conversation,
+            owner=who.user_id,
+            owner_name=who.name,
+            owner_roles=who.roles,
+            schedule=schedule,
+            grants=work.grants,
+            anchor=now,
+            state="proposed",
+            next_due=None,
+            fired=0,
+        )
+        if not await self.store.insert(task):
+            return f"Task `{task_id}` was already proposed."
+        prompt = await self._deps.broker.create(
+            conversation=who.conversation,
+            kind="approval",
+            question=self._question(task, work.description, now),
+            requester=who.user_id,
+            purpose=SCHEDULE_APPROVAL,
+            payload={"task_id": task_id},
+        )
+        await self.store.update(task_id, prompt_id=prompt.id)
+        return (
+            f"⏳ Task `{task_id}` waits for approval (the prompt above); nothing is scheduled "
+            "until then."
+        )
+
+    def _question(self, task: ScheduledTask, description: str, now: datetime) -> str:
+        schedule = task.schedule
+        times = upcoming(schedule, task.anchor, now, 3)
+        nexts = "; ".join(shown(t, schedule.zone) for t in times)
+        return (
+            f"Schedule task `{task.id}`?\n"
+            f"- When: {describe_schedule(schedule)}\n"
+            f"- Next: {nexts}\n"
+            f"- Each firing runs {description}\n"
+            "Approving lets exactly this run at each firing without asking again; anything "
+            "else a firing needs is asked for then, and nothing else runs unattended."
+        )
+
+    async def decided(self, prompt: Prompt) -> None:
+        """The approval prompt of a proposed task was answered (or expired)."""
+        task_id = str(prompt.payload.get("task_id", ""))
+        task = await self.store.get(task_id)
+        if task is None or task.state != "proposed":
+            return
+        if not prompt.approved:
+            if await self.store.transition(task_id, ["proposed"], state="denied"):
+                outcome = "denied" if prompt.state == "answered" else str(prompt.state)
+                await self._say(
+                    task.conversation,
+                    f"Task `{task_id}` was not scheduled ({outcome}).",
+                    key=f"task:{task_id}:denied",
+                )
+            return
+        now = self.clock()
+        first = next(fire_times(task.schedule, task.anchor, now), None)
+        if first is None and task.schedule.kind in ("in", "at"):
+            # Approved after its one time: it runs now, late, rather than never.
+            first = now
+        if first is None:
+            await self.store.transition(task_id, ["proposed"], state="done")
+            await self._say(
+                task.conversation,
+                f"Task `{task_id}` was approved after its last fire time; nothing to run.",
+                key=f"task:{task_id}:expired",
+            )
+            return
+        if not await self.store.transition(
+            task_id, ["proposed"], state="active", next_due=first, approved_by=prompt.answered_by
+        ):
+            return
+        await self._arm(task_id, first)
+        await self._say(
+            task.conversation,
+            f"✅ Task `{task_id}` is scheduled: {task.schedule.kind} {task.schedule.when}. "
+            f"Next: {shown(first, task.schedule.zone)}.",
+            key=f"task:{task_id}:scheduled",
+        )
+
+    # ------------------------------------------------------------------------- firing
+
+    async def on_job(self, task_id: str, due: datetime) -> None:
+        """The task's scheduler job fired for `due`."""
+        await self.fire(task_id, due)
+
+    async def fire(self, task_id: str, due: datetime) -> None:
+        """Fire the task for `due` (and what an outage missed), once."""
+        async with self._locks.hold(task_id):
+            task = await self.store.get(task_id)
+            if task is None or task.state != "active" or task.next_due != due:
+                return  # stale: cancelled, paused, or this due time was already handled
+            now = self.clock()
+            times, total, last = _overdue(task, due, now)
+            runs, notice = _catch_up(task, times, total, last, now, down=due < self._up_since)
+            next_due = next(
+                fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
+                None,
+            )
+            limited = bool(runs) and await self._over_channel_limit(task, now)
+            if limited:
+                runs = []
+                notice = (
+                    f"⚠️ Task `{task.id}` did not run at {shown(last, task.schedule.zone)}: this "
+                    f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
+                    "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
+                )
+            if notice:
+                await self._say(task.conversation, notice, key=f"task:{task.id}:{iso(last)}:note")
+            for when in runs:
+                if not await self._start_turn(task, when):
+                    return  # not recorded: the next start fires it again (the key dedups)
+            not_run: FiringOutcome = "limited" if limited else "skipped"
+            firings = [
+                Firing(
+                    task.id,
+                    when,
+                    "ran" if when in runs else not_run,
+                    (now - when).total_seconds(),
+                    now.timestamp(),
+                )
+                for when in dict.fromkeys([*times, last])
+            ]
+            if not await self.store.record_firings(
+                task, firings, next_due=next_due, fired=task.fired + total
+            ):
+                return
+            if next_due is not None:
+                await self._arm(task.id, next_due)
+
+    async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
+        work = task_work(task.schedule.what, offline=False)
+        return await self._deps.bus.publish(
+            TurnRequested(
+                conversation=task.conversation,
+                text=work.text,
+                key=f"task:{task.id}:{iso(due)}",
+                author_id=task.owner,
+                author_name=task.owner_name,
+                roles=task.owner_roles,
+                task=task.id,
+            )
+        )
+
+    async def _over_channel_limit(self, task: ScheduledTask, now: datetime) -> bool:
+        since = (now - timedelta(hours=1)).timestamp()
+        used = await self.store.channel_runs_since(channel_key(task.conversation), since)
+        return used >= self.limits.channel_firings_per_hour
+
+    async def _arm(self, task_id: str, due: datetime) -> None:
+        await self._deps.scheduler.schedule_at(
+            job_id(task_id), due, SCHEDULED_TASK_JOB, {"task_id": task_id, "due": iso(due)}
+        )
+
+    async def run_now(self, task_id: str) -> str:
+        """Fire an active task once now, outside its schedule (its next due time stays)."""
+        async with self._locks.hold(task_id):
+            task = await self.store.get(task_id)
+            if task is None:
+                return f"No task `{task_id}`."
+            if task.state != "active":
+                return f"Task `{task_id}` is {task.state}; only an active task can run now."
+            now = self.clock()
+            if not await self._start_turn(task, now):
+                return f"Task `{task_id}` could not be started; try again."
+            await self.store.record_firings(
+                task,
+                [Firing(task.id, now, "ran", 0.0, now.timestamp())],
+                next_due=task.next_due,
+                fired=task.fired,
+            )
+            return f"Task `{task_id}` runs now (its schedule is unchanged)."
+
+    # ----------------------------------------------------------- restart and other processes
+
+    async def start(self) -> None:
+        """After a restart: fire what came due while the bot was down, arm the rest."""
+        for task in await self.store.active():
+            await self._reconcile(task)
+
+    async def reconcile_since(self, since: float) -> None:
+        """Apply changes made by another process (`raven-bot schedules …`) after `since`."""
+        for task in await self.store.changed_since(since):
+            await self._reconcile(task)
+
+    async def _reconcile(self, task: ScheduledTask) -> None:
+        if task.state != "active":
+            await self._deps.scheduler.cancel(job_id(task.id))
+            return
+        if task.run_now:
+            await self.run_now(task.id)
+        if task.next_due is None:
+            return
+        if task.next_due <= self.clock():
+            await self.fire(task.id, task.next_due)
+        else:
+            await self._arm(task.id, task.next_due)
+
+    # -------------------------------------------------------------------- acting on tasks
+
+    def may_act(self, task: ScheduledTask, user_id: str) -> bool:
+        """The owner, an approver or an admin."""
+        return user_id == task.owner or self._deps.roles.privileged(user_id)
+
+    async def act(
+        self, task_id: str, action: str, *, by: str, conversation: ConversationRef | None
+    ) -> str:
+        """`pause`, `resume` or `cancel` a task for `by` (None conversation: the operator's
+        command line, which may act on any task)."""
+        task = await self.store.get(task_id)
+        if task is None:
+            return f"No task `{task_id}`."
+        if conversation is not None:
+            if task.conversation.id != conversation.id:
+                return f"Task `{task_id}` belongs to another conversation; act on it there."
+            if not self.may_act(task, by):
+                return (
+                    f"You may not {action} task `{task_id}`: only its owner "
+                    f"({task.owner_name}), an approver or an admin can."
+                )
+        actions = {"pause": self._pause, "resume": self._resume, "cancel": self._cancel}
+        if action not in actions:
+            raise ValueError(f"unknown action {action!r}")
+        return await actions[action](task)
+
+    async def _pause(self, task: ScheduledTask) -> str:
+        if not await self.store.transition(task.id, ["active"], state="paused"):
+            return f"Task `{task.id}` is {task.state}; only an active task can be paused."
+        await self._deps.scheduler.cancel(job_id(task.id))
+        return f"Task `{task.id}` is paused; `resume` it to fire again."
+
+    async def _resume(self, task: ScheduledTask) -> str:
+        # Fire times passed while paused are not missed runs: the task resumes from now.
+        nxt = next(fire_times(task.schedule, task.anchor, self.clock(), fired=task.fired), None)
+        if nxt is None:
+            await self.store.transition(task.id, ["paused"], state="done")
+            return f"Task `{task.id}` has no fire time left; it is done."
+        if not await self.store.transition(task.id, ["paused"], state="active", next_due=nxt):
+            return f"Task `{task.id}` is {task.state}; only a paused task can be resumed."
+        await self._arm(task.id, nxt)
+        return f"Task `{task.id}` is resumed. Next: {shown(nxt, task.schedule.zone)}."
+
+    async def _cancel(self, task: ScheduledTask) -> str:
+        if not await self.store.transition(task.id, LIVE_STATES, state="cancelled"):
+            return f"Task `{task.id}` is already {task.state}."
+        await self._deps.scheduler.cancel(job_id(task.id))
+        return f"Task `{task.id}` is cancelled."
+
+    async def listing(self, conversation: ConversationRef, *, everything: bool = False) -> str:
+        """The conversation's tasks (every task with `everything`: admins), one line each.
+
+        What another conversation's task runs is not shown here: a DM's stays in that DM."""
+        tasks = (
+            await self.store.listed()
+            if everything
+            else await self.store.of_conversation(conversation.id)
+        )
+        if not tasks:
+            return "No scheduled tasks here." if not everything else "No scheduled tasks."
+        return "\n".join(self.line(t, here=t.conversation.id == conversation.id) for t in tasks)
+
+    def line(self, task: ScheduledTask, *, here: bool = True) -> str:
+        """One task for people: id, owner, schedule, state, next fire time (and what it runs
+        when it is this conversation's)."""
+        schedule = task.schedule
+        nxt = (
+            f"next {shown(task.next_due, schedule.zone)}"
+            if task.state == "active" and task.next_due is not None
+            else task.state
+        )
+        what = f": {_gist(schedule.what)}" if here else " (in another conversation)"
+        return (
+            f"- `{task.id}` by {task.owner_name}, {schedule.kind} {schedule.when} "
+            f"({schedule.tz}), {nxt}{what}"
+        )
+
+    async def status(self, conversation: ConversationRef) -> str:
+        """`status` lines: the conversation's tasks with their next fire time."""
+        tasks = await self.store.of_conversation(conversation.id)
+        if not tasks:
+            return ""
+        return "**Scheduled tasks**:\n" + "\n".join(self.line(t) for t in tasks)
+
+    async def _say(self, conv: ConversationRef, text: str, *, key: str) -> None:
+        try:
+            await self._deps.outbox.send(conv, text, idempotency_key=key)
+        except DeliveryError as exc:
+            # Recorded and retried by the outbox; a firing does not stop on it.
+            log.warning("posting a scheduled task notice failed: %s", exc)
+
+
+def _gist(text: str, limit: int = 80) -> str:
+    one = " ".join(text.split())
+    return f"`{one[:limit]}{'…' if len(one) > limit else ''}`"
+
+
+def _overdue(
+    task: ScheduledTask, due: datetime, now: datetime
+) -> tuple[list[datetime], int, datetime]:
+    """The due times from `due` to `now`: the first MAX_CATCH_UP, how many, and the last."""
+    times: list[datetime] = []
+    total = 0
+    last = due
+    start = due - timedelta(microseconds=1)
+    for count, when in enumerate(fire_times(task.schedule, task.anchor, start, fired=task.fired)):
+        if when > now and count > 0:
+            break
+        total, last = count + 1, when
+        if len(times) < MAX_CATCH_UP:
+            times.append(when)
+        if total >= _MAX_COUNTED or when > now:
+            break
+    if not times:  # a one-shot task approved after its time fires at `due`
+        times, total, last = [due], 1, due
+    return times, total, last
+
+
+def _catch_up(
+    task: ScheduledTask,
+    times: Sequence[datetime],
+    total: int,
+    last: datetime,
+    now: datetime,
+    *,
+    down: bool,
+) -> tuple[list[datetime], str]:
+    """Which due times run now and what to say, by the task's `missed` policy (`down`: the
+    first came due before this process started)."""
+    late = (now - last).total_seconds()
+    if total == 1 and late <= LATE_GRACE_SECONDS and not down:
+        return [last], ""
+    tz = task.schedule.zone
+    missed = total - 1
+    policy = task.schedule.missed
+    if policy == "skip":
+        return [], (
+            f"⏭️ Task `{task.id}` skipped {total} run(s) missed while I was down (the last was "
+            f"due {shown(last, tz)}), as its `missed: skip` asks."
+        )
+    if policy == "all":
+        more = total - len(times)
+        extra = f"; {more} more were not replayed (the limit is {MAX_CATCH_UP})" if more else ""
+        return list(times), (
+            f"⏰ Task `{task.id}` missed {total} run(s) while I was down; running "
+            f"{len(times)} of them now{extra}."
+        )
+    took = format_duration(late)
+    if missed:
+        return [last], (
+            f"⏰ Task `{task.id}`: missed {missed} run(s) while I was down; this one is {took} "
+            f"late (due {shown(last, tz)})."
+        )
+    why = "I was down when it came due" if down else "I was busy"
+    return [last], f"⏰ Task `{task.id}` is {took} late: {why} (due {shown(last, tz)})."

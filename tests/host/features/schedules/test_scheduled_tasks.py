@@ -1,0 +1,211 @@
+"""Scheduled tasks in the assembled runtime (offline, default settings): proposed by a
+`schedule:` line, approved once by their owner, fired through the scheduler port with a
+fake clock, run unattended with exactly the approved commands, caught up after downtime as
+the task's `missed` says, idempotent, and acted on only by those allowed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.app import Runtime
+from core.ids import ConversationRef
+from host.features.schedules.feature import SchedulesFeature
+from host.features.schedules.store import ScheduledTask
+from host.features.schedules.tasks import SCHEDULED_TASK_JOB, ScheduledTasks, job_id
+from host.runtime.events import WakeUp
+from host.runtime.messages import InboundMessage
+from host.runtime.prompt_record import Prompt
+from host.runtime.scheduling import FiredJob
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import db_rows, eventually
+from tests.runtime_kit import chat_runtime
+
+CONV = ConversationRef("test", "W", "C", "T")
+
+
+@dataclass
+class FakeClock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@dataclass
+class Bot:
+    rt: Runtime
+    chat: FakeChatAdapter
+    clock: FakeClock
+    events: int = 0
+
+    @property
+    def tasks(self) -> ScheduledTasks:
+        return self.rt.feature(SchedulesFeature).tasks
+
+    async def say(self, text: str, author: str = "U1", name: str = "alice") -> str:
+        """Send a message as `author`; the bot's last reply once the thread is quiet."""
+        self.events += 1
+        msg = InboundMessage(
+            platform="test",
+            workspace="W",
+            channel="C",
+            thread="T",
+            message_id=f"m{self.events}",
+            author_id=author,
+            author_name=name,
+            text=text,
+            event_id=f"e{self.events}",
+        )
+        turn = await self.rt.service.accept(msg)
+        if turn is not None:
+            await turn
+        await self.rt.service.quiesce(CONV)
+        return self.chat.texts[-1]
+
+    async def approve(self, by: str = "U1") -> Prompt:
+        (prompt,) = [p for p in await self.rt.broker.pending() if p.purpose == "schedule_approval"]
+        outcome = await self.rt.broker.answer(prompt.id, prompt.nonce, by, "Approve")
+        assert outcome.status == "accepted", outcome.message
+        return prompt
+
+    async def only_task(self) -> ScheduledTask:
+        (task,) = await self.tasks.store.listed(live_only=False)
+        return task
+
+    async def fire_due(self) -> None:
+        """The task's job fires, as the scheduler would, at the fake clock's time."""
+        task = await self.only_task()
+        assert task.next_due is not None
+        job = FiredJob(
+            job_id(task.id),
+            SCHEDULED_TASK_JOB,
+            {"task_id": task.id, "due": task.next_due.isoformat()},
+            task.next_due,
+            self.clock.now,
+        )
+        assert await self.rt.bus.publish(WakeUp(job))
+        await self.rt.service.quiesce(CONV)
+
+
+@pytest.fixture
+async def bot(isolated_env: Path) -> AsyncIterator[Bot]:
+    chat = FakeChatAdapter()
+    async with chat_runtime(chat, serving=True) as rt:
+        clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+        rt.feature(SchedulesFeature).tasks.clock = clock
+        yield Bot(rt, chat, clock)
+
+
+async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(bot: Bot) -> None:
+    reply = await bot.say("schedule: every 2h | s1: shell: echo scheduled-tick")
+    assert "waits for approval" in reply
+    (shown,) = bot.chat.shown
+    assert "every 2h (UTC)" in shown.question
+    (nexts,) = [line for line in shown.question.splitlines() if line.startswith("- Next:")]
+    assert nexts.count(" UTC") == 3  # the next three fire times, with their zone
+    assert "echo scheduled-tick" in shown.question
+    await bot.approve()
+    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    task = await bot.only_task()
+    assert task.state == "active" and task.next_due == task.anchor + timedelta(hours=2)
+
+    bot.clock.advance(hours=2)
+    await bot.fire_due()
+    await eventually(lambda: any("scheduled-tick" in t for t in bot.chat.texts[-3:]))
+    # Ran without a new approval: the command was approved with the task.
+    assert [p.purpose for p in bot.chat.shown] == ["schedule_approval"]
+    task = await bot.only_task()
+    assert task.fired == 1 and task.next_due == task.anchor + timedelta(hours=4)
+
+    # The same firing delivered again (a crash before the job was removed) does nothing.
+    posted = len(bot.chat.texts)
+    await bot.rt.bus.publish(
+        WakeUp(
+            FiredJob(
+                job_id(task.id),
+                SCHEDULED_TASK_JOB,
+                {"task_id": task.id, "due": (task.anchor + timedelta(hours=2)).isoformat()},
+                task.anchor,
+                bot.clock.now,
+            )
+        )
+    )
+    await bot.rt.service.quiesce(CONV)
+    assert len(bot.chat.texts) == posted
+    assert db_rows(bot.rt.settings.home, "SELECT COUNT(*) FROM scheduled_firings") == [(1,)]
+
+
+async def test_downtime_runs_one_catch_up_and_says_how_late(bot: Bot) -> None:
+    await bot.say("schedule: every 2h | s1: shell: echo caught-up")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    task = await bot.only_task()
+    # Down for 7 h 12 m: due at +2h, +4h, +6h; the catch-up is the last, 1 h 12 m late.
+    bot.clock.advance(hours=7, minutes=12)
+    await bot.fire_due()
+    await eventually(lambda: any("caught-up" in t for t in bot.chat.texts[-3:]))
+    note = next(t for t in bot.chat.texts if t.startswith("⏰"))
+    assert "missed 2 run(s) while I was down; this one is 1h12m late" in note
+    task = await bot.only_task()
+    assert task.fired == 3 and task.next_due == task.anchor + timedelta(hours=8)
+    rows = db_rows(bot.rt.settings.home, "SELECT outcome FROM scheduled_firings ORDER BY due")
+    assert rows == [("skipped",), ("skipped",), ("ran",)]
+
+
+async def test_missed_skip_says_so_and_runs_nothing(bot: Bot) -> None:
+    await bot.say("schedule: every 1h | s1: shell: echo never-now | missed: skip")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    bot.clock.advance(hours=3, minutes=30)
+    await bot.fire_due()
+    assert any("skipped 3 run(s) missed while I was down" in t for t in bot.chat.texts)
+    assert not any("never-now" in t for t in bot.chat.texts[-3:] if "skipped" not in t)
+    task = await bot.only_task()
+    assert task.next_due == task.anchor + timedelta(hours=4)
+
+
+async def test_only_the_owner_an_approver_or_an_admin_acts_on_a_task(bot: Bot) -> None:
+    await bot.say("schedule: every 1h | s1: shell: echo mine")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    task = await bot.only_task()
+    reply = await bot.say(f"schedule: cancel {task.id}", author="U2", name="mallory")
+    assert "You may not cancel" in reply and "alice" in reply
+    reply = await bot.say(f"schedule: run {task.id}", author="U2", name="mallory")
+    assert "You may not run" in reply
+    assert (await bot.only_task()).state == "active"
+    listing = await bot.say("schedule: list", author="U2", name="mallory")
+    assert task.id in listing and "by alice" in listing and "next " in listing
+    assert "pause" in await bot.say(f"schedule: pause {task.id}")
+    assert (await bot.only_task()).state == "paused"
+    assert "resumed" in await bot.say(f"schedule: resume {task.id}")
+    assert "cancelled" in await bot.say(f"schedule: cancel {task.id}")
+    assert (await bot.only_task()).state == "cancelled"
+
+
+async def test_a_stranger_cannot_approve_someone_elses_task(bot: Bot) -> None:
+    await bot.say("schedule: in 30m | s1: shell: echo hi")
+    (prompt,) = await bot.rt.broker.pending()
+    outcome = await bot.rt.broker.answer(prompt.id, prompt.nonce, "U2", "Approve")
+    assert outcome.status != "accepted"
+    assert (await bot.only_task()).state == "proposed"
+
+
+async def test_bad_lines_are_refused_with_the_syntax(bot: Bot) -> None:
+    reply = await bot.say("schedule: every 1m | s1: shell: echo too-often")
+    assert "more often than the limit" in reply and "schedule: in 20m" in reply
+    reply = await bot.say("schedule: every 1h | summarise the news")
+    assert "offline mode" in reply and "ANTHROPIC_API_KEY" in reply
+    reply = await bot.say("schedule: every 1h | schedule: in 5m | s1: shell: echo nested")
+    assert "cannot create scheduled tasks" in reply
+    reply = await bot.say("schedule: every 1h | s1: shell: echo x | tz: Mars/Olympus")
+    assert "is not a time zone" in reply
+    assert await bot.tasks.store.listed(live_only=False) == []
