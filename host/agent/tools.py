@@ -144,7 +144,9 @@ class HostTools:
     async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str:
         """Admit and start a graph, or ask for approval when it needs one."""
         try:
-            result = await self.runs.submit(ctx.conversation, raw, submitted_by=ctx.author_id)
+            result = await self.runs.submit(
+                ctx.conversation, raw, submitted_by=ctx.author_id, for_task=ctx.task or None
+            )
         except AdmissionError as exc:
             return exc.for_user() if self.deps.results_reach_users else str(exc)
         if result.status == "needs_approval":

@@ -78,4 +78,10 @@ CREATE TABLE conversation_flags (
 );
 """,
     ),
+    Migration(
+        package="graph",
+        version=2,
+        name="graph runs: the scheduled task a run fires for",
+        sql="ALTER TABLE graph_runs ADD COLUMN for_task TEXT;",
+    ),
 )

@@ -43,6 +43,9 @@ class RunRecord:
     status_message: str | None
     created_at: float
     finished_at: float | None
+    # The scheduled task this run fires for (set by the core from the turn, never from the
+    # graph): it runs unattended, with the commands approved with the task.
+    for_task: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,8 @@ class RunStore:
             await ensure_conversation(db, conv, run.created_at)
             await db.execute(
                 "INSERT INTO graph_runs (id, conversation_id, task_summary, background, state,"
-                " submitted_by, submission, run_dir, replaces_run, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " submitted_by, submission, run_dir, replaces_run, created_at, for_task)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run.id,
                     conv.id,
@@ -116,6 +119,7 @@ class RunStore:
                     str(run.run_dir),
                     run.replaces_run,
                     run.created_at,
+                    run.for_task,
                 ),
             )
             node_rows = list(nodes)
@@ -407,6 +411,7 @@ def _run(row: Any) -> RunRecord:
         status_message=row["status_message"],
         created_at=row["created_at"],
         finished_at=row["finished_at"],
+        for_task=row["for_task"],
     )
 
 

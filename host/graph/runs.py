@@ -154,11 +154,13 @@ class RunManager:
         in_subagent: bool = False,
         approval_collected: bool = False,
         replaces_run: str | None = None,
+        for_task: str | None = None,
     ) -> Submitted:
         """Admit and start a graph. Raises AdmissionError on the first failed check.
 
         Admission and node-id reservation happen under one per-conversation lock, so two
-        concurrent submissions can never claim the same id.
+        concurrent submissions can never claim the same id. `for_task`: the scheduled task
+        whose firing submits it (the run is unattended).
         """
         async with self._admission_locks.hold(conv.id):
             ctx = await self.admission_context(
@@ -169,11 +171,16 @@ class RunManager:
             except ApprovalRequired as needed:
                 # Every other check passed (approval is the last one).
                 return Submitted("needs_approval", submission=needed.submission)
-            run = await self._create(conv, graph, submitted_by, replaces_run)
+            run = await self._create(conv, graph, submitted_by, replaces_run, for_task)
         return Submitted("started", run=run)
 
     async def _create(
-        self, conv: ConversationRef, graph: AdmittedGraph, submitted_by: str, replaces: str | None
+        self,
+        conv: ConversationRef,
+        graph: AdmittedGraph,
+        submitted_by: str,
+        replaces: str | None,
+        for_task: str | None = None,
     ) -> GraphRun:
         run_id = self._new_id()
         now = self._clock()
@@ -191,6 +198,7 @@ class RunManager:
             status_message=None,
             created_at=now,
             finished_at=None,
+            for_task=for_task,
         )
         nodes = {
             spec.id: NodeRecord(

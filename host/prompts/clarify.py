@@ -107,8 +107,8 @@ class ClarificationResult:
 class CommandGrants(Protocol):
     """Commands a person approved in advance (a scheduled task's, approved with the task)."""
 
-    async def covers(self, conv: ConversationRef, requester: str, command: str) -> bool:
-        """Whether `requester` already approved exactly `command` in `conv`."""
+    async def covers(self, task_id: str, requester: str, command: str) -> bool:
+        """Whether `requester` approved exactly `command` with scheduled task `task_id`."""
         ...
 
 
@@ -171,17 +171,23 @@ class Clarifier:
         return (await self.ask(conv, requester, question, node_id=node_id)).answer
 
     async def approve_command(
-        self, conv: ConversationRef, requester: str, command: str, *, node_id: str
+        self,
+        conv: ConversationRef,
+        requester: str,
+        command: str,
+        *,
+        node_id: str,
+        for_task: str | None = None,
     ) -> bool:
         """Ask a person (never the model) to approve running `command`; False unless approved.
 
         The requester, RAVEN_APPROVERS and admins may answer; denied, expired or cancelled
-        all mean no (fail closed). A command the requester approved in advance, exactly,
-        runs without asking again.
+        all mean no (fail closed). In a run for a scheduled task, a command its owner
+        approved with the task, exactly, runs without asking again.
         """
         for grants in self._grants:
-            if await grants.covers(conv, requester, command):
-                log.info("command of node %s approved in advance by %s", node_id, requester)
+            if for_task is not None and await grants.covers(for_task, requester, command):
+                log.info("node %s runs a command approved with task %s", node_id, for_task)
                 return True
         key = f"{conv.id}:{node_id}"
         self._awaiting_commands.add(key)

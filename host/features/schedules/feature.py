@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import ClassVar
 
 from agents.tools import Tool
-from core.ids import ConversationRef
 from host.agent.host_agent import ContextSource
 from host.conversation.service import CommandHandler
 from host.features.feature import BaseFeature, HostParts, StatusSource
@@ -50,15 +49,19 @@ class SchedulesSection:
 
 
 class TaskGrants:
-    """The exact commands of its owner's active tasks in a conversation, approved with them."""
+    """The exact commands approved with a task, for the runs of its firings (not once the
+    task is paused or cancelled; a one-shot task is `done` while its firing still runs)."""
 
     def __init__(self, store: TaskStore) -> None:
         self._store = store
 
-    async def covers(self, conv: ConversationRef, requester: str, command: str) -> bool:
-        return any(
-            task.state == "active" and task.owner == requester and command in task.grants
-            for task in await self._store.of_conversation(conv.id)
+    async def covers(self, task_id: str, requester: str, command: str) -> bool:
+        task = await self._store.get(task_id)
+        return (
+            task is not None
+            and task.state in ("active", "done")
+            and task.owner == requester
+            and command in task.grants
         )
 
 

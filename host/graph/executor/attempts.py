@@ -28,18 +28,23 @@ log = logging.getLogger(__name__)
 
 class WorkerReach:
     """How one run's nodes reach a person: questions, command approvals, permission gates
-    (each None when nobody can be asked)."""
+    (each None when nobody can be asked).
+
+    A run for a scheduled task is unattended: its nodes ask no questions and its permission
+    gates cannot ask (they deny); its commands are approved with the task, and any other
+    command posts an approval prompt and waits for it instead of running."""
 
     def __init__(self, run: RunRecord, aids: DispatchAids) -> None:
         self._conv = run.conversation
         self._requester = run.submitted_by
+        self._for_task = run.for_task
         self._prompts = aids.prompts
         self._gates = aids.gates
 
     def asker(self, node_id: str) -> Callable[[str], Awaitable[str]] | None:
         """Answers to the node's clarifying questions."""
         prompts = self._prompts
-        if prompts is None:
+        if prompts is None or self._for_task is not None:
             return None
         return functools.partial(
             prompts.answer_for_worker, self._conv, self._requester, node_id=node_id
@@ -50,6 +55,14 @@ class WorkerReach:
         prompts = self._prompts
         if prompts is None:
             return None
+        if self._for_task is not None:
+            return functools.partial(
+                prompts.approve_command,
+                self._conv,
+                self._requester,
+                node_id=node_id,
+                for_task=self._for_task,
+            )
         return functools.partial(
             prompts.approve_command, self._conv, self._requester, node_id=node_id
         )
@@ -59,10 +72,10 @@ class WorkerReach:
         gates, prompts = self._gates, self._prompts
         if gates is None:
             return None
-        # No prompts: nobody can be asked, so the gate is built unable to ask.
+        # Nobody to ask (no prompts, or an unattended run): the gate is built unable to ask.
         ask = (
             None
-            if prompts is None
+            if prompts is None or self._for_task is not None
             else functools.partial(
                 prompts.ask_permission, self._conv, self._requester, node_id=node_id
             )

@@ -28,9 +28,16 @@ class WorkerPrompts(Protocol):
         ...
 
     async def approve_command(
-        self, conv: ConversationRef, requester: str, command: str, *, node_id: str
+        self,
+        conv: ConversationRef,
+        requester: str,
+        command: str,
+        *,
+        node_id: str,
+        for_task: str | None = None,
     ) -> bool:
-        """Whether a person approved running `command` (False unless approved)."""
+        """Whether a person approved running `command` (False unless approved); a run for a
+        scheduled task (`for_task`) runs the commands approved with it without asking."""
         ...
 
     async def ask_permission(

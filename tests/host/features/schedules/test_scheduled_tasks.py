@@ -52,6 +52,12 @@ class Bot:
 
     async def say(self, text: str, author: str = "U1", name: str = "alice") -> str:
         """Send a message as `author`; the bot's last reply once the thread is quiet."""
+        await self.send(text, author, name)
+        await self.rt.service.quiesce(CONV)
+        return self.chat.texts[-1]
+
+    async def send(self, text: str, author: str = "U1", name: str = "alice") -> None:
+        """Send a message as `author` and wait for its turn (not for the runs it starts)."""
         self.events += 1
         msg = InboundMessage(
             platform="test",
@@ -67,8 +73,6 @@ class Bot:
         turn = await self.rt.service.accept(msg)
         if turn is not None:
             await turn
-        await self.rt.service.quiesce(CONV)
-        return self.chat.texts[-1]
 
     async def approve(self, by: str = "U1") -> Prompt:
         (prompt,) = [p for p in await self.rt.broker.pending() if p.purpose == "schedule_approval"]
@@ -124,6 +128,14 @@ async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(b
     assert [p.purpose for p in bot.chat.shown] == ["schedule_approval"]
     task = await bot.only_task()
     assert task.fired == 1 and task.next_due == task.anchor + timedelta(hours=4)
+
+    # The grant is the firing's: the owner's own run of the same command still asks.
+    await bot.send("s9: shell: echo scheduled-tick")
+    await eventually(lambda: bot.chat.shown[-1].purpose == "command_approval")
+    asking = bot.chat.shown[-1]
+    assert "echo scheduled-tick" in asking.question
+    await bot.rt.broker.answer(asking.id, asking.nonce, "U1", "Deny")
+    await bot.rt.service.quiesce(CONV)
 
     # The same firing delivered again (a crash before the job was removed) does nothing.
     posted = len(bot.chat.texts)
