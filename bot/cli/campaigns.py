@@ -15,7 +15,6 @@ import asyncio
 import json
 import logging
 import math
-import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -25,10 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from bot.cli.database import open_database
 from bot.home import HomeError, check_home
-from bot.schema import all_migrations
 from bot.settings import Settings
-from core.store import Store
 from host.features.oncall.site import machine_specs
 from oncall.machines.registry import build_machines
 from oncall.model import (
@@ -72,17 +70,8 @@ def campaigns_command(args: argparse.Namespace, settings: Settings) -> int:
 @asynccontextmanager
 async def open_campaigns(home: Path) -> AsyncIterator[CampaignStore]:
     """The campaign records in `home/raven.db` (HomeError naming the file if it won't open)."""
-    store = Store(home / "raven.db", all_migrations())
-    try:
-        await store.open()
-    except (OSError, sqlite3.Error) as exc:
-        # Close what did open: a connection thread left running keeps the process alive.
-        await store.close()
-        raise HomeError(f"RAVEN_HOME={home}: cannot open {store.path}: {exc}") from None
-    try:
+    async with open_database(home) as store:
         yield CampaignStore(store)
-    finally:
-        await store.close()
 
 
 # --------------------------------------------------------------------------- records

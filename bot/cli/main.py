@@ -81,6 +81,12 @@ def _campaigns(args: argparse.Namespace, settings: Settings) -> int:
     return campaigns_command(args, settings)
 
 
+def _schedules(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.schedules import schedules_command
+
+    return schedules_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.doctor import doctor
 
@@ -93,6 +99,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "graph": _graph,
         "runs": _runs,
         "campaigns": _campaigns,
+        "schedules": _schedules,
         "memory": _memory,
         "skills": _skills,
         "doctor": _doctor,

@@ -69,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
     show.add_argument("run", help="run id (from `raven-bot runs list`)")
     _add_campaigns(sub)
+    _add_schedules(sub)
     _add_memory(sub)
     _add_skills(sub)
     return parser
@@ -101,6 +102,35 @@ def _add_campaigns(sub: _Commands) -> None:
     )
     stop.add_argument("campaign", help="campaign id (from `raven-bot campaigns list`)")
     _add_run_parser(actions)
+
+
+def _add_schedules(sub: _Commands) -> None:
+    """The `schedules` subcommand and its actions, on `raven-bot`'s subparsers."""
+    schedules = sub.add_parser(
+        "schedules",
+        help="scheduled tasks: list, show, pause, resume, delete, run now",
+        description="Read and act on scheduled tasks (a running bot applies changes within "
+        "seconds).",
+    )
+    actions = schedules.add_subparsers(dest="schedules_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list", help="scheduled tasks", description="Tasks that may still fire, newest first."
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--all", action="store_true", help="include ended and cancelled tasks")
+    show = actions.add_parser(
+        "show", help="one task and its firings", description="A task, its schedule and firings."
+    )
+    show.add_argument("task", help="task id (from `raven-bot schedules list`)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    for name, does in (
+        ("pause", "stop firing until resumed"),
+        ("resume", "fire again from now on"),
+        ("delete", "cancel the task"),
+        ("run", "fire once now (its schedule is unchanged)"),
+    ):
+        act = actions.add_parser(name, help=does, description=f"{does[0].upper()}{does[1:]}.")
+        act.add_argument("task", help="task id (from `raven-bot schedules list`)")
 
 
 def _add_run_parser(actions: _Commands) -> None:

@@ -18,7 +18,7 @@ from host.agent.host_agent import ContextSource
 from host.conversation.service import CommandHandler
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.commands import ScheduleCommands
-from host.features.schedules.store import TaskStore
+from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
     SCHEDULE_APPROVAL,
     SCHEDULED_TASK_JOB,
@@ -33,9 +33,6 @@ from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
 
 log = logging.getLogger(__name__)
-
-# How often changes made by another process (`raven-bot schedules …`) are picked up.
-RECONCILE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)

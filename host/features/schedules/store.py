@@ -19,6 +19,8 @@ TaskState = Literal["proposed", "active", "paused", "done", "cancelled", "denied
 # States in which a task may still fire (after approval, or after a resume).
 LIVE_STATES: tuple[TaskState, ...] = ("proposed", "active", "paused")
 FiringOutcome = Literal["ran", "skipped", "limited"]
+# How often a running bot re-reads tasks another process changed (`raven-bot schedules …`).
+RECONCILE_SECONDS = 10.0
 
 
 def channel_key(conv: ConversationRef) -> str:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, TaskSchedule, refusal
+from host.features.schedules.line import ScheduleError, refusal
 from host.features.schedules.store import (
     LIVE_STATES,
     Firing,
@@ -32,7 +32,9 @@ from host.features.schedules.store import (
 from host.features.schedules.timing import (
     MAX_CATCH_UP,
     checked_schedule,
+    describe_schedule,
     fire_times,
+    shown,
     upcoming,
 )
 from host.features.schedules.work import task_work
@@ -88,24 +90,6 @@ class TaskDeps:
 def job_id(task_id: str) -> str:
     """The scheduler job of a task's next firing."""
     return f"scheduled-task:{task_id}"
-
-
-def shown(when: datetime, tz: object) -> str:
-    """A time as people read it, in the task's zone, with the zone named."""
-    local = when.astimezone(tz)  # type: ignore[arg-type]
-    return local.strftime("%a %-d %b %Y %H:%M %Z")
-
-
-def describe_schedule(schedule: TaskSchedule) -> str:
-    """`every 2h (Europe/Paris), until …, at most 5 times; missed runs: once`."""
-    parts = [f"{schedule.kind} {schedule.when} ({schedule.tz})"]
-    if schedule.until is not None:
-        parts.append(f"until {shown(schedule.until, schedule.zone)}")
-    if schedule.count is not None:
-        parts.append(f"at most {schedule.count} time(s)")
-    parts.append(f"missed runs: {schedule.missed}")
-    parts.append(f"results: {schedule.notify}")
-    return ", ".join(parts)
 
 
 class ScheduledTasks:

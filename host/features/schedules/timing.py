@@ -116,6 +116,24 @@ def _day(text: str) -> int:
     raise ValueError(f"{text!r} is not a weekday (0–7 or sun–sat)")
 
 
+def shown(when: datetime, tz: object) -> str:
+    """A time as people read it, in the task's zone, with the zone named."""
+    local = when.astimezone(tz)  # type: ignore[arg-type]
+    return local.strftime("%a %-d %b %Y %H:%M %Z")
+
+
+def describe_schedule(schedule: TaskSchedule) -> str:
+    """`every 2h (Europe/Paris), until …, at most 5 times; missed runs: once`."""
+    parts = [f"{schedule.kind} {schedule.when} ({schedule.tz})"]
+    if schedule.until is not None:
+        parts.append(f"until {shown(schedule.until, schedule.zone)}")
+    if schedule.count is not None:
+        parts.append(f"at most {schedule.count} time(s)")
+    parts.append(f"missed runs: {schedule.missed}")
+    parts.append(f"results: {schedule.notify}")
+    return ", ".join(parts)
+
+
 def fire_times(
     schedule: TaskSchedule, anchor: datetime, after: datetime, *, fired: int = 0
 ) -> Iterator[datetime]:
