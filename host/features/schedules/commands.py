@@ -18,7 +18,7 @@ HELP = (
     f"{SYNTAX} schedules WHAT (a plan, a `shell:` node or a campaign line offline; any "
     "request with a model) after you approve it; `schedule: list` shows this thread's tasks, "
     "`schedule: pause ID`, `resume ID`, `cancel ID` and `run ID` (now) act on one (its owner, "
-    "an approver or an admin)."
+    "an approver or an admin). `notify: changes|failures` and `post: channel` are not built yet."
 )
 
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, refusal
+from host.features.schedules.line import ScheduleError, TaskSchedule, refusal
 from host.features.schedules.store import (
     LIVE_STATES,
     Firing,
@@ -127,6 +127,7 @@ class ScheduledTasks:
                 min_interval=self.limits.min_interval_seconds,
             )
             work = task_work(schedule.what, offline=self._offline)
+            _built(schedule)
         except ScheduleError as exc:
             return f"⚠️ {exc}"
         task_id = (
@@ -436,6 +437,19 @@ class ScheduledTasks:
         except DeliveryError as exc:
             # Recorded and retried by the outbox; a firing does not stop on it.
             log.warning("posting a scheduled task notice failed: %s", exc)
+
+
+def _built(schedule: TaskSchedule) -> None:
+    """Refuse the options that are read but not built yet (rather than ignore them)."""
+    unbuilt = []
+    if schedule.post == "channel":
+        unbuilt.append("`post: channel` (a fresh thread per firing): results post in this thread")
+    if schedule.notify != "always":
+        unbuilt.append(f"`notify: {schedule.notify}`: every result is posted")
+    if unbuilt:
+        raise ScheduleError(
+            "Not built yet: " + "; ".join(unbuilt) + ". Leave the option out to schedule this."
+        )
 
 
 def _gist(text: str, limit: int = 80) -> str:

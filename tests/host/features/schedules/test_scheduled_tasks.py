@@ -126,4 +126,6 @@ async def test_bad_lines_are_refused_with_the_syntax(bot: Bot) -> None:
     assert "cannot create scheduled tasks" in reply
     reply = await bot.say("schedule: every 1h | s1: shell: echo x | tz: Mars/Olympus")
     assert "is not a time zone" in reply
+    reply = await bot.say("schedule: every 1h | s1: shell: echo x | notify: changes")
+    assert "Not built yet: `notify: changes`" in reply
     assert await bot.tasks.store.listed(live_only=False) == []
