@@ -75,6 +75,45 @@ def parse_plan(text: str) -> dict[str, Any] | None:
     }
 
 
+def with_id_suffix(text: str, suffix: str) -> str:
+    """The plan `text` with every node id `x` renamed `x_<suffix>` where it names a node: a
+    line's id, its `after` dependencies and `{{x.output}}` / `{{x.output_path}}`
+    placeholders; everything else, commands included, is kept as written. (A plan run again,
+    as each firing of a scheduled task does, needs fresh ids: ids are unique per
+    conversation.) An id too long for the suffix is shortened."""
+    plan = parse_plan(text)
+    if plan is None:
+        return text
+    keep = 39 - len(suffix)
+    renamed = {str(n["id"]): f"{str(n['id'])[:keep]}_{suffix}" for n in plan["nodes"]}
+
+    def name(match: re.Match[str]) -> str:
+        return renamed.get(match[0], match[0])
+
+    ids = re.compile(r"\b(?:" + "|".join(map(re.escape, renamed)) + r")\b")
+    placeholder = re.compile(r"(\{\{\s*)(" + ids.pattern + r")(?=\.output(?:_path)?\s*\}\})")
+    lines = []
+    for line in text.splitlines():
+        match = _NODE_LINE.match(line)
+        if match is None:
+            lines.append(line)
+            continue
+        task = match["task"]
+        after = _BRACKET_AFTER.search(task) or _PLAIN_AFTER.search(task)
+        head = task if after is None else task[: after.start()]
+        tail = "" if after is None else ids.sub(name, task[after.start() :])
+        head = placeholder.sub(lambda m: m[1] + renamed[m[2]], head)
+        lines.append(
+            line[: match.start("id")]
+            + renamed[match["id"]]
+            + line[match.end("id") : match.start("task")]
+            + head
+            + tail
+            + line[match.end("task") :]
+        )
+    return "\n".join(lines)
+
+
 def is_plan_line(line: str) -> bool:
     """True for a node line or a `confirm` line (used to group a multi-line plan)."""
     return bool(_NODE_LINE.match(line) or _CONFIRM.match(line))

@@ -14,7 +14,7 @@ _FENCE = re.compile(r"^```[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.MULTILINE | re.D
 _INLINE = re.compile(r"(?<!`)`(?P<code>[^`\n]+)`(?!`)")
 # The `raven-bot` subcommands that have subcommands of their own: an inline span starting with
 # one of them and going on (`skills list`, `memory show --user ID`) is a command line too.
-GROUPS = ("graph", "runs", "campaigns", "memory", "skills")
+GROUPS = ("graph", "runs", "campaigns", "schedules", "memory", "skills")
 _COMMAND = re.compile(rf"^(?:(?:\.venv/bin/)?raven-bot\b.*|(?:{'|'.join(GROUPS)}) [a-z-].*)$")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from agents.plan_syntax import with_id_suffix
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
@@ -280,10 +281,18 @@ class ScheduledTasks:
 
     async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
         work = task_work(task.schedule.what, offline=False)
+        text = work.text
+        if work.kind == "plan":
+            # Node ids are unique per conversation: each firing's plan gets its own, named
+            # after its time (`s1` fires as `s1_2612240900`); the commands stay as approved.
+            local = due.astimezone(task.schedule.zone)
+            text = with_id_suffix(
+                text, local.strftime("%y%m%d%H%M%S" if local.second else "%y%m%d%H%M")
+            )
         return await self._deps.bus.publish(
             TurnRequested(
                 conversation=task.conversation,
-                text=work.text,
+                text=text,
                 key=f"task:{task.id}:{iso(due)}",
                 author_id=task.owner,
                 author_name=task.owner_name,

@@ -77,3 +77,26 @@ async def test_offline_reports_tool_results_verbatim() -> None:
     assert "`submit_graph`: admitted run R1" in reply.text
     assert "Offline mode" in reply.text
     assert isinstance(reply.content[0], TextBlock)
+
+
+def test_a_plan_renamed_for_another_run_keeps_its_commands_and_wiring() -> None:
+    from agents.plan_syntax import parse_plan, with_id_suffix
+
+    plan = (
+        "a1: shell: echo a1 alpha\n"
+        'b1: shell: echo "got {{a1.output}} in {{ a1.output_path }}" [after a1]\n'
+        "c1: shell: echo done after b1\nconfirm"
+    )
+    renamed = parse_plan(with_id_suffix(plan, "2612240900"))
+    assert renamed is not None and renamed["confirm"]
+    nodes = {n["id"]: n for n in renamed["nodes"]}
+    assert list(nodes) == ["a1_2612240900", "b1_2612240900", "c1_2612240900"]
+    assert nodes["a1_2612240900"]["template"] == "echo a1 alpha"  # a word, not a node: kept
+    assert nodes["b1_2612240900"]["template"] == (
+        'echo "got {{a1_2612240900.output}} in {{ a1_2612240900.output_path }}"'
+    )
+    assert nodes["b1_2612240900"]["deps"] == ["a1_2612240900"]
+    assert nodes["c1_2612240900"]["deps"] == ["b1_2612240900"]
+    long_id = "n" * 40
+    (node,) = parse_plan(with_id_suffix(f"{long_id}: shell: true", "x1"))["nodes"]  # type: ignore[index]
+    assert node["id"] == "n" * 37 + "_x1" and len(node["id"]) == 40

@@ -60,6 +60,16 @@ async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(b
     assert len(bot.chat.texts) == posted
     assert db_rows(bot.rt.settings.home, "SELECT COUNT(*) FROM scheduled_firings") == [(1,)]
 
+    # The next firing runs the plan again (with node ids of its own: ids are unique per
+    # conversation), again without asking.
+    bot.clock.advance(hours=2)
+    await bot.fire_due()
+    home = bot.rt.settings.home
+    sql = "SELECT COUNT(*) FROM graph_nodes WHERE node_id LIKE 's1_%' AND state = 'completed'"
+    await eventually(lambda: db_rows(home, sql) == [(2,)])
+    assert (await bot.only_task()).fired == 2
+    assert not [p for p in await bot.rt.broker.pending() if p.purpose == "command_approval"]
+
 
 async def test_downtime_runs_one_catch_up_and_says_how_late(bot: Bot) -> None:
     await bot.say("schedule: every 2h | s1: shell: echo caught-up")
