@@ -50,6 +50,9 @@ class MemoryScheduler:
         self.cancelled.append(job_id)
         return self.jobs.pop(job_id, None) is not None
 
+    async def pending_job_ids(self) -> list[str]:
+        return list(self.jobs)
+
 
 @dataclass
 class RecordingNotifier:

@@ -58,6 +58,10 @@ class Scheduler(Protocol):
         """Remove a job before it fires; False when there was none (or it already fired)."""
         ...
 
+    async def pending_job_ids(self) -> list[str]:
+        """Ids of the jobs waiting to fire."""
+        ...
+
     async def start(self) -> None:
         """Open the job store and begin firing due jobs (overdue ones within the grace)."""
         ...

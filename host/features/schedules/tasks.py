@@ -114,6 +114,7 @@ class ScheduledTasks:
         # Due times before this were missed while the bot was down (said, however late).
         self._up_since = now()
         self._locks = KeyedLocks()
+        self._channels = KeyedLocks()
 
     # ------------------------------------------------------------------ proposing a task
 
@@ -239,45 +240,60 @@ class ScheduledTasks:
         """Fire the task for `due` (and what an outage missed), once."""
         async with self._locks.hold(task_id):
             task = await self.store.get(task_id)
-            if task is None or task.state != "active" or task.next_due != due:
-                return  # stale: cancelled, paused, or this due time was already handled
+            if task is None or task.state != "active" or task.next_due is None:
+                return  # cancelled, paused or done
             now = self.clock()
+            if task.next_due != due:
+                # A stale job (this due time was handled): the task's own job is re-armed in
+                # case a crash came between recording a firing and arming the next.
+                if task.next_due > now:
+                    await self._arm(task.id, task.next_due)
+                return
             times, total, last = _overdue(task, due, now)
             runs, notice = _catch_up(task, times, total, last, now, down=due < self._up_since)
             next_due = next(
                 fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
                 None,
             )
-            limited = bool(runs) and await self._over_channel_limit(task, now)
-            if limited:
-                runs = []
-                notice = (
-                    f"⚠️ Task `{task.id}` did not run at {shown(last, task.schedule.zone)}: this "
-                    f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
-                    "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
-                )
-            if notice:
-                await self._say(task.conversation, notice, key=f"task:{task.id}:{iso(last)}:note")
-            for when in runs:
-                if not await self._start_turn(task, when):
-                    return  # not recorded: the next start fires it again (the key dedups)
-            not_run: FiringOutcome = "limited" if limited else "skipped"
-            firings = [
-                Firing(
-                    task.id,
-                    when,
-                    "ran" if when in runs else not_run,
-                    (now - when).total_seconds(),
-                    now.timestamp(),
-                )
-                for when in dict.fromkeys([*times, last])
-            ]
-            if not await self.store.record_firings(
-                task, firings, next_due=next_due, fired=task.fired + total
-            ):
-                return
-            if next_due is not None:
-                await self._arm(task.id, next_due)
+            firing = _Firing(task, [*dict.fromkeys([*times, last])], total, now, runs, notice)
+            # One channel's firings are counted and recorded one at a time: concurrent firings
+            # must not all pass the hourly limit before any of them is recorded.
+            async with self._channels.hold(channel_key(task.conversation)):
+                await self._fire(firing, next_due)
+
+    async def _fire(self, firing: _Firing, next_due: datetime | None) -> None:
+        task, now, runs, notice = firing.task, firing.now, firing.runs, firing.notice
+        last = firing.due[-1]
+        limited = bool(runs) and await self._over_channel_limit(task, now)
+        if limited:
+            runs = []
+            notice = (
+                f"⚠️ Task `{task.id}` did not run at {shown(last, task.schedule.zone)}: this "
+                f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
+                "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
+            )
+        if notice:
+            await self._say(task.conversation, notice, key=f"task:{task.id}:{iso(last)}:note")
+        for when in runs:
+            if not await self._start_turn(task, when):
+                return  # not recorded: the next start fires it again (the key dedups)
+        not_run: FiringOutcome = "limited" if limited else "skipped"
+        firings = [
+            Firing(
+                task.id,
+                when,
+                "ran" if when in runs else not_run,
+                (now - when).total_seconds(),
+                now.timestamp(),
+            )
+            for when in firing.due
+        ]
+        if not await self.store.record_firings(
+            task, firings, next_due=next_due, fired=task.fired + firing.total
+        ):
+            return
+        if next_due is not None:
+            await self._arm(task.id, next_due)
 
     async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
         work = task_work(task.schedule.what, offline=False)
@@ -333,9 +349,15 @@ class ScheduledTasks:
     # ----------------------------------------------------------- restart and other processes
 
     async def start(self) -> None:
-        """After a restart: fire what came due while the bot was down, arm the rest."""
+        """After a restart: fire what came due while the bot was down, and arm the tasks
+        whose job is missing (a crash between recording a firing and arming the next)."""
+        armed = set(await self._deps.scheduler.pending_job_ids())
+        now = self.clock()
         for task in await self.store.active():
-            await self._reconcile(task)
+            if task.run_now or task.next_due is None or task.next_due <= now:
+                await self._reconcile(task)
+            elif job_id(task.id) not in armed:
+                await self._arm(task.id, task.next_due)
 
     async def reconcile_since(self, since: float) -> None:
         """Apply changes made by another process (`raven-bot schedules …`) after `since`."""
@@ -446,6 +468,19 @@ class ScheduledTasks:
         except DeliveryError as exc:
             # Recorded and retried by the outbox; a firing does not stop on it.
             log.warning("posting a scheduled task notice failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class _Firing:
+    """One firing being carried out: the due times it covers (the last one last), how many
+    came due in all, which run now and what to say."""
+
+    task: ScheduledTask
+    due: list[datetime]
+    total: int
+    now: datetime
+    runs: list[datetime]
+    notice: str
 
 
 def _built(schedule: TaskSchedule) -> None:

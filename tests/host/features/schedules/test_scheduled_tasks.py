@@ -5,6 +5,8 @@ the task's `missed` says, idempotent, and acted on only by those allowed."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 from host.features.schedules.tasks import SCHEDULED_TASK_JOB, job_id
@@ -139,3 +141,46 @@ async def test_bad_lines_are_refused_with_the_syntax(bot: Bot) -> None:
     reply = await bot.say("schedule: every 1h | s1: shell: echo x | notify: changes")
     assert "Not built yet: `notify: changes`" in reply
     assert await bot.tasks.store.listed(live_only=False) == []
+
+
+async def test_concurrent_firings_in_one_channel_keep_its_hourly_limit(bot: Bot) -> None:
+    bot.tasks.limits = replace(bot.tasks.limits, channel_firings_per_hour=2)
+    for n in range(4):
+        await bot.say(f"schedule: every 1h | s{n}: shell: echo task-{n}")
+        await bot.approve()
+    tasks = await bot.tasks.store.active()
+    assert len(tasks) == 4
+    bot.clock.advance(hours=1)
+    await asyncio.gather(
+        *(
+            bot.rt.bus.publish(
+                WakeUp(
+                    FiredJob(
+                        job_id(t.id),
+                        SCHEDULED_TASK_JOB,
+                        {"task_id": t.id, "due": str(t.next_due and t.next_due.isoformat())},
+                        t.anchor,
+                        bot.clock.now,
+                    )
+                )
+            )
+            for t in tasks
+        )
+    )
+    await bot.rt.service.quiesce(CONV)
+    outcomes = db_rows(
+        bot.rt.settings.home, "SELECT outcome, COUNT(*) FROM scheduled_firings GROUP BY outcome"
+    )
+    assert dict(outcomes) == {"ran": 2, "limited": 2}
+    assert sum("RAVEN_SCHEDULE_CHANNEL_PER_HOUR" in t for t in bot.chat.texts) == 2
+
+
+async def test_a_restart_arms_only_the_tasks_whose_job_is_missing(bot: Bot) -> None:
+    await bot.say("schedule: every 1h | s1: shell: echo armed")
+    await bot.approve()
+    task = await bot.only_task()
+    scheduler = bot.rt.scheduler
+    assert job_id(task.id) in await scheduler.pending_job_ids()
+    await scheduler.cancel(job_id(task.id))  # a crash between recording and arming
+    await bot.tasks.start()
+    assert job_id(task.id) in await scheduler.pending_job_ids()
