@@ -1,4 +1,4 @@
-"""Benchmark: scheduled tasks (issue 20): registering 10,000 tasks, the restart that re-arms
+"""Benchmark: scheduled tasks (issue 20): registering 10,000 tasks, the restart that reads
 them, firing lateness under load, and the model calls a firing makes.
 
 (1) Inserts `--tasks` (10,000) active tasks into a real `Store` (temporary raven.db, every
@@ -8,7 +8,8 @@ now and its first fire time from `timing.fire_times`, then arms each one's job
 (`scheduled-task:<id>`, kind `scheduled_task`) through the real `ApschedulerScheduler`
 (SQLAlchemy job store on a temporary scheduler.db), one at a time as approvals do. Prints the
 time per step, the RSS growth (VmRSS) and the size of both databases, then times
-`ScheduledTasks.start()`, the restart path that reads every active task and re-arms it.
+`ScheduledTasks.start()`, the restart path that reads every active task and arms the
+tasks whose job is missing.
 
 (2) Inserts `--firing` (1,000) more tasks (`every 1h`, an explicit plan, each in its own
 channel so the hourly per-channel limit does not apply) whose next due times are spread over
@@ -27,8 +28,8 @@ made no model call: no provider is reachable from the firing path, a firing only
 a turn.
 
 Goals of issue 20 are printed next to the figures and never asserted; it exits 1 only when a
-turn was doubled or lost. Data goes to a temporary directory removed afterwards. About 75 s
-on 2 cores, most of it the 20,000 job commits (each fsynced) of arming and re-arming in (1).
+turn was doubled or lost. Data goes to a temporary directory removed afterwards. About 45 s
+on 2 cores, most of it the 10,000 job commits of arming in (1).
 Run from the repo root:
 
     .venv/bin/python bench/scheduled_tasks.py [--tasks 10000] [--firing 1000] [--spread 3]
@@ -348,7 +349,8 @@ async def registration_phase(rig: Rig, count: int, channels: int) -> Registratio
 
 
 async def restart_path(rig: Rig, count: int) -> None:
-    """`ScheduledTasks.start()` over the registered tasks (each re-read and re-armed)."""
+    """`ScheduledTasks.start()` over the registered tasks (each re-read; none re-armed: their
+    jobs are stored)."""
     started = time.perf_counter()
     active = await rig.tasks.store.active()
     reading = time.perf_counter() - started

@@ -109,6 +109,7 @@ README_EXAMPLES = [
     's1: shell: echo "hello from the sandbox" && uname -a\nconfirm',
     "help",
     "stop",
+    "schedule: every 2h | s1: shell: df -h /",
 ]
 
 VALIDATIONS = (
@@ -412,6 +413,28 @@ async def test_slack_shell_plan_approved_by_button_then_by_typed_number(bot: Dep
     await bot.slack_reply(thread, "1")
     report = await bot.slack_post(thread, lambda p: "hello from the sandbox\n" in p["text"])
     assert "Linux" in report["text"], report["text"]
+
+
+async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deployed) -> None:
+    thread = await bot.slack_mention("schedule: every 2h | s1: shell: df -h /")
+    prompt = await bot.slack_post(thread, _is_prompt)
+    # "the prompt shows the schedule, the next three fire times in the task's zone (named)
+    # and exactly what each firing runs"
+    shown = "\n".join(_texts(prompt))
+    (nexts,) = [line for line in shown.splitlines() if "Next:" in line]
+    assert nexts.count(" UTC") == 3 and "df -h /" in shown, shown
+    await bot.slack_click(thread, prompt, "Approve")
+    scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 2h" in p["text"])
+    task = re.findall(r"t_[0-9a-f]{8}", scheduled["text"])[0]
+    # Run now: the command approved with the task runs without another approval.
+    await bot.slack_reply(thread, f"schedule: run {task}")
+    await bot.slack_post(thread, lambda p: "Filesystem" in p["text"])
+    assert len([p for p in bot.slack_posts(thread) if _is_prompt(p)]) == 1
+    await bot.slack_reply(thread, "status")
+    status = await bot.slack_post(thread, lambda p: "Scheduled tasks" in p["text"])
+    assert task in status["text"] and "next " in status["text"], status["text"]
+    await bot.slack_reply(thread, f"schedule: cancel {task}")
+    await bot.slack_post(thread, lambda p: f"{task}` is cancelled" in p["text"])
 
 
 async def test_slack_help(bot: Deployed) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from host.features.schedules.line import SYNTAX, is_schedule_line
+from host.features.schedules.line import is_schedule_line
 from host.features.schedules.tasks import Proposer, ScheduledTasks
 from host.runtime.messages import InboundMessage
 from host.runtime.roles import Roles
@@ -15,10 +15,9 @@ _ACTION = re.compile(
     re.IGNORECASE,
 )
 HELP = (
-    f"{SYNTAX} schedules WHAT (a plan, a `shell:` node or a campaign line offline; any "
-    "request with a model) after you approve it; `schedule: list` shows this thread's tasks, "
-    "`schedule: pause ID`, `resume ID`, `cancel ID` and `run ID` (now) act on one (its owner, "
-    "an approver or an admin). `notify: changes|failures` and `post: channel` are not built yet."
+    "`schedule: every 2h | WHAT` (or `in 20m`, `at 2026-12-24 09:00`, `cron 0 9 * * 1-5`) runs "
+    "WHAT (a plan or a campaign line offline) once you approve it; `schedule: list`, and "
+    "`schedule: pause|resume|cancel|run ID`."
 )
 
 

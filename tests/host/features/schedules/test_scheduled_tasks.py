@@ -25,7 +25,7 @@ async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(b
     assert nexts.count(" UTC") == 3  # the next three fire times, with their zone
     assert "echo scheduled-tick" in shown.question
     await bot.approve()
-    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     task = await bot.only_task()
     assert task.state == "active" and task.next_due == task.anchor + timedelta(hours=2)
 
@@ -76,7 +76,7 @@ async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(b
 async def test_downtime_runs_one_catch_up_and_says_how_late(bot: Bot) -> None:
     await bot.say("schedule: every 2h | s1: shell: echo caught-up")
     await bot.approve()
-    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     task = await bot.only_task()
     # Down for 7 h 12 m: due at +2h, +4h, +6h; the catch-up is the last, 1 h 12 m late.
     bot.clock.advance(hours=7, minutes=12)
@@ -93,7 +93,7 @@ async def test_downtime_runs_one_catch_up_and_says_how_late(bot: Bot) -> None:
 async def test_missed_skip_says_so_and_runs_nothing(bot: Bot) -> None:
     await bot.say("schedule: every 1h | s1: shell: echo never-now | missed: skip")
     await bot.approve()
-    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     bot.clock.advance(hours=3, minutes=30)
     await bot.fire_due()
     assert any("skipped 3 run(s) missed while I was down" in t for t in bot.chat.texts)
@@ -105,7 +105,7 @@ async def test_missed_skip_says_so_and_runs_nothing(bot: Bot) -> None:
 async def test_only_the_owner_an_approver_or_an_admin_acts_on_a_task(bot: Bot) -> None:
     await bot.say("schedule: every 1h | s1: shell: echo mine")
     await bot.approve()
-    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     task = await bot.only_task()
     reply = await bot.say(f"schedule: cancel {task.id}", author="U2", name="mallory")
     assert "You may not cancel" in reply and "alice" in reply

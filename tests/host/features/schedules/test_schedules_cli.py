@@ -14,7 +14,7 @@ from tests.host.features.schedules.kit import CONV, Bot
 async def _scheduled(bot: Bot) -> str:
     await bot.say("schedule: every 1h | s1: shell: echo from-the-cli")
     await bot.approve()
-    await eventually(lambda: any("is scheduled" in t for t in bot.chat.texts))
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     return (await bot.only_task()).id
 
 
