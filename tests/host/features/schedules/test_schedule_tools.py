@@ -1,0 +1,59 @@
+"""With a model: the Host's `schedule_task` tool proposes a task from plain words (the same
+approval), a firing is a turn told it is one, and that turn cannot schedule another task."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from host.features.schedules.feature import SchedulesFeature
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import eventually
+from tests.host.features.schedules.kit import Bot, FakeClock
+from tests.runtime_kit import chat_runtime, online
+
+
+@pytest.fixture
+async def model_bot(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Bot, FakeAnthropic]]:
+    async with online(monkeypatch) as fake:
+        chat = FakeChatAdapter()
+        async with chat_runtime(chat, serving=True) as rt:
+            clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+            rt.feature(SchedulesFeature).tasks.clock = clock
+            yield Bot(rt, chat, clock), fake
+
+
+async def test_the_host_schedules_from_words_and_a_firing_cannot_schedule(
+    model_bot: tuple[Bot, FakeAnthropic],
+) -> None:
+    bot, fake = model_bot
+    fake.queue_tool_use(
+        "schedule_task",
+        {"when": "every 2h", "what": "summarise the open incidents", "tz": "Europe/Paris"},
+    )
+    fake.queue_text("I asked you to approve the schedule.")
+    await bot.say("every two hours, summarise the open incidents for me")
+    (prompt,) = bot.chat.shown
+    assert "every 2h (Europe/Paris)" in prompt.question and " CET" in prompt.question
+    assert "summarise the open incidents" in prompt.question
+    await bot.approve()
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
+
+    before = len(fake.requests)
+    fake.queue_tool_use("schedule_task", {"when": "every 5m", "what": "again and again"})
+    fake.queue_text("Incident summary: nothing is open.")
+    bot.clock.advance(hours=2)
+    await bot.fire_due()
+    await eventually(lambda: "Incident summary: nothing is open." in bot.chat.texts)
+    firing = [r["json"] for r in fake.requests[before:] if "tools" in r["json"]]
+    assert "This turn is a scheduled firing" in json.dumps(firing[0]["system"])
+    refused = json.dumps(firing[1]["messages"][-1])
+    assert "cannot create scheduled tasks" in refused
+    assert len(await bot.tasks.store.listed(live_only=False)) == 1
