@@ -342,6 +342,7 @@ async def build_runtime(
                 {a.platform: a.enrich for a in adapters if isinstance(a, SupportsEnrichment)}
             ),
             people=parts.people,
+            reply_gate=next((g for f in installed if (g := f.reply_gate()) is not None), None),
         ),
     )
     run_events = ConversationRunEvents(run_store, service, runs)

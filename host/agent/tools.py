@@ -143,6 +143,10 @@ class HostTools:
 
     async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str:
         """Admit and start a graph, or ask for approval when it needs one."""
+        if ctx.origin == "scheduled":
+            # A firing says its result once, when its work is done (what `notify:` decides
+            # on), not a status message and a report per run.
+            raw = {**raw, "background": False}
         try:
             result = await self.runs.submit(
                 ctx.conversation, raw, submitted_by=ctx.author_id, for_task=ctx.task or None

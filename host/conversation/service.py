@@ -177,6 +177,15 @@ def control_word(text: str) -> ControlWord | None:
     return match.group(1).lower() if match else None  # type: ignore[return-value]
 
 
+class ReplyGate(Protocol):
+    """Decides whether a scheduled firing's result is posted (a task's `notify:`)."""
+
+    async def admit(self, ctx: TurnContext, text: str, *, failed: bool, since: float) -> str | None:
+        """The text to post for a firing that began at `since` (wall clock), or None to say
+        nothing; `failed` when the turn itself failed."""
+        ...
+
+
 class CommandHandler(Protocol):
     """Chat commands answered without a Host turn (memory controls)."""
 
@@ -228,6 +237,8 @@ class ConversationExtras:
     )
     # How replies name people (whose work `stop` left running): display names.
     people: People = field(default_factory=People)
+    # Whether a scheduled firing's result is posted.
+    reply_gate: ReplyGate | None = None
 
 
 class ConversationService:
@@ -261,6 +272,7 @@ class ConversationService:
         self._status_sources = extras.status_sources
         self._background_idle = extras.background_idle
         self._enrichers = extras.enrichers
+        self._reply_gate = extras.reply_gate
         self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
         self._privileged = config.admins | config.approvers
@@ -423,6 +435,7 @@ class ConversationService:
         history: list[LoggedMessage],
     ) -> TurnOutcome:
         conv = msg.conversation
+        started = time.time()
         await self._log.start_turn(
             conv,
             turn_id=turn_id,
@@ -459,10 +472,13 @@ class ConversationService:
             error = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
             log.exception("turn %s failed", turn_id)
             await self._log.finish_turn(turn_id, status="failed", error=error)
-            text = f"⚠️ I couldn't complete that request: {error}"
-            await self._outbox.send(
-                conv, text, idempotency_key=f"turn:{turn_id}:error", turn_id=turn_id
+            said = await self._gated(
+                ctx, f"⚠️ I couldn't complete that request: {error}", failed=True, since=started
             )
+            if said is not None:
+                await self._outbox.send(
+                    conv, said, idempotency_key=f"turn:{turn_id}:error", turn_id=turn_id
+                )
             raise
         loop = reply.loop
         text = await self._offline_once(conv, reply.text)
@@ -474,11 +490,22 @@ class ConversationService:
             output_tokens=loop.usage.output_tokens,
             transcript=loop.transcript,
         )
-        await self._outbox.send(
-            conv, text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
-        )
+        said = await self._gated(ctx, text, failed=False, since=started)
+        if said is not None:
+            await self._outbox.send(
+                conv, said, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+            )
         await self._completed(ctx, msg.text, text, reply.attributions)
         return TurnOutcome(turn_id, "completed", text)
+
+    async def _gated(
+        self, ctx: TurnContext, text: str, *, failed: bool, since: float
+    ) -> str | None:
+        """What to post of a turn's reply: all of it, but a scheduled firing's result only
+        when its task's `notify:` says so."""
+        if ctx.origin != "scheduled" or self._reply_gate is None:
+            return text
+        return await self._reply_gate.admit(ctx, text, failed=failed, since=since)
 
     async def _offline_once(self, conv: ConversationRef, text: str) -> str:
         """The offline notice the first time in a conversation (recorded in the database,

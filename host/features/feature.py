@@ -24,7 +24,7 @@ from core.store import Store
 from host.agent.host_agent import ContextSource
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.conversation.service import CommandHandler
+from host.conversation.service import CommandHandler, ReplyGate
 from host.graph.executor import DispatchContext
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import CommandGrants
@@ -94,6 +94,10 @@ class Feature(Protocol):
         """Commands people approved in advance (a node's run without asking again)."""
         ...
 
+    def reply_gate(self) -> ReplyGate | None:
+        """Whether a scheduled firing's result is posted (one feature decides)."""
+        ...
+
     def subscribe(self, bus: EventBus) -> None:
         """Subscribe to the bus while the runtime is assembled."""
         ...
@@ -139,6 +143,9 @@ class BaseFeature:
 
     def command_grants(self) -> Sequence[CommandGrants]:
         return ()
+
+    def reply_gate(self) -> ReplyGate | None:
+        return None
 
     def subscribe(self, bus: EventBus) -> None:
         return None

@@ -244,6 +244,16 @@ class RunStore:
         )
         return [_run(r) for r in rows]
 
+    async def runs_for_task(self, task_id: str, *, since: float) -> list[RunRecord]:
+        """The runs a scheduled task's firing started at `since` or later, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT r.*, c.platform, c.workspace, c.channel, c.thread FROM graph_runs r"
+            " JOIN conversations c ON c.id = r.conversation_id"
+            " WHERE r.for_task = ? AND r.created_at >= ? ORDER BY r.created_at",
+            (task_id, since),
+        )
+        return [_run(r) for r in rows]
+
     async def nodes_of_run(self, run_id: str) -> list[NodeRecord]:
         """Nodes of one run in insertion order."""
         rows = await self._store.fetchall(

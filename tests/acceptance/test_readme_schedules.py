@@ -56,7 +56,7 @@ def test_a_scheduled_task_from_the_console_and_the_command_line(shell: Commands)
 
         # Run now: the command approved with the task runs without asking again.
         console.type(f"schedule: run {task}")
-        ran = console.expect(r"Output of s1:\s*Filesystem")
+        ran = console.expect(r"Output of s1_\d+:\s*Filesystem")
         assert "wants to run this command" not in ran, ran
         console.type("status")
         status = console.expect(rf"Scheduled tasks:\s*\n\W*{task} by [^\n]*next [^\n]*UTC")
@@ -78,7 +78,7 @@ def test_a_scheduled_task_from_the_console_and_the_command_line(shell: Commands)
             assert done.code == 0 and says in done.out, done.both
             assert _state(home, task) == state
         # The bot picks the `run` up and fires once more, unattended.
-        again = console.expect(r"Output of s1:\s*Filesystem")
+        again = console.expect(r"Output of s1_\d+:\s*Filesystem")
         assert "wants to run this command" not in again, again
         deleted = shell.sh(f"raven-bot schedules delete {task}")
         assert deleted.code == 0 and "cancelled" in deleted.out, deleted.both

@@ -15,9 +15,10 @@ from typing import ClassVar
 
 from agents.tools import Tool
 from host.agent.host_agent import ContextSource
-from host.conversation.service import CommandHandler
+from host.conversation.service import CommandHandler, ReplyGate
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.commands import ScheduleCommands
+from host.features.schedules.notify import NotifyGate
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
     SCHEDULE_APPROVAL,
@@ -27,6 +28,7 @@ from host.features.schedules.tasks import (
     TaskDeps,
 )
 from host.features.schedules.tools import FiringContext, build_schedule_tools
+from host.graph.run_store import RunStore
 from host.prompts.clarify import CommandGrants
 from host.runtime.events import EventBus, subscribe_decision, subscribe_job
 from host.runtime.scheduling import FiredJob
@@ -102,6 +104,9 @@ class SchedulesFeature(BaseFeature):
 
     def command_grants(self) -> Sequence[CommandGrants]:
         return (TaskGrants(self.tasks.store),)
+
+    def reply_gate(self) -> ReplyGate | None:
+        return NotifyGate(self.tasks.store, RunStore(self._parts.store))
 
     def subscribe(self, bus: EventBus) -> None:
         subscribe_decision(bus, SCHEDULE_APPROVAL, self.tasks.decided)

@@ -488,8 +488,6 @@ def _built(schedule: TaskSchedule) -> None:
     unbuilt = []
     if schedule.post == "channel":
         unbuilt.append("`post: channel` (a fresh thread per firing): results post in this thread")
-    if schedule.notify != "always":
-        unbuilt.append(f"`notify: {schedule.notify}`: every result is posted")
     if unbuilt:
         raise ScheduleError(
             "Not built yet: " + "; ".join(unbuilt) + ". Leave the option out to schedule this."

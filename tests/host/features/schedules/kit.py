@@ -76,8 +76,8 @@ class Bot:
         return task
 
     async def fire_due(self) -> None:
-        """The task's job fires, as the scheduler would, at the fake clock's time."""
-        task = await self.only_task()
+        """The active task's job fires, as the scheduler would, at the fake clock's time."""
+        (task,) = await self.tasks.store.active()
         assert task.next_due is not None
         job = FiredJob(
             job_id(task.id),

@@ -138,8 +138,8 @@ async def test_bad_lines_are_refused_with_the_syntax(bot: Bot) -> None:
     assert "cannot create scheduled tasks" in reply
     reply = await bot.say("schedule: every 1h | s1: shell: echo x | tz: Mars/Olympus")
     assert "is not a time zone" in reply
-    reply = await bot.say("schedule: every 1h | s1: shell: echo x | notify: changes")
-    assert "Not built yet: `notify: changes`" in reply
+    reply = await bot.say("schedule: every 1h | s1: shell: echo x | post: channel")
+    assert "Not built yet: `post: channel`" in reply
     assert await bot.tasks.store.listed(live_only=False) == []
 
 
@@ -184,3 +184,42 @@ async def test_a_restart_arms_only_the_tasks_whose_job_is_missing(bot: Bot) -> N
     await scheduler.cancel(job_id(task.id))  # a crash between recording and arming
     await bot.tasks.start()
     assert job_id(task.id) in await scheduler.pending_job_ids()
+
+
+async def _schedule(bot: Bot, line: str) -> None:
+    await bot.say(line)
+    await bot.approve()
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
+
+
+async def _fire_next(bot: Bot, hours: float = 1) -> list[str]:
+    """Advance to the next firing and fire it; what the bot posted meanwhile."""
+    before = len(bot.chat.texts)
+    bot.clock.advance(hours=hours)
+    await bot.fire_due()
+    return bot.chat.texts[before:]
+
+
+async def test_notify_changes_posts_a_result_only_when_it_differs(bot: Bot) -> None:
+    await _schedule(bot, "schedule: every 1h | s1: shell: echo steady | notify: changes")
+    first = await _fire_next(bot)
+    assert any("steady" in t for t in first), first
+    assert await _fire_next(bot) == []  # the same output: nothing said
+    await bot.say("schedule: list")
+    (task,) = await bot.tasks.store.active()
+    assert task.fired == 2
+
+
+async def test_notify_changes_posts_each_different_result(bot: Bot) -> None:
+    await _schedule(bot, "schedule: every 1h | s1: shell: date +%N | notify: changes")
+    assert await _fire_next(bot)
+    assert await _fire_next(bot)  # nanoseconds differ: a new result each time
+
+
+async def test_notify_failures_posts_only_failures(bot: Bot) -> None:
+    await _schedule(bot, "schedule: every 1h | s1: shell: true | notify: failures")
+    assert await _fire_next(bot) == []
+    await bot.say(f"schedule: cancel {(await bot.tasks.store.active())[0].id}")
+    await _schedule(bot, "schedule: every 1h | s2: shell: false | notify: failures")
+    failed = await _fire_next(bot)
+    assert any("s2" in t and "fail" in t for t in failed), failed
