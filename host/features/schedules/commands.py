@@ -7,6 +7,7 @@ import re
 
 from host.features.schedules.line import is_schedule_line
 from host.features.schedules.tasks import Proposer, ScheduledTasks
+from host.features.schedules.work import CHECK_SYNTAX
 from host.runtime.messages import InboundMessage
 from host.runtime.roles import Roles
 
@@ -14,10 +15,15 @@ _ACTION = re.compile(
     r"^\s*schedule\s*:\s*(?P<action>list|pause|resume|cancel|delete|run)\b\s*(?P<arg>\S*)\s*$",
     re.IGNORECASE,
 )
+_WATCH = re.compile(
+    r"^\s*watch\s*:\s*(?P<when>[^|]+?)\s*\|\s*check\s*:\s*(?P<rest>.+)$",
+    re.IGNORECASE | re.DOTALL,
+)
+_BARE_WATCH = re.compile(r"^\s*watch\s*:", re.IGNORECASE)
 HELP = (
-    "`schedule: every 2h | WHAT` (or `in 20m`, `at 2026-12-24 09:00`, `cron 0 9 * * 1-5`) runs "
-    "WHAT (a plan or a campaign line offline) once you approve it; `schedule: list`, and "
-    "`schedule: pause|resume|cancel|run ID`."
+    "`schedule: every 2h | WHAT` (or `in 20m`, `at …`, `cron …`) runs WHAT once you approve "
+    "it; `watch: every 30m | check: CMD` runs a check with no model, speaking only when it "
+    "trips; `schedule: list|pause|resume|cancel|run ID`."
 )
 
 
@@ -33,29 +39,30 @@ class ScheduleCommands:
         return f"**Scheduled tasks**: {HELP}"
 
     async def handle(self, msg: InboundMessage) -> str | None:
-        """The reply to a `schedule:` message, None for anything else."""
-        if msg.origin != "user" or not is_schedule_line(msg.text):
+        """The reply to a `schedule:` or `watch:` message, None for anything else."""
+        if msg.origin != "user":
             return None
-        conv = msg.conversation
+        watch = _WATCH.match(msg.text)
+        if watch is not None:
+            # A standing check is a scheduled task whose work is a model-free check.
+            return await self._propose(msg, f"schedule: {watch['when']} | check: {watch['rest']}")
+        if _BARE_WATCH.match(msg.text):
+            return f"⚠️ I could not read this check. Write {CHECK_SYNTAX}."
+        if not is_schedule_line(msg.text):
+            return None
         action = _ACTION.match(msg.text)
         if action is None:
-            who = Proposer(conv, msg.author_id, msg.author_name, msg.event_id, msg.roles)
-            return await self._tasks.propose(who, msg.text)
+            return await self._propose(msg, msg.text)
         verb, task_id = action["action"].lower(), action["arg"]
+        conv = msg.conversation
         if verb == "list":
             everything = task_id.lower() == "all" and msg.author_id in self._roles.admins
             return await self._tasks.listing(conv, everything=everything)
         if not task_id:
             return f"Name the task: `schedule: {verb} t_…` (`schedule: list` shows the ids)."
-        if verb == "run":
-            task = await self._tasks.store.get(task_id)
-            if task is None or task.conversation.id != conv.id:
-                return f"No task `{task_id}` in this conversation."
-            if not self._tasks.may_act(task, msg.author_id):
-                return (
-                    f"You may not run task `{task_id}`: only its owner ({task.owner_name}), "
-                    "an approver or an admin can."
-                )
-            return await self._tasks.run_now(task_id)
         verb = "cancel" if verb == "delete" else verb
         return await self._tasks.act(task_id, verb, by=msg.author_id, conversation=conv)
+
+    async def _propose(self, msg: InboundMessage, line: str) -> str:
+        who = Proposer(msg.conversation, msg.author_id, msg.author_name, msg.event_id, msg.roles)
+        return await self._tasks.propose(who, line)

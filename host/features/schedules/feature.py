@@ -17,6 +17,7 @@ from agents.tools import Tool
 from host.agent.host_agent import ContextSource
 from host.conversation.service import CommandHandler, ReplyGate
 from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.schedules.checks import SandboxChecks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.notify import NotifyGate
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
@@ -80,7 +81,14 @@ class SchedulesFeature(BaseFeature):
         self._reconcile_seconds = reconcile_seconds
         self.tasks = ScheduledTasks(
             TaskStore(parts.store),
-            TaskDeps(parts.scheduler, parts.broker, parts.outbox, parts.bus, parts.roles),
+            TaskDeps(
+                parts.scheduler,
+                parts.broker,
+                parts.outbox,
+                parts.bus,
+                parts.roles,
+                SandboxChecks(parts.sandbox, parts.workspace),
+            ),
             ScheduleLimits(
                 max_per_user=section.schedule_max_per_user,
                 min_interval_seconds=section.schedule_min_interval_seconds,

@@ -18,7 +18,7 @@ from host.features.schedules.line import TaskSchedule
 TaskState = Literal["proposed", "active", "paused", "done", "cancelled", "denied"]
 # States in which a task may still fire (after approval, or after a resume).
 LIVE_STATES: tuple[TaskState, ...] = ("proposed", "active", "paused")
-FiringOutcome = Literal["ran", "skipped", "limited"]
+FiringOutcome = Literal["ran", "skipped", "limited", "checked"]
 # How often a running bot re-reads tasks another process changed (`raven-bot schedules …`).
 RECONCILE_SECONDS = 10.0
 

@@ -15,8 +15,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from agents.plan_syntax import with_id_suffix
+from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
@@ -38,8 +40,9 @@ from host.features.schedules.timing import (
     shown,
     upcoming,
 )
-from host.features.schedules.work import task_work
+from host.features.schedules.work import Check, parse_check, task_work
 from host.prompts.broker import PromptBroker
+from host.prompts.clarify import code_block
 from host.runtime.events import EventBus, TurnRequested
 from host.runtime.prompt_record import Prompt
 from host.runtime.roles import Roles
@@ -78,14 +81,33 @@ class Proposer:
 
 
 @dataclass(frozen=True)
+class CheckResult:
+    """How one run of a standing check's command ended."""
+
+    exit_code: int | None
+    output: str
+    timed_out: bool = False
+
+
+class CheckRunner(Protocol):
+    """Runs a standing check's command, without a model (host-provided)."""
+
+    async def run(self, conv: ConversationRef, command: str) -> CheckResult:
+        """Run `command` once where `conv`'s work runs."""
+        ...
+
+
+@dataclass(frozen=True)
 class TaskDeps:
-    """What tasks are run with: durable wake-ups, prompts, posting and the bus for turns."""
+    """What tasks are run with: durable wake-ups, prompts, posting, the bus for turns and
+    the runner of standing checks."""
 
     scheduler: Scheduler
     broker: PromptBroker
     outbox: Outbox
     bus: EventBus
     roles: Roles
+    checks: CheckRunner | None = None
 
 
 def job_id(task_id: str) -> str:
@@ -250,11 +272,16 @@ class ScheduledTasks:
                     await self._arm(task.id, task.next_due)
                 return
             times, total, last = _overdue(task, due, now)
-            runs, notice = _catch_up(task, times, total, last, now, down=due < self._up_since)
             next_due = next(
                 fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
                 None,
             )
+            check = parse_check(task.schedule.what)
+            if check is not None:
+                due_times = [*dict.fromkeys([*times, last])]
+                await self._check(task, check, due_times, now, next_due, fired=task.fired + total)
+                return
+            runs, notice = _catch_up(task, times, total, last, now, down=due < self._up_since)
             firing = _Firing(task, [*dict.fromkeys([*times, last])], total, now, runs, notice)
             # One channel's firings are counted and recorded one at a time: concurrent firings
             # must not all pass the hourly limit before any of them is recorded.
@@ -294,6 +321,70 @@ class ScheduledTasks:
             return
         if next_due is not None:
             await self._arm(task.id, next_due)
+
+    async def _check(
+        self,
+        task: ScheduledTask,
+        check: Check,
+        due: list[datetime],
+        now: datetime,
+        next_due: datetime | None,
+        *,
+        fired: int,
+    ) -> None:
+        """Run a standing check once (however many runs an outage missed: a check says how
+        things are now), and speak only when it trips or passes again."""
+        if self._deps.checks is None:
+            raise RuntimeError("standing checks need a check runner")
+        result = await self._deps.checks.run(task.conversation, check.command)
+        tripped, why = _verdict(check, result)
+        state = "tripped" if tripped else "passing"
+        previous = task.last_digest or "passing"
+        last = due[-1]
+        if state != previous and not await self._announce(task, check, result, why, last):
+            return  # not recorded: the next start runs it again (the keys dedup the posts)
+        firings = [
+            Firing(task.id, when, "checked", (now - when).total_seconds(), now.timestamp())
+            for when in due
+        ]
+        if not await self.store.record_firings(task, firings, next_due=next_due, fired=fired):
+            return
+        await self.store.update(task.id, last_digest=state)
+        if next_due is not None:
+            await self._arm(task.id, next_due)
+
+    async def _announce(
+        self, task: ScheduledTask, check: Check, result: CheckResult, why: str, due: datetime
+    ) -> bool:
+        """Say that a check tripped (and, with a model, wake the Host on it) or passes again."""
+        key = f"task:{task.id}:{iso(due)}"
+        if not why:
+            await self._say(task.conversation, f"✅ Check `{task.id}` passes again.", key=key)
+            return True
+        tail = result.output[-1500:].strip() or "(no output)"
+        await self._say(
+            task.conversation,
+            f"🔔 Check `{task.id}` tripped: {why}.\n{code_block(tail)}",
+            key=f"{key}:tripped",
+        )
+        if self._offline:
+            return True
+        fenced = fence(tail, source=f"output of check {task.id}", marker=new_marker())
+        return await self._deps.bus.publish(
+            TurnRequested(
+                conversation=task.conversation,
+                text=(
+                    f"Standing check `{task.id}` tripped: {why}. Its command was "
+                    f"`{check.command}`. Find out why, from what it printed below, and say "
+                    f"what you found.\n{fenced}"
+                ),
+                key=key,
+                author_id=task.owner,
+                author_name=task.owner_name,
+                roles=task.owner_roles,
+                task=task.id,
+            )
+        )
 
     async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
         work = task_work(task.schedule.what, offline=False)
@@ -336,6 +427,10 @@ class ScheduledTasks:
             if task.state != "active":
                 return f"Task `{task_id}` is {task.state}; only an active task can run now."
             now = self.clock()
+            check = parse_check(task.schedule.what)
+            if check is not None:
+                await self._check(task, check, [now], now, task.next_due, fired=task.fired)
+                return f"Check `{task_id}` ran now (its schedule is unchanged)."
             if not await self._start_turn(task, now):
                 return f"Task `{task_id}` could not be started; try again."
             await self.store.record_firings(
@@ -386,7 +481,7 @@ class ScheduledTasks:
     async def act(
         self, task_id: str, action: str, *, by: str, conversation: ConversationRef | None
     ) -> str:
-        """`pause`, `resume` or `cancel` a task for `by` (None conversation: the operator's
+        """`pause`, `resume`, `cancel` or `run` a task for `by` (None conversation: the operator's
         command line, which may act on any task)."""
         task = await self.store.get(task_id)
         if task is None:
@@ -399,10 +494,18 @@ class ScheduledTasks:
                     f"You may not {action} task `{task_id}`: only its owner "
                     f"({task.owner_name}), an approver or an admin can."
                 )
-        actions = {"pause": self._pause, "resume": self._resume, "cancel": self._cancel}
+        actions = {
+            "pause": self._pause,
+            "resume": self._resume,
+            "cancel": self._cancel,
+            "run": self._run,
+        }
         if action not in actions:
             raise ValueError(f"unknown action {action!r}")
         return await actions[action](task)
+
+    async def _run(self, task: ScheduledTask) -> str:
+        return await self.run_now(task.id)
 
     async def _pause(self, task: ScheduledTask) -> str:
         if not await self.store.transition(task.id, ["active"], state="paused"):
@@ -481,6 +584,18 @@ class _Firing:
     now: datetime
     runs: list[datetime]
     notice: str
+
+
+def _verdict(check: Check, result: CheckResult) -> tuple[bool, str]:
+    """Whether the check tripped, and why in words ("" when it passes)."""
+    if result.timed_out:
+        return True, "its command timed out"
+    if check.pattern is not None:
+        found = check.pattern.search(result.output)
+        return (True, f"its output matched `{check.pattern.pattern}`") if found else (False, "")
+    if result.exit_code != 0:
+        return True, f"its command exited with {result.exit_code}"
+    return False, ""
 
 
 def _built(schedule: TaskSchedule) -> None:
