@@ -19,8 +19,10 @@ from tests.helpers import db_rows
 pytestmark = pytest.mark.slow
 
 EXAMPLE = "schedule: every 2h | s1: shell: df -h /"
+WATCH = "watch: every 30m | check: curl -fsS http://localhost:8080/health"
 README_EXAMPLES = [
     EXAMPLE,
+    WATCH,
     "raven-bot schedules list\\|show ID [--json]\\|pause ID\\|resume ID\\|delete ID\\|run ID",
     "raven-bot schedules list --json",
 ]
@@ -84,6 +86,19 @@ def test_a_scheduled_task_from_the_console_and_the_command_line(shell: Commands)
         assert deleted.code == 0 and "cancelled" in deleted.out, deleted.both
         console.type(f"schedule: cancel {task}")
         console.expect(rf"Task {task} is already cancelled\.")
+
+        # A standing check: nothing listens on :8080 here, so it trips, and says so once.
+        console.type(WATCH)
+        prompt = console.expect(r"Schedule task t_\w+\?[\s\S]*?Reply with a number")
+        assert "without a model" in prompt and "curl -fsS" in prompt, prompt
+        console.type("1")
+        scheduled = console.expect(r"Task (t_\w+) is scheduled: every 30m\. Next: .* UTC\.")
+        check = re.findall(r"Task (t_\w+) is scheduled", scheduled)[-1]
+        console.type(f"schedule: run {check}")
+        console.expect(rf"Check {check} tripped: its command exited with \d+")
+        console.type(f"schedule: run {check}")
+        ran = console.expect(rf"Check {check} ran now[\s\S]*?Check {check} ran now")
+        assert "tripped" not in ran, ran  # still tripped: said once
         assert console.end() == 0
     finally:
         console.close()

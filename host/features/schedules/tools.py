@@ -47,6 +47,27 @@ class ScheduleTaskInput(BaseModel):
         return f"schedule: {self.when.strip()} | {self.what.strip()}{tail}"
 
 
+class WatchInput(BaseModel):
+    """Input of `watch`: a standing check."""
+
+    model_config = ConfigDict(extra="forbid")
+    every: str = Field(description="how often, e.g. 30m or 2h", min_length=2, max_length=20)
+    check: str = Field(
+        description="one shell command run in the conversation's workspace; it passes when it "
+        "exits 0",
+        min_length=1,
+        max_length=2000,
+    )
+    output_matches: str | None = Field(
+        default=None, description="a regex: the check trips when the output matches it instead"
+    )
+
+    def line(self) -> str:
+        """The `schedule:` line of this check (checked like one a person typed)."""
+        when = f" | when: output ~ {self.output_matches}" if self.output_matches else ""
+        return f"schedule: every {self.every.strip()} | check: {self.check.strip()}{when}"
+
+
 class TaskRef(BaseModel):
     """A task id."""
 
@@ -78,6 +99,13 @@ class ScheduleTools:
         who = Proposer(ctx.conversation, ctx.author_id, ctx.author_name, ctx.turn_id, ctx.roles)
         return await self._tasks.propose(who, args.line())
 
+    async def watch(self, ctx: TurnContext, args: WatchInput) -> str:
+        """Propose a standing check; its owner approves it from the prompt."""
+        if ctx.origin != "user":
+            return "Refused: only a person's own message can set up a check."
+        who = Proposer(ctx.conversation, ctx.author_id, ctx.author_name, ctx.turn_id, ctx.roles)
+        return await self._tasks.propose(who, args.line())
+
     async def list_tasks(self, ctx: TurnContext, args: ListInput) -> str:
         everything = args.everywhere and ctx.author_id in self._roles.admins
         return await self._tasks.listing(ctx.conversation, everything=everything)
@@ -100,6 +128,13 @@ def build_schedule_tools(tasks: ScheduledTasks, roles: Roles) -> list[Tool[TurnC
             f"thread before anything is scheduled). The line it makes: {SYNTAX}.",
             ScheduleTaskInput,
             t.schedule_task,
+        ),
+        Tool(
+            "watch",
+            "Propose a standing check: a command run on schedule without a model, which "
+            "speaks (and wakes you) only when it trips. The person approves it first.",
+            WatchInput,
+            t.watch,
         ),
         Tool(
             "list_tasks",

@@ -57,3 +57,13 @@ async def test_the_host_schedules_from_words_and_a_firing_cannot_schedule(
     refused = json.dumps(firing[1]["messages"][-1])
     assert "cannot create scheduled tasks" in refused
     assert len(await bot.tasks.store.listed(live_only=False)) == 1
+
+
+async def test_the_host_proposes_a_standing_check(model_bot: tuple[Bot, FakeAnthropic]) -> None:
+    bot, fake = model_bot
+    fake.queue_tool_use("watch", {"every": "30m", "check": "test -d .", "output_matches": "x+"})
+    fake.queue_text("I asked you to approve the check.")
+    await bot.say("keep an eye on the workspace every half hour")
+    (prompt,) = bot.chat.shown
+    assert "without a model" in prompt.question and "test -d ." in prompt.question
+    assert "its output matches `x+`" in prompt.question
