@@ -110,6 +110,7 @@ README_EXAMPLES = [
     "help",
     "stop",
     "schedule: every 2h | s1: shell: df -h /",
+    "watch: every 30m | check: curl -fsS http://localhost:8080/health",
 ]
 
 VALIDATIONS = (
@@ -435,6 +436,22 @@ async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deploye
     assert task in status["text"] and "next " in status["text"], status["text"]
     await bot.slack_reply(thread, f"schedule: cancel {task}")
     await bot.slack_post(thread, lambda p: f"{task}` is cancelled" in p["text"])
+
+
+async def test_slack_standing_check_trips_and_says_so_once(bot: Deployed) -> None:
+    thread = await bot.slack_mention(
+        "watch: every 30m | check: curl -fsS http://localhost:8080/health"
+    )
+    prompt = await bot.slack_post(thread, _is_prompt)
+    assert "without a model" in "\n".join(_texts(prompt)), prompt
+    await bot.slack_click(thread, prompt, "Approve")
+    scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 30m" in p["text"])
+    task = re.findall(r"t_[0-9a-f]{8}", scheduled["text"])[0]
+    await bot.slack_reply(thread, f"schedule: run {task}")
+    await bot.slack_post(thread, lambda p: "tripped: its command exited with" in p["text"])
+    await bot.slack_reply(thread, f"schedule: run {task}")
+    await bot.slack_post(thread, lambda p: "ran now" in p["text"], n=2)
+    assert len([p for p in bot.slack_posts(thread) if "tripped" in p["text"]]) == 1
 
 
 async def test_slack_help(bot: Deployed) -> None:
