@@ -23,16 +23,28 @@ distinct turn keys) and the firings recorded. Under load by default (`--loads cp
 on the event loop that spins the CPU in `--slice-ms` slices for `--duty` of the time;
 `--loads quiet,cpu` runs it once without that load first, to compare.
 
-(3) Standing checks (`watch:`) are not built yet: no figure. The explicit-plan firings of (2)
-made no model call: no provider is reachable from the firing path, a firing only requests
-a turn.
+(3) Standing checks: `--checks` (100) active check tasks (`every 30m | check: test ! -e
+tripped`, over 5 channels, each in its own thread and so its own workspace, `workspace_for`
+under the temporary directory) with `ScheduledTasks(..., offline=False)` (a trip requests a
+turn, which the real bot answers with a model call) and a real `SandboxChecks` on the sandbox
+the bot would select (`select_sandbox`, bubblewrap here). Each is fired `--rounds` (3) times
+by calling `ScheduledTasks.fire(task_id, due)` directly, one at a time, with the tasks' clock
+moved on 30 minutes per round so each due time is "now" (APScheduler's wake-up is what (2)
+measures); a firing runs the command in the sandbox, records the firing and re-arms the job
+30 minutes on. Prints the sandboxed run's wall time and the whole firing's p50/p99/max, the
+process CPU per check (this process, and its children: bwrap and the shell), and the counts
+while every check passes: TurnRequested (model calls the bot would make), notices and
+firings recorded `checked`. Then one check trips (the file it tests for is created in its
+workspace) in a round of all of them: exactly 1 TurnRequested and 1 notice; its next firing,
+still tripped, adds none; with the file removed it says once that it passes again.
 
 Goals of issue 20 are printed next to the figures and never asserted; it exits 1 only when a
-turn was doubled or lost. Data goes to a temporary directory removed afterwards. About 45 s
-on 2 cores, most of it the 10,000 job commits of arming in (1).
+turn was doubled or lost (the trip's included). Data goes to a temporary directory removed
+afterwards. About 55 s on 2 cores, most of it the 10,000 job commits of arming in (1).
 Run from the repo root:
 
     .venv/bin/python bench/scheduled_tasks.py [--tasks 10000] [--firing 1000] [--spread 3]
+        [--checks 100] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -52,19 +64,24 @@ import sqlite3
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
+from agents.sandbox import Sandbox, select_sandbox
+from bot.home import workspace_for
 from bot.schema import all_migrations
 from core.ids import ConversationRef
 from core.store import Store
 from host.conversation.outbox import Outbox
+from host.features.schedules.checks import SandboxChecks
 from host.features.schedules.line import TaskSchedule, parse_schedule
 from host.features.schedules.store import ScheduledTask, TaskStore, iso
 from host.features.schedules.tasks import (
     SCHEDULED_TASK_JOB,
+    CheckResult,
+    CheckRunner,
     ScheduledTasks,
     ScheduleLimits,
     TaskDeps,
@@ -84,6 +101,11 @@ WHENS = ("every 1h", "every 2h", "every 6h", "cron 0 9 * * 1-5", "cron 30 */4 * 
 REGISTER_GOAL = 10.0  # seconds for 10,000 tasks
 LATENESS_GOAL = 1.0  # seconds, p99 under load
 WITHIN = 120.0  # hang guard for a firing run
+# (3): what the standing checks run (passing while their workspace has no such file).
+TRIP_FILE = "tripped"
+CHECK_COMMAND = f"test ! -e {TRIP_FILE}"
+CHECK_EVERY = timedelta(minutes=30)
+CHECK_CHANNELS = 5
 
 
 # ------------------------------------------------------------------------------ figures
@@ -143,9 +165,10 @@ def count_rows(path: Path, sql: str) -> int:
 
 @dataclass
 class CountingOutbox:
-    """Counts the notices a firing posts (lateness, limits); sends nothing."""
+    """Counts the notices a firing posts (lateness, limits, checks); sends nothing."""
 
     sent: Counter[str] = field(default_factory=Counter)
+    texts: dict[str, str] = field(default_factory=dict)
 
     async def send(
         self,
@@ -157,6 +180,7 @@ class CountingOutbox:
     ) -> str | None:
         """Count a notice under its key."""
         self.sent[idempotency_key] += 1
+        self.texts[idempotency_key] = text
         return None
 
 
@@ -167,11 +191,13 @@ class Turns:
 
     keys: Counter[str] = field(default_factory=Counter)
     lateness: dict[str, list[float]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
 
     async def on_turn(self, event: TurnRequested) -> None:
         """A firing asked for a turn."""
         arrived = time.time()
         self.keys[event.key] += 1
+        self.texts[event.key] = event.text
         due = datetime.fromisoformat(event.key.split(":", 2)[2])
         self.lateness.setdefault(event.task[:2], []).append(arrived - due.timestamp())
 
@@ -207,6 +233,32 @@ class Handled:
             self.complete[run].set()
 
 
+@dataclass
+class TimedChecks:
+    """The feature's `SandboxChecks`, timed: the wall time of each sandboxed run."""
+
+    inner: CheckRunner
+    took: list[float] = field(default_factory=list)
+
+    async def run(self, conv: ConversationRef, command: str) -> CheckResult:
+        """Run the check in the sandbox, timed."""
+        started = time.perf_counter()
+        try:
+            return await self.inner.run(conv, command)
+        finally:
+            self.took.append(time.perf_counter() - started)
+
+
+@dataclass
+class ShiftedClock:
+    """The tasks' clock: the wall clock moved on by `offset` ((3) moves it 30 min a round)."""
+
+    offset: timedelta = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
 @dataclass(frozen=True)
 class Rig:
     """The feature's parts as SchedulesFeature wires them, and what the bench counts."""
@@ -218,21 +270,38 @@ class Rig:
     outbox: CountingOutbox
     turns: Turns
     handled: Handled
+    checks: TimedChecks
+    clock: ShiftedClock
+    workspace: Callable[[ConversationRef], Path]
+    sandbox: Sandbox
 
 
-async def build_rig(tmp: Path) -> Rig:
-    """Store, scheduler and ScheduledTasks; the job kind and TurnRequested subscribed before
-    the scheduler starts."""
+async def build_rig(tmp: Path, sandbox: Sandbox) -> Rig:
+    """Store, scheduler and ScheduledTasks (with a model, so a trip requests a turn, and the
+    sandboxed check runner); the job kind and TurnRequested subscribed before the scheduler
+    starts."""
     store = Store(tmp / "raven.db", all_migrations())
     await store.open()
     bus = EventBus()
     scheduler = ApschedulerScheduler(tmp / "scheduler.db", bus)
     outbox = CountingOutbox()
+    # As the bot's: RAVEN_HOME/workspaces/<conversation> (the home is the temporary dir).
+    workspace = workspace_for(tmp)
+    checks = TimedChecks(SandboxChecks(sandbox, workspace))
+    clock = ShiftedClock()
     tasks = ScheduledTasks(
         TaskStore(store),
-        TaskDeps(scheduler, cast(PromptBroker, object()), cast(Outbox, outbox), bus, Roles()),
+        TaskDeps(
+            scheduler,
+            cast(PromptBroker, object()),
+            cast(Outbox, outbox),
+            bus,
+            Roles(),
+            checks,
+        ),
         ScheduleLimits(),
-        offline=True,
+        offline=False,  # a bot with a model: only proposals and check trips read it
+        now=clock,
     )
     turns, handled = Turns(), Handled()
 
@@ -248,7 +317,9 @@ async def build_rig(tmp: Path) -> Rig:
     bus.subscribe(TurnRequested, turns.on_turn)
     bus.freeze()
     await scheduler.start()
-    return Rig(tmp, store, scheduler, tasks, outbox, turns, handled)
+    return Rig(
+        tmp, store, scheduler, tasks, outbox, turns, handled, checks, clock, workspace, sandbox
+    )
 
 
 def bench_task(
@@ -490,6 +561,149 @@ async def print_counts(rig: Rig, run: str, count: int) -> None:
     )
 
 
+# ---------------------------------------------------------------- (3) standing checks
+
+
+@dataclass(frozen=True)
+class CheckCounts:
+    """What the check tasks of (3) did so far."""
+
+    turns: int
+    notices: int
+    checked: int
+
+    def minus(self, other: CheckCounts) -> CheckCounts:
+        """What happened since `other`."""
+        return CheckCounts(
+            self.turns - other.turns, self.notices - other.notices, self.checked - other.checked
+        )
+
+
+@dataclass(frozen=True)
+class ChecksResult:
+    """(3)'s verdicts: model calls while every check passed, and whether the trip requested
+    exactly one turn (and its repeat none)."""
+
+    count: int
+    passing_turns: int
+    trip_ok: bool
+
+
+def check_counts(rig: Rig) -> CheckCounts:
+    """TurnRequested and notices of the check tasks, and their firings recorded `checked`."""
+    return CheckCounts(
+        sum(n for k, n in rig.turns.keys.items() if k.startswith("task:ck_")),
+        sum(n for k, n in rig.outbox.sent.items() if k.startswith("task:ck_")),
+        count_rows(
+            rig.tmp / "raven.db",
+            "SELECT COUNT(*) FROM scheduled_firings WHERE substr(task_id, 1, 3) = 'ck_'"
+            " AND outcome = 'checked'",
+        ),
+    )
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's finished children (bwrap, the shell)."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+async def check_round(rig: Rig, ids: Sequence[str], due: datetime) -> list[float]:
+    """Fire each task for `due`, one at a time, the tasks' clock reading `due` at the start;
+    the seconds each firing took."""
+    rig.clock.offset = due - datetime.now(UTC)
+    took = []
+    for task_id in ids:
+        started = time.perf_counter()
+        await rig.tasks.fire(task_id, due)
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def said(texts: dict[str, str], before: set[str]) -> str:
+    """The first line of what was newly said (keys not in `before`), quoted."""
+    new = [text.splitlines()[0] for key, text in texts.items() if key not in before]
+    return "; ".join(f'"{line[:90]}"' for line in new)
+
+
+def delta_line(label: str, counts: CheckCounts, words: str) -> str:
+    """`label: TurnRequested +n, notices +n, checked +n (what was said)`."""
+    tail = f": {words}" if words else ""
+    return (
+        f"  {label}: TurnRequested +{counts.turns}, notices +{counts.notices}, "
+        f"firings 'checked' +{counts.checked}{tail}"
+    )
+
+
+async def checks_phase(rig: Rig, count: int, rounds: int) -> ChecksResult:
+    """(3): `count` standing checks fired `rounds` times while they pass, then one trips."""
+    schedule = parse_schedule(f"schedule: every 30m | check: {CHECK_COMMAND}")
+    anchor = datetime.now(UTC) - CHECK_EVERY
+    first = next(fire_times(schedule, anchor, anchor))  # now
+    convs: list[ConversationRef] = []
+    ids: list[str] = []
+    for i in range(count):
+        conv = ConversationRef("bench", "local", f"K{i % CHECK_CHANNELS}", f"T{i:04d}")
+        task = bench_task(f"ck_{i:04d}", conv, f"U{i % 7:03d}", schedule, anchor, first)
+        await rig.tasks.store.insert(task)
+        convs.append(conv)
+        ids.append(task.id)
+    before = check_counts(rig)
+    gc.collect()
+    wall, cpu, kids = time.perf_counter(), time.process_time(), children_cpu()
+    firing: list[float] = []
+    for r in range(rounds):
+        firing += await check_round(rig, ids, first + r * CHECK_EVERY)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    kids = children_cpu() - kids
+    passing = check_counts(rig).minus(before)
+    runs = list(rig.checks.took)
+    fired = len(firing)
+    print(
+        f"\n(3) standing checks: {count:,} check tasks (`every 30m | check: {CHECK_COMMAND}`, "
+        f"{CHECK_CHANNELS} channels, a thread and workspace each) in the {rig.sandbox.kind} "
+        f"sandbox, offline=False (a trip requests a turn); {rounds} rounds, each firing "
+        "called directly (ScheduledTasks.fire, one at a time), the tasks' clock moved on "
+        "30 min a round"
+    )
+    print(f"  {'per check (ms)':<40} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
+    print(spread_line("sandboxed command (SandboxChecks.run)", runs))
+    print(spread_line("whole firing (run, record, re-arm)", firing))
+    print(
+        f"  process CPU per check: {cpu / max(1, fired) * 1000:.1f} ms in this process, "
+        f"{kids / max(1, fired) * 1000:.1f} ms in its children (bwrap, sh); {fired:,} checks "
+        f"in {wall:.2f} s ({fired / wall:.0f}/s, {cpu / wall:.0%} of one core here)"
+    )
+    print(
+        f"  while all pass: TurnRequested (model calls) {passing.turns}, notices "
+        f"{passing.notices}, firings recorded 'checked' {passing.checked:,} of {fired:,}"
+    )
+    # One check trips: the file its command tests for appears in its workspace.
+    tripped = count // 2
+    trip_file = rig.workspace(convs[tripped]) / TRIP_FILE
+    trip_file.touch()
+    marks = check_counts(rig), set(rig.turns.texts), set(rig.outbox.texts)
+    await check_round(rig, ids, first + rounds * CHECK_EVERY)
+    trip = check_counts(rig).minus(marks[0])
+    words = said(rig.outbox.texts, marks[2])
+    print(
+        delta_line(f"`{ids[tripped]}` trips (`{TRIP_FILE}` created), a round of all", trip, words)
+    )
+    asked = said(rig.turns.texts, marks[1])
+    print(f"    the turn it requests: {asked or '(none)'}")
+    marks = check_counts(rig), set(rig.turns.texts), set(rig.outbox.texts)
+    await check_round(rig, ids[tripped : tripped + 1], first + (rounds + 1) * CHECK_EVERY)
+    again = check_counts(rig).minus(marks[0])
+    print(delta_line("its next firing, still tripped", again, said(rig.outbox.texts, marks[2])))
+    trip_file.unlink()
+    marks = check_counts(rig), set(rig.turns.texts), set(rig.outbox.texts)
+    await check_round(rig, ids[tripped : tripped + 1], first + (rounds + 2) * CHECK_EVERY)
+    back = check_counts(rig).minus(marks[0])
+    print(delta_line(f"the next, `{TRIP_FILE}` removed", back, said(rig.outbox.texts, marks[2])))
+    trip_ok = (trip.turns, trip.notices, again.turns, again.notices, back.turns) == (1, 1, 0, 0, 0)
+    return ChecksResult(count, passing.turns, trip_ok)
+
+
 # -------------------------------------------------------------------------------- main
 
 
@@ -503,14 +717,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--loads", default="cpu", help="(2): runs, of quiet and cpu")
     parser.add_argument("--slice-ms", type=float, default=5.0, help="(2) cpu: busy slice")
     parser.add_argument("--duty", type=float, default=0.5, help="(2) cpu: share of time busy")
+    parser.add_argument("--checks", type=int, default=100, help="(3): standing checks")
+    parser.add_argument("--rounds", type=int, default=3, help="(3): firings of each check")
     args = parser.parse_args(argv)
     args.loads = [x for x in args.loads.split(",") if x]
     if not set(args.loads) <= {"quiet", "cpu"} or not 0 < args.duty < 1:
         parser.error("--loads takes quiet and/or cpu; --duty is between 0 and 1")
+    if args.checks < 1 or args.rounds < 1:
+        parser.error("--checks and --rounds are at least 1")
     return args
 
 
-def print_goals(registered: Registration, tasks: int, loaded: FiringResult | None) -> None:
+def print_goals(
+    registered: Registration, tasks: int, loaded: FiringResult | None, checks: ChecksResult
+) -> None:
     """Issue 20's goals next to the figures (never asserted)."""
     print("\ngoals of issue 20 (informational, never asserted)")
     print(
@@ -525,7 +745,10 @@ def print_goals(registered: Registration, tasks: int, loaded: FiringResult | Non
         )
     else:
         print("  firing lateness p99 under load: not run (--loads without cpu)")
-    print("  model calls while standing checks pass = 0: not built yet (issue 20 part 2)")
+    print(
+        f"  model calls while {checks.count:,} standing checks pass = 0 (TurnRequested): "
+        f"{checks.passing_turns}  {verdict(checks.passing_turns == 0)}"
+    )
 
 
 async def bench(args: argparse.Namespace) -> int:
@@ -538,27 +761,34 @@ async def bench(args: argparse.Namespace) -> int:
     loaded: FiringResult | None = None
     firings = 0
     try:
-        rig = await build_rig(tmp)
+        # As the bot's build_sandbox: the data dir (here the temporary dir) and the working
+        # dir hidden from every sandboxed command.
+        sandbox = await asyncio.to_thread(
+            select_sandbox, hidden=(tmp, Path.cwd()), unsandboxed=False
+        )
+        if sandbox.kind != "bwrap":
+            print(f"  warning: sandbox {sandbox.description}")
+        rig = await build_rig(tmp, sandbox)
         try:
             registered = await registration_phase(rig, args.tasks, args.channels)
             for load in args.loads:
                 result = await firing_phase(rig, args, load, registered, args.tasks)
                 firings += args.firing
                 loaded = result if load == "cpu" else loaded
-            keys = rig.turns.keys
+            keys = {k: n for k, n in rig.turns.keys.items() if not k.startswith("task:ck_")}
             broken = sum(n - 1 for n in keys.values()) + firings - len(keys)
+            checks = await checks_phase(rig, args.checks, args.rounds)
+            broken += not checks.trip_ok
         finally:
             await rig.scheduler.stop()
             await rig.store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(
-        "\n(3) model calls\n"
-        "  standing checks (`watch:`): not built yet (issue 20 part 2); no figure\n"
-        f"  model calls in the {firings:,} explicit-plan firings of (2), offline: 0 (no provider "
-        "is reachable from the firing path: a firing only requests a turn)"
+        f"  model calls in the {firings:,} explicit-plan firings of (2): 0 (no provider is "
+        "reachable from the firing path: a firing only requests a turn)"
     )
-    print_goals(registered, args.tasks, loaded)
+    print_goals(registered, args.tasks, loaded, checks)
     print(f"\nload average at the end {os.getloadavg()[0]:.2f}")
     return 1 if broken else 0
 
