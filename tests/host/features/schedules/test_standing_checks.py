@@ -4,19 +4,12 @@ wakes the Host with the command's output fenced, and passing costs no model call
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
-
 from bot.home import workspace_for
-from host.features.schedules.feature import SchedulesFeature
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually
-from tests.host.features.schedules.kit import CONV, Bot, FakeClock
-from tests.runtime_kit import chat_runtime, online
+from tests.host.features.schedules.kit import CONV, Bot
 
 WATCH = "watch: every 30m | check: test ! -e alarm"
 
@@ -72,18 +65,6 @@ async def test_a_bad_check_is_refused_with_the_syntax(bot: Bot) -> None:
     reply = await bot.say("watch: every 30m")
     assert "could not read this check" in reply
     assert await bot.tasks.store.listed(live_only=False) == []
-
-
-@pytest.fixture
-async def model_bot(
-    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[Bot, FakeAnthropic]]:
-    async with online(monkeypatch) as fake:
-        chat = FakeChatAdapter()
-        async with chat_runtime(chat, serving=True) as rt:
-            clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
-            rt.feature(SchedulesFeature).tasks.clock = clock
-            yield Bot(rt, chat, clock), fake
 
 
 async def test_with_a_model_passing_costs_no_call_and_a_trip_wakes_the_host(
