@@ -45,5 +45,5 @@ class SandboxChecks:
                 merge_stderr=True,
             )
         except (SandboxUnavailable, OSError) as exc:
-            return CheckResult(None, f"the check could not run: {exc}")
+            return CheckResult(None, "", error=str(exc) or type(exc).__name__)
         return CheckResult(result.exit_code, result.stdout, result.timed_out)

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 from host.features.schedules.line import is_schedule_line
 from host.features.schedules.tasks import Proposer, ScheduledTasks
 from host.features.schedules.work import CHECK_SYNTAX
 from host.runtime.messages import InboundMessage
 from host.runtime.roles import Roles
+from oncall.durations import parse_duration
 
 _ACTION = re.compile(
     r"^\s*schedule\s*:\s*(?P<action>list|pause|resume|cancel|delete|run)\b\s*(?P<arg>\S*)\s*$",
@@ -20,10 +22,15 @@ _WATCH = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _BARE_WATCH = re.compile(r"^\s*watch\s*:", re.IGNORECASE)
+_HUSH = re.compile(
+    r"^\s*(?:(?P<mute>mute|unmute)|snooze\s+(?P<snooze>\d+\s*[smhd]\w*))"
+    r"(?:\s+(?P<task>t_[0-9a-f]{8}))?\s*[.!]?\s*$",
+    re.IGNORECASE,
+)
 HELP = (
     "`schedule: every 2h | WHAT` (or `in 20m`, `at …`, `cron …`) runs WHAT once you approve "
     "it; `watch: every 30m | check: CMD` runs a check with no model, speaking only when it "
-    "trips; `schedule: list|pause|resume|cancel|run ID`."
+    "trips; `schedule: list|pause|resume|cancel|run ID`; `mute`, `unmute`, `snooze 2h`."
 )
 
 
@@ -46,6 +53,9 @@ class ScheduleCommands:
         if watch is not None:
             # A standing check is a scheduled task whose work is a model-free check.
             return await self._propose(msg, f"schedule: {watch['when']} | check: {watch['rest']}")
+        hush = _HUSH.match(msg.text)
+        if hush is not None:
+            return await self._hush(msg, hush)
         if _BARE_WATCH.match(msg.text):
             return f"⚠️ I could not read this check. Write {CHECK_SYNTAX}."
         if not is_schedule_line(msg.text):
@@ -62,6 +72,18 @@ class ScheduleCommands:
             return f"Name the task: `schedule: {verb} t_…` (`schedule: list` shows the ids)."
         verb = "cancel" if verb == "delete" else verb
         return await self._tasks.act(task_id, verb, by=msg.author_id, conversation=conv)
+
+    async def _hush(self, msg: InboundMessage, hush: re.Match[str]) -> str:
+        conv, by, task = msg.conversation, msg.author_id, hush["task"]
+        if hush["mute"]:
+            muted = hush["mute"].lower() == "mute"
+            return await self._tasks.hush(conv, by, task, muted=muted)
+        try:
+            seconds = parse_duration(hush["snooze"].replace(" ", ""))
+        except ValueError as exc:
+            return f"⚠️ {exc}: write `snooze 2h` (or `snooze 30m t_…`)."
+        until = self._tasks.clock() + timedelta(seconds=seconds)
+        return await self._tasks.hush(conv, by, task, muted=False, until=until)
 
     async def _propose(self, msg: InboundMessage, line: str) -> str:
         who = Proposer(msg.conversation, msg.author_id, msg.author_name, msg.event_id, msg.roles)

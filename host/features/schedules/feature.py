@@ -114,7 +114,10 @@ class SchedulesFeature(BaseFeature):
         return (TaskGrants(self.tasks.store),)
 
     def reply_gate(self) -> ReplyGate | None:
-        return NotifyGate(self.tasks.store, RunStore(self._parts.store))
+        tasks = self.tasks
+        # The tasks' clock read at each call (tests replace it).
+        now = lambda: tasks.clock()  # noqa: E731, PLW0108
+        return NotifyGate(tasks.store, RunStore(self._parts.store), clock=now)
 
     def subscribe(self, bus: EventBus) -> None:
         subscribe_decision(bus, SCHEDULE_APPROVAL, self.tasks.decided)

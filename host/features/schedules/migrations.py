@@ -46,4 +46,13 @@ CREATE TABLE scheduled_firings (
 CREATE INDEX scheduled_firings_by_channel ON scheduled_firings(channel_key, fired_at);
 """,
     ),
+    Migration(
+        package="schedules",
+        version=2,
+        name="scheduled tasks: muted, snoozed until",
+        sql="""
+ALTER TABLE scheduled_tasks ADD COLUMN muted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE scheduled_tasks ADD COLUMN snoozed_until TEXT;
+""",
+    ),
 )

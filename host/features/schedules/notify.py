@@ -13,6 +13,8 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
+from datetime import datetime
 
 from host.features.schedules.store import TaskStore
 from host.graph.records import read_output
@@ -28,12 +30,16 @@ _FIRING_SUFFIX = re.compile(r"_\d{10}(?:\d\d)?$")
 class NotifyGate:
     """The conversation service's `ReplyGate` for scheduled firings."""
 
-    def __init__(self, tasks: TaskStore, runs: RunStore) -> None:
+    def __init__(self, tasks: TaskStore, runs: RunStore, *, clock: Callable[[], datetime]) -> None:
         self._tasks = tasks
         self._runs = runs
+        self._clock = clock
 
     async def admit(self, ctx: TurnContext, text: str, *, failed: bool, since: float) -> str | None:
         task = await self._tasks.get(ctx.task)
+        if task is not None and task.quiet(self._clock()):
+            log.info("task %s is muted or snoozed: its result is not posted", task.id)
+            return None
         if task is None or task.schedule.notify == "always":
             return text
         runs = await self._runs.runs_for_task(task.id, since=since)

@@ -60,6 +60,13 @@ class ScheduledTask:
     run_now: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
+    # Its firings say nothing: muted until unmuted, or snoozed until a time.
+    muted: bool = False
+    snoozed_until: datetime | None = None
+
+    def quiet(self, now: datetime) -> bool:
+        """Whether its posts are held back (muted, or snoozed at `now`)."""
+        return self.muted or (self.snoozed_until is not None and now < self.snoozed_until)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,8 @@ def _task(row: Row) -> ScheduledTask:
         approved_by=row["approved_by"],
         last_digest=row["last_digest"],
         run_now=bool(row["run_now"]),
+        muted=bool(row["muted"]),
+        snoozed_until=_when(row["snoozed_until"]),
         created_at=float(row["created_at"]),
         updated_at=float(row["updated_at"]),
     )
@@ -103,6 +112,8 @@ _COLUMNS = {
     "approved_by",
     "last_digest",
     "run_now",
+    "muted",
+    "snoozed_until",
 }
 
 
@@ -218,9 +229,11 @@ class TaskStore:
         *,
         next_due: datetime | None,
         fired: int,
+        digest: str | None = None,
     ) -> bool:
-        """Record `firings` and move the task on to `next_due`, in one commit, only if the
-        task still waits for the firing it had (False: another firing or a change won)."""
+        """Record `firings` and move the task on to `next_due` (and its result's `digest`,
+        when given), in one commit, only if the task still waits for the firing it had
+        (False: another firing or a change won)."""
         now = self._clock()
         key = channel_key(task.conversation)
 
@@ -241,6 +254,10 @@ class TaskStore:
             ).rowcount
             if not moved:
                 return False
+            if digest is not None:
+                db.execute(
+                    "UPDATE scheduled_tasks SET last_digest = ? WHERE id = ?", (digest, task.id)
+                )
             db.executemany(
                 "INSERT OR IGNORE INTO scheduled_firings (task_id, due, channel_key, outcome,"
                 " late_seconds, fired_at) VALUES (?, ?, ?, ?, ?, ?)",

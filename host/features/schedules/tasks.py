@@ -87,6 +87,8 @@ class CheckResult:
     exit_code: int | None
     output: str
     timed_out: bool = False
+    # Why the command could not be run at all (no sandbox, no shell): not a trip.
+    error: str = ""
 
 
 class CheckRunner(Protocol):
@@ -266,11 +268,12 @@ class ScheduledTasks:
                 return  # cancelled, paused or done
             now = self.clock()
             if task.next_due != due:
-                # A stale job (this due time was handled): the task's own job is re-armed in
-                # case a crash came between recording a firing and arming the next.
+                # A stale job (this due time was handled, or the task was moved): the task's
+                # own job is re-armed, or its own due time, if already past, fires now.
                 if task.next_due > now:
                     await self._arm(task.id, task.next_due)
-                return
+                    return
+                due = task.next_due
             times, total, last = _overdue(task, due, now)
             next_due = next(
                 fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
@@ -299,7 +302,7 @@ class ScheduledTasks:
                 f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
                 "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
             )
-        if notice:
+        if notice and not task.quiet(now):
             await self._say(task.conversation, notice, key=f"task:{task.id}:{iso(last)}:note")
         for when in runs:
             if not await self._start_turn(task, when):
@@ -337,29 +340,48 @@ class ScheduledTasks:
         if self._deps.checks is None:
             raise RuntimeError("standing checks need a check runner")
         result = await self._deps.checks.run(task.conversation, check.command)
-        tripped, why = _verdict(check, result)
-        state = "tripped" if tripped else "passing"
+        verdict, why = _verdict(check, result)
         previous = task.last_digest or "passing"
+        # Muted or snoozed: nothing is said, and the state it would have said is not taken
+        # in, so a check still tripped when the snooze ends says so then.
+        state = previous if task.quiet(now) else verdict
         last = due[-1]
-        if state != previous and not await self._announce(task, check, result, why, last):
+        if state != previous and not await self._announce(task, check, result, state, why, last):
             return  # not recorded: the next start runs it again (the keys dedup the posts)
         firings = [
             Firing(task.id, when, "checked", (now - when).total_seconds(), now.timestamp())
             for when in due
         ]
-        if not await self.store.record_firings(task, firings, next_due=next_due, fired=fired):
+        # The check's state commits with its firing: a crash cannot say a trip twice.
+        if not await self.store.record_firings(
+            task, firings, next_due=next_due, fired=fired, digest=state
+        ):
             return
-        await self.store.update(task.id, last_digest=state)
         if next_due is not None:
             await self._arm(task.id, next_due)
 
     async def _announce(
-        self, task: ScheduledTask, check: Check, result: CheckResult, why: str, due: datetime
+        self,
+        task: ScheduledTask,
+        check: Check,
+        result: CheckResult,
+        state: str,
+        why: str,
+        due: datetime,
     ) -> bool:
-        """Say that a check tripped (and, with a model, wake the Host on it) or passes again."""
+        """Say that a check tripped (and, with a model, wake the Host on it), could not run,
+        or passes again."""
         key = f"task:{task.id}:{iso(due)}"
-        if not why:
+        if state == "passing":
             await self._say(task.conversation, f"✅ Check `{task.id}` passes again.", key=key)
+            return True
+        if state == "broken":
+            # The bot's own trouble, not the watched thing's: said, with no model woken.
+            await self._say(
+                task.conversation,
+                f"⚠️ Check `{task.id}` could not run: {why}. It is tried again at each firing.",
+                key=f"{key}:broken",
+            )
             return True
         tail = result.output[-1500:].strip() or "(no output)"
         await self._say(
@@ -446,31 +468,29 @@ class ScheduledTasks:
     async def start(self) -> None:
         """After a restart: fire what came due while the bot was down, and arm the tasks
         whose job is missing (a crash between recording a firing and arming the next)."""
-        armed = set(await self._deps.scheduler.pending_job_ids())
-        now = self.clock()
-        for task in await self.store.active():
-            if task.run_now or task.next_due is None or task.next_due <= now:
-                await self._reconcile(task)
-            elif job_id(task.id) not in armed:
-                await self._arm(task.id, task.next_due)
+        await self._reconcile(await self.store.active())
 
     async def reconcile_since(self, since: float) -> None:
         """Apply changes made by another process (`raven-bot schedules …`) after `since`."""
-        for task in await self.store.changed_since(since):
-            await self._reconcile(task)
+        await self._reconcile(await self.store.changed_since(since))
 
-    async def _reconcile(self, task: ScheduledTask) -> None:
-        if task.state != "active":
-            await self._deps.scheduler.cancel(job_id(task.id))
-            return
-        if task.run_now:
-            await self.run_now(task.id)
-        if task.next_due is None:
-            return
-        if task.next_due <= self.clock():
-            await self.fire(task.id, task.next_due)
-        else:
-            await self._arm(task.id, task.next_due)
+    async def _reconcile(self, tasks: list[ScheduledTask]) -> None:
+        # Jobs already stored are left alone: a firing's own changes come back here too.
+        armed = set(await self._deps.scheduler.pending_job_ids())
+        now = self.clock()
+        for task in tasks:
+            if task.state != "active":
+                if job_id(task.id) in armed:
+                    await self._deps.scheduler.cancel(job_id(task.id))
+                continue
+            if task.run_now:
+                await self.run_now(task.id)
+            if task.next_due is None:
+                continue
+            if task.next_due <= now:
+                await self.fire(task.id, task.next_due)
+            elif job_id(task.id) not in armed:
+                await self._arm(task.id, task.next_due)
 
     # -------------------------------------------------------------------- acting on tasks
 
@@ -530,6 +550,37 @@ class ScheduledTasks:
         await self._deps.scheduler.cancel(job_id(task.id))
         return f"Task `{task.id}` is cancelled."
 
+    async def hush(
+        self,
+        conversation: ConversationRef,
+        by: str,
+        task_id: str | None,
+        *,
+        muted: bool,
+        until: datetime | None = None,
+    ) -> str:
+        """Mute, unmute (`muted`) or snooze until `until` one task of the conversation, or
+        every one here that `by` may act on."""
+        tasks = [
+            t
+            for t in await self.store.of_conversation(conversation.id)
+            if task_id is None or t.id == task_id
+        ]
+        if not tasks:
+            return f"No task `{task_id}` here." if task_id else "No scheduled tasks here."
+        mine = [t for t in tasks if self.may_act(t, by)]
+        if not mine:
+            return "Only a task's owner, an approver or an admin can quiet it."
+        for task in mine:
+            await self.store.update(task.id, muted=muted, snoozed_until=until)
+        names = ", ".join(f"`{t.id}`" for t in mine)
+        if until is not None:
+            zone = mine[0].schedule.zone
+            return f"Snoozed {names} until {shown(until, zone)}: they run, and say nothing."
+        if muted:
+            return f"Muted {names}: they run and say nothing until `unmute`."
+        return f"Unmuted {names}."
+
     async def listing(self, conversation: ConversationRef, *, everything: bool = False) -> str:
         """The conversation's tasks (every task with `everything`: admins), one line each.
 
@@ -586,16 +637,20 @@ class _Firing:
     notice: str
 
 
-def _verdict(check: Check, result: CheckResult) -> tuple[bool, str]:
-    """Whether the check tripped, and why in words ("" when it passes)."""
+def _verdict(check: Check, result: CheckResult) -> tuple[str, str]:
+    """`passing`, `tripped` or `broken` (it could not run), and why in words."""
+    if result.error:
+        return "broken", result.error
     if result.timed_out:
-        return True, "its command timed out"
+        return "tripped", "its command timed out"
     if check.pattern is not None:
         found = check.pattern.search(result.output)
-        return (True, f"its output matched `{check.pattern.pattern}`") if found else (False, "")
+        if found:
+            return "tripped", f"its output matched `{check.pattern.pattern}`"
+        return "passing", ""
     if result.exit_code != 0:
-        return True, f"its command exited with {result.exit_code}"
-    return False, ""
+        return "tripped", f"its command exited with {result.exit_code}"
+    return "passing", ""
 
 
 def _built(schedule: TaskSchedule) -> None:

@@ -4,12 +4,19 @@ wakes the Host with the command's output fenced, and passing costs no model call
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from bot.home import workspace_for
+from host.features.schedules.feature import SchedulesFeature
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually
-from tests.host.features.schedules.kit import CONV, Bot
+from tests.host.features.schedules.kit import CONV, Bot, FakeClock
+from tests.runtime_kit import chat_runtime, online
 
 WATCH = "watch: every 30m | check: test ! -e alarm"
 
@@ -85,3 +92,59 @@ async def test_with_a_model_passing_costs_no_call_and_a_trip_wakes_the_host(
     assert "Standing check" in asked and "disk full <@U999>" in asked
     # The output is fenced for the model, and its forged closing tag cannot end the fence.
     assert asked.count("</untrusted-data id=") == 1 and asked.rstrip().endswith(">")
+
+
+async def test_a_snoozed_check_says_its_trip_when_the_snooze_ends(bot: Bot) -> None:
+    await _watching(bot)
+    reply = await bot.say("snooze 2h", author="U2", name="mallory")
+    assert "Only a task's owner" in reply
+    assert "Snoozed" in await bot.say("snooze 2h")
+    _alarm(bot).write_text("on fire\n")
+    assert await _fire(bot) == []  # tripped, but snoozed: nothing said
+    for _ in range(2):
+        assert await _fire(bot) == []  # 1 h, 1 h 30 m: still snoozed
+    tripped = await _fire(bot)  # 2 h: the snooze has ended
+    assert any("tripped" in t for t in tripped), tripped
+
+
+async def test_a_muted_task_runs_and_says_nothing_until_unmuted(bot: Bot) -> None:
+    await bot.say("schedule: every 1h | s1: shell: echo muted-work")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
+    assert "Muted" in await bot.say("mute")
+    before = len(bot.chat.texts)
+    bot.clock.advance(hours=1)
+    await bot.fire_due()
+    assert bot.chat.texts[before:] == []
+    (task,) = await bot.tasks.store.active()
+    assert task.fired == 1  # it ran
+    assert "Unmuted" in await bot.say(f"unmute {task.id}")
+    bot.clock.advance(hours=1)
+    await bot.fire_due()
+    assert any("muted-work" in t for t in bot.chat.texts[before:])
+
+
+@pytest.fixture
+async def sandboxless_bot(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Bot, FakeAnthropic]]:
+    # No bwrap and no sh on PATH: the sandbox refuses every command.
+    monkeypatch.setenv("PATH", str(isolated_env))
+    async with online(monkeypatch) as fake:
+        chat = FakeChatAdapter()
+        async with chat_runtime(chat, serving=True) as rt:
+            clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
+            rt.feature(SchedulesFeature).tasks.clock = clock
+            yield Bot(rt, chat, clock), fake
+
+
+async def test_a_check_that_cannot_run_says_so_once_and_wakes_no_model(
+    sandboxless_bot: tuple[Bot, FakeAnthropic],
+) -> None:
+    bot, fake = sandboxless_bot
+    await _watching(bot)
+    before = len(fake.requests)
+    (said,) = await _fire(bot)
+    assert "could not run" in said and "tripped" not in said
+    assert await _fire(bot) == []  # said once
+    assert len(fake.requests) == before  # the bot's own trouble wakes no model
