@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import FieldError, describe_validation_error
+from host.features.schedules.quiet import parse_quiet_hours
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -422,6 +423,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_SCHEDULE_CHANNEL_PER_HOUR",
         description="How many scheduled firings may run in one channel per hour.",
     )
+    quiet_hours: str = Field(
+        default="",
+        validation_alias="RAVEN_QUIET_HOURS",
+        description="Daily quiet hours of scheduled tasks and checks, in each task's zone "
+        "(22:00-07:00): a firing due then runs and speaks when they end. Empty: none.",
+    )
     timezone: str = Field(
         default="UTC",
         validation_alias="RAVEN_TIMEZONE",
@@ -433,6 +440,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_SCHEDULER_MISFIRE_GRACE_SECONDS",
         description="Scheduled jobs overdue (e.g. after downtime) by more than this are dropped.",
     )
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet_hours(cls, value: str) -> str:
+        parse_quiet_hours(value)
+        return value
 
     @field_validator("timezone")
     @classmethod

@@ -20,6 +20,7 @@ from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.checks import SandboxChecks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.notify import NotifyGate
+from host.features.schedules.quiet import parse_quiet_hours
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
     SCHEDULE_APPROVAL,
@@ -46,6 +47,7 @@ class SchedulesSection:
     schedule_min_interval_seconds: float
     schedule_channel_per_hour: int
     timezone: str
+    quiet_hours: str
 
 
 class TaskGrants:
@@ -94,6 +96,7 @@ class SchedulesFeature(BaseFeature):
                 min_interval_seconds=section.schedule_min_interval_seconds,
                 channel_firings_per_hour=section.schedule_channel_per_hour,
                 default_tz=section.timezone,
+                quiet=parse_quiet_hours(section.quiet_hours),
             ),
             offline=parts.provider.offline,
         )

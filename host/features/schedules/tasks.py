@@ -23,6 +23,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
 from host.features.schedules.line import ScheduleError, TaskSchedule, refusal
+from host.features.schedules.quiet import QuietHours
 from host.features.schedules.store import (
     LIVE_STATES,
     Firing,
@@ -67,6 +68,7 @@ class ScheduleLimits:
     min_interval_seconds: float = 300.0
     channel_firings_per_hour: int = 30
     default_tz: str = "UTC"
+    quiet: QuietHours | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class ScheduledTasks:
         # Public so tests drive time; every decision reads it, nothing reads the wall clock.
         self.clock = now
         # Due times before this were missed while the bot was down (said, however late).
-        self._up_since = now()
+        self.started_at = now()
         self._locks = KeyedLocks()
         self._channels = KeyedLocks()
 
@@ -274,6 +276,12 @@ class ScheduledTasks:
                     await self._arm(task.id, task.next_due)
                     return
                 due = task.next_due
+            quiet = self.limits.quiet
+            held_until = None if quiet is None else quiet.end_after(now, task.schedule.zone)
+            if held_until is not None:
+                # Quiet hours: the firing waits for their end (its due time is kept).
+                await self._arm(task.id, due, at=held_until)
+                return
             times, total, last = _overdue(task, due, now)
             next_due = next(
                 fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
@@ -284,7 +292,15 @@ class ScheduledTasks:
                 due_times = [*dict.fromkeys([*times, last])]
                 await self._check(task, check, due_times, now, next_due, fired=task.fired + total)
                 return
-            runs, notice = _catch_up(task, times, total, last, now, down=due < self._up_since)
+            held = quiet is not None and quiet.end_after(due, task.schedule.zone) is not None
+            late = (
+                _Late(f"in quiet hours ({quiet})", f"quiet hours ({quiet}) held it")
+                if held and quiet is not None
+                else _DOWN
+                if due < self.started_at
+                else None
+            )
+            runs, notice = _catch_up(task, times, total, last, now, late=late)
             firing = _Firing(task, [*dict.fromkeys([*times, last])], total, now, runs, notice)
             # One channel's firings are counted and recorded one at a time: concurrent firings
             # must not all pass the hourly limit before any of them is recorded.
@@ -435,9 +451,13 @@ class ScheduledTasks:
         used = await self.store.channel_runs_since(channel_key(task.conversation), since)
         return used >= self.limits.channel_firings_per_hour
 
-    async def _arm(self, task_id: str, due: datetime) -> None:
+    async def _arm(self, task_id: str, due: datetime, *, at: datetime | None = None) -> None:
+        """The task's job for its firing due at `due`, waking at `at` (default: then)."""
         await self._deps.scheduler.schedule_at(
-            job_id(task_id), due, SCHEDULED_TASK_JOB, {"task_id": task_id, "due": iso(due)}
+            job_id(task_id),
+            due if at is None else at,
+            SCHEDULED_TASK_JOB,
+            {"task_id": task_id, "due": iso(due)},
         )
 
     async def run_now(self, task_id: str) -> str:
@@ -614,7 +634,13 @@ class ScheduledTasks:
         tasks = await self.store.of_conversation(conversation.id)
         if not tasks:
             return ""
-        return "**Scheduled tasks**:\n" + "\n".join(self.line(t) for t in tasks)
+        lines = [self.line(t) for t in tasks]
+        if self.limits.quiet is not None:
+            lines.append(
+                f"Quiet hours {self.limits.quiet}, in each task's zone: firings due then wait "
+                "for their end."
+            )
+        return "**Scheduled tasks**:\n" + "\n".join(lines)
 
     async def _say(self, conv: ConversationRef, text: str, *, key: str) -> None:
         try:
@@ -622,6 +648,18 @@ class ScheduledTasks:
         except DeliveryError as exc:
             # Recorded and retried by the outbox; a firing does not stop on it.
             log.warning("posting a scheduled task notice failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class _Late:
+    """Why a firing is late, as said: `missed 3 run(s) {during}`, `is 1h late: {cause}`."""
+
+    during: str
+    cause: str
+
+
+_DOWN = _Late("while I was down", "I was down when it came due")
+_BUSY = _Late("while I was busy", "I was busy")
 
 
 @dataclass(frozen=True)
@@ -697,33 +735,33 @@ def _catch_up(
     last: datetime,
     now: datetime,
     *,
-    down: bool,
+    late: _Late | None,
 ) -> tuple[list[datetime], str]:
-    """Which due times run now and what to say, by the task's `missed` policy (`down`: the
-    first came due before this process started)."""
-    late = (now - last).total_seconds()
-    if total == 1 and late <= LATE_GRACE_SECONDS and not down:
+    """Which due times run now and what to say, by the task's `missed` policy (`late`: why
+    it is late, when known: downtime, quiet hours)."""
+    seconds = (now - last).total_seconds()
+    if total == 1 and seconds <= LATE_GRACE_SECONDS and late is None:
         return [last], ""
+    late = late or _BUSY
     tz = task.schedule.zone
     missed = total - 1
     policy = task.schedule.missed
     if policy == "skip":
         return [], (
-            f"⏭️ Task `{task.id}` skipped {total} run(s) missed while I was down (the last was "
+            f"⏭️ Task `{task.id}` skipped {total} run(s) missed {late.during} (the last was "
             f"due {shown(last, tz)}), as its `missed: skip` asks."
         )
     if policy == "all":
         more = total - len(times)
         extra = f"; {more} more were not replayed (the limit is {MAX_CATCH_UP})" if more else ""
         return list(times), (
-            f"⏰ Task `{task.id}` missed {total} run(s) while I was down; running "
+            f"⏰ Task `{task.id}` missed {total} run(s) {late.during}; running "
             f"{len(times)} of them now{extra}."
         )
-    took = format_duration(late)
+    took = format_duration(seconds)
     if missed:
         return [last], (
-            f"⏰ Task `{task.id}`: missed {missed} run(s) while I was down; this one is {took} "
+            f"⏰ Task `{task.id}`: missed {missed} run(s) {late.during}; this one is {took} "
             f"late (due {shown(last, tz)})."
         )
-    why = "I was down when it came due" if down else "I was busy"
-    return [last], f"⏰ Task `{task.id}` is {took} late: {why} (due {shown(last, tz)})."
+    return [last], (f"⏰ Task `{task.id}` is {took} late: {late.cause} (due {shown(last, tz)}).")

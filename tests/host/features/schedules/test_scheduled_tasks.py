@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+from host.features.schedules.quiet import parse_quiet_hours
 from host.features.schedules.tasks import SCHEDULED_TASK_JOB, job_id
 from host.runtime.events import WakeUp
 from host.runtime.scheduling import FiredJob
@@ -80,6 +81,7 @@ async def test_downtime_runs_one_catch_up_and_says_how_late(bot: Bot) -> None:
     task = await bot.only_task()
     # Down for 7 h 12 m: due at +2h, +4h, +6h; the catch-up is the last, 1 h 12 m late.
     bot.clock.advance(hours=7, minutes=12)
+    bot.tasks.started_at = bot.clock.now  # the restart
     await bot.fire_due()
     await eventually(lambda: any("caught-up" in t for t in bot.chat.texts[-3:]))
     note = next(t for t in bot.chat.texts if t.startswith("⏰"))
@@ -95,6 +97,7 @@ async def test_missed_skip_says_so_and_runs_nothing(bot: Bot) -> None:
     await bot.approve()
     await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
     bot.clock.advance(hours=3, minutes=30)
+    bot.tasks.started_at = bot.clock.now  # the restart
     await bot.fire_due()
     assert any("skipped 3 run(s) missed while I was down" in t for t in bot.chat.texts)
     assert not any("never-now" in t for t in bot.chat.texts[-3:] if "skipped" not in t)
@@ -223,3 +226,17 @@ async def test_notify_failures_posts_only_failures(bot: Bot) -> None:
     await _schedule(bot, "schedule: every 1h | s2: shell: false | notify: failures")
     failed = await _fire_next(bot)
     assert any("s2" in t and "fail" in t for t in failed), failed
+
+
+async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
+    bot.tasks.limits = replace(bot.tasks.limits, quiet=parse_quiet_hours("22:00-07:00"))
+    bot.clock.now = datetime(2026, 12, 3, 21, 0, tzinfo=UTC)
+    await _schedule(bot, "schedule: every 1h | s1: shell: echo night-shift")
+    assert await _fire_next(bot) == []  # 22:00: held, nothing run or said
+    (task,) = await bot.tasks.store.active()
+    assert task.fired == 0 and task.next_due == datetime(2026, 12, 3, 22, 0, tzinfo=UTC)
+    said = await _fire_next(bot, hours=9)  # 07:00: quiet hours are over
+    assert any("missed 9 run(s) in quiet hours (22:00–07:00)" in t for t in said), said
+    assert any("night-shift" in t for t in said), said
+    status = await bot.say("status")
+    assert "Quiet hours 22:00–07:00" in status
