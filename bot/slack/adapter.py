@@ -155,6 +155,10 @@ class SlackAdapter:
         Shown as plain text, never as a `<@U…>` mention: a mention in a bot message pings."""
         return await self._identity.name(user_id)
 
+    async def time_zone(self, user_id: str) -> str | None:
+        """A person's time zone from their Slack profile (`users.info`'s `tz`)."""
+        return await self._identity.time_zone(user_id)
+
     async def enrich(self, msg: InboundMessage) -> InboundMessage:
         """Before a turn: names for mentions, the thread re-read, shared files downloaded."""
         return await self._enricher.enrich(msg)

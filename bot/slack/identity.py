@@ -22,6 +22,7 @@ class SlackIdentity:
     def __init__(self, client: AsyncWebClient) -> None:
         self._client = client
         self._names: dict[str, str] = {}
+        self._zones: dict[str, str | None] = {}
         self.bot_user_id: str | None = None
 
     def seen(self, bot_user_id: str | None) -> None:
@@ -34,21 +35,29 @@ class SlackIdentity:
 
     async def name(self, user_id: str) -> str:
         """A person's display name from `users.info` (cached; the id when the call fails)."""
-        if user_id in self._names:
-            return self._names[user_id]
+        if user_id not in self._names:
+            await self._look_up(user_id)
+        return self._names.get(user_id, user_id)
+
+    async def time_zone(self, user_id: str) -> str | None:
+        """A person's IANA time zone from their Slack profile (cached; None when unknown)."""
+        if user_id not in self._zones:
+            await self._look_up(user_id)
+        return self._zones.get(user_id)
+
+    async def _look_up(self, user_id: str) -> None:
         try:
             async with asyncio.timeout(2):
                 resp = await self._client.users_info(user=user_id)
-            user = resp.get("user") or {}
-            profile = user.get("profile") or {}
-            name = str(
-                profile.get("display_name") or user.get("real_name") or user.get("name") or user_id
-            )
         except (SlackApiError, TimeoutError, aiohttp.ClientError) as exc:
             log.warning("slack: users.info %s failed: %s", user_id, exc)
-            return user_id
-        self._names[user_id] = name
-        return name
+            return
+        user = resp.get("user") or {}
+        profile = user.get("profile") or {}
+        self._names[user_id] = str(
+            profile.get("display_name") or user.get("real_name") or user.get("name") or user_id
+        )
+        self._zones[user_id] = str(user["tz"]) if user.get("tz") else None
 
     async def shown(self, user_id: str | None) -> str:
         """`user_id` as people in a prompt message are shown it (cleaned display name)."""

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from core.ids import ConversationRef
-from host.runtime.ports import PeopleDirectory
+from host.runtime.ports import PeopleDirectory, ZoneDirectory
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,18 @@ class People:
             except Exception:
                 log.warning("no display name for %s on %s", user_id, conv.platform, exc_info=True)
         return shown_name(raw) or shown_name(user_id) or user_id
+
+    async def time_zone(self, conv: ConversationRef, user_id: str) -> str | None:
+        """`user_id`'s IANA time zone where their platform knows it (Slack profiles), else
+        None (a failing directory is logged, never raised)."""
+        directory = self._directories.get(conv.platform)
+        if not isinstance(directory, ZoneDirectory):
+            return None
+        try:
+            return await directory.time_zone(user_id)
+        except Exception:
+            log.warning("no time zone for %s on %s", user_id, conv.platform, exc_info=True)
+            return None
 
     async def names(self, conv: ConversationRef, user_ids: Iterable[str]) -> list[str]:
         """`name` of each id, in order."""

@@ -60,6 +60,15 @@ class PromptSurface(Protocol):
 
 
 @runtime_checkable
+class ZoneDirectory(Protocol):
+    """Where a platform knows people's time zones (Slack profiles)."""
+
+    async def time_zone(self, user_id: str) -> str | None:
+        """The person's IANA time zone, None when the platform cannot say."""
+        ...
+
+
+@runtime_checkable
 class PeopleDirectory(Protocol):
     """How one platform names a person to other people: a display name, never a mention
     (a mention pings). Each channel implements it; the core renders names through it."""

@@ -423,7 +423,9 @@ async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deploye
     # and exactly what each firing runs"
     shown = "\n".join(_texts(prompt))
     (nexts,) = [line for line in shown.splitlines() if "Next:" in line]
-    assert nexts.count(" UTC") == 3 and "df -h /" in shown, shown
+    # Alice's Slack profile is in Europe/London: her schedule is, without a `tz:`.
+    assert "every 2h (Europe/London)" in shown and nexts.count(" GMT") == 3, shown
+    assert "df -h /" in shown, shown
     await bot.slack_click(thread, prompt, "Approve")
     scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 2h" in p["text"])
     task = re.findall(r"t_[0-9a-f]{8}", scheduled["text"])[0]

@@ -90,6 +90,7 @@ class SchedulesFeature(BaseFeature):
                 parts.bus,
                 parts.roles,
                 SandboxChecks(parts.sandbox, parts.workspace),
+                parts.people,
             ),
             ScheduleLimits(
                 max_per_user=section.schedule_max_per_user,

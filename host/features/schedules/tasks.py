@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -22,7 +22,7 @@ from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, TaskSchedule, refusal
+from host.features.schedules.line import ScheduleError, TaskSchedule, refusal, zone
 from host.features.schedules.quiet import QuietHours
 from host.features.schedules.store import (
     LIVE_STATES,
@@ -45,6 +45,7 @@ from host.features.schedules.work import Check, parse_check, task_work
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import code_block
 from host.runtime.events import EventBus, TurnRequested
+from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
 from host.runtime.roles import Roles
 from host.runtime.scheduling import Scheduler
@@ -112,6 +113,8 @@ class TaskDeps:
     bus: EventBus
     roles: Roles
     checks: CheckRunner | None = None
+    # Whose zone a schedule without `tz:` is in (a Slack profile's), before the default.
+    people: People = field(default_factory=People)
 
 
 def job_id(task_id: str) -> str:
@@ -151,7 +154,7 @@ class ScheduledTasks:
             schedule = checked_schedule(
                 line,
                 now=now,
-                default_tz=self.limits.default_tz,
+                default_tz=await self._zone_of(who),
                 min_interval=self.limits.min_interval_seconds,
             )
             work = task_work(schedule.what, offline=self._offline)
@@ -202,6 +205,18 @@ class ScheduledTasks:
             f"⏳ Task `{task_id}` waits for approval (the prompt above); nothing is scheduled "
             "until then."
         )
+
+    async def _zone_of(self, who: Proposer) -> str:
+        """The proposer's own zone where their platform knows it, else RAVEN_TIMEZONE."""
+        named = await self._deps.people.time_zone(who.conversation, who.user_id)
+        if named:
+            try:
+                zone(named)
+            except ValueError:
+                log.warning("%s has an unknown time zone %r; using the default", who.user_id, named)
+            else:
+                return named
+        return self.limits.default_tz
 
     def _question(self, task: ScheduledTask, description: str, now: datetime) -> str:
         schedule = task.schedule

@@ -334,6 +334,7 @@ class FakeSlack:
         real_name: str = "",
         display_name: str = "",
         is_bot: bool = False,
+        tz: str = "Europe/London",
     ) -> dict[str, Any]:
         """Seed a user for `users.info`; returns the user object the API will serve."""
         user: dict[str, Any] = {
@@ -342,7 +343,7 @@ class FakeSlack:
             "name": name,
             "deleted": False,
             "real_name": real_name,
-            "tz": "Europe/London",
+            "tz": tz,
             "tz_offset": 0,
             "is_admin": False,
             "is_owner": False,
