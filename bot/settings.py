@@ -423,6 +423,18 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_SCHEDULE_CHANNEL_PER_HOUR",
         description="How many scheduled firings may run in one channel per hour.",
     )
+    nudge_channel_per_hour: int = Field(
+        default=20,
+        ge=1,
+        validation_alias="RAVEN_NUDGE_CHANNEL_PER_HOUR",
+        description="How many posts scheduled tasks and checks may make in one channel per hour.",
+    )
+    nudge_owner_per_hour: int = Field(
+        default=10,
+        ge=1,
+        validation_alias="RAVEN_NUDGE_OWNER_PER_HOUR",
+        description="How many posts one person's scheduled tasks and checks may make per hour.",
+    )
     quiet_hours: str = Field(
         default="",
         validation_alias="RAVEN_QUIET_HOURS",

@@ -20,6 +20,7 @@ from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.checks import SandboxChecks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.notify import NotifyGate
+from host.features.schedules.nudges import NudgeLimits, NudgePolicy
 from host.features.schedules.quiet import parse_quiet_hours
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
@@ -48,6 +49,8 @@ class SchedulesSection:
     schedule_channel_per_hour: int
     timezone: str
     quiet_hours: str
+    nudge_channel_per_hour: int
+    nudge_owner_per_hour: int
 
 
 class TaskGrants:
@@ -81,6 +84,12 @@ class SchedulesFeature(BaseFeature):
     ) -> None:
         self._parts = parts
         self._reconcile_seconds = reconcile_seconds
+        self.nudges = NudgePolicy(
+            parts.store,
+            NudgeLimits(section.nudge_channel_per_hour, section.nudge_owner_per_hour),
+            # The tasks' clock (tests drive it), read at each call.
+            clock=lambda: self.tasks.clock().timestamp(),
+        )
         self.tasks = ScheduledTasks(
             TaskStore(parts.store),
             TaskDeps(
@@ -91,6 +100,7 @@ class SchedulesFeature(BaseFeature):
                 parts.roles,
                 SandboxChecks(parts.sandbox, parts.workspace),
                 parts.people,
+                self.nudges,
             ),
             ScheduleLimits(
                 max_per_user=section.schedule_max_per_user,
@@ -121,7 +131,8 @@ class SchedulesFeature(BaseFeature):
         tasks = self.tasks
         # The tasks' clock read at each call (tests replace it).
         now = lambda: tasks.clock()  # noqa: E731, PLW0108
-        return NotifyGate(tasks.store, RunStore(self._parts.store), clock=now)
+        runs = RunStore(self._parts.store)
+        return NotifyGate(tasks.store, runs, clock=now, nudges=self.nudges)
 
     def subscribe(self, bus: EventBus) -> None:
         subscribe_decision(bus, SCHEDULE_APPROVAL, self.tasks.decided)

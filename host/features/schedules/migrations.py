@@ -55,4 +55,21 @@ ALTER TABLE scheduled_tasks ADD COLUMN muted INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE scheduled_tasks ADD COLUMN snoozed_until TEXT;
 """,
     ),
+    Migration(
+        package="schedules",
+        version=3,
+        name="nudges: what scheduled tasks and checks said, for caps and dedup",
+        sql="""
+CREATE TABLE nudges (
+    conversation_id TEXT NOT NULL,
+    channel_key     TEXT NOT NULL,
+    owner           TEXT NOT NULL,
+    digest          TEXT NOT NULL,
+    at              REAL NOT NULL
+);
+CREATE INDEX nudges_by_channel ON nudges(channel_key, at);
+CREATE INDEX nudges_by_owner ON nudges(owner, at);
+CREATE INDEX nudges_by_digest ON nudges(conversation_id, digest, at);
+""",
+    ),
 )

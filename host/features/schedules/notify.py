@@ -16,7 +16,8 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 
-from host.features.schedules.store import TaskStore
+from host.features.schedules.nudges import NudgePolicy
+from host.features.schedules.store import ScheduledTask, TaskStore
 from host.graph.records import read_output
 from host.graph.run_store import RunRecord, RunStore
 from host.runtime.turn import TurnContext
@@ -30,28 +31,51 @@ _FIRING_SUFFIX = re.compile(r"_\d{10}(?:\d\d)?$")
 class NotifyGate:
     """The conversation service's `ReplyGate` for scheduled firings."""
 
-    def __init__(self, tasks: TaskStore, runs: RunStore, *, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        tasks: TaskStore,
+        runs: RunStore,
+        *,
+        clock: Callable[[], datetime],
+        nudges: NudgePolicy | None = None,
+    ) -> None:
         self._tasks = tasks
         self._runs = runs
         self._clock = clock
+        self._nudges = nudges
 
     async def admit(self, ctx: TurnContext, text: str, *, failed: bool, since: float) -> str | None:
         task = await self._tasks.get(ctx.task)
-        if task is not None and task.quiet(self._clock()):
+        if task is None:
+            return text
+        if task.quiet(self._clock()):
             log.info("task %s is muted or snoozed: its result is not posted", task.id)
             return None
-        if task is None or task.schedule.notify == "always":
-            return text
+        posts, digest = await self._posts(task, text, failed=failed, since=since)
+        if not posts:
+            return None
+        # Within the caps (a result is not deduplicated: `notify:` decides on repeats).
+        if self._nudges is not None and not await self._nudges.admit(task, text, dedup=False):
+            return None
+        if digest is not None:  # `changes` compares with the last result posted
+            await self._tasks.update(task.id, last_digest=digest)
+        return text
+
+    async def _posts(
+        self, task: ScheduledTask, text: str, *, failed: bool, since: float
+    ) -> tuple[bool, str | None]:
+        """Whether the task's `notify:` posts this result (and, for `changes`, its digest)."""
+        if task.schedule.notify == "always":
+            return True, None
         runs = await self._runs.runs_for_task(task.id, since=since)
         failed = failed or any(run.state != "completed" for run in runs)
         if task.schedule.notify == "failures":
-            return text if failed else None
+            return failed, None
         digest = await self._digest(runs, text, failed)
         if digest == task.last_digest:
             log.info("task %s: same result as its last firing; not posted", task.id)
-            return None
-        await self._tasks.update(task.id, last_digest=digest)
-        return text
+            return False, None
+        return True, digest
 
     async def _digest(self, runs: list[RunRecord], text: str, failed: bool) -> str:
         parts: list[object] = [failed]

@@ -23,6 +23,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
 from host.features.schedules.line import ScheduleError, TaskSchedule, refusal, zone
+from host.features.schedules.nudges import NudgePolicy
 from host.features.schedules.quiet import QuietHours
 from host.features.schedules.store import (
     LIVE_STATES,
@@ -115,6 +116,8 @@ class TaskDeps:
     checks: CheckRunner | None = None
     # Whose zone a schedule without `tz:` is in (a Slack profile's), before the default.
     people: People = field(default_factory=People)
+    # Caps and dedup over what firings say (None: no limit).
+    nudges: NudgePolicy | None = None
 
 
 def job_id(task_id: str) -> str:
@@ -333,7 +336,7 @@ class ScheduledTasks:
                 f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
                 "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
             )
-        if notice and not task.quiet(now):
+        if notice and not task.quiet(now) and await self._admit(task, notice):
             await self._say(task.conversation, notice, key=f"task:{task.id}:{iso(last)}:note")
         for when in runs:
             if not await self._start_turn(task, when):
@@ -404,22 +407,21 @@ class ScheduledTasks:
         or passes again."""
         key = f"task:{task.id}:{iso(due)}"
         if state == "passing":
-            await self._say(task.conversation, f"✅ Check `{task.id}` passes again.", key=key)
+            text = f"✅ Check `{task.id}` passes again."
+            if await self._admit(task, text):
+                await self._say(task.conversation, text, key=key)
             return True
         if state == "broken":
             # The bot's own trouble, not the watched thing's: said, with no model woken.
-            await self._say(
-                task.conversation,
-                f"⚠️ Check `{task.id}` could not run: {why}. It is tried again at each firing.",
-                key=f"{key}:broken",
-            )
+            text = f"⚠️ Check `{task.id}` could not run: {why}. It is tried again at each firing."
+            if await self._admit(task, text):
+                await self._say(task.conversation, text, key=f"{key}:broken")
             return True
         tail = result.output[-1500:].strip() or "(no output)"
-        await self._say(
-            task.conversation,
-            f"🔔 Check `{task.id}` tripped: {why}.\n{code_block(tail)}",
-            key=f"{key}:tripped",
-        )
+        text = f"🔔 Check `{task.id}` tripped: {why}.\n{code_block(tail)}"
+        if not await self._admit(task, text):
+            return True  # held back (said today already, or over a cap): nobody is woken
+        await self._say(task.conversation, text, key=f"{key}:tripped")
         if self._offline:
             return True
         fenced = fence(tail, source=f"output of check {task.id}", marker=new_marker())
@@ -438,6 +440,10 @@ class ScheduledTasks:
                 task=task.id,
             )
         )
+
+    async def _admit(self, task: ScheduledTask, text: str) -> bool:
+        nudges = self._deps.nudges
+        return nudges is None or await nudges.admit(task, text)
 
     async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
         work = task_work(task.schedule.what, offline=False)

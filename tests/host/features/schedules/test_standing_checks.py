@@ -12,6 +12,7 @@ import pytest
 
 from bot.home import workspace_for
 from host.features.schedules.feature import SchedulesFeature
+from host.features.schedules.nudges import NudgeLimits
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually
@@ -148,3 +149,33 @@ async def test_a_check_that_cannot_run_says_so_once_and_wakes_no_model(
     assert "could not run" in said and "tripped" not in said
     assert await _fire(bot) == []  # said once
     assert len(fake.requests) == before  # the bot's own trouble wakes no model
+
+
+async def test_a_flapping_check_says_the_same_trip_once_a_day(bot: Bot) -> None:
+    await _watching(bot)
+    _alarm(bot).write_text("on fire\n")
+    assert [t for t in await _fire(bot) if "tripped" in t]
+    _alarm(bot).unlink()
+    assert [t for t in await _fire(bot) if "passes again" in t]
+    _alarm(bot).write_text("on fire\n")
+    assert await _fire(bot) == []  # the same trip, said an hour ago: held back
+    (task,) = await bot.tasks.store.active()
+    assert task.last_digest == "tripped"  # taken in all the same
+
+
+async def test_an_owners_hourly_cap_holds_back_results(bot: Bot) -> None:
+    feature = bot.rt.feature(SchedulesFeature)
+    feature.nudges.limits = NudgeLimits(channel_per_hour=20, owner_per_hour=1)
+    await bot.say("schedule: every 1h | s1: shell: echo first-result")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
+    before = len(bot.chat.texts)
+    bot.clock.advance(hours=1)
+    await bot.fire_due()
+    assert any("first-result" in t for t in bot.chat.texts[before:])
+    before = len(bot.chat.texts)
+    bot.clock.advance(minutes=30)
+    (task,) = await bot.tasks.store.active()
+    await bot.tasks.run_now(task.id)
+    await bot.rt.service.quiesce(CONV)
+    assert not any("first-result" in t for t in bot.chat.texts[before:])  # over the cap
