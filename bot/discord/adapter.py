@@ -10,6 +10,7 @@ This is the façade the rest of bot/ uses; the work is done by its parts: `Messa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from bot.channel import ChannelFeatures, Ingress
 from bot.discord.client import ClientHooks, RavenClient
 from bot.discord.config import DiscordConfig, intents, point_at
 from bot.discord.ingress import MessageIngress, readable_text
-from bot.discord.keys import PLATFORM
+from bot.discord.keys import MAIN_THREAD, PLATFORM
 from bot.discord.link import DiscordLink
 from bot.discord.names import DisplayNames
 from bot.discord.notes import HeldInteractions
@@ -147,6 +148,13 @@ class DiscordAdapter:
     async def display_name(self, user_id: str) -> str:
         """A person's display name (the id when Discord cannot say)."""
         return await self._names.display_name(user_id)
+
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """A post in the channel starts a thread from itself on first use (its id is the
+        thread's); none in a DM or a conversation already inline in its channel."""
+        if conv.thread == MAIN_THREAD:
+            return None
+        return dataclasses.replace(conv, thread=MAIN_THREAD)
 
     # -- prompts -----------------------------------------------------------------------
 

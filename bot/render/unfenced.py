@@ -11,7 +11,7 @@ from __future__ import annotations
 from core.fence import unfence
 from core.ids import ConversationRef
 from host.runtime.messages import OutboundMessage
-from host.runtime.ports import Channel
+from host.runtime.ports import Channel, ThreadStarts
 
 
 class UnfencedChannel:
@@ -32,6 +32,11 @@ class UnfencedChannel:
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit with the text as people should read it."""
         await self.inner.edit(conv, message_id, _for_people(message))
+
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """The wrapped channel's, where it starts threads (else None)."""
+        inner = self.inner
+        return inner.channel_level(conv) if isinstance(inner, ThreadStarts) else None
 
 
 def _for_people(message: OutboundMessage) -> OutboundMessage:

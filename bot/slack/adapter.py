@@ -12,6 +12,7 @@ the ingress (the conversation service) is itself built from the adapters' egress
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from bot.slack.history import SlackHistory
 from bot.slack.identity import SlackIdentity
 from bot.slack.ingress import IngressDeps, SlackIngress
 from bot.slack.interactions import SlackInteractions
+from bot.slack.normalize import DM_THREAD
 from bot.slack.outgoing import SlackOutgoing
 from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
@@ -154,6 +156,12 @@ class SlackAdapter:
         """A person's display name from `users.info` (cached; the id when the call fails).
         Shown as plain text, never as a `<@U…>` mention: a mention in a bot message pings."""
         return await self._identity.name(user_id)
+
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """A post with no thread starts one (its ts is the thread's); none in a DM."""
+        if conv.thread == DM_THREAD:
+            return None
+        return dataclasses.replace(conv, thread=DM_THREAD)
 
     async def time_zone(self, user_id: str) -> str | None:
         """A person's time zone from their Slack profile (`users.info`'s `tz`)."""

@@ -12,7 +12,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.messages import OutboundMessage
-from host.runtime.ports import Channel, ChannelError
+from host.runtime.ports import Channel, ChannelError, ThreadStarts
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,12 @@ class Outbox:
         self._inflight = KeyedLocks()
         # Background retries of failed posts, one per idempotency key.
         self._retries: dict[str, asyncio.Task[None]] = {}
+
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """Where a post starts a thread of its own in `conv`'s channel (None: the platform
+        or the conversation has no such place)."""
+        channel = self._channels.get(conv.platform)
+        return channel.channel_level(conv) if isinstance(channel, ThreadStarts) else None
 
     async def send(
         self,

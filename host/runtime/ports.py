@@ -60,6 +60,17 @@ class PromptSurface(Protocol):
 
 
 @runtime_checkable
+class ThreadStarts(Protocol):
+    """Where a platform's channel takes posts that start threads of their own (a scheduled
+    task's `post: channel`)."""
+
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """The conversation of `conv`'s channel itself, where a post starts a new thread (its
+        message id is the new thread's); None where there is no such channel (a DM)."""
+        ...
+
+
+@runtime_checkable
 class ZoneDirectory(Protocol):
     """Where a platform knows people's time zones (Slack profiles)."""
 

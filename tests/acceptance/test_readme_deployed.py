@@ -456,6 +456,34 @@ async def test_slack_standing_check_trips_and_says_so_once(bot: Deployed) -> Non
     assert len([p for p in bot.slack_posts(thread) if "tripped" in p["text"]]) == 1
 
 
+async def test_slack_post_channel_starts_a_thread_per_firing(bot: Deployed) -> None:
+    thread = await bot.slack_mention(
+        "schedule: every 2h | t1: shell: echo in-a-thread-of-its-own | post: channel"
+    )
+    prompt = await bot.slack_post(thread, _is_prompt)
+    await bot.slack_click(thread, prompt, "Approve")
+    scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 2h" in p["text"])
+    task = re.findall(r"t_[0-9a-f]{8}", scheduled["text"])[0]
+    await bot.slack_reply(thread, f"schedule: run {task}")
+
+    def headlines() -> list[dict[str, Any]]:
+        return [
+            {**c.args, "ts": c.response.get("ts")}
+            for c in bot.slack.calls_to("chat.postMessage")
+            if c.ok and not c.args.get("thread_ts") and task in str(c.args.get("text"))
+        ]
+
+    await eventually(lambda: len(headlines()) == 1, within=WITHIN)
+    (headline,) = headlines()
+
+    # The firing's result is in the new thread, not in the one that scheduled it.
+    def result(post: dict[str, Any]) -> bool:
+        return "Output of" in post["text"] and "in-a-thread-of-its-own" in post["text"]
+
+    await bot.slack_post(headline["ts"], result)
+    assert not [p for p in bot.slack_posts(thread) if result(p)]
+
+
 async def test_slack_help(bot: Deployed) -> None:
     thread = await bot.slack_mention("help")
     shown = (await bot.slack_post(thread, lambda p: True))["text"]

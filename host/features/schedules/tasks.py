@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -22,7 +22,7 @@ from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, TaskSchedule, refusal, zone
+from host.features.schedules.line import ScheduleError, refusal, zone
 from host.features.schedules.nudges import NudgePolicy
 from host.features.schedules.quiet import QuietHours
 from host.features.schedules.store import (
@@ -161,7 +161,8 @@ class ScheduledTasks:
                 min_interval=self.limits.min_interval_seconds,
             )
             work = task_work(schedule.what, offline=self._offline)
-            _built(schedule)
+            if schedule.post == "channel":
+                self._posts_in_channel(who.conversation, work.kind)
         except ScheduleError as exc:
             return f"⚠️ {exc}"
         task_id = (
@@ -208,6 +209,18 @@ class ScheduledTasks:
             f"⏳ Task `{task_id}` waits for approval (the prompt above); nothing is scheduled "
             "until then."
         )
+
+    def _posts_in_channel(self, conv: ConversationRef, kind: str) -> None:
+        """Refuse `post: channel` where no fresh thread can be started."""
+        if kind == "check":
+            raise ScheduleError(
+                "A check says what it finds in its own thread: leave `post: channel` out."
+            )
+        if self._deps.outbox.channel_level(conv) is None:
+            raise ScheduleError(
+                "`post: channel` needs a Slack or Discord channel to start a thread in at each "
+                "firing; here, leave it out and results post in this thread."
+            )
 
     async def _zone_of(self, who: Proposer) -> str:
         """The proposer's own zone where their platform knows it, else RAVEN_TIMEZONE."""
@@ -445,7 +458,30 @@ class ScheduledTasks:
         nudges = self._deps.nudges
         return nudges is None or await nudges.admit(task, text)
 
+    async def _where(self, task: ScheduledTask, due: datetime) -> ConversationRef | None:
+        """The conversation a firing runs in: the task's thread, or (`post: channel`) a
+        thread of its own started by a headline in the channel (None: not posted yet)."""
+        root = self._deps.outbox.channel_level(task.conversation)
+        if task.schedule.post != "channel" or root is None:
+            return task.conversation
+        headline = (
+            f"⏰ Scheduled task `{task.id}` of {task.owner_name}, "
+            f"{shown(due, task.schedule.zone)}: {_gist(task.schedule.what)}"
+        )
+        try:
+            # Keyed by task and time: a repeat after a crash finds the same thread.
+            started = await self._deps.outbox.send(
+                root, headline, idempotency_key=f"task:{task.id}:{iso(due)}:thread"
+            )
+        except DeliveryError as exc:
+            log.warning("task %s: starting its thread failed: %s", task.id, exc)
+            return None
+        return None if not started else replace(task.conversation, thread=started)
+
     async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
+        conv = await self._where(task, due)
+        if conv is None:
+            return False
         work = task_work(task.schedule.what, offline=False)
         text = work.text
         if work.kind == "plan":
@@ -457,7 +493,7 @@ class ScheduledTasks:
             )
         return await self._deps.bus.publish(
             TurnRequested(
-                conversation=task.conversation,
+                conversation=conv,
                 text=text,
                 key=f"task:{task.id}:{iso(due)}",
                 author_id=task.owner,
@@ -710,17 +746,6 @@ def _verdict(check: Check, result: CheckResult) -> tuple[str, str]:
     if result.exit_code != 0:
         return "tripped", f"its command exited with {result.exit_code}"
     return "passing", ""
-
-
-def _built(schedule: TaskSchedule) -> None:
-    """Refuse the options that are read but not built yet (rather than ignore them)."""
-    unbuilt = []
-    if schedule.post == "channel":
-        unbuilt.append("`post: channel` (a fresh thread per firing): results post in this thread")
-    if unbuilt:
-        raise ScheduleError(
-            "Not built yet: " + "; ".join(unbuilt) + ". Leave the option out to schedule this."
-        )
 
 
 def _gist(text: str, limit: int = 80) -> str:

@@ -142,7 +142,7 @@ async def test_bad_lines_are_refused_with_the_syntax(bot: Bot) -> None:
     reply = await bot.say("schedule: every 1h | s1: shell: echo x | tz: Mars/Olympus")
     assert "is not a time zone" in reply
     reply = await bot.say("schedule: every 1h | s1: shell: echo x | post: channel")
-    assert "Not built yet: `post: channel`" in reply
+    assert "`post: channel` needs a Slack or Discord channel" in reply
     assert await bot.tasks.store.listed(live_only=False) == []
 
 
