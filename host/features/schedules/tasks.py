@@ -22,7 +22,7 @@ from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, refusal, zone
+from host.features.schedules.line import ScheduleError, zone
 from host.features.schedules.nudges import NudgePolicy
 from host.features.schedules.quiet import QuietHours
 from host.features.schedules.store import (
@@ -169,19 +169,15 @@ class ScheduledTasks:
             "t_" + hashlib.sha256(f"{who.conversation.id}\n{who.key}".encode()).hexdigest()[:8]
         )
         existing = await self.store.get(task_id)
-        if existing is not None:
+        if existing is not None and (existing.prompt_id or existing.state != "proposed"):
             return f"Task `{task_id}` was already proposed ({existing.state})."
-        if await self.store.live_count(who.user_id) >= self.limits.max_per_user:
+        limit = self.limits.max_per_user
+        if existing is None and await self.store.live_count(who.user_id) >= limit:
             return (
-                "⚠️ "
-                + refusal(
-                    [
-                        f"you already have {self.limits.max_per_user} scheduled tasks, the limit "
-                        "(RAVEN_SCHEDULE_MAX_PER_USER): cancel one first"
-                    ]
-                ).split("\nWrite ")[0]
+                f"⚠️ You already have {limit} scheduled tasks, the limit "
+                "(RAVEN_SCHEDULE_MAX_PER_USER): cancel one first (`schedule: list` shows them)."
             )
-        task = ScheduledTask(
+        task = existing or ScheduledTask(
             id=task_id,
             conversation=who.conversation,
             owner=who.user_id,
@@ -194,7 +190,8 @@ class ScheduledTasks:
             next_due=None,
             fired=0,
         )
-        if not await self.store.insert(task):
+        # A request seen again after a crash between recording the task and asking: asked now.
+        if existing is None and not await self.store.insert(task):
             return f"Task `{task_id}` was already proposed."
         prompt = await self._deps.broker.create(
             conversation=who.conversation,

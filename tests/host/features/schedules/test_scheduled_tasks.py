@@ -240,3 +240,26 @@ async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
     assert any("night-shift" in t for t in said), said
     status = await bot.say("status")
     assert "Quiet hours 22:00–07:00" in status
+
+
+async def test_a_persons_task_limit_is_named(bot: Bot) -> None:
+    bot.tasks.limits = replace(bot.tasks.limits, max_per_user=1)
+    await bot.say("schedule: every 1h | s1: shell: echo one")
+    reply = await bot.say("schedule: every 1h | s2: shell: echo two")
+    assert "You already have 1 scheduled tasks" in reply and "RAVEN_SCHEDULE_MAX_PER_USER" in reply
+
+
+async def test_a_request_seen_again_after_a_crash_before_asking_is_asked_then(bot: Bot) -> None:
+    from host.features.schedules.tasks import Proposer
+
+    who = Proposer(CONV, "U1", "alice", "event-1")
+    await bot.tasks.propose(who, "schedule: every 1h | s1: shell: echo asked")
+    (task,) = await bot.tasks.store.listed()
+    # The crash: the task was recorded, its prompt never made.
+    await bot.rt.store.execute("UPDATE scheduled_tasks SET prompt_id = NULL")
+    assert len(bot.chat.shown) == 1
+    reply = await bot.tasks.propose(who, "schedule: every 1h | s1: shell: echo asked")
+    assert "waits for approval" in reply
+    assert len(bot.chat.shown) == 2 and (await bot.tasks.store.get(task.id)).prompt_id  # type: ignore[union-attr]
+    again = await bot.tasks.propose(who, "schedule: every 1h | s1: shell: echo asked")
+    assert "already proposed" in again and len(bot.chat.shown) == 2
