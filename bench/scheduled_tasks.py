@@ -183,6 +183,10 @@ class CountingOutbox:
         self.texts[idempotency_key] = text
         return None
 
+    def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
+        """No channel to start threads in (the tasks here post in their thread)."""
+        return None
+
 
 @dataclass
 class Turns:

@@ -458,8 +458,10 @@ class ScheduledTasks:
     async def _where(self, task: ScheduledTask, due: datetime) -> ConversationRef | None:
         """The conversation a firing runs in: the task's thread, or (`post: channel`) a
         thread of its own started by a headline in the channel (None: not posted yet)."""
+        if task.schedule.post != "channel":
+            return task.conversation
         root = self._deps.outbox.channel_level(task.conversation)
-        if task.schedule.post != "channel" or root is None:
+        if root is None:
             return task.conversation
         headline = (
             f"⏰ Scheduled task `{task.id}` of {task.owner_name}, "
