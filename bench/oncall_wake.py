@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from agents.sandbox import DetachedSandbox, select_sandbox
+from bench.lib.figures import pct, spread_line
 from bot.schema import all_migrations
 from core.ids import ConversationRef
 from core.store import Store
@@ -70,27 +71,6 @@ WITHIN = 120.0  # hang guard for each phase
 
 
 # ------------------------------------------------------------------------------ figures
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (nearest rank) of `values`; NaN when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
-def ms(seconds: float) -> str:
-    """Seconds as milliseconds, right-aligned."""
-    return f"{seconds * 1000:8.1f}"
-
-
-def spread_line(label: str, values: Sequence[float]) -> str:
-    """`label  n  p50  p99  max` in milliseconds."""
-    return (
-        f"  {label:<34} {len(values):>5} {ms(pct(values, 50))} {ms(pct(values, 99))} "
-        f"{ms(max(values, default=float('nan')))}"
-    )
 
 
 # ------------------------------------------------------------------- (a) APScheduler
@@ -147,8 +127,8 @@ async def scheduler_phase(tmp: Path, count: int, spread: float) -> None:
         f"{per_job * 1000:.2f} ms); stored after their due time: {overdue}"
     )
     print(f"  {'lateness (ms)':<34} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
-    print(spread_line("fired_at - scheduled_at (FiredJob)", firings.fired))
-    print(spread_line("handler entry - scheduled_at", firings.handled))
+    print(spread_line("fired_at - scheduled_at (FiredJob)", firings.fired, width=34))
+    print(spread_line("handler entry - scheduled_at", firings.handled, width=34))
 
 
 async def _probe(scheduler: ApschedulerScheduler) -> float:
@@ -316,7 +296,7 @@ async def _run_campaigns(parts: EngineParts, count: int, poll: float, idle_cpu: 
         f"sandbox (detached), poll every {poll:g} s; started in {start_wall:.2f} s"
     )
     print(f"  {'delay (ms)':<34} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
-    print(spread_line("job exit (mtime) -> early wake", delays))
+    print(spread_line("job exit (mtime) -> early wake", delays, width=34))
     states = Counter(r.state for r in [await parts.campaigns.get(i) for i in ids] if r)
     print(
         f"  final states: {dict(states)}; notices {parts.notifier.sent}, edits "

@@ -14,7 +14,7 @@ tasks whose job is missing.
 (2) Inserts `--firing` (1,000) more tasks (`every 1h`, an explicit plan, each in its own
 channel so the hourly per-channel limit does not apply) whose next due times are spread over
 `--spread` seconds once all are stored, arms them, and lets them fire with the 10,000 jobs of
-(1) still in the job store. The job handler is the feature's (`ScheduledTasks.on_job`) and a
+(1) still in the job store. The job handler is the feature's (`ScheduledTasks.fire`) and a
 counting `TurnRequested` subscriber stands in for the conversation service. Prints lateness
 p50/p99/max: `FiredJob.fired_at − scheduled_at` (APScheduler), TurnRequested arrival − due
 (end to end through the firing path) and handler return − due (after the firing's commit
@@ -70,6 +70,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from agents.sandbox import Sandbox, select_sandbox
+from bench.lib.figures import pct, spread_line
 from bot.home import workspace_for
 from bot.schema import all_migrations
 from core.ids import ConversationRef
@@ -109,27 +110,6 @@ CHECK_CHANNELS = 5
 
 
 # ------------------------------------------------------------------------------ figures
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (nearest rank) of `values`; NaN when empty."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
-def ms(seconds: float) -> str:
-    """Seconds as milliseconds, right-aligned."""
-    return f"{seconds * 1000:8.1f}"
-
-
-def spread_line(label: str, values: Sequence[float]) -> str:
-    """`label  n  p50  p99  max` in milliseconds."""
-    return (
-        f"  {label:<40} {len(values):>5} {ms(pct(values, 50))} {ms(pct(values, 99))} "
-        f"{ms(max(values, default=float('nan')))}"
-    )
 
 
 def verdict(met: bool) -> str:
@@ -314,7 +294,7 @@ async def build_rig(tmp: Path, sandbox: Sandbox) -> Rig:
         entered = time.time()
         due = datetime.fromisoformat(str(job.payload["due"]))
         task_id = str(job.payload["task_id"])
-        await tasks.on_job(task_id, due)
+        await tasks.fire(task_id, due)
         handled.record(job, task_id, entered, due)
 
     subscribe_job(bus, SCHEDULED_TASK_JOB, on_job)
@@ -534,7 +514,7 @@ async def firing_phase(
     print(spread_line("APScheduler: fired_at - scheduled_at", rig.handled.fired[run]))
     print(spread_line("TurnRequested arrival - due", result.turn_lateness))
     print(spread_line("firing committed + re-armed - due", rig.handled.done[run]))
-    print(spread_line("handler duration (ScheduledTasks.on_job)", rig.handled.took[run]))
+    print(spread_line("handler duration (ScheduledTasks.fire)", rig.handled.took[run]))
     print(spread_line("event-loop lag (10 ms sleep)", probe.lags))
     print(f"  process CPU {cpu / wall:.0%} of one core over {wall:.2f} s (200 % = both cores)")
     await print_counts(rig, run, count)

@@ -75,15 +75,8 @@ class SchedulesFeature(BaseFeature):
 
     Section: ClassVar[type[SchedulesSection]] = SchedulesSection
 
-    def __init__(
-        self,
-        parts: HostParts,
-        section: SchedulesSection,
-        *,
-        reconcile_seconds: float = RECONCILE_SECONDS,
-    ) -> None:
+    def __init__(self, parts: HostParts, section: SchedulesSection) -> None:
         self._parts = parts
-        self._reconcile_seconds = reconcile_seconds
         self.nudges = NudgePolicy(
             parts.store,
             NudgeLimits(section.nudge_channel_per_hour, section.nudge_owner_per_hour),
@@ -140,7 +133,7 @@ class SchedulesFeature(BaseFeature):
 
     async def _on_job(self, job: FiredJob) -> None:
         due = datetime.fromisoformat(str(job.payload["due"]))
-        await self.tasks.on_job(str(job.payload["task_id"]), due)
+        await self.tasks.fire(str(job.payload["task_id"]), due)
 
     async def start(self, stack: AsyncExitStack) -> None:
         since = time.time()
@@ -158,7 +151,7 @@ class SchedulesFeature(BaseFeature):
     async def _watch(self, since: float) -> None:
         """Pick up what another process changed (pause, resume, run now from the CLI)."""
         while True:
-            await asyncio.sleep(self._reconcile_seconds)
+            await asyncio.sleep(RECONCILE_SECONDS)
             checked = time.time()
             try:
                 await self.tasks.reconcile_since(since)

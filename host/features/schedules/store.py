@@ -7,7 +7,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -303,8 +303,3 @@ def _column_value(value: object) -> object:
     if isinstance(value, bool):
         return int(value)
     return value
-
-
-def with_state(task: ScheduledTask, state: TaskState) -> ScheduledTask:
-    """`task` as it is after a state change (what was just committed)."""
-    return replace(task, state=state)

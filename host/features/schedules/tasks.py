@@ -38,6 +38,7 @@ from host.features.schedules.timing import (
     MAX_CATCH_UP,
     checked_schedule,
     describe_schedule,
+    due_span,
     fire_times,
     shown,
     upcoming,
@@ -58,8 +59,6 @@ SCHEDULED_TASK_JOB = "scheduled_task"
 SCHEDULE_APPROVAL = "schedule_approval"
 # A firing later than this is said to be late (a restart, a long stall).
 LATE_GRACE_SECONDS = 120.0
-# Counting the fire times a long outage missed stops here (a 5-minute task down for a year).
-_MAX_COUNTED = 100_000
 
 
 @dataclass(frozen=True)
@@ -285,10 +284,6 @@ class ScheduledTasks:
         )
 
     # ------------------------------------------------------------------------- firing
-
-    async def on_job(self, task_id: str, due: datetime) -> None:
-        """The task's scheduler job fired for `due`."""
-        await self.fire(task_id, due)
 
     async def fire(self, task_id: str, due: datetime) -> None:
         """Fire the task for `due` (and what an outage missed), once."""
@@ -756,21 +751,12 @@ def _overdue(
     task: ScheduledTask, due: datetime, now: datetime
 ) -> tuple[list[datetime], int, datetime]:
     """The due times from `due` to `now`: the first MAX_CATCH_UP, how many, and the last."""
-    times: list[datetime] = []
-    total = 0
-    last = due
-    start = due - timedelta(microseconds=1)
-    for count, when in enumerate(fire_times(task.schedule, task.anchor, start, fired=task.fired)):
-        if when > now and count > 0:
-            break
-        total, last = count + 1, when
-        if len(times) < MAX_CATCH_UP:
-            times.append(when)
-        if total >= _MAX_COUNTED or when > now:
-            break
-    if not times:  # a one-shot task approved after its time fires at `due`
-        times, total, last = [due], 1, due
-    return times, total, last
+    span = due_span(
+        task.schedule, task.anchor, due - timedelta(microseconds=1), now, fired=task.fired
+    )
+    if span.last is None:  # a job a little early, or a one-shot approved after its time
+        return [due], 1, due
+    return span.times, span.total, span.last
 
 
 def _catch_up(

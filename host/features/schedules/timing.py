@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
@@ -32,6 +33,8 @@ _DAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 # `missed: all` runs each missed firing, up to this many (a week of 5-minute firings is not
 # replayed after a long outage; the rest are counted and said).
 MAX_CATCH_UP = 24
+# Counting the fire times a long outage missed stops here (a 5-minute task down for a year).
+MAX_COUNTED = 100_000
 
 
 def trigger(schedule: TaskSchedule, anchor: datetime) -> BaseTrigger:
@@ -167,20 +170,37 @@ def upcoming(
     return times
 
 
+class Due(NamedTuple):
+    """Fire times in a span: the first MAX_CATCH_UP, how many in all, and the last."""
+
+    times: list[datetime]
+    total: int
+    last: datetime | None
+
+
+def due_span(
+    schedule: TaskSchedule, anchor: datetime, after: datetime, until: datetime, *, fired: int = 0
+) -> Due:
+    """Fire times in (`after`, `until`] (a restart's missed firings: counted exactly up to
+    MAX_COUNTED, replayed within MAX_CATCH_UP)."""
+    times: list[datetime] = []
+    total = 0
+    last: datetime | None = None
+    for when in fire_times(schedule, anchor, after, fired=fired):
+        if when > until or total >= MAX_COUNTED:
+            break
+        total, last = total + 1, when
+        if len(times) < MAX_CATCH_UP:
+            times.append(when)
+    return Due(times, total, last)
+
+
 def due_between(
     schedule: TaskSchedule, anchor: datetime, after: datetime, until: datetime, *, fired: int = 0
 ) -> tuple[list[datetime], int]:
-    """Fire times in (`after`, `until`]: the first MAX_CATCH_UP of them, and how many in all
-    (a restart's missed firings: counted exactly, replayed within a bound)."""
-    due: list[datetime] = []
-    total = 0
-    for when in fire_times(schedule, anchor, after, fired=fired):
-        if when > until:
-            break
-        total += 1
-        if len(due) < MAX_CATCH_UP:
-            due.append(when)
-    return due, total
+    """`due_span`'s first MAX_CATCH_UP fire times in (`after`, `until`] and their count."""
+    span = due_span(schedule, anchor, after, until, fired=fired)
+    return span.times, span.total
 
 
 def checked_schedule(
