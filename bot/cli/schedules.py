@@ -121,7 +121,7 @@ async def _show(tasks: TaskStore, task: ScheduledTask, as_json: bool, out: TextI
 
 async def _act(tasks: TaskStore, task: ScheduledTask, action: str) -> str:
     if action == "pause":
-        if not await tasks.transition(task.id, ["active"], state="paused"):
+        if not await tasks.transition(task.id, ["active"], state="paused", operator_changed=True):
             return f"Task {task.id} is {task.state}; only an active task can be paused."
         return f"Task {task.id} paused ({_APPLIED})."
     if action == "resume":
@@ -131,14 +131,18 @@ async def _act(tasks: TaskStore, task: ScheduledTask, action: str) -> str:
         if nxt is None:
             await tasks.transition(task.id, ["paused"], state="done")
             return f"Task {task.id} has no fire time left; it is done."
-        if not await tasks.transition(task.id, ["paused"], state="active", next_due=nxt):
+        if not await tasks.transition(
+            task.id, ["paused"], state="active", next_due=nxt, operator_changed=True
+        ):
             return f"Task {task.id} is {task.state}; only a paused task can be resumed."
         return f"Task {task.id} resumed, next {shown(nxt, task.schedule.zone)} ({_APPLIED})."
     if action == "delete":
-        if not await tasks.transition(task.id, LIVE_STATES, state="cancelled"):
+        if not await tasks.transition(
+            task.id, LIVE_STATES, state="cancelled", operator_changed=True
+        ):
             return f"Task {task.id} is already {task.state}."
         return f"Task {task.id} cancelled ({_APPLIED})."
-    if not await tasks.transition(task.id, ["active"], run_now=True):
+    if not await tasks.transition(task.id, ["active"], run_now=True, operator_changed=True):
         return f"Task {task.id} is {task.state}; only an active task can run now."
     return f"Task {task.id} will run once now ({_APPLIED})."
 

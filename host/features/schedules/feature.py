@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -136,10 +135,9 @@ class SchedulesFeature(BaseFeature):
         await self.tasks.fire(str(job.payload["task_id"]), due)
 
     async def start(self, stack: AsyncExitStack) -> None:
-        since = time.time()
         # What came due while the bot was down fires now (once, as each task's `missed` says).
         await self.tasks.start()
-        watcher = asyncio.create_task(self._watch(since), name="scheduled-tasks-watch")
+        watcher = asyncio.create_task(self._watch(), name="scheduled-tasks-watch")
 
         async def stop() -> None:
             watcher.cancel()
@@ -148,14 +146,11 @@ class SchedulesFeature(BaseFeature):
 
         stack.push_async_callback(stop)
 
-    async def _watch(self, since: float) -> None:
-        """Pick up what another process changed (pause, resume, run now from the CLI)."""
+    async def _watch(self) -> None:
+        """Pick up what the operator changed (pause, resume, run now from the CLI)."""
         while True:
             await asyncio.sleep(RECONCILE_SECONDS)
-            checked = time.time()
             try:
-                await self.tasks.reconcile_since(since)
+                await self.tasks.reconcile_operator_changes()
             except Exception:
                 log.exception("checking scheduled tasks for changes failed; retrying")
-                continue
-            since = checked

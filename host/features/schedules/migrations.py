@@ -72,4 +72,10 @@ CREATE INDEX nudges_by_owner ON nudges(owner, at);
 CREATE INDEX nudges_by_digest ON nudges(conversation_id, digest, at);
 """,
     ),
+    Migration(
+        package="schedules",
+        version=4,
+        name="scheduled tasks: changed by the operator (the running bot applies it)",
+        sql="ALTER TABLE scheduled_tasks ADD COLUMN operator_changed INTEGER NOT NULL DEFAULT 0;",
+    ),
 )

@@ -114,6 +114,7 @@ _COLUMNS = {
     "run_now",
     "muted",
     "snoozed_until",
+    "operator_changed",
 }
 
 
@@ -176,9 +177,16 @@ class TaskStore:
         """Tasks waiting for their next firing."""
         return await self._select("state = 'active'", ())
 
-    async def changed_since(self, since: float) -> list[ScheduledTask]:
-        """Tasks changed after `since` (by this process or another: the CLI)."""
-        return await self._select("updated_at > ?", (since,))
+    async def operator_changed(self) -> list[ScheduledTask]:
+        """Tasks the operator changed (`raven-bot schedules …`) that the bot has not applied."""
+        return await self._select("operator_changed = 1", ())
+
+    async def applied(self, task: ScheduledTask) -> None:
+        """The operator's change of `task` is applied (unless another came since)."""
+        await self._store.execute(
+            "UPDATE scheduled_tasks SET operator_changed = 0 WHERE id = ? AND updated_at = ?",
+            (task.id, task.updated_at),
+        )
 
     async def live_count(self, owner: str) -> int:
         """How many tasks `owner` has that may still fire (the per-user limit)."""
@@ -239,7 +247,7 @@ class TaskStore:
 
         def write(db: sqlite3.Connection) -> bool:
             moved = db.execute(
-                "UPDATE scheduled_tasks SET next_due = ?, fired = ?, state = ?, run_now = 0,"
+                "UPDATE scheduled_tasks SET next_due = ?, fired = ?, state = ?,"
                 " updated_at = ? WHERE id = ? AND state = 'active' AND fired = ?"
                 " AND next_due IS ?",
                 (

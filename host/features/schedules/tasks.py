@@ -450,7 +450,7 @@ class ScheduledTasks:
         nudges = self._deps.nudges
         return nudges is None or await nudges.admit(task, text)
 
-    async def _where(self, task: ScheduledTask, due: datetime) -> ConversationRef | None:
+    async def _where(self, task: ScheduledTask, due: datetime, key: str) -> ConversationRef | None:
         """The conversation a firing runs in: the task's thread, or (`post: channel`) a
         thread of its own started by a headline in the channel (None: not posted yet)."""
         if task.schedule.post != "channel":
@@ -464,16 +464,17 @@ class ScheduledTasks:
         )
         try:
             # Keyed by task and time: a repeat after a crash finds the same thread.
-            started = await self._deps.outbox.send(
-                root, headline, idempotency_key=f"task:{task.id}:{iso(due)}:thread"
-            )
+            started = await self._deps.outbox.send(root, headline, idempotency_key=f"{key}:thread")
         except DeliveryError as exc:
             log.warning("task %s: starting its thread failed: %s", task.id, exc)
             return None
         return None if not started else replace(task.conversation, thread=started)
 
-    async def _start_turn(self, task: ScheduledTask, due: datetime) -> bool:
-        conv = await self._where(task, due)
+    async def _start_turn(self, task: ScheduledTask, due: datetime, *, now: bool = False) -> bool:
+        """Request the firing's turn, keyed by task and time (`now`: a run outside the
+        schedule, keyed apart from a scheduled firing at the same time)."""
+        key = f"task:{task.id}:{iso(due)}" + (":now" if now else "")
+        conv = await self._where(task, due, key)
         if conv is None:
             return False
         work = task_work(task.schedule.what, offline=False)
@@ -489,7 +490,7 @@ class ScheduledTasks:
             TurnRequested(
                 conversation=conv,
                 text=text,
-                key=f"task:{task.id}:{iso(due)}",
+                key=key,
                 author_id=task.owner,
                 author_name=task.owner_name,
                 roles=task.owner_roles,
@@ -517,6 +518,8 @@ class ScheduledTasks:
             task = await self.store.get(task_id)
             if task is None:
                 return f"No task `{task_id}`."
+            if task.run_now:  # the operator's request is taken now, whatever comes of it
+                await self.store.update(task_id, run_now=False)
             if task.state != "active":
                 return f"Task `{task_id}` is {task.state}; only an active task can run now."
             now = self.clock()
@@ -524,7 +527,7 @@ class ScheduledTasks:
             if check is not None:
                 await self._check(task, check, [now], now, task.next_due, fired=task.fired)
                 return f"Check `{task_id}` ran now (its schedule is unchanged)."
-            if not await self._start_turn(task, now):
+            if not await self._start_turn(task, now, now=True):
                 return f"Task `{task_id}` could not be started; try again."
             await self.store.record_firings(
                 task,
@@ -539,29 +542,30 @@ class ScheduledTasks:
     async def start(self) -> None:
         """After a restart: fire what came due while the bot was down, and arm the tasks
         whose job is missing (a crash between recording a firing and arming the next)."""
-        await self._reconcile(await self.store.active())
-
-    async def reconcile_since(self, since: float) -> None:
-        """Apply changes made by another process (`raven-bot schedules …`) after `since`."""
-        await self._reconcile(await self.store.changed_since(since))
-
-    async def _reconcile(self, tasks: list[ScheduledTask]) -> None:
-        # Jobs already stored are left alone: a firing's own changes come back here too.
         armed = set(await self._deps.scheduler.pending_job_ids())
-        now = self.clock()
-        for task in tasks:
-            if task.state != "active":
-                if job_id(task.id) in armed:
-                    await self._deps.scheduler.cancel(job_id(task.id))
-                continue
-            if task.run_now:
-                await self.run_now(task.id)
-            if task.next_due is None:
-                continue
-            if task.next_due <= now:
-                await self.fire(task.id, task.next_due)
-            elif job_id(task.id) not in armed:
-                await self._arm(task.id, task.next_due)
+        for task in await self.store.active():
+            await self._apply(task, armed)
+
+    async def reconcile_operator_changes(self) -> None:
+        """Apply what the operator changed from another process (`raven-bot schedules …`)."""
+        for task in await self.store.operator_changed():
+            await self.store.applied(task)
+            if task.state == "active":
+                await self._apply(task, None)
+            else:
+                await self._deps.scheduler.cancel(job_id(task.id))
+
+    async def _apply(self, task: ScheduledTask, armed: set[str] | None) -> None:
+        """Act on an active task as stored: run it now if asked, fire it if overdue, else
+        arm its job (unless `armed` holds it)."""
+        if task.run_now:
+            await self.run_now(task.id)
+        if task.next_due is None:
+            return
+        if task.next_due <= self.clock():
+            await self.fire(task.id, task.next_due)
+        elif armed is None or job_id(task.id) not in armed:
+            await self._arm(task.id, task.next_due)
 
     # -------------------------------------------------------------------- acting on tasks
 

@@ -7,7 +7,7 @@ import json
 
 from host.features.schedules.tasks import job_id
 from tests.bot.cli.test_cli_end_to_end import _env, _run
-from tests.helpers import eventually
+from tests.helpers import db_rows, eventually
 from tests.host.features.schedules.kit import CONV, Bot
 
 
@@ -40,7 +40,7 @@ async def test_run_pause_resume_delete_reach_the_running_bot(bot: Bot) -> None:
 
     code, out, _ = await _run("schedules", "run", task_id, env=env)
     assert code == 0 and "will run once now" in out
-    await bot.tasks.reconcile_since(0)
+    await bot.tasks.reconcile_operator_changes()
     await bot.rt.service.quiesce(CONV)
     await eventually(lambda: any("from-the-cli" in t for t in bot.chat.texts[-2:]))
     task = await bot.only_task()
@@ -48,16 +48,35 @@ async def test_run_pause_resume_delete_reach_the_running_bot(bot: Bot) -> None:
 
     code, out, _ = await _run("schedules", "pause", task_id, env=env)
     assert code == 0 and "paused" in out
-    await bot.tasks.reconcile_since(0)
+    await bot.tasks.reconcile_operator_changes()
     assert job_id(task_id) not in await jobs()
 
     code, out, _ = await _run("schedules", "resume", task_id, env=env)
     assert code == 0 and "resumed, next" in out
-    await bot.tasks.reconcile_since(0)
+    await bot.tasks.reconcile_operator_changes()
     assert job_id(task_id) in await jobs()
 
     code, out, _ = await _run("schedules", "delete", task_id, env=env)
     assert code == 0 and "cancelled" in out
-    await bot.tasks.reconcile_since(0)
+    await bot.tasks.reconcile_operator_changes()
     assert job_id(task_id) not in await jobs()
     assert (await bot.only_task()).state == "cancelled"
+
+
+async def test_a_run_request_survives_a_scheduled_firing_before_the_bot_reads_it(
+    bot: Bot,
+) -> None:
+    task_id = await _scheduled(bot)
+    code, out, _ = await _run("schedules", "run", task_id, env=_env(bot.rt.settings.home))
+    assert code == 0 and "will run once now" in out
+    # The task's own firing comes first: it must not swallow the operator's request.
+    bot.clock.advance(hours=1)
+    await bot.fire_due()
+    assert (await bot.only_task()).run_now
+    bot.clock.advance(seconds=10)  # the bot reads the request at its next look
+    await bot.tasks.reconcile_operator_changes()
+    await bot.rt.service.quiesce(CONV)
+    home = bot.rt.settings.home
+    sql = "SELECT COUNT(*) FROM scheduled_firings WHERE outcome = 'ran'"
+    assert db_rows(home, sql) == [(2,)]  # the scheduled firing and the run now
+    assert not (await bot.only_task()).run_now
