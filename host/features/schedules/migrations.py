@@ -76,6 +76,9 @@ CREATE INDEX nudges_by_digest ON nudges(conversation_id, digest, at);
         package="schedules",
         version=4,
         name="scheduled tasks: changed by the operator (the running bot applies it)",
-        sql="ALTER TABLE scheduled_tasks ADD COLUMN operator_changed INTEGER NOT NULL DEFAULT 0;",
+        sql="""
+ALTER TABLE scheduled_tasks ADD COLUMN operator_changed INTEGER NOT NULL DEFAULT 0;
+DROP INDEX scheduled_tasks_by_update;
+""",
     ),
 )
