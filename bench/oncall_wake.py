@@ -186,6 +186,8 @@ class CountingNotifier:
         *,
         idempotency_key: str,
         on_posted: Callable[[str], Awaitable[None]] | None = None,
+        recipient: str = "",
+        essential: bool = False,
     ) -> None:
         """Count a notice."""
         self.sent += 1

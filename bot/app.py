@@ -68,6 +68,9 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
+from host.nudges.policy import NudgeLimits, NudgePolicy
+from host.nudges.quiet import parse_quiet_hours
+from host.nudges.status import proactive_status
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -335,7 +338,7 @@ async def build_runtime(
             status_sources=(
                 runs.status,
                 parts.broker.status,
-                *(s for f in installed for s in f.status_sources()),
+                proactive_status([s for f in installed for s in f.status_sources()], parts.nudges),
             ),
             background_idle=runs.idle,
             enrichers=MappingProxyType(
@@ -431,6 +434,13 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
         sandbox=sandbox,
         embedder=build_embedder(settings),
+        nudges=NudgePolicy(
+            store,
+            NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour),
+            quiet=parse_quiet_hours(settings.quiet_hours),
+            default_tz=settings.timezone,
+            people=people,
+        ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,
     )

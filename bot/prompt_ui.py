@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.channel import PromptAnswers
+from core.reader_time import drop_reader_times
 from host.prompts.broker import AnswerOutcome
 from host.runtime.prompt_record import Prompt
 
@@ -61,9 +62,10 @@ def outcome_line(prompt: Prompt, decider: str, bold: Callable[[str], str]) -> st
 def closed_text(prompt: Prompt, decider: str) -> str:
     """Plain-text form of a decided prompt (notifications, screen readers); `decider` is who
     answered, by display name."""
+    question = drop_reader_times(prompt.question)[:200]
     if prompt.state == "answered":
-        return f"{prompt.question[:200]} — {prompt.answer} (by {decider})"
-    return f"{prompt.question[:200]} — {prompt.state}"
+        return f"{question} — {prompt.answer} (by {decider})"
+    return f"{question} — {prompt.state}"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from host.features.permissions.migrations import MIGRATIONS as PERMISSIONS
 from host.features.schedules.migrations import MIGRATIONS as SCHEDULES
 from host.features.skills.migrations import MIGRATIONS as SKILLS
 from host.graph.migrations import MIGRATIONS as GRAPH
+from host.nudges.migrations import MIGRATIONS as NUDGES
 from host.prompts.migrations import MIGRATIONS as PROMPTS
 from host.runtime.migrations import MIGRATIONS as CONVERSATIONS
 from memory.migrations import MIGRATIONS as MEMORY
@@ -19,4 +20,15 @@ def all_migrations() -> tuple[Migration, ...]:
     Conversations first: other packages' tables refer to them, and memory's scope migration
     reads their messages. A package that adds tables adds its tuple here.
     """
-    return (*CONVERSATIONS, *PROMPTS, *GRAPH, *ONCALL, *MEMORY, *SKILLS, *PERMISSIONS, *SCHEDULES)
+    return (
+        *CONVERSATIONS,
+        *PROMPTS,
+        *GRAPH,
+        *ONCALL,
+        *MEMORY,
+        *SKILLS,
+        *PERMISSIONS,
+        *SCHEDULES,
+        # After SCHEDULES: its first version keeps the `nudges` table schedules made.
+        *NUDGES,
+    )

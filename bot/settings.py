@@ -15,7 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from core.errors import FieldError, describe_validation_error
-from host.features.schedules.quiet import parse_quiet_hours
+from host.nudges.quiet import parse_quiet_hours
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -427,24 +427,28 @@ class Settings(BaseSettings):
         default=20,
         ge=1,
         validation_alias="RAVEN_NUDGE_CHANNEL_PER_HOUR",
-        description="How many posts scheduled tasks and checks may make in one channel per hour.",
+        description="How many posts the bot may make on its own (scheduled tasks, checks, "
+        "campaign notices) in one channel per hour; final reports and failures always post.",
     )
     nudge_owner_per_hour: int = Field(
         default=10,
         ge=1,
         validation_alias="RAVEN_NUDGE_OWNER_PER_HOUR",
-        description="How many posts one person's scheduled tasks and checks may make per hour.",
+        description="How many posts the bot may make on its own about one person's work "
+        "per hour; final reports and failures always post.",
     )
     quiet_hours: str = Field(
         default="",
         validation_alias="RAVEN_QUIET_HOURS",
-        description="Daily quiet hours of scheduled tasks and checks, in each task's zone "
-        "(22:00-07:00): a firing due then runs and speaks when they end. Empty: none.",
+        description="Daily quiet hours of what the bot says on its own (22:00-07:00): a "
+        "scheduled firing due then runs when they end, in its task's zone; a campaign notice "
+        "(not a final report or failure) waits for their end in its owner's zone. Empty: none.",
     )
     timezone: str = Field(
         default="UTC",
         validation_alias="RAVEN_TIMEZONE",
-        description="The time zone of schedules that name none (an IANA name).",
+        description="The time zone of schedules that name none and of quiet hours, for people "
+        "whose platform does not say theirs (Discord, the console): an IANA name.",
     )
     scheduler_misfire_grace_seconds: int = Field(
         default=3600,

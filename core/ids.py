@@ -23,6 +23,11 @@ class ConversationRef:
         """The stable conversation id used as key everywhere."""
         return f"{self.platform}:{self.workspace}:{self.channel}:{self.thread}"
 
+    @property
+    def channel_key(self) -> str:
+        """The channel the conversation is in (per-channel limits count by it)."""
+        return f"{self.platform}:{self.workspace}:{self.channel}"
+
     @classmethod
     def parse(cls, conversation_id: str) -> ConversationRef:
         """Inverse of `id` (platform ids never contain ':')."""

@@ -49,9 +49,13 @@ class CampaignNotifier(Protocol):
         *,
         idempotency_key: str,
         on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
     ) -> None:
         """Record the notice durably, then post it once under `idempotency_key`, possibly
-        later (in the conversation's order); `on_posted` gets its platform id."""
+        later (in the conversation's order); `on_posted` gets its platform id. A notice that
+        is not `essential` (a final report, a failure, an answer to a person's action) is
+        routine: the bot's nudge policy for `recipient` may hold it back or delay it."""
         ...
 
     async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:

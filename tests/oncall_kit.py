@@ -68,6 +68,8 @@ class RecordingNotifier:
         *,
         idempotency_key: str,
         on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
     ) -> None:
         if any(key == idempotency_key for key, _ in self.posts):
             return

@@ -214,6 +214,8 @@ class StderrNotifier:
         *,
         idempotency_key: str,
         on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
     ) -> None:
         """Print a notice once per key; the key serves as its message id."""
         if idempotency_key in self.seen:

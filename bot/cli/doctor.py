@@ -22,6 +22,8 @@ from bot.schema import all_migrations
 from bot.settings import Settings, unknown_variables
 from bot.skill_forge import USER_SKILLS_DIR, local_catalog
 from core.store import Store
+from host.nudges.policy import NudgeLimits, describe_policy
+from host.nudges.quiet import parse_quiet_hours
 from memory.embeddings import semantic_unavailable_reason
 from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
@@ -270,6 +272,13 @@ async def _check_sandbox(settings: Settings) -> Check:
     return Check("sandbox", "warn", f"{sandbox.description}. {INSTALL_HINT}")
 
 
+async def _check_nudges(settings: Settings) -> Check:
+    """The nudge policy in force over what the bot says on its own."""
+    limits = NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour)
+    quiet = parse_quiet_hours(settings.quiet_hours)
+    return Check("nudges", "ok", describe_policy(limits, quiet, settings.timezone))
+
+
 CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_data_dir,
     _check_database,
@@ -279,6 +288,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_permissions,
     _check_skills,
     _check_settings,
+    _check_nudges,
     _check_libraries,
     _check_embedder,
     _check_model,

@@ -17,6 +17,7 @@ from typing import TextIO
 from rich.console import Console
 
 from bot.console.markdown import plain_lines, terminal_lines, visible_controls
+from core.reader_time import drop_reader_times
 
 LABEL = "raven> "
 UPDATE_LABEL = "raven (updated status)> "
@@ -131,6 +132,8 @@ class Screen:
         return "\n" + self._prompt
 
     def _lines(self, text: str, label: str, footer: Sequence[str]) -> list[str]:
+        # The console has no per-reader time: its times are the ones named in the text.
+        text = drop_reader_times(text)
         extra = [visible_controls(line) for line in footer]
         if not self._terminal:
             body = plain_lines(text) + extra

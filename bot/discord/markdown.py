@@ -9,6 +9,7 @@ import re
 from bot.render.fences import closes_fence, open_fence
 from bot.render.split import neutralize_broadcasts, split_message
 from bot.render.tables import aligned_lines, bullet_rows, table_at
+from core.reader_time import render_reader_times
 
 DISCORD_CHUNK_LIMIT = 2000
 HR_LINE = "———"
@@ -65,7 +66,10 @@ def markdown_to_discord(md: str) -> str:
             continue
         out.append(_line(lines[i]))
         i += 1
-    return "\n".join(out).strip("\n")
+    # A time each reader's Discord shows in their own zone.
+    return render_reader_times(
+        "\n".join(out).strip("\n"), lambda unix: f" (<t:{unix}:f> your time)"
+    )
 
 
 def render_for_discord(md: str, limit: int = DISCORD_CHUNK_LIMIT) -> list[str]:

@@ -20,6 +20,7 @@ from bot.prompt_ui import (
     button_labels,
     outcome_line,
 )
+from core.reader_time import drop_reader_times
 from host.runtime.prompt_record import Prompt
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class AnswerModal(discord.ui.Modal):
             style=discord.TextStyle.paragraph,
             max_length=3000,
             required=True,
-            placeholder=prompt.question[:100],
+            placeholder=drop_reader_times(prompt.question)[:100],
         )
         self.add_item(self.answer)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from markdown_it import MarkdownIt
@@ -27,6 +28,7 @@ from markdown_it.tree import SyntaxTreeNode
 from bot.render.split import ZWSP, split_message
 from bot.render.tables import aligned_lines, bullet_rows
 from bot.slack.pings import neutralize_slack_args, neutralize_slack_pings
+from core.reader_time import render_reader_times
 
 __all__ = [
     "HR_LINE",
@@ -304,7 +306,14 @@ def markdown_to_mrkdwn(md: str) -> str:
     text = md.replace("\r\n", "\n").replace("\r", "\n")
     tree = SyntaxTreeNode(_parser().parse(text))
     lines = _Renderer(text.split("\n")).blocks(tree.children)
-    return "\n".join(line.text for line in lines).strip("\n")
+    rendered = "\n".join(line.text for line in lines).strip("\n")
+    return render_reader_times(rendered, _slack_date)
+
+
+def _slack_date(unix: int) -> str:
+    """A time each reader's Slack shows in their own zone (`tomorrow 9:00 AM`)."""
+    fallback = datetime.fromtimestamp(unix, UTC).strftime("%-d %b %Y %H:%M UTC")
+    return f" (<!date^{unix}^{{date_short_pretty}} {{time}}|{fallback}> your time)"
 
 
 def render_for_slack(md: str, limit: int = SLACK_CHUNK_LIMIT) -> list[str]:

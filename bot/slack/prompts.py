@@ -10,6 +10,7 @@ from bot.slack.identity import SlackIdentity
 from bot.slack.mrkdwn import markdown_to_mrkdwn
 from bot.slack.outgoing import SlackOutgoing, thread_ts
 from core.ids import ConversationRef
+from core.reader_time import drop_reader_times
 from host.runtime.prompt_record import Prompt
 
 
@@ -27,7 +28,8 @@ class SlackPromptMessages:
             self._outgoing.client.chat_postMessage,
             channel=prompt.conversation.channel,
             thread_ts=thread_ts(prompt.conversation),
-            text=prompt.question[:300],
+            # The notification's fallback: no per-reader times there.
+            text=drop_reader_times(prompt.question)[:300],
             blocks=prompt_blocks(prompt, question, await self._identity.shown(prompt.requester)),
         )
         return str(resp["ts"])

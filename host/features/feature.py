@@ -26,6 +26,7 @@ from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
 from host.conversation.service import CommandHandler, ReplyGate
 from host.graph.executor import DispatchContext
+from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import CommandGrants
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -62,6 +63,8 @@ class HostParts:
     roles: Roles
     sandbox: Sandbox
     embedder: Embedder | None
+    # What the bot says on its own passes it (caps, dedup, quiet hours).
+    nudges: NudgePolicy
     # What no sandboxed command may see (the data dir, the bot's own directory).
     hidden: tuple[Path, ...]
     unsandboxed: bool

@@ -13,6 +13,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Final
+from zoneinfo import ZoneInfo
 
 from core.ids import ConversationRef
 from host.runtime.ports import PeopleDirectory, ZoneDirectory
@@ -72,6 +73,18 @@ class People:
         except Exception:
             log.warning("no time zone for %s on %s", user_id, conv.platform, exc_info=True)
             return None
+
+    async def zone(self, conv: ConversationRef, user_id: str, default: str) -> str:
+        """`user_id`'s zone where their platform knows a valid one, else `default`."""
+        named = await self.time_zone(conv, user_id)
+        if named:
+            try:
+                ZoneInfo(named)
+            except (ValueError, KeyError):
+                log.warning("%s has an unknown time zone %r; using the default", user_id, named)
+            else:
+                return named
+        return default
 
     async def names(self, conv: ConversationRef, user_ids: Iterable[str]) -> list[str]:
         """`name` of each id, in order."""

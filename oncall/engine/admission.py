@@ -170,6 +170,7 @@ class Admission:
             f"{format_duration(spec.budget.wall_seconds)} and {spec.budget.rounds} round(s). "
             "I watch it without model calls and report here.",
             key=f"campaign:{record.id}:started",
+            essential=True,
         )
 
     async def approved(
@@ -228,5 +229,8 @@ class Admission:
                     f"({outcome}); nothing new ran."
                 )
         await core.notify(
-            record, text, key=f"campaign:{record.id}:not-approved:{kind}:{record.round}"
+            record,
+            text,
+            key=f"campaign:{record.id}:not-approved:{kind}:{record.round}",
+            essential=True,
         )

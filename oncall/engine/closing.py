@@ -40,6 +40,7 @@ class Closing:
             record,
             f"🛑 Campaign `{record.id}` cancelled by {by_name or by}.",
             key=f"campaign:{record.id}:cancelled",
+            essential=True,
         )
         return True
 
@@ -92,5 +93,8 @@ class Closing:
         """Close the campaign as failed and say why."""
         await self.close(record, "failed", error=why)
         await self._core.notify(
-            record, f"❌ Campaign `{record.id}` failed: {why}", key=f"campaign:{record.id}:failed"
+            record,
+            f"❌ Campaign `{record.id}` failed: {why}",
+            key=f"campaign:{record.id}:failed",
+            essential=True,
         )

@@ -93,12 +93,25 @@ class EngineCore:
         return last_lines(data[-TAIL_BYTES:])
 
     async def notify(
-        self, record: CampaignRecord, text: str, *, key: str, on_posted: PostedHook | None = None
+        self,
+        record: CampaignRecord,
+        text: str,
+        *,
+        key: str,
+        on_posted: PostedHook | None = None,
+        essential: bool = False,
     ) -> None:
-        """Post a notice in the campaign's conversation; a failure is logged, not raised."""
+        """Post a notice in the campaign's conversation; a failure is logged, not raised.
+        Only `essential` notices (final reports, failures, answers to a person's action)
+        bypass the nudge policy."""
         try:
             await self.deps.notifier.send(
-                record.conversation, text, idempotency_key=key, on_posted=on_posted
+                record.conversation,
+                text,
+                idempotency_key=key,
+                on_posted=on_posted,
+                recipient=record.owner,
+                essential=essential,
             )
         except Exception:
             # The campaign's state is committed already; a notice must not undo it.

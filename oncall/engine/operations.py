@@ -95,6 +95,8 @@ class Operations:
             record,
             f"🔁 Campaign `{record.id}`: resubmitting ({reason}{cites(cite, '; cites #{}')}).",
             key=f"campaign:{record.id}:decision:resubmit:{record.round}",
+            # A person's approval of the change is answered at once.
+            essential=approved,
         )
         await self._rooms.rounds.submit(await core.fresh(record), record.round + 1, command)
         return f"Round {record.round + 1} submitted."
@@ -178,6 +180,7 @@ class Operations:
             record,
             f"📋 Campaign `{record.id}` report:\n\n{text}",
             key=f"campaign:{record.id}:report",
+            essential=True,
         )
         return "Report accepted; the campaign is closed."
 

@@ -35,6 +35,7 @@ class Slots:
             f"⏳ Campaign `{record.id}` waits for a free slot on `{record.spec.machine}` "
             f"({why}); it starts when one frees.",
             key=f"campaign:{record.id}:queued",
+            essential=True,
         )
 
     async def _over_share(self, record: CampaignRecord) -> str | None:
@@ -88,6 +89,7 @@ class Slots:
                 record,
                 f"🛑 Campaign `{record.id}` cancelled ({why or 'stopped elsewhere'}).",
                 key=f"campaign:{record.id}:cancelled",
+                essential=True,
             )
         if record.round and (live is None or not live.final_shown):
             await self._rooms.monitor.final_status(record, record.round, record.state)

@@ -153,8 +153,10 @@ def _texts(value: Any) -> list[str]:
             return _texts(json.loads(value)) if value[:1] in "[{" else []
         return []
     if isinstance(value, dict):
-        found = [value["text"]] if isinstance(value.get("text"), str) else []
-        return found + [t for k, v in value.items() if k != "text" for t in _texts(v)]
+        own = value.get("text")
+        found = [own] if isinstance(own, str) else []
+        # A section's `text` is an object with its own `text` (the mrkdwn people read).
+        return found + [t for k, v in value.items() if not isinstance(v, str) for t in _texts(v)]
     if isinstance(value, list):
         return [t for v in value for t in _texts(v)]
     return []
@@ -422,9 +424,13 @@ async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deploye
     # "the prompt shows the schedule, the next three fire times in the task's zone (named)
     # and exactly what each firing runs"
     shown = "\n".join(_texts(prompt))
-    (nexts,) = [line for line in shown.splitlines() if "Next:" in line]
+    # The notification's fallback text, then the message's blocks.
+    fallback, nexts = [line for line in shown.splitlines() if "Next:" in line]
     # Alice's Slack profile is in Europe/London: her schedule is, without a `tz:`.
     assert "every 2h (Europe/London)" in shown and nexts.count(" GMT") == 3, shown
+    # Each reader's Slack shows the times in their own zone too (Slack's own date token).
+    assert nexts.count("<!date^") == 3 and nexts.count("your time)") == 3, nexts
+    assert fallback.count(" GMT") == 3 and "\u27e8" not in fallback, fallback
     assert "df -h /" in shown, shown
     await bot.slack_click(thread, prompt, "Approve")
     scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 2h" in p["text"])
@@ -436,6 +442,8 @@ async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deploye
     await bot.slack_reply(thread, "status")
     status = await bot.slack_post(thread, lambda p: "Scheduled tasks" in p["text"])
     assert task in status["text"] and "next " in status["text"], status["text"]
+    assert "<!date^" in status["text"], status["text"]
+    assert not any("\u27e8t:" in p["text"] for p in bot.slack_posts(thread))  # no raw marks
     await bot.slack_reply(thread, f"schedule: cancel {task}")
     await bot.slack_post(thread, lambda p: f"{task}` is cancelled" in p["text"])
 

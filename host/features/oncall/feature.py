@@ -21,6 +21,7 @@ from host.features.oncall.decider import ModelDecider
 from host.features.oncall.notices import LaneNotifier
 from host.features.oncall.site import CampaignSite, Wiring
 from host.features.oncall.tools import build_campaign_tools
+from host.nudges.held import HELD_POST_RELEASE, HeldPosts
 from host.runtime.events import (
     ConversationStopped,
     EventBus,
@@ -58,14 +59,22 @@ class OncallFeature(BaseFeature):
             parts.home, parts.cwd, False, parts.sandbox, parts.hidden, parts.unsandboxed
         )
         self._parts = parts
+        # Notices are system work in the conversation's lane, recorded before they post;
+        # routine ones pass the nudge policy (quiet hours hold them until they end).
+        self.notifier = LaneNotifier(
+            parts.conversation_log,
+            parts.outbox,
+            parts.lanes,
+            nudges=parts.nudges,
+            held=HeldPosts(parts.store, parts.scheduler),
+        )
         self.engine = site.engine(
             # Blocking (reads machines.toml) but part of assembly, before the loop serves.
             site.machine_specs(),
             Wiring(
                 CampaignStore(parts.store),
                 parts.scheduler,
-                # Notices are system work in the conversation's lane, recorded before they post.
-                LaneNotifier(parts.conversation_log, parts.outbox, parts.lanes),
+                self.notifier,
                 ModelDecider(parts.provider),
                 PromptCommandApprovals(parts.broker),
             ),
@@ -107,9 +116,12 @@ class OncallFeature(BaseFeature):
             ConversationStopped, functools.partial(stop_campaigns, self.engine, people=p.people)
         )
         subscribe_job(bus, CAMPAIGN_WAKE, functools.partial(on_campaign_wake, self.engine))
+        subscribe_job(bus, HELD_POST_RELEASE, self.notifier.release)
 
     async def start(self, stack: AsyncExitStack) -> None:
-        # Monitors re-attach to rounds still running; overdue wake-ups fire once.
+        # Notices quiet hours held past their end post now; monitors re-attach to rounds
+        # still running; overdue wake-ups fire once.
+        await self.notifier.recover()
         await self.engine.recover()
         stack.push_async_callback(self.engine.close)
 

@@ -5,17 +5,27 @@ system job on the conversation's lane that posts it; it never waits for that job
 campaign is started inside a user turn of that same lane. A notice recorded but not posted
 when the process dies is sent once by the outbox's startup redelivery. Status-message edits
 go straight to the outbox: they change a message already posted and need no lane order.
+
+Every notice but a final report or a failure (`essential`) passes the nudge policy: over a
+cap, or said here today already, it is not posted; in its owner's quiet hours it is held and
+posted when they end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from core.ids import ConversationRef
 from host.conversation.lanes import LaneManager, LanesClosed
 from host.conversation.outbox import DeliveryError, Outbox
+from host.nudges.held import HeldPosts
+from host.nudges.policy import Nudge, NudgePolicy
 from host.runtime.conversation_log import ConversationLog
+from host.runtime.scheduling import FiredJob
 from oncall.ports import PostedHook
 
 log = logging.getLogger(__name__)
@@ -24,10 +34,22 @@ log = logging.getLogger(__name__)
 class LaneNotifier:
     """The campaign engine's notifier in the bot: persist, then post in the lane's order."""
 
-    def __init__(self, conversation_log: ConversationLog, outbox: Outbox, lanes: LaneManager):
+    def __init__(
+        self,
+        conversation_log: ConversationLog,
+        outbox: Outbox,
+        lanes: LaneManager,
+        *,
+        nudges: NudgePolicy | None = None,
+        held: HeldPosts | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self._log = conversation_log
         self._outbox = outbox
         self._lanes = lanes
+        self._nudges = nudges
+        self._held = held
+        self._clock = clock
 
     async def send(
         self,
@@ -36,8 +58,56 @@ class LaneNotifier:
         *,
         idempotency_key: str,
         on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
     ) -> None:
-        """Record the notice, then queue its post on the lane (not awaited); once per key."""
+        """Record the notice, then queue its post on the lane (not awaited); once per key.
+        A routine notice passes the nudge policy first."""
+        # A notice recorded already was admitted before (its key posts it once).
+        routine = not essential and await self._log.outbound(idempotency_key) is None
+        nudge = Nudge(conv, recipient, text, f"notice {idempotency_key}")
+        if routine and not await self._admit(nudge, idempotency_key):
+            return
+        await self._record_and_queue(conv, text, idempotency_key, on_posted)
+
+    async def _admit(self, nudge: Nudge, key: str) -> bool:
+        """Whether to post now: False when the policy holds it back or quiet hours hold it."""
+        if self._nudges is None:
+            return True
+        now = self._clock()
+        until = await self._nudges.quiet_until(nudge, datetime.fromtimestamp(now, UTC))
+        if not await self._nudges.admit(nudge, now=now):
+            return False
+        if until is None or self._held is None:
+            return True
+        log.info("notice %s held by quiet hours until %s", key, until.isoformat())
+        await self._held.hold(key, nudge, until, now=now)
+        return False
+
+    async def release(self, job: FiredJob) -> None:
+        """A held notice's quiet hours ended: post it (once)."""
+        if self._held is not None and (post := await self._held.get(str(job.payload["key"]))):
+            await self._release(post.key, post.nudge)
+
+    async def recover(self) -> None:
+        """At start: post what quiet hours held past their end; re-arm the rest."""
+        if self._held is None:
+            return
+        now = self._clock()
+        for post in await self._held.pending():
+            if post.release_at.timestamp() <= now:
+                await self._release(post.key, post.nudge)
+            else:
+                await self._held.rearm(post)
+
+    async def _release(self, key: str, nudge: Nudge) -> None:
+        assert self._held is not None
+        await self._record_and_queue(nudge.conversation, nudge.text, key, None)
+        await self._held.released(key)
+
+    async def _record_and_queue(
+        self, conv: ConversationRef, text: str, idempotency_key: str, on_posted: PostedHook | None
+    ) -> None:
         # Committed before anything is queued: a crash from here on leaves a pending row
         # that the next start's redelivery posts, and the key keeps it to one post.
         await self._log.record_outbound(conv, idempotency_key=idempotency_key, text=text)

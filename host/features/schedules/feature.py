@@ -19,8 +19,6 @@ from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.checks import SandboxChecks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.notify import NotifyGate
-from host.features.schedules.nudges import NudgeLimits, NudgePolicy
-from host.features.schedules.quiet import parse_quiet_hours
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
     SCHEDULE_APPROVAL,
@@ -47,9 +45,6 @@ class SchedulesSection:
     schedule_min_interval_seconds: float
     schedule_channel_per_hour: int
     timezone: str
-    quiet_hours: str
-    nudge_channel_per_hour: int
-    nudge_owner_per_hour: int
 
 
 class TaskGrants:
@@ -76,12 +71,7 @@ class SchedulesFeature(BaseFeature):
 
     def __init__(self, parts: HostParts, section: SchedulesSection) -> None:
         self._parts = parts
-        self.nudges = NudgePolicy(
-            parts.store,
-            NudgeLimits(section.nudge_channel_per_hour, section.nudge_owner_per_hour),
-            # The tasks' clock (tests drive it), read at each call.
-            clock=lambda: self.tasks.clock().timestamp(),
-        )
+        self.nudges = parts.nudges
         self.tasks = ScheduledTasks(
             TaskStore(parts.store),
             TaskDeps(
@@ -99,7 +89,6 @@ class SchedulesFeature(BaseFeature):
                 min_interval_seconds=section.schedule_min_interval_seconds,
                 channel_firings_per_hour=section.schedule_channel_per_hour,
                 default_tz=section.timezone,
-                quiet=parse_quiet_hours(section.quiet_hours),
             ),
             offline=parts.provider.offline,
         )

@@ -16,10 +16,10 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 
-from host.features.schedules.nudges import NudgePolicy
 from host.features.schedules.store import ScheduledTask, TaskStore
 from host.graph.records import read_output
 from host.graph.run_store import RunRecord, RunStore
+from host.nudges.policy import NudgePolicy
 from host.runtime.turn import TurnContext
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,10 @@ class NotifyGate:
         if not posts:
             return None
         # Within the caps (a result is not deduplicated: `notify:` decides on repeats).
-        if self._nudges is not None and not await self._nudges.admit(task, text, dedup=False):
+        now = self._clock().timestamp()
+        if self._nudges is not None and not await self._nudges.admit(
+            task.nudge(text), dedup=False, now=now
+        ):
             return None
         if digest is not None:  # `changes` compares with the last result posted
             await self._tasks.update(task.id, last_digest=digest)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from core.ids import ConversationRef
 from core.store import Row, Store
 from host.features.schedules.line import TaskSchedule
+from host.nudges.policy import Nudge
 
 TaskState = Literal["proposed", "active", "paused", "done", "cancelled", "denied"]
 # States in which a task may still fire (after approval, or after a resume).
@@ -21,11 +22,6 @@ LIVE_STATES: tuple[TaskState, ...] = ("proposed", "active", "paused")
 FiringOutcome = Literal["ran", "skipped", "limited", "checked"]
 # How often a running bot re-reads tasks another process changed (`raven-bot schedules …`).
 RECONCILE_SECONDS = 10.0
-
-
-def channel_key(conv: ConversationRef) -> str:
-    """The channel a conversation is in (the per-channel firing limit counts by it)."""
-    return f"{conv.platform}:{conv.workspace}:{conv.channel}"
 
 
 def iso(when: datetime) -> str:
@@ -67,6 +63,10 @@ class ScheduledTask:
     def quiet(self, now: datetime) -> bool:
         """Whether its posts are held back (muted, or snoozed at `now`)."""
         return self.muted or (self.snoozed_until is not None and now < self.snoozed_until)
+
+    def nudge(self, text: str) -> Nudge:
+        """`text` said by the task on its own, for its owner."""
+        return Nudge(self.conversation, self.owner, text, f"task {self.id}")
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class TaskStore:
             (
                 task.id,
                 task.conversation.id,
-                channel_key(task.conversation),
+                task.conversation.channel_key,
                 task.owner,
                 task.owner_name,
                 json.dumps(list(task.owner_roles)),
@@ -243,7 +243,7 @@ class TaskStore:
         when given), in one commit, only if the task still waits for the firing it had
         (False: another firing or a change won)."""
         now = self._clock()
-        key = channel_key(task.conversation)
+        key = task.conversation.channel_key
 
         def write(db: sqlite3.Connection) -> bool:
             moved = db.execute(

@@ -22,16 +22,13 @@ from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError, Outbox
-from host.features.schedules.line import ScheduleError, zone
-from host.features.schedules.nudges import NudgePolicy
-from host.features.schedules.quiet import QuietHours
+from host.features.schedules.line import ScheduleError
 from host.features.schedules.store import (
     LIVE_STATES,
     Firing,
     FiringOutcome,
     ScheduledTask,
     TaskStore,
-    channel_key,
     iso,
 )
 from host.features.schedules.timing import (
@@ -40,10 +37,11 @@ from host.features.schedules.timing import (
     describe_schedule,
     due_span,
     fire_times,
-    shown,
+    for_readers,
     upcoming,
 )
 from host.features.schedules.work import Check, parse_check, task_work
+from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import code_block
 from host.runtime.events import EventBus, TurnRequested
@@ -69,7 +67,6 @@ class ScheduleLimits:
     min_interval_seconds: float = 300.0
     channel_firings_per_hour: int = 30
     default_tz: str = "UTC"
-    quiet: QuietHours | None = None
 
 
 @dataclass(frozen=True)
@@ -220,20 +217,12 @@ class ScheduledTasks:
 
     async def _zone_of(self, who: Proposer) -> str:
         """The proposer's own zone where their platform knows it, else RAVEN_TIMEZONE."""
-        named = await self._deps.people.time_zone(who.conversation, who.user_id)
-        if named:
-            try:
-                zone(named)
-            except ValueError:
-                log.warning("%s has an unknown time zone %r; using the default", who.user_id, named)
-            else:
-                return named
-        return self.limits.default_tz
+        return await self._deps.people.zone(who.conversation, who.user_id, self.limits.default_tz)
 
     def _question(self, task: ScheduledTask, description: str, now: datetime) -> str:
         schedule = task.schedule
         times = upcoming(schedule, task.anchor, now, 3)
-        nexts = "; ".join(shown(t, schedule.zone) for t in times)
+        nexts = "; ".join(for_readers(t, schedule.zone) for t in times)
         return (
             f"Schedule task `{task.id}`?\n"
             f"- When: {describe_schedule(schedule)}\n"
@@ -279,7 +268,7 @@ class ScheduledTasks:
         await self._say(
             task.conversation,
             f"✅ Task `{task_id}` is scheduled: {task.schedule.kind} {task.schedule.when}. "
-            f"Next: {shown(first, task.schedule.zone)}.",
+            f"Next: {for_readers(first, task.schedule.zone)}.",
             key=f"task:{task_id}:scheduled",
         )
 
@@ -299,7 +288,7 @@ class ScheduledTasks:
                     await self._arm(task.id, task.next_due)
                     return
                 due = task.next_due
-            quiet = self.limits.quiet
+            quiet = None if self._deps.nudges is None else self._deps.nudges.quiet
             held_until = None if quiet is None else quiet.end_after(now, task.schedule.zone)
             if held_until is not None:
                 # Quiet hours: the firing waits for their end (its due time is kept).
@@ -327,7 +316,7 @@ class ScheduledTasks:
             firing = _Firing(task, [*dict.fromkeys([*times, last])], total, now, runs, notice)
             # One channel's firings are counted and recorded one at a time: concurrent firings
             # must not all pass the hourly limit before any of them is recorded.
-            async with self._channels.hold(channel_key(task.conversation)):
+            async with self._channels.hold(task.conversation.channel_key):
                 await self._fire(firing, next_due)
 
     async def _fire(self, firing: _Firing, next_due: datetime | None) -> None:
@@ -337,7 +326,7 @@ class ScheduledTasks:
         if limited:
             runs = []
             notice = (
-                f"⚠️ Task `{task.id}` did not run at {shown(last, task.schedule.zone)}: this "
+                f"⚠️ Task `{task.id}` did not run at {for_readers(last, task.schedule.zone)}: this "
                 f"channel had {self.limits.channel_firings_per_hour} scheduled firings in "
                 "the last hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
             )
@@ -448,7 +437,7 @@ class ScheduledTasks:
 
     async def _admit(self, task: ScheduledTask, text: str) -> bool:
         nudges = self._deps.nudges
-        return nudges is None or await nudges.admit(task, text)
+        return nudges is None or await nudges.admit(task.nudge(text), now=self.clock().timestamp())
 
     async def _where(self, task: ScheduledTask, due: datetime, key: str) -> ConversationRef | None:
         """The conversation a firing runs in: the task's thread, or (`post: channel`) a
@@ -460,7 +449,7 @@ class ScheduledTasks:
             return task.conversation
         headline = (
             f"⏰ Scheduled task `{task.id}` of {task.owner_name}, "
-            f"{shown(due, task.schedule.zone)}: {_gist(task.schedule.what)}"
+            f"{for_readers(due, task.schedule.zone)}: {_gist(task.schedule.what)}"
         )
         try:
             # Keyed by task and time: a repeat after a crash finds the same thread.
@@ -500,7 +489,7 @@ class ScheduledTasks:
 
     async def _over_channel_limit(self, task: ScheduledTask, now: datetime) -> bool:
         since = (now - timedelta(hours=1)).timestamp()
-        used = await self.store.channel_runs_since(channel_key(task.conversation), since)
+        used = await self.store.channel_runs_since(task.conversation.channel_key, since)
         return used >= self.limits.channel_firings_per_hour
 
     async def _arm(self, task_id: str, due: datetime, *, at: datetime | None = None) -> None:
@@ -617,7 +606,7 @@ class ScheduledTasks:
         if not await self.store.transition(task.id, ["paused"], state="active", next_due=nxt):
             return f"Task `{task.id}` is {task.state}; only a paused task can be resumed."
         await self._arm(task.id, nxt)
-        return f"Task `{task.id}` is resumed. Next: {shown(nxt, task.schedule.zone)}."
+        return f"Task `{task.id}` is resumed. Next: {for_readers(nxt, task.schedule.zone)}."
 
     async def _cancel(self, task: ScheduledTask) -> str:
         if not await self.store.transition(task.id, LIVE_STATES, state="cancelled"):
@@ -651,7 +640,7 @@ class ScheduledTasks:
         names = ", ".join(f"`{t.id}`" for t in mine)
         if until is not None:
             zone = mine[0].schedule.zone
-            return f"Snoozed {names} until {shown(until, zone)}: they run, and say nothing."
+            return f"Snoozed {names} until {for_readers(until, zone)}: they run, and say nothing."
         if muted:
             return f"Muted {names}: they run and say nothing until `unmute`."
         return f"Unmuted {names}."
@@ -674,7 +663,7 @@ class ScheduledTasks:
         when it is this conversation's)."""
         schedule = task.schedule
         nxt = (
-            f"next {shown(task.next_due, schedule.zone)}"
+            f"next {for_readers(task.next_due, schedule.zone)}"
             if task.state == "active" and task.next_due is not None
             else task.state
         )
@@ -690,11 +679,6 @@ class ScheduledTasks:
         if not tasks:
             return ""
         lines = [self.line(t) for t in tasks]
-        if self.limits.quiet is not None:
-            lines.append(
-                f"Quiet hours {self.limits.quiet}, in each task's zone: firings due then wait "
-                "for their end."
-            )
         return "**Scheduled tasks**:\n" + "\n".join(lines)
 
     async def _say(self, conv: ConversationRef, text: str, *, key: str) -> None:
@@ -784,7 +768,7 @@ def _catch_up(
     if policy == "skip":
         return [], (
             f"⏭️ Task `{task.id}` skipped {total} run(s) missed {late.during} (the last was "
-            f"due {shown(last, tz)}), as its `missed: skip` asks."
+            f"due {for_readers(last, tz)}), as its `missed: skip` asks."
         )
     if policy == "all":
         more = total - len(times)
@@ -797,6 +781,8 @@ def _catch_up(
     if missed:
         return [last], (
             f"⏰ Task `{task.id}`: missed {missed} run(s) {late.during}; this one is {took} "
-            f"late (due {shown(last, tz)})."
+            f"late (due {for_readers(last, tz)})."
         )
-    return [last], (f"⏰ Task `{task.id}` is {took} late: {late.cause} (due {shown(last, tz)}).")
+    return [last], (
+        f"⏰ Task `{task.id}` is {took} late: {late.cause} (due {for_readers(last, tz)})."
+    )

@@ -19,6 +19,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from core.reader_time import reader_mark
 from host.features.schedules.line import (
     ScheduleError,
     TaskSchedule,
@@ -123,6 +124,12 @@ def shown(when: datetime, tz: object) -> str:
     """A time as people read it, in the task's zone, with the zone named."""
     local = when.astimezone(tz)  # type: ignore[arg-type]
     return local.strftime("%a %-d %b %Y %H:%M %Z")
+
+
+def for_readers(when: datetime, tz: object) -> str:
+    """A time in the task's zone, named, then in each reader's own zone where their
+    platform can show it (Slack, Discord)."""
+    return shown(when, tz) + reader_mark(when)
 
 
 def describe_schedule(schedule: TaskSchedule) -> str:

@@ -9,8 +9,9 @@ import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from host.features.schedules.quiet import parse_quiet_hours
+from host.features.schedules.feature import SchedulesFeature
 from host.features.schedules.tasks import SCHEDULED_TASK_JOB, job_id
+from host.nudges.quiet import parse_quiet_hours
 from host.runtime.events import WakeUp
 from host.runtime.scheduling import FiredJob
 from tests.helpers import db_rows, eventually
@@ -229,7 +230,7 @@ async def test_notify_failures_posts_only_failures(bot: Bot) -> None:
 
 
 async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
-    bot.tasks.limits = replace(bot.tasks.limits, quiet=parse_quiet_hours("22:00-07:00"))
+    bot.rt.feature(SchedulesFeature).nudges.quiet = parse_quiet_hours("22:00-07:00")
     bot.clock.now = datetime(2026, 12, 3, 21, 0, tzinfo=UTC)
     await _schedule(bot, "schedule: every 1h | s1: shell: echo night-shift")
     assert await _fire_next(bot) == []  # 22:00: held, nothing run or said
@@ -239,7 +240,7 @@ async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
     assert any("missed 9 run(s) in quiet hours (22:00–07:00)" in t for t in said), said
     assert any("night-shift" in t for t in said), said
     status = await bot.say("status")
-    assert "Quiet hours 22:00–07:00" in status
+    assert "Proactive posts: quiet hours 22:00–07:00 in each recipient's zone" in status
 
 
 async def test_a_persons_task_limit_is_named(bot: Bot) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from bot.home import workspace_for
 from host.features.schedules.feature import SchedulesFeature
-from host.features.schedules.nudges import NudgeLimits
+from host.nudges.policy import NudgeLimits
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually
