@@ -26,7 +26,7 @@ on the event loop that spins the CPU in `--slice-ms` slices for `--duty` of the 
 (3) Standing checks: `--checks` (100) active check tasks (`every 30m | check: test ! -e
 tripped`, over 5 channels, each in its own thread and so its own workspace, `workspace_for`
 under the temporary directory) with `ScheduledTasks(..., offline=False)` (a trip requests a
-turn, which the real bot answers with a model call) and a real `SandboxChecks` on the sandbox
+turn, which the real bot answers with a model call) and a real `Checks` on the sandbox
 the bot would select (`select_sandbox`, bubblewrap here). Each is fired `--rounds` (3) times
 by calling `ScheduledTasks.fire(task_id, due)` directly, one at a time, with the tasks' clock
 moved on 30 minutes per round so each due time is "now" (APScheduler's wake-up is what (2)
@@ -76,12 +76,11 @@ from bot.schema import all_migrations
 from core.ids import ConversationRef
 from core.store import Store
 from host.conversation.outbox import Outbox
-from host.features.schedules.checks import SandboxChecks
+from host.features.schedules.checks import Checks
 from host.features.schedules.line import TaskSchedule, parse_schedule
 from host.features.schedules.store import ScheduledTask, TaskStore, iso
 from host.features.schedules.tasks import (
     SCHEDULED_TASK_JOB,
-    CheckResult,
     CheckRunner,
     ScheduledTasks,
     ScheduleLimits,
@@ -89,12 +88,13 @@ from host.features.schedules.tasks import (
     job_id,
 )
 from host.features.schedules.timing import fire_times
-from host.features.schedules.work import task_work
+from host.features.schedules.work import Check, task_work
 from host.prompts.broker import PromptBroker
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, TurnRequested, subscribe_job
 from host.runtime.roles import Roles
 from host.runtime.scheduling import FiredJob
+from oncall.probe import ProbeResult
 
 WHAT = "s1: shell: echo hi"
 # What the registered tasks' schedules cycle through.
@@ -219,16 +219,19 @@ class Handled:
 
 @dataclass
 class TimedChecks:
-    """The feature's `SandboxChecks`, timed: the wall time of each sandboxed run."""
+    """The feature's `Checks`, timed: the wall time of each sandboxed run."""
 
     inner: CheckRunner
     took: list[float] = field(default_factory=list)
 
-    async def run(self, conv: ConversationRef, command: str) -> CheckResult:
+    def refusal(self, check: Check, owner: str, roles: tuple[str, ...]) -> str | None:
+        return self.inner.refusal(check, owner, roles)
+
+    async def run(self, task: ScheduledTask, check: Check) -> ProbeResult:
         """Run the check in the sandbox, timed."""
         started = time.perf_counter()
         try:
-            return await self.inner.run(conv, command)
+            return await self.inner.run(task, check)
         finally:
             self.took.append(time.perf_counter() - started)
 
@@ -271,7 +274,9 @@ async def build_rig(tmp: Path, sandbox: Sandbox) -> Rig:
     outbox = CountingOutbox()
     # As the bot's: RAVEN_HOME/workspaces/<conversation> (the home is the temporary dir).
     workspace = workspace_for(tmp)
-    checks = TimedChecks(SandboxChecks(sandbox, workspace))
+    checks = TimedChecks(
+        Checks(sandbox, workspace, machines={}, roles=Roles(), rounds=tmp / "campaigns")
+    )
     clock = ShiftedClock()
     tasks = ScheduledTasks(
         TaskStore(store),
@@ -651,7 +656,7 @@ async def checks_phase(rig: Rig, count: int, rounds: int) -> ChecksResult:
         "30 min a round"
     )
     print(f"  {'per check (ms)':<40} {'n':>5} {'p50':>8} {'p99':>8} {'max':>8}")
-    print(spread_line("sandboxed command (SandboxChecks.run)", runs))
+    print(spread_line("sandboxed command (Checks.run)", runs))
     print(spread_line("whole firing (run, record, re-arm)", firing))
     print(
         f"  process CPU per check: {cpu / max(1, fired) * 1000:.1f} ms in this process, "

@@ -410,6 +410,8 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         scheduler=scheduler,
         people=people,
     )
+    # Where campaign rounds and standing checks run (reads machines.toml: assembly).
+    site = campaign_site(settings, sandbox, one_shot=False)
     return HostParts(
         home=home,
         cwd=Path.cwd(),
@@ -434,6 +436,7 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
         sandbox=sandbox,
         embedder=build_embedder(settings),
+        machines=site.machines(site.machine_specs()),
         nudges=NudgePolicy(
             store,
             NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour),

@@ -9,7 +9,7 @@ assembly root lists the features; adding a capability is one folder and one line
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from host.runtime.people import People
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
 from memory.embeddings import Embedder
+from oncall.model import Machine
 
 StatusSource = Callable[[ConversationRef], Awaitable[str]]
 
@@ -63,6 +64,8 @@ class HostParts:
     roles: Roles
     sandbox: Sandbox
     embedder: Embedder | None
+    # The machines of RAVEN_HOME/machines.toml (campaign rounds, standing checks).
+    machines: Mapping[str, Machine]
     # What the bot says on its own passes it (caps, dedup, quiet hours).
     nudges: NudgePolicy
     # What no sandboxed command may see (the data dir, the bot's own directory).

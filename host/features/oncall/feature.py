@@ -69,8 +69,7 @@ class OncallFeature(BaseFeature):
             held=HeldPosts(parts.store, parts.scheduler),
         )
         self.engine = site.engine(
-            # Blocking (reads machines.toml) but part of assembly, before the loop serves.
-            site.machine_specs(),
+            {name: machine.spec for name, machine in parts.machines.items()},
             Wiring(
                 CampaignStore(parts.store),
                 parts.scheduler,
@@ -88,6 +87,7 @@ class OncallFeature(BaseFeature):
             # A chat campaign without a machine `workdir` runs in the conversation's
             # workspace (where its attachments land).
             workspace=parts.workspace,
+            machines=parts.machines,
         )
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:

@@ -16,7 +16,7 @@ from agents.tools import Tool
 from host.agent.host_agent import ContextSource
 from host.conversation.service import CommandHandler, ReplyGate
 from host.features.feature import BaseFeature, HostParts, StatusSource
-from host.features.schedules.checks import SandboxChecks
+from host.features.schedules.checks import Checks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.notify import NotifyGate
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
@@ -80,7 +80,13 @@ class SchedulesFeature(BaseFeature):
                 parts.outbox,
                 parts.bus,
                 parts.roles,
-                SandboxChecks(parts.sandbox, parts.workspace),
+                Checks(
+                    parts.sandbox,
+                    parts.workspace,
+                    machines=parts.machines,
+                    roles=parts.roles,
+                    rounds=parts.home / "campaigns",
+                ),
                 parts.people,
                 self.nudges,
             ),

@@ -49,6 +49,7 @@ from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
 from host.runtime.roles import Roles
 from host.runtime.scheduling import Scheduler
+from oncall.probe import ProbeResult
 from oncall.report_gate import format_duration
 
 log = logging.getLogger(__name__)
@@ -80,22 +81,16 @@ class Proposer:
     roles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    """How one run of a standing check's command ended."""
-
-    exit_code: int | None
-    output: str
-    timed_out: bool = False
-    # Why the command could not be run at all (no sandbox, no shell): not a trip.
-    error: str = ""
-
-
 class CheckRunner(Protocol):
     """Runs a standing check's command, without a model (host-provided)."""
 
-    async def run(self, conv: ConversationRef, command: str) -> CheckResult:
-        """Run `command` once where `conv`'s work runs."""
+    def refusal(self, check: Check, owner: str, roles: tuple[str, ...]) -> str | None:
+        """Why `owner` may not run `check` where it says (an unknown or closed machine)."""
+        ...
+
+    async def run(self, task: ScheduledTask, check: Check) -> ProbeResult:
+        """Run the check's command once: on its machine, else where the task's
+        conversation's work runs."""
         ...
 
 
@@ -157,6 +152,7 @@ class ScheduledTasks:
                 min_interval=self.limits.min_interval_seconds,
             )
             work = task_work(schedule.what, offline=self._offline)
+            self._may_check(who, parse_check(schedule.what))
             if schedule.post == "channel":
                 self._posts_in_channel(who.conversation, work.kind)
         except ScheduleError as exc:
@@ -214,6 +210,14 @@ class ScheduledTasks:
                 "`post: channel` needs a Slack or Discord channel to start a thread in at each "
                 "firing; here, leave it out and results post in this thread."
             )
+
+    def _may_check(self, who: Proposer, check: Check | None) -> None:
+        """Refuse a check its proposer may not run where it says."""
+        runner = self._deps.checks
+        if check is not None and runner is not None:
+            refusal = runner.refusal(check, who.user_id, who.roles)
+            if refusal is not None:
+                raise ScheduleError(refusal)
 
     async def _zone_of(self, who: Proposer) -> str:
         """The proposer's own zone where their platform knows it, else RAVEN_TIMEZONE."""
@@ -367,8 +371,8 @@ class ScheduledTasks:
         things are now), and speak only when it trips or passes again."""
         if self._deps.checks is None:
             raise RuntimeError("standing checks need a check runner")
-        result = await self._deps.checks.run(task.conversation, check.command)
-        verdict, why = _verdict(check, result)
+        result = await self._deps.checks.run(task, check)
+        verdict, why = check.verdict(result)
         previous = task.last_digest or "passing"
         # Muted or snoozed: nothing is said, and the state it would have said is not taken
         # in, so a check still tripped when the snooze ends says so then.
@@ -392,7 +396,7 @@ class ScheduledTasks:
         self,
         task: ScheduledTask,
         check: Check,
-        result: CheckResult,
+        result: ProbeResult,
         state: str,
         why: str,
         due: datetime,
@@ -712,22 +716,6 @@ class _Firing:
     now: datetime
     runs: list[datetime]
     notice: str
-
-
-def _verdict(check: Check, result: CheckResult) -> tuple[str, str]:
-    """`passing`, `tripped` or `broken` (it could not run), and why in words."""
-    if result.error:
-        return "broken", result.error
-    if result.timed_out:
-        return "tripped", "its command timed out"
-    if check.pattern is not None:
-        found = check.pattern.search(result.output)
-        if found:
-            return "tripped", f"its output matched `{check.pattern.pattern}`"
-        return "passing", ""
-    if result.exit_code != 0:
-        return "tripped", f"its command exited with {result.exit_code}"
-    return "passing", ""
 
 
 def _gist(text: str, limit: int = 80) -> str:

@@ -61,11 +61,29 @@ class WatchInput(BaseModel):
     output_matches: str | None = Field(
         default=None, description="a regex: the check trips when the output matches it instead"
     )
+    metric_above_or_below: str | None = Field(
+        default=None,
+        description="instead, a condition on the last value of a metric the command prints "
+        "as `NAME value`, e.g. `temp > 85` (>, >=, <, <=)",
+        max_length=200,
+    )
+    machine: str | None = Field(
+        default=None,
+        description="a machine of machines.toml to run it on, as a campaign round runs "
+        "(default: this conversation's sandboxed workspace)",
+        max_length=64,
+    )
 
     def line(self) -> str:
         """The `schedule:` line of this check (checked like one a person typed)."""
-        when = f" | when: output ~ {self.output_matches}" if self.output_matches else ""
-        return f"schedule: every {self.every.strip()} | check: {self.check.strip()}{when}"
+        fields = {
+            "machine": self.machine,
+            "when": f"output ~ {self.output_matches}"
+            if self.output_matches
+            else self.metric_above_or_below,
+        }
+        tail = "".join(f" | {k}: {v.strip()}" for k, v in fields.items() if v)
+        return f"schedule: every {self.every.strip()} | check: {self.check.strip()}{tail}"
 
 
 class TaskRef(BaseModel):

@@ -12,11 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import ValidationError
+
 from agents.campaign_syntax import parse_campaign
 from agents.plan_syntax import parse_plan
 from agents.workspace_tools import denied_reason
 from host.features.schedules.line import ScheduleError, is_schedule_line
 from host.prompts.clarify import code_block
+from oncall.metrics import MetricReader, parse_number
+from oncall.model import MetricSpec
+from oncall.probe import ProbeResult
 
 WorkKind = Literal["plan", "campaign", "request", "check"]
 _CONFIRM = re.compile(r"^\s*(confirm|please confirm|ask (me )?first)\s*[.!]?\s*$", re.IGNORECASE)
@@ -28,58 +33,167 @@ OFFLINE_ONLY = (
 
 
 _CHECK = re.compile(r"^\s*check\s*:\s*(?P<command>.+?)\s*$", re.IGNORECASE | re.DOTALL)
-_WHEN = re.compile(r"\s\|\s*when\s*:\s*(?P<when>[^|]*?)\s*$", re.IGNORECASE)
+# `| machine: …`, `| metric: …` and `| when: …` after a check's command, in any order.
+_CHECK_FIELD = re.compile(r"\s\|\s*(?P<name>machine|metric|when)\s*:", re.IGNORECASE)
 _OUTPUT_MATCH = re.compile(r"^output\s*~\s*(?P<pattern>.+)$", re.IGNORECASE)
+_THRESHOLD = re.compile(r"^(?P<metric>[A-Za-z_][\w.\-/]*)\s*(?P<op>>=|<=|>|<)\s*(?P<value>\S+)$")
 CHECK_SYNTAX = (
-    "`watch: every 30m | check: COMMAND`, optionally `| when: fails` (the default: a non-zero "
-    "exit or a timeout trips it) or `| when: output ~ REGEX` (output matching REGEX trips it)"
+    "`watch: every 30m | check: COMMAND`, optionally with `| machine: NAME` (a machine of "
+    "machines.toml; default: this conversation's sandboxed workspace) and `| when: fails` "
+    "(the default: a non-zero exit or a timeout trips it), `| when: output ~ REGEX` (output "
+    "matching REGEX trips it) or `| when: METRIC > NUMBER` (also >=, <, <=: the last "
+    "`METRIC value` it prints; `| metric: METRIC` names it, or `| metric: METRIC /REGEX/` "
+    "with one group around the value)"
 )
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """A metric's last printed value compared with a number."""
+
+    metric: MetricSpec
+    op: str
+    value: float
+
+    def crossed(self, seen: float) -> bool:
+        return {
+            ">": seen > self.value,
+            ">=": seen >= self.value,
+            "<": seen < self.value,
+            "<=": seen <= self.value,
+        }[self.op]
+
+    def __str__(self) -> str:
+        return f"{self.metric.name} {self.op} {self.value:g}"
+
+
+@dataclass(frozen=True)
 class Check:
-    """A standing check: a command run without a model, and what trips it."""
+    """A standing check: a command run without a model (here or on a registered machine),
+    and what trips it."""
 
     command: str
     # None: a failed command (non-zero exit, timeout) trips it; else output matching it.
     pattern: re.Pattern[str] | None
+    machine: str | None = None
+    threshold: Threshold | None = None
 
     @property
     def trips_on(self) -> str:
         """What trips it, in words."""
+        if self.threshold is not None:
+            return (
+                f"the last `{self.threshold.metric.name}` it prints is "
+                f"{self.threshold.op} {self.threshold.value:g}, or it prints none, or fails"
+            )
         if self.pattern is None:
             return "the command fails (a non-zero exit or a timeout)"
         return f"its output matches `{self.pattern.pattern}`"
 
+    @property
+    def where(self) -> str:
+        """Where it runs, in words."""
+        if self.machine is None:
+            return "in this conversation's sandboxed workspace"
+        return f"on machine `{self.machine}`, as a campaign round runs"
+
+    def verdict(self, result: ProbeResult) -> tuple[CheckState, str]:
+        """`passing`, `tripped` or `broken` (it could not run), and why in words."""
+        if result.error:
+            return "broken", result.error
+        if result.timed_out:
+            return "tripped", "its command timed out"
+        if self.pattern is not None:
+            if self.pattern.search(result.output):
+                return "tripped", f"its output matched `{self.pattern.pattern}`"
+            return "passing", ""
+        if result.exit_code != 0:
+            return "tripped", f"its command exited with {result.exit_code}"
+        if self.threshold is not None:
+            reader = MetricReader(self.threshold.metric)
+            values = [*reader.feed(result.output.encode()), *reader.flush()]
+            if not values:
+                return "tripped", f"it printed no `{self.threshold.metric.name}` value"
+            last = values[-1].value
+            if self.threshold.crossed(last):
+                return "tripped", f"{self.threshold.metric.name} is {last:g} ({self.threshold})"
+        return "passing", ""
+
+
+CheckState = Literal["passing", "tripped", "broken"]
+
 
 def parse_check(what: str) -> Check | None:
-    """The check of a task's WHAT (`check: CMD | when: …`), None when it is no check;
-    ScheduleError for a check that cannot be read."""
+    """The check of a task's WHAT (`check: CMD | machine: … | metric: … | when: …`), None
+    when it is no check; ScheduleError for a check that cannot be read."""
     match = _CHECK.match(what)
     if match is None:
         return None
-    command = match["command"]
-    pattern: re.Pattern[str] | None = None
-    when = _WHEN.search(command)
-    if when is not None:
-        command = command[: when.start()].strip()
-        condition = when["when"].strip()
-        output = _OUTPUT_MATCH.match(condition)
-        if output is not None:
-            try:
-                pattern = re.compile(output["pattern"].strip())
-            except re.error as exc:
-                raise ScheduleError(
-                    f"`when: {condition}`: the pattern is not a regular expression ({exc}). "
-                    f"Write {CHECK_SYNTAX}."
-                ) from None
-        elif condition.lower() != "fails":
-            raise ScheduleError(f"`when: {condition}` is not a condition. Write {CHECK_SYNTAX}.")
+    text = match["command"]
+    found = list(_CHECK_FIELD.finditer(text))
+    command = text[: found[0].start()].strip() if found else text.strip()
+    fields: dict[str, str] = {}
+    ends = [field.start() for field in found[1:]] + [len(text)]
+    for field, end in zip(found, ends, strict=False):  # no fields: nothing to read
+        name = field["name"].lower()
+        if name in fields:
+            raise ScheduleError(f"`{name}:` is given twice. Write {CHECK_SYNTAX}.")
+        fields[name] = text[field.end() : end].strip()
     if not command or "\n" in command:
         raise ScheduleError(f"A check needs one command line. Write {CHECK_SYNTAX}.")
     if (reason := denied_reason(command)) is not None:
         raise ScheduleError(f"This check is refused: it looks like {reason}, never run here.")
-    return Check(command, pattern)
+    machine = fields.get("machine")
+    if machine is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", machine):
+        raise ScheduleError(f"`machine: {machine}` is not a machine name. Write {CHECK_SYNTAX}.")
+    pattern, threshold = _condition(fields.get("when", "fails"), fields.get("metric"))
+    return Check(command, pattern, machine, threshold)
+
+
+def _condition(
+    condition: str, metric: str | None
+) -> tuple[re.Pattern[str] | None, Threshold | None]:
+    """What `when:` (and `metric:`) say trips the check."""
+    output = _OUTPUT_MATCH.match(condition)
+    if output is not None and metric is None:
+        try:
+            return re.compile(output["pattern"].strip()), None
+        except re.error as exc:
+            raise ScheduleError(
+                f"`when: {condition}`: the pattern is not a regular expression ({exc}). "
+                f"Write {CHECK_SYNTAX}."
+            ) from None
+    if condition.lower() == "fails" and metric is None:
+        return None, None
+    threshold = _THRESHOLD.match(condition)
+    number = parse_number(threshold["value"]) if threshold is not None else None
+    if threshold is None or number is None:
+        raise ScheduleError(
+            f"`when: {condition}` is not a condition"
+            + (" on a metric" if metric is not None else "")
+            + f". Write {CHECK_SYNTAX}."
+        )
+    spec = _metric(metric, threshold["metric"])
+    return None, Threshold(spec, threshold["op"], number)
+
+
+def _metric(declared: str | None, named: str) -> MetricSpec:
+    """The metric `when:` compares: `metric: NAME [/REGEX/]`, else the name alone."""
+    name, _, rest = (declared or named).partition(" ")
+    if name != named:
+        raise ScheduleError(
+            f"`when:` compares `{named}` but `metric:` names `{name}`. Write {CHECK_SYNTAX}."
+        )
+    pattern = rest.strip()
+    if pattern.startswith("/") and pattern.endswith("/") and len(pattern) > 1:
+        pattern = pattern[1:-1]
+    try:
+        return MetricSpec(name=name, pattern=pattern or None)
+    except ValidationError as exc:
+        why = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise ScheduleError(
+            f"`metric: {declared or named}`: {why}. Write {CHECK_SYNTAX}."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -106,7 +220,7 @@ def task_work(what: str, *, offline: bool) -> TaskWork:
             "check",
             what,
             (check.command,),
-            f"this check, without a model, in this conversation's sandboxed workspace:\n"
+            f"this check, without a model, {check.where}:\n"
             f"{code_block(check.command)}\nIt trips when {check.trips_on}. While it passes "
             "nothing is said and no model is called; when it trips, and when it passes again, "
             "it says so here.",

@@ -47,3 +47,23 @@ async def test_the_host_proposes_a_standing_check(model_bot: tuple[Bot, FakeAnth
     (prompt,) = bot.chat.shown
     assert "without a model" in prompt.question and "test -d ." in prompt.question
     assert "its output matches `x+`" in prompt.question
+
+
+async def test_the_host_proposes_a_metric_check_on_a_machine(
+    model_bot: tuple[Bot, FakeAnthropic],
+) -> None:
+    bot, fake = model_bot
+    fake.queue_tool_use(
+        "watch",
+        {
+            "every": "30m",
+            "check": "cat gauge.txt",
+            "metric_above_or_below": "temp > 85",
+            "machine": "local",
+        },
+    )
+    fake.queue_text("I asked you to approve the check.")
+    await bot.say("tell me when the gauge gets hot")
+    (prompt,) = bot.chat.shown
+    assert "on machine `local`" in prompt.question, prompt.question
+    assert "the last `temp` it prints is > 85" in prompt.question, prompt.question
