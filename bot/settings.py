@@ -440,9 +440,10 @@ class Settings(BaseSettings):
     quiet_hours: str = Field(
         default="",
         validation_alias="RAVEN_QUIET_HOURS",
-        description="Daily quiet hours of what the bot says on its own (22:00-07:00): a "
-        "scheduled firing due then runs when they end, in its task's zone; a campaign notice "
-        "(not a final report or failure) waits for their end in its owner's zone. Empty: none.",
+        description="Daily quiet hours of what the bot says on its own (22:00-07:00), in "
+        "the owner's zone (Slack profile; else the task's zone, else RAVEN_TIMEZONE): a "
+        "scheduled firing due then runs when they end; a campaign notice (not a final report "
+        "or failure) waits for their end. Empty: none.",
     )
     timezone: str = Field(
         default="UTC",

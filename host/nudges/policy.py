@@ -93,9 +93,15 @@ class NudgePolicy:
         """The policy in force, as `status` shows it."""
         return describe_policy(self.limits, self.quiet, self.default_tz)
 
-    async def zone(self, conv: ConversationRef, person: str) -> ZoneInfo:
-        """`person`'s zone where their platform knows it (Slack profiles), else the default."""
-        return ZoneInfo(await self._people.zone(conv, person, self.default_tz))
+    async def zone(
+        self, conv: ConversationRef, person: str, default: ZoneInfo | None = None
+    ) -> ZoneInfo:
+        """`person`'s zone where their platform knows it (Slack profiles), else `default`,
+        else the configured default."""
+        named = await self._people.zone(conv, person, "")
+        if named:
+            return ZoneInfo(named)
+        return default or ZoneInfo(self.default_tz)
 
     async def quiet_until(self, nudge: Nudge, now: datetime) -> datetime | None:
         """When the quiet hours `now` falls in end for the nudge's recipient; None outside."""

@@ -292,8 +292,13 @@ class ScheduledTasks:
                     await self._arm(task.id, task.next_due)
                     return
                 due = task.next_due
-            quiet = None if self._deps.nudges is None else self._deps.nudges.quiet
-            held_until = None if quiet is None else quiet.end_after(now, task.schedule.zone)
+            nudges = self._deps.nudges
+            quiet = None if nudges is None else nudges.quiet
+            # Quiet hours are the owner's (their platform's zone), else the task's zone's.
+            zone = task.schedule.zone
+            if nudges is not None and quiet is not None:
+                zone = await nudges.zone(task.conversation, task.owner, default=zone)
+            held_until = None if quiet is None else quiet.end_after(now, zone)
             if held_until is not None:
                 # Quiet hours: the firing waits for their end (its due time is kept).
                 await self._arm(task.id, due, at=held_until)
@@ -308,7 +313,7 @@ class ScheduledTasks:
                 due_times = [*dict.fromkeys([*times, last])]
                 await self._check(task, check, due_times, now, next_due, fired=task.fired + total)
                 return
-            held = quiet is not None and quiet.end_after(due, task.schedule.zone) is not None
+            held = quiet is not None and quiet.end_after(due, zone) is not None
             late = (
                 _Late(f"in quiet hours ({quiet})", f"quiet hours ({quiet}) held it")
                 if held and quiet is not None

@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from host.features.schedules.feature import SchedulesFeature
 from host.features.schedules.tasks import SCHEDULED_TASK_JOB, job_id
 from host.nudges.quiet import parse_quiet_hours
 from host.runtime.events import WakeUp
 from host.runtime.scheduling import FiredJob
+from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually
-from tests.host.features.schedules.kit import CONV, Bot
+from tests.host.features.schedules.kit import CONV, Bot, FakeClock
+from tests.runtime_kit import chat_runtime
 
 
 async def test_a_task_is_approved_once_then_fires_its_exact_command_unattended(bot: Bot) -> None:
@@ -241,6 +244,30 @@ async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
     assert any("night-shift" in t for t in said), said
     status = await bot.say("status")
     assert "Proactive posts: quiet hours 22:00–07:00 in each recipient's zone" in status
+
+
+class ZonedChat(FakeChatAdapter):
+    """A platform that knows people's zones (as Slack profiles do): everyone in Tokyo."""
+
+    async def display_name(self, user_id: str) -> str:
+        return user_id
+
+    async def time_zone(self, user_id: str) -> str | None:
+        return "Asia/Tokyo"
+
+
+async def test_quiet_hours_are_the_owners_not_the_tasks_zone(isolated_env: Path) -> None:
+    chat = ZonedChat()
+    async with chat_runtime(chat, serving=True) as rt:
+        bot = Bot(rt, chat, FakeClock(datetime(2026, 12, 3, 11, 30, tzinfo=UTC)))
+        rt.feature(SchedulesFeature).tasks.clock = bot.clock
+        rt.feature(SchedulesFeature).nudges.quiet = parse_quiet_hours("22:00-07:00")
+        # The task runs on UTC, its owner lives in Tokyo: 13:30 UTC is 22:30 for them.
+        await _schedule(bot, "schedule: every 1h | s1: shell: echo tokyo | tz: UTC")
+        assert any("tokyo" in t for t in await _fire_next(bot))  # 21:30 in Tokyo: runs
+        assert await _fire_next(bot) == []  # 22:30 in Tokyo: held
+        (task,) = await bot.tasks.store.active()
+        assert task.next_due == datetime(2026, 12, 3, 13, 30, tzinfo=UTC)
 
 
 async def test_a_persons_task_limit_is_named(bot: Bot) -> None:
