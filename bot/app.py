@@ -47,7 +47,6 @@ from host.conversation.lanes import LaneManager
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import subscribe_decision_handlers
 from host.conversation.run_events import ConversationRunEvents
-from host.conversation.scheduled_turns import SYSTEM_TURN, system_turn_handler
 from host.conversation.service import (
     ConversationConfig,
     ConversationExtras,
@@ -465,7 +464,6 @@ def subscribe(
     bus.subscribe(ConversationStopped, runs.stop_conversation)
     bus.subscribe(ConversationStopped, broker.cancel_conversation_id)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
-    subscribe_job(bus, SYSTEM_TURN, system_turn_handler(service))
     bus.subscribe(TurnRequested, service.requested_turn)
     for feature in features:
         feature.subscribe(bus)

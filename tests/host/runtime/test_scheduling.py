@@ -12,24 +12,14 @@ from types import MappingProxyType
 import pytest
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
-from agents.tools import ToolRegistry
 from core.ids import ConversationRef
 from core.store import Store
-from host.agent.host_agent import HostAgent
-from host.conversation.lanes import LaneManager
-from host.conversation.outbox import Outbox
-from host.conversation.scheduled_turns import SYSTEM_TURN, schedule_system_turn, system_turn_handler
-from host.conversation.service import ConversationConfig, ConversationParts, ConversationService
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, expiry_job_id
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
-from host.runtime.conversation_log import ConversationLog
-from host.runtime.events import EventBus
 from host.runtime.prompt_record import Prompt
 from host.runtime.scheduling import FiredJob, JobHandler
-from host.runtime.turn import TurnContext
 from tests.fakes.prompt_surface import RecordingPromptSurface
 from tests.fakes.providers import TestProvider
-from tests.fakes.recording_channel import RecordingChannel
 from tests.helpers import decision_bus, eventually, wake_up_bus
 
 CONV = ConversationRef("test", "W1", "C1", "T1")
@@ -191,46 +181,6 @@ class EchoProvider(TestProvider):
             content=[TextBlock(text="echo: " + last.text.splitlines()[-1])],
             stop_reason="end_turn",
         )
-
-
-async def test_system_turn_job_that_fires_twice_posts_once(
-    conversation_log: ConversationLog, store: Store, db_path: Path
-) -> None:
-    channel = RecordingChannel()
-    lanes = LaneManager(EventBus())
-    service = ConversationService(
-        ConversationParts(
-            conversation_log,
-            lanes,
-            HostAgent(EchoProvider(), ToolRegistry[TurnContext]()),
-            Outbox(conversation_log, MappingProxyType({channel.platform: channel})),
-            EventBus(),
-        ),
-        ConversationConfig(dedup_ttl_seconds=60),
-    )
-    fires = Recorder()
-    turn = system_turn_handler(service)
-
-    async def counted(job: FiredJob) -> None:
-        await turn(job)
-        await fires(job)
-
-    scheduler = _adapter(db_path, {SYSTEM_TURN: counted})
-    await scheduler.start()
-    try:
-        for n in (1, 2):
-            # The same job id registered and fired twice (a re-registration or a crash
-            # between firing and APScheduler removing the job).
-            assert await schedule_system_turn(scheduler, "report:r1", _soon(0), CONV, "wake up")
-            await fires.until(lambda fired, n=n: len(fired) == n)  # type: ignore[misc]
-            await service.quiesce(CONV)
-    finally:
-        await scheduler.stop()
-    assert [j.job_id for j in fires.fired] == ["report:r1", "report:r1"]
-    assert [t for t in channel.texts if "wake up" in t] == ["echo: wake up"]
-    rows = await store.fetchall("SELECT text FROM messages WHERE direction = 'in'")
-    assert [r["text"] for r in rows] == ["wake up"]
-    await lanes.drain(1)
 
 
 @dataclass
