@@ -58,6 +58,8 @@ class ToolCallRequest:
     conversation_id: str
     requester: str
     workspace: str  # the Slack team / Discord guild id the rules were loaded for
+    # Shown under the question when the gate asks (a diff, the call as the agent named it).
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -686,6 +688,8 @@ class PermissionGate:
         why = runs_code(call.tool, call.subject)
         if why is not None:
             question += f" It runs code: {why}."
+        if call.detail:
+            question += f"\n{call.detail}"
         started = self._clock()
         try:
             async with asyncio.timeout(self._ask_timeout):

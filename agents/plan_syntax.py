@@ -1,4 +1,4 @@
-"""The explicit plan syntax: one line per node, `id: agent: task [after a, b]`.
+"""The explicit plan syntax: one line per node, `id: agent: task [after a, b] [instance h]`.
 
 It lets anyone build a graph without a model (the offline provider turns such a message into a
 `submit_graph` call). A line `confirm` asks for approval before the graph runs.
@@ -13,16 +13,19 @@ _ID = r"[a-z][a-z0-9_]{0,39}"
 _NODE_LINE = re.compile(
     rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>.+?)\s*$"
 )
-_BRACKET_AFTER = re.compile(r"\[\s*after\s+(?P<deps>[^\]]*)\]\s*$", re.IGNORECASE)
+# `[after a, b]` and `[instance NAME]`, in any order, at the end of a node line.
+_BRACKET = re.compile(r"\[\s*(?P<kind>after|instance)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE)
+_AFTER_PART = re.compile(r"\[\s*after\s+[^\]]*\]|\s+after\s+.*$", re.IGNORECASE)
 _PLAIN_AFTER = re.compile(
     rf"\s+after\s+(?P<deps>{_ID}(?:\s*(?:,|and)\s*{_ID})*)\s*$", re.IGNORECASE
 )
 _CONFIRM = re.compile(r"^\s*(confirm|please confirm|ask (me )?first)\s*[.!]?\s*$", re.IGNORECASE)
 # For `help`: everything the parser above (and admission's templates) understands.
 HELP = (
-    "one node per line, `id: agent: task`; `[after a, b]` at the end of a line waits for "
-    "those nodes, and `{{id.output}}` in a task is that node's output; a line `confirm` asks "
-    "for approval before the plan runs. For example:\n"
+    "one node per line, `id: agent: task`; at the end of a line `[after a, b]` waits for "
+    "those nodes and `[instance NAME]` shares one session of a stateful agent; "
+    "`{{id.output}}` in a task is that node's output; a `confirm` line asks for approval "
+    "first. For example:\n"
     "```\ns1: shell: uname -a\ns2: shell: echo done [after s1]\nconfirm\n```"
 )
 
@@ -47,12 +50,9 @@ def parse_plan(text: str) -> dict[str, Any] | None:
         match = _NODE_LINE.match(line)
         if match is None:
             continue
-        task = match["task"]
-        deps: list[str] = []
-        after = _BRACKET_AFTER.search(task) or _PLAIN_AFTER.search(task)
-        if after is not None:
-            deps = _split_deps(after["deps"])
-            task = task[: after.start()].rstrip()
+        task, groups = _trailing(match["task"])
+        deps = [d for kind, value in groups if kind == "after" for d in _split_deps(value)]
+        instances = [value.strip() for kind, value in groups if kind == "instance"]
         nodes.append(
             {
                 "id": match["id"],
@@ -60,7 +60,7 @@ def parse_plan(text: str) -> dict[str, Any] | None:
                 "template": task,
                 "deps": deps,
                 "inputs": {},
-                "instance": None,
+                "instance": instances[-1] if instances else None,
                 "summary": task[:80],
             }
         )
@@ -99,9 +99,10 @@ def with_id_suffix(text: str, suffix: str) -> str:
             lines.append(line)
             continue
         task = match["task"]
-        after = _BRACKET_AFTER.search(task) or _PLAIN_AFTER.search(task)
-        head = task if after is None else task[: after.start()]
-        tail = "" if after is None else ids.sub(name, task[after.start() :])
+        head, _ = _trailing(task)
+        head = task[: len(head)]
+        # Only `after` names nodes; an instance handle is kept as written.
+        tail = _AFTER_PART.sub(lambda m: ids.sub(name, m[0]), task[len(head) :])
         head = placeholder.sub(lambda m: m[1] + renamed[m[2]], head)
         lines.append(
             line[: match.start("id")]
@@ -112,6 +113,22 @@ def with_id_suffix(text: str, suffix: str) -> str:
             + line[match.end("task") :]
         )
     return "\n".join(lines)
+
+
+def _trailing(task: str) -> tuple[str, list[tuple[str, str]]]:
+    """The task without its trailing `[after …]`/`[instance …]` groups (or a bare trailing
+    `after a, b`), and those groups as (kind, value), last first."""
+    groups: list[tuple[str, str]] = []
+    rest = task
+    while (found := _BRACKET.search(rest)) is not None:
+        groups.append((found["kind"].lower(), found["value"]))
+        rest = rest[: found.start()].rstrip()
+    if not any(kind == "after" for kind, _ in groups):
+        plain = _PLAIN_AFTER.search(rest)
+        if plain is not None:
+            groups.append(("after", plain["deps"]))
+            rest = rest[: plain.start()].rstrip()
+    return rest, groups
 
 
 def is_plan_line(line: str) -> bool:

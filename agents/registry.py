@@ -40,7 +40,6 @@ Visible = Callable[[Path], bool]
 
 NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 ROLES: Final = ("raven", "research", "code", "design", "oncall")
-ACP_UNSUPPORTED: Final = "ACP backends are not supported yet"
 
 
 class RegistryError(ValueError):
@@ -78,6 +77,12 @@ class AgentEntry:
     allow: tuple[str, ...] = ()
     # Why a configured agent is not enabled (missing binary, unsupported backend); "" if enabled.
     disabled_reason: str = ""
+    # ACP agents: how long `initialize` (and opening a session) may take, how long an idle
+    # process is kept, the mode to set on each session, and how to install the agent.
+    init_timeout_seconds: float = 30.0
+    idle_seconds: float = 600.0
+    mode: str | None = None
+    install_hint: str = ""
 
     @property
     def tags(self) -> list[str]:
@@ -170,11 +175,69 @@ def default_entries() -> list[AgentEntry]:
             "code changes; each task starts fresh.",
             ("claude", "-p"),
         ),
+        *acp_presets(),
         _cli_preset(
             "codex",
             "OpenAI Codex CLI (`codex exec`) run headless in the workspace: code changes and "
             "repository tasks; each task starts fresh.",
             ("codex", "exec"),
+        ),
+    ]
+
+
+def _acp_preset(name: str, description: str, command: tuple[str, ...], install: str) -> AgentEntry:
+    return AgentEntry(
+        name=name,
+        description=description,
+        backend="acp",
+        stateful=True,
+        file_capable=True,
+        progress=True,
+        enabled=True,
+        role="raven",
+        command=command,
+        timeout_seconds=1800,
+        install_hint=install,
+    )
+
+
+def acp_presets() -> list[AgentEntry]:
+    """Coding agents that speak ACP, each enabled only where its launcher is found."""
+    keeps = "keeps its session across the nodes of one instance handle"
+    return [
+        _acp_preset(
+            "claude-acp",
+            f"Claude Code over ACP: multi-file code changes in the workspace; asks before "
+            f"edits and commands (buttons in the thread); {keeps}.",
+            ("claude-agent-acp",),
+            "install it with `npm install -g @agentclientprotocol/claude-agent-acp` and log in "
+            "with `claude`",
+        ),
+        _acp_preset(
+            "codex-acp",
+            f"OpenAI Codex over ACP: code changes and repository tasks; asks before edits and "
+            f"commands; {keeps}.",
+            ("codex-acp",),
+            "install it with `npm install -g @agentclientprotocol/codex-acp` and log in with "
+            "`codex login`",
+        ),
+        _acp_preset(
+            "gemini",
+            f"Gemini CLI over ACP: code and research in the workspace; {keeps}.",
+            ("gemini", "--experimental-acp"),
+            "install it with `npm install -g @google/gemini-cli`",
+        ),
+        _acp_preset(
+            "opencode",
+            f"opencode over ACP: code changes with the model it is configured for; {keeps}.",
+            ("opencode", "acp"),
+            "install it with `npm install -g opencode-ai`",
+        ),
+        _acp_preset(
+            "hermes",
+            f"Hermes agent over ACP: general tasks with its own tools; {keeps}.",
+            ("hermes", "acp"),
+            "install it with `pip install hermes-agent` (its `hermes` command)",
         ),
     ]
 
@@ -257,6 +320,10 @@ class _EntryConfig(BaseModel):
     output_cap_chars: int | None = Field(None, gt=0)
     env_allow: list[str] | None = None
     allow: list[str] | None = None
+    args: list[str] | None = None
+    mode: str | None = Field(None, min_length=1)
+    init_timeout_seconds: float | None = Field(None, gt=0)
+    idle_seconds: float | None = Field(None, gt=0)
 
 
 class _FileConfig(BaseModel):
@@ -271,7 +338,7 @@ _NEW_AGENT_DEFAULTS: Final[Mapping[str, Mapping[str, bool]]] = MappingProxyType(
         "inproc": MappingProxyType({"stateful": True, "file_capable": True, "progress": True}),
         "cli": MappingProxyType({"stateful": False, "file_capable": True, "progress": False}),
         "api": MappingProxyType({"stateful": True, "file_capable": False, "progress": False}),
-        "acp": MappingProxyType({"stateful": False, "file_capable": False, "progress": False}),
+        "acp": MappingProxyType({"stateful": True, "file_capable": True, "progress": True}),
     }
 )
 
@@ -282,8 +349,9 @@ def load_registry(
     """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
 
     Raises `RegistryError` naming the file and key for anything invalid. CLI agents whose binary
-    is not on PATH, or (given `visible`, the sandbox's view) lives where the sandbox does not
-    show it, and ACP agents are kept but disabled, with `disabled_reason` saying why.
+    or ACP agents whose program is not on PATH, or (given `visible`, the sandbox's view) lives
+    where the sandbox does not show it, are kept but disabled, with `disabled_reason` saying
+    why.
     """
     entries = {e.name: e for e in default_entries()}
     if path is not None and path.exists():
@@ -359,6 +427,10 @@ def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) 
     given = table.model_dump(exclude_none=True)
     if "command" in given:
         given["command"] = tuple(given["command"])
+    if "args" in given:
+        # Arguments after the command (the preset's, or this table's own).
+        base_command = base.command if base is not None else ()
+        given["command"] = (*given.get("command", base_command), *given.pop("args"))
     if "env_allow" in given:
         given["env_allow"] = tuple(given["env_allow"])
     if "allow" in given:
@@ -399,10 +471,26 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
                 f"{where} env_allow: '{name}' looks like a secret; set api_key_env = '{name}' "
                 "to grant this agent its own key"
             )
+    _check_backend_keys(where, entry, given)
+
+
+def _check_backend_keys(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
+    """Keys that only one kind of backend uses."""
+    if entry.backend == "acp" and not entry.command:
+        raise RegistryError(
+            f'{where} command: an acp agent needs the command that starts it, e.g. ["opencode", '
+            '"acp"]'
+        )
+    if entry.backend not in ("cli", "acp") and "command" in given:
+        raise RegistryError(f"{where} command: only used by cli and acp agents")
     if entry.backend != "cli":
-        for key in ("command", "prompt_via", "allow"):
+        for key in ("prompt_via", "allow"):
             if key in given:
                 raise RegistryError(f"{where} {key}: only used by cli agents")
+    if entry.backend != "acp":
+        for key in ("mode", "init_timeout_seconds", "idle_seconds"):
+            if key in given:
+                raise RegistryError(f"{where} {key}: only used by acp agents")
 
 
 # Characters that chain, substitute or redirect: a command with any of them always asks, so a
@@ -426,14 +514,14 @@ def _availability(entry: AgentEntry, which: Which, visible: Visible | None) -> A
         return (
             entry if entry.disabled_reason else replace(entry, disabled_reason="disabled in config")
         )
-    if entry.backend == "acp":
-        return replace(entry, enabled=False, disabled_reason=ACP_UNSUPPORTED)
-    if entry.backend != "cli":
+    if entry.backend not in ("cli", "acp"):
         return entry
     program = entry.command[0]
     found = which(program)
     if found is None:
-        return replace(entry, enabled=False, disabled_reason=f"`{program}` was not found on PATH")
+        hint = f"; {entry.install_hint}" if entry.install_hint else ""
+        why = f"`{program}` was not found on PATH{hint}"
+        return replace(entry, enabled=False, disabled_reason=why)
     hidden = None if visible is None else _hidden_from_sandbox(Path(found), which, visible)
     if hidden is not None:
         return replace(entry, enabled=False, disabled_reason=_not_visible(program, found, hidden))

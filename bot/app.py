@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
 
-from agents.backends import build_backend
+from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
@@ -117,6 +117,7 @@ class Runtime:
     scheduler: ApschedulerScheduler
     run_events: ConversationRunEvents
     features: tuple[Feature, ...]
+    agent_processes: AcpProcesses
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=TimedExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
@@ -178,7 +179,7 @@ def campaign_site(settings: Settings, sandbox: Sandbox, *, one_shot: bool) -> Ca
 
 
 def backend_factory(
-    provider: ModelProvider, settings: Settings, sandbox: Sandbox
+    provider: ModelProvider, settings: Settings, sandbox: Sandbox, acp: AcpProcesses
 ) -> Callable[[AgentEntry], AgentBackend]:
     """Builds each agent's backend once, on first use."""
     web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
@@ -196,6 +197,7 @@ def backend_factory(
                 sandbox=sandbox,
                 max_iterations=settings.max_iterations,
                 max_tokens=settings.max_tokens,
+                acp=acp,
             )
         return built[entry.name]
 
@@ -271,13 +273,15 @@ async def build_runtime(
     roles = parts.roles
     dispatch = [c for f in installed for c in f.dispatch_contexts()]
     run_store = RunStore(parts.store)
+    # The ACP agents' processes, one per agent and conversation (closed after the runs).
+    agent_processes = AcpProcesses(parts.sandbox)
     runs = RunManager(
         RunParts(
             store=run_store,
             files=RunFiles(home / "runs"),
             registry=parts.registry,
             judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
-            backend=backend_factory(parts.provider, settings, parts.sandbox),
+            backend=backend_factory(parts.provider, settings, parts.sandbox, agent_processes),
             workspace=parts.workspace,
             bus=parts.bus,
         ),
@@ -366,6 +370,7 @@ async def build_runtime(
         scheduler=parts.scheduler,
         run_events=run_events,
         features=installed,
+        agent_processes=agent_processes,
     )
     try:
         await open_core(runtime)
@@ -485,6 +490,8 @@ async def open_core(runtime: Runtime) -> None:
     stack.push_async_callback(close_adapters, runtime)
     stack.push_async_callback(runtime.service.close)
     stack.push_async_callback(runtime.run_events.close)
+    # After the runs stopped (their turns cancelled and settled): end the agents' processes.
+    stack.push_async_callback(runtime.agent_processes.close)
     stack.push_async_callback(runtime.runs.shutdown)
     stack.push_async_callback(runtime.lanes.drain, runtime.settings.shutdown_grace)
     interrupted = await runtime.conversation_log.interrupt_running()

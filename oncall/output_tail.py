@@ -27,10 +27,3 @@ def last_lines(data: bytes, *, lines: int = TAIL_LINES, chars: int = TAIL_CHARS)
     if len(out) > chars:
         out = "…" + out[-(chars - 1) :]
     return out
-
-
-def code_block(text: str) -> str:
-    """`text` as a Markdown code block whose fence no backtick run inside can close."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}"

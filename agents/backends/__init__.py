@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from agents.backends.acp import AcpBackend, AcpProcesses
 from agents.backends.api import ApiBackend
 from agents.backends.base import (
     AgentBackend,
@@ -14,11 +15,13 @@ from agents.backends.base import (
 from agents.backends.cli import CommandLineBackend
 from agents.backends.inproc import InProcessBackend
 from agents.models.provider import ModelProvider
-from agents.registry import ACP_UNSUPPORTED, AgentEntry
+from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
 from agents.specialists import Specialist
 
 __all__ = [
+    "AcpBackend",
+    "AcpProcesses",
     "AgentBackend",
     "AgentOutcome",
     "AgentTask",
@@ -39,15 +42,18 @@ def build_backend(
     environ: Mapping[str, str] | None = None,
     max_iterations: int = 40,
     max_tokens: int = 4096,
+    acp: AcpProcesses | None = None,
 ) -> AgentBackend:
     """The backend that runs `entry`; `BackendUnavailable` (with the reason) if it cannot."""
-    if entry.backend == "acp":
-        raise BackendUnavailable(ACP_UNSUPPORTED)
     if not entry.enabled:
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
     if entry.backend == "cli":
         return CommandLineBackend(entry, sandbox=sandbox, environ=environ)
+    if entry.backend == "acp":
+        if acp is None:
+            raise BackendUnavailable(f"agent `{entry.name}`: no ACP process pool was given")
+        return AcpBackend(entry, acp)
     specialist = specialists.get(entry.role)
     if specialist is None:
         known = ", ".join(sorted(specialists)) or "none"

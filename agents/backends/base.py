@@ -15,8 +15,13 @@ Progress = Callable[[str], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
 # Asks the requester "run this exact command?"; True only when they approved it.
 Approve = Callable[[str], Awaitable[bool]]
-# The permission gate for one task: (tool, subject) → whether the call may run, and why.
-Permit = Callable[[str, str], Awaitable[Permission]]
+
+
+class Permit(Protocol):
+    """The permission gate for one task: (tool, subject) → whether the call may run, and
+    why; `detail` is shown to the person asked, when the gate asks (a diff, a command)."""
+
+    async def __call__(self, tool: str, subject: str, detail: str = "") -> Permission: ...
 
 
 class BackendUnavailable(RuntimeError):

@@ -7,13 +7,17 @@ import importlib.util
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, TextIO
 
+from agents.backends import AcpProcesses
+from agents.backends.acp.process import AgentStartError
 from agents.permissions import DEFAULT_RULES_LABEL, load_rules, rules_file_problem
 from agents.registry import AgentEntry, RegistryError, default_entries, load_registry
-from agents.sandbox import INSTALL_HINT, shown_by
+from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
@@ -124,9 +128,43 @@ def _unexpectedly_off(entry: AgentEntry) -> bool:
     whose program is simply not installed."""
     if entry.disabled_reason == "disabled in config":
         return False
-    presets = {e.name for e in default_entries() if e.backend == "cli"}
-    missing = entry.backend == "cli" and shutil.which(entry.command[0]) is None
+    presets = {e.name for e in default_entries() if e.backend in ("cli", "acp")}
+    missing = entry.backend in ("cli", "acp") and shutil.which(entry.command[0]) is None
     return not (entry.name in presets and missing)
+
+
+async def _check_acp_agents(settings: Settings) -> Check:
+    """Each coding agent over ACP: found (and the version it reports at `initialize`, in the
+    sandbox), or missing and how to install it."""
+    sandbox = await asyncio.to_thread(build_sandbox, settings)
+    try:
+        registry = load_registry(
+            settings.home / "agents.toml", visible=shown_by(sandbox, os.environ)
+        )
+    except RegistryError:
+        return Check("acp agents", "ok", "see the agents check")
+    entries = [e for e in registry.entries() if e.backend == "acp"]
+    lines = []
+    for entry in entries:
+        if not entry.enabled:
+            lines.append(f"{entry.name}: missing ({entry.disabled_reason})")
+            continue
+        lines.append(f"{entry.name}: {await _acp_version(entry, sandbox)}")
+    return Check("acp agents", "ok", "; ".join(lines) or "none configured")
+
+
+async def _acp_version(entry: AgentEntry, sandbox: Sandbox) -> str:
+    """`found, NAME VERSION` as the agent says at `initialize`, or why it did not answer."""
+    pool = AcpProcesses(sandbox)
+    with tempfile.TemporaryDirectory(prefix="raven-doctor-") as where:
+        try:
+            process = await pool.acquire(entry, Path(where) / "workspace")
+        except AgentStartError as exc:
+            return f"found, but it did not start: {exc}"
+        finally:
+            await pool.close()
+    info = process.info
+    return f"found, {info.name} {info.version}".rstrip()
 
 
 async def _check_permissions(settings: Settings) -> Check:
@@ -284,6 +322,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_database,
     _check_scheduler_store,
     _check_agents,
+    _check_acp_agents,
     _check_machines,
     _check_permissions,
     _check_skills,

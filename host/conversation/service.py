@@ -37,9 +37,8 @@ ControlWord = Literal["stop", "status", "help"]
 # Each control word (a message that is just the word) and what it does, for `help`.
 CONTROL_WORDS: Mapping[ControlWord, str] = MappingProxyType(
     {
-        "stop": "cancels what you asked for in this thread: your running and queued "
-        "requests, graph runs (also one waiting for an approval), questions and campaigns; "
-        "approvers and admins stop everything here. The reply names what stopped.",
+        "stop": "cancels what you asked for in this thread (requests, graph runs, questions, "
+        "campaigns); approvers and admins stop everything here. The reply names what stopped.",
         "status": "shows what is running or waiting here.",
         "help": "shows this message.",
     }

@@ -14,6 +14,7 @@ from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
 from core.fence import fence, new_marker
 from core.ids import ConversationRef
+from core.markdown import code_block
 from host.prompts.broker import PromptBroker
 from host.runtime.author_labels import context_line
 from host.runtime.conversation_log import ConversationLog
@@ -70,14 +71,6 @@ def sandbox_view(writable: str) -> str:
         "`$HOME`; not `RAVEN_HOME` (database, runs, other workspaces), not the bot's working "
         "directory (`.env`) and nothing of the bot's environment. The network is not cut off."
     )
-
-
-def code_block(text: str) -> str:
-    """`text` as a Markdown code block: its fence is longer than any backtick run inside,
-    so nothing in it can close the block."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}"
 
 
 def command_question(node_id: str, command: str) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from core.markdown import code_block
 from oncall.citations import check_citation
 from oncall.engine.core import EngineCore
 from oncall.engine.parts import CRASHES, CampaignError, cites
 from oncall.model import DecisionAction, WakeReason
-from oncall.output_tail import code_block
 from oncall.policy import clamp_to_budget
 from oncall.report_gate import check_report, draft_report, format_duration
 from oncall.store import CampaignRecord

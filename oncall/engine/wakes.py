@@ -7,10 +7,10 @@ import contextlib
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from core.markdown import code_block
 from oncall.engine.core import EngineCore
 from oncall.engine.parts import CRASHES, REASON_TEXT
 from oncall.model import FINAL_STATES, WakeReason
-from oncall.output_tail import code_block
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.report_gate import format_duration
 from oncall.store import CampaignRecord

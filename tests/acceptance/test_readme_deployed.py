@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 AGENTS_TOML = """\
 [agents.reviewer]
-backend = "cli"                   # inproc | cli | api | acp (acp: not supported yet)
+backend = "cli"                   # inproc | cli | api | acp
 description = "Reviews a diff and lists problems."
 command = ["my-review-tool", "--stdin"]
 prompt_via = "stdin"              # or "arg"
@@ -543,6 +543,10 @@ async def test_discord_help(bot: Deployed) -> None:
     ]
     for word in ("stop", "status", "id: agent: task", "confirm", "campaign:", "remember"):
         assert word in shown, (word, shown)
+    # All of it in one message: Discord cuts at 2,000 characters, and a second part would
+    # start mid-list (it ends with the plan example).
+    assert shown.rstrip().endswith("```"), shown
+    assert len(bot.discord.bot_messages(thread)) == 1
 
 
 async def test_the_configuration_does_what_it_says(bot: Deployed) -> None:

@@ -16,6 +16,8 @@ import pytest
 from aiohttp import web
 
 from agents.backends import (
+    AcpBackend,
+    AcpProcesses,
     AgentTask,
     ApiBackend,
     BackendUnavailable,
@@ -551,9 +553,14 @@ def test_build_backend_picks_the_backend() -> None:
         build_backend(claude, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED),
         CommandLineBackend,
     )
-    acp = _entry("opencode", backend="acp")
-    with pytest.raises(BackendUnavailable, match="ACP backends are not supported yet"):
+    acp = _entry("opencode", backend="acp", command=("opencode", "acp"))
+    with pytest.raises(BackendUnavailable, match="no ACP process pool"):
         build_backend(acp, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED)
+    pool = AcpProcesses(UNUSED)
+    assert isinstance(
+        build_backend(acp, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED, acp=pool),
+        AcpBackend,
+    )
     off = default_registry(which=lambda name: None).get("codex")
     assert off is not None
     with pytest.raises(BackendUnavailable, match="not found on PATH"):

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from agents.registry import (
-    ACP_UNSUPPORTED,
     AgentEntry,
     AgentRegistry,
     RegistryError,
@@ -153,17 +152,33 @@ command = ["my-researcher"]
     assert research.command == ("my-researcher",) and research.enabled
 
 
-def test_acp_entries_are_disabled_with_the_reason(tmp_path: Path) -> None:
+def test_an_acp_entry_runs_its_command_when_found_and_says_why_not_otherwise(
+    tmp_path: Path,
+) -> None:
     path = _write(
         tmp_path,
-        '[agents.opencode]\nbackend = "acp"\ndescription = "OpenCode over ACP"\n',
+        '[agents.zed]\nbackend = "acp"\ndescription = "Zed over ACP"\n'
+        'command = ["zed-acp"]\nargs = ["--stdio"]\nmode = "code"\nidle_seconds = 60\n',
     )
-    registry = load_registry(path, which=everything_on_path)
-    entry = registry.get("opencode")
-    assert entry is not None and not entry.enabled
-    assert entry.disabled_reason == ACP_UNSUPPORTED
-    with pytest.raises(RegistryError, match="ACP backends are not supported yet"):
-        registry.require("opencode")
+    entry = load_registry(path, which=everything_on_path).require("zed")
+    assert entry.command == ("zed-acp", "--stdio") and entry.stateful and entry.mode == "code"
+    missing = load_registry(path, which=nothing_on_path).get("zed")
+    assert missing is not None and not missing.enabled
+    assert missing.disabled_reason == "`zed-acp` was not found on PATH"
+    # A preset says how to install it.
+    claude = load_registry(None, which=nothing_on_path).get("claude-acp")
+    assert claude is not None and "npm install -g @agentclientprotocol/claude-agent-acp" in (
+        claude.disabled_reason
+    )
+
+
+def test_a_wrong_acp_entry_is_refused_naming_the_key(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[agents.zed]\nbackend = "acp"\ndescription = "Zed"\n')
+    with pytest.raises(RegistryError, match="an acp agent needs the command that starts it"):
+        load_registry(path, which=everything_on_path)
+    path = _write(tmp_path, '[agents.raven]\nmode = "code"\n')
+    with pytest.raises(RegistryError, match=r"\[agents.raven\] mode: only used by acp agents"):
+        load_registry(path, which=everything_on_path)
 
 
 def test_require_names_the_available_agents() -> None:

@@ -94,6 +94,7 @@ _BOT_SIDE = textwrap.dedent(
     from agents.registry import AgentEntry
     from agents.specialists import default_specialists
     from agents.workspace_tools import ShellPolicy, ToolContext
+    from agents.backends import AcpProcesses
     from bot.app import backend_factory, build_sandbox
     from bot.home import workspace_for
     from bot.settings import load_settings
@@ -111,7 +112,8 @@ _BOT_SIDE = textwrap.dedent(
             file_capable=True, progress=False, enabled=True, role="raven",
             command=("sh", "-c", cli_script),
         )
-        backend = backend_factory(OfflineProvider(), settings, sandbox)(entry)
+        processes = AcpProcesses(sandbox)
+        backend = backend_factory(OfflineProvider(), settings, sandbox, processes)(entry)
         outcome = await backend.run(
             AgentTask(node_id="n1", agent=entry, prompt="go", workspace=workspace)
         )

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Literal, cast
 
+from core.markdown import code_block
 from host.prompts.broker import PromptBroker
-from host.prompts.clarify import code_block, sandbox_view
+from host.prompts.clarify import sandbox_view
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
 from oncall.engine import CampaignEngine, CampaignError

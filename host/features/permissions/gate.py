@@ -115,7 +115,7 @@ class PermissionGates:
         gate: PermissionGate | None = None
         lock = asyncio.Lock()
 
-        async def permit(tool: str, subject: str) -> Decision:
+        async def permit(tool: str, subject: str, detail: str = "") -> Decision:
             nonlocal gate
             async with lock:
                 if gate is None:
@@ -132,7 +132,7 @@ class PermissionGates:
                         audit=self._audit,
                         rules_label=str(self._path),
                     )
-            call = ToolCallRequest(tool, subject, conv.id, requester, conv.workspace)
+            call = ToolCallRequest(tool, subject, conv.id, requester, conv.workspace, detail)
             return await gate.check(call)
 
         return permit

@@ -21,6 +21,7 @@ from agents.plan_syntax import with_id_suffix
 from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
+from core.markdown import code_block
 from host.conversation.outbox import DeliveryError, Outbox
 from host.features.schedules.line import ScheduleError
 from host.features.schedules.store import (
@@ -43,7 +44,6 @@ from host.features.schedules.timing import (
 from host.features.schedules.work import Check, parse_check, task_work
 from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
-from host.prompts.clarify import code_block
 from host.runtime.events import EventBus, TurnRequested
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt

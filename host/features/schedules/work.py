@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from agents.campaign_syntax import parse_campaign
 from agents.plan_syntax import parse_plan
 from agents.workspace_tools import denied_reason
+from core.markdown import code_block
 from host.features.schedules.line import ScheduleError, is_schedule_line
-from host.prompts.clarify import code_block
 from oncall.metrics import MetricReader, parse_number
 from oncall.model import MetricSpec
 from oncall.probe import ProbeResult

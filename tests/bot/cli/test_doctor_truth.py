@@ -57,11 +57,12 @@ async def test_doctor_names_the_agents_that_are_off_and_why(isolated_env: Path) 
 async def test_doctor_shows_why_an_acp_agent_is_disabled(isolated_env: Path) -> None:
     _write(
         isolated_env / "agents.toml",
-        '[agents.zed]\nbackend = "acp"\ndescription = "Zed\'s agent over ACP"\n',
+        '[agents.zed]\nbackend = "acp"\ndescription = "Zed\'s agent over ACP"\n'
+        'command = ["zed-acp-missing"]\n',
     )
     code, out, _ = await _run("doctor", env=_env(isolated_env))
     line = _check_line(out, "agents")
-    assert "zed: ACP backends are not supported yet" in line
+    assert "zed: `zed-acp-missing` was not found on PATH" in line
     assert line.startswith("  [WARN]"), line
     assert code == 0  # the bot still serves; only that agent is off
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agents.models.offline import OFFLINE_NOTICE, OfflineProvider
 from agents.models.types import Message, TextBlock, ToolCall, ToolResult, ToolSpec
-from agents.plan_syntax import parse_plan
+from agents.plan_syntax import parse_plan, with_id_suffix
 
 SUBMIT = ToolSpec(name="submit_graph", description="d", input_schema={"type": "object"})
 
@@ -100,3 +100,21 @@ def test_a_plan_renamed_for_another_run_keeps_its_commands_and_wiring() -> None:
     long_id = "n" * 40
     (node,) = parse_plan(with_id_suffix(f"{long_id}: shell: true", "x1"))["nodes"]  # type: ignore[index]
     assert node["id"] == "n" * 37 + "_x1" and len(node["id"]) == 40
+
+
+def test_nodes_share_an_instance_with_a_bracket_in_any_order() -> None:
+    plan = parse_plan(
+        "a1: claude-acp: write the parser [instance work]\n"
+        "a2: claude-acp: now add tests [instance work] [after a1]\n"
+        "a3: claude-acp: review it [after a2]\n"
+    )
+    assert plan is not None
+    got = [(n["id"], n["template"], n["deps"], n["instance"]) for n in plan["nodes"]]
+    assert got == [
+        ("a1", "write the parser", [], "work"),
+        ("a2", "now add tests", ["a1"], "work"),
+        ("a3", "review it", ["a2"], None),
+    ]
+    # Renamed for another run: node ids change, the instance handle does not.
+    renamed = with_id_suffix("a1: c: x [instance a1]\na2: c: y [instance a1] [after a1]", "Z")
+    assert renamed == "a1_Z: c: x [instance a1]\na2_Z: c: y [instance a1] [after a1_Z]"

@@ -1,0 +1,220 @@
+"""The `acp` backend: a node's task is one `session/prompt` to the agent's pooled process.
+
+A stateful instance keeps its ACP session: the session id is the first message of the
+instance's history, so the next node of the handle prompts the same session (after a
+restart, `session/load` where the agent supports it; else a new session told the earlier
+exchange). A stateless node gets a fresh session.
+
+A turn that is stopped sends `session/cancel` and gets a few seconds to settle; one that does
+not settle, or that times out, ends the agent's process group. A crash, a malformed frame,
+an agent that never answers, or an empty turn (agents report an expired login that way)
+fails the node with what the agent wrote on stderr, fenced: it is the agent's text, not ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import replace
+
+from acp import text_block
+from acp.schema import PromptResponse
+
+from agents.backends.acp.process import AcpProcess, AgentStartError
+from agents.backends.acp.processes import AcpProcesses
+from agents.backends.acp.turn import AcpTurn
+from agents.backends.base import AgentOutcome, AgentTask, cap_output, failed, task_as_text
+from agents.models.types import Message, TextBlock, Usage
+from agents.registry import AgentEntry
+from agents.sandbox import SandboxUnavailable
+from core.fence import fence, new_marker
+
+SESSION_PREFIX = "[acp session "
+SETTLE_SECONDS = 5.0
+
+
+class AcpBackend:
+    """Runs one ACP agent's tasks."""
+
+    def __init__(
+        self, entry: AgentEntry, processes: AcpProcesses, *, settle_seconds: float = SETTLE_SECONDS
+    ) -> None:
+        self._entry = entry
+        self._processes = processes
+        self._settle_seconds = settle_seconds
+
+    async def run(self, task: AgentTask) -> AgentOutcome:
+        started = time.monotonic()
+        name = self._entry.name
+        try:
+            process = await self._processes.acquire(self._entry, task.workspace)
+        except AgentStartError as exc:
+            return failed(task, f"The `{name}` agent did not start: {exc}")
+        except SandboxUnavailable as exc:
+            return failed(task, f"The `{name}` agent did not run. {exc}")
+        try:
+            return await self._prompt(process, task, started)
+        finally:
+            self._processes.release(process, task.workspace)
+
+    async def _prompt(self, process: AcpProcess, task: AgentTask, started: float) -> AgentOutcome:
+        entry = self._entry
+        try:
+            session_id, message_only = await self._session(process, task)
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            return await self._broken(process, task, started, f"no session ({exc})")
+        except Exception as exc:  # the agent's JSON-RPC error
+            return await self._broken(process, task, started, f"no session: {exc}")
+        turn = AcpTurn(task)
+        process.client.attach(session_id, turn)
+        earlier = [m for m in task.history if session_of([m]) is None]
+        text = task.message if message_only else task_as_text(replace(task, history=earlier))
+        prompting = asyncio.create_task(
+            process.conn.prompt(session_id=session_id, prompt=[text_block(text)]),
+            name=f"acp-{entry.name}-prompt",
+        )
+        try:
+            try:
+                async with asyncio.timeout(entry.timeout_seconds):
+                    response = await asyncio.shield(prompting)
+            except TimeoutError:
+                await self._settle(process, task, session_id, prompting)
+                return failed(
+                    task,
+                    f"The `{entry.name}` agent did not finish within "
+                    f"{entry.timeout_seconds:g} s; its turn was cancelled.",
+                    seconds=time.monotonic() - started,
+                )
+            except asyncio.CancelledError:
+                await asyncio.shield(self._settle(process, task, session_id, prompting))
+                raise
+            except (ConnectionError, OSError) as exc:
+                return await self._broken(process, task, started, f"the connection ended ({exc})")
+            except Exception as exc:  # the agent answered the prompt with an error
+                return await self._broken(process, task, started, f"its turn failed: {exc}")
+        finally:
+            process.client.detach(session_id)
+        process.sessions.add(session_id)
+        return self._outcome(process, task, turn, response, session_id, started)
+
+    async def _session(self, process: AcpProcess, task: AgentTask) -> tuple[str, bool]:
+        """The session to prompt, and whether this message alone is sent (the session
+        continues the instance's, or there is no earlier exchange to tell)."""
+        kept = session_of(task.history) if self._entry.stateful else None
+        cwd = str(task.workspace.resolve())
+        async with asyncio.timeout(self._entry.init_timeout_seconds):
+            if kept is not None and kept in process.sessions:
+                return kept, True
+            if kept is not None and process.info.load_session:
+                with contextlib.suppress(Exception):  # gone on the agent's side: start anew
+                    await process.conn.load_session(cwd=cwd, session_id=kept)
+                    process.sessions.add(kept)
+                    return kept, True
+            created = await process.conn.new_session(cwd=cwd)
+            if self._entry.mode:
+                await process.conn.set_session_mode(
+                    session_id=created.session_id, mode_id=self._entry.mode
+                )
+        return created.session_id, not task.history
+
+    async def _settle(
+        self,
+        process: AcpProcess,
+        task: AgentTask,
+        session_id: str,
+        prompting: asyncio.Task[PromptResponse],
+    ) -> None:
+        """Cancel the turn; an agent that does not end it within a few seconds is ended."""
+        with contextlib.suppress(Exception):
+            await process.conn.cancel(session_id=session_id)
+        done, _ = await asyncio.wait({prompting}, timeout=self._settle_seconds)
+        if not done:
+            prompting.cancel()
+            await asyncio.wait({prompting})
+            await self._processes.discard(process, task.workspace)
+        elif not prompting.cancelled():
+            prompting.exception()  # retrieved: a failed settle is no unhandled error
+
+    async def _broken(
+        self, process: AcpProcess, task: AgentTask, started: float, what: str
+    ) -> AgentOutcome:
+        """A connection that failed: the process goes, and the node says why."""
+        await process.wait_exit(1.0)  # an exit code, if the agent is ending
+        why = process.failure() or what
+        said = process.said()
+        await self._processes.discard(process, task.workspace)
+        return failed(task, self._error(why, said), seconds=time.monotonic() - started)
+
+    def _error(self, why: str, said: str) -> str:
+        text = f"The `{self._entry.name}` agent failed: {why}."
+        if said:
+            stderr = said.split("\n", 1)[-1]
+            source = f"stderr of the {self._entry.name} agent"
+            text += (
+                f" What it wrote on stderr:\n{fence(stderr, source=source, marker=new_marker())}"
+            )
+        return text
+
+    def _outcome(
+        self,
+        process: AcpProcess,
+        task: AgentTask,
+        turn: AcpTurn,
+        response: PromptResponse,
+        session_id: str,
+        started: float,
+    ) -> AgentOutcome:
+        entry = self._entry
+        output, truncated = cap_output(turn.text.strip(), entry.output_cap_chars)
+        error = None
+        if response.stop_reason == "end_turn" and not output:
+            why = "it ended its turn with no answer (often an expired login)"
+            error = self._error(why, process.said())
+        elif response.stop_reason in ("refusal", "cancelled"):
+            error = f"The `{entry.name}` agent ended its turn: {response.stop_reason}."
+        elif response.stop_reason in ("max_tokens", "max_turn_requests"):
+            truncated = True
+        usage = response.usage
+        earlier = [m for m in task.history if session_of([m]) is None]
+        history = [
+            Message.user_text(f"{SESSION_PREFIX}{session_id}]"),
+            *earlier,
+            Message.user_text(task.message),
+            Message.assistant_text(output or "(no answer)"),
+        ]
+        return AgentOutcome(
+            output=output,
+            transcript=[
+                {
+                    "type": "acp",
+                    "agent": process.info.name,
+                    "version": process.info.version,
+                    "session": session_id,
+                    "stop_reason": response.stop_reason,
+                },
+                *turn.transcript(),
+            ],
+            usage=Usage(
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+            ),
+            model_calls=0,
+            seconds=time.monotonic() - started,
+            history=history,
+            truncated=truncated,
+            error=error,
+        )
+
+
+def session_of(history: list[Message]) -> str | None:
+    """The ACP session an instance's history continues (its first message says it)."""
+    if not history or not history[0].content:
+        return None
+    block = history[0].content[0]
+    if history[0].role != "user" or not isinstance(block, TextBlock):
+        return None
+    text = block.text
+    if text.startswith(SESSION_PREFIX) and text.endswith("]"):
+        return text[len(SESSION_PREFIX) : -1]
+    return None

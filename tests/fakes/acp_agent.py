@@ -1,0 +1,452 @@
+"""A loopback ACP agent for tests: `python tests/fakes/acp_agent.py` serves ACP over stdio.
+
+It is built on the SDK's agent side only (`acp.run_agent`), so a client under test talks to
+the real protocol implementation, and it needs nothing but the standard library and `acp`
+(it runs inside the sandbox with the bot's interpreter, its cwd the session's workspace).
+
+Each `session/prompt` picks a behaviour by the first word of its text (the prompt's text
+blocks joined by newlines), case-insensitively:
+
+- `remember <words>` keeps <words> in the session's notes and replies "noted";
+  `recall` replies "you said: " and the notes joined by "; ". The notes are saved after each
+  turn in `.fake-acp-sessions.json` in the session's cwd, where `session/load` (even in
+  another process) finds them.
+- `write <file> <content...>` shows an edit tool call with a diff, asks permission, and
+  writes the file (relative to the session's cwd) only if an "allow" option was chosen.
+- `run <command...>` shows an execute tool call, asks permission, and runs it (`sh -c`, in
+  the session's cwd) only if allowed.
+- `slow` sends "working…" and ends with stop reason "cancelled" once `session/cancel` comes.
+- `crash` sends "about to crash", says why on stderr and exits with status 3 mid-turn.
+- `malformed` writes a line that is not JSON to stdout, then never answers.
+- `empty` says "auth failed" on stderr and ends the turn without a word.
+- `hang` never answers, ignores `session/cancel` and outlives its stdin: it must be killed.
+- anything else: "echo: <text>" in two chunks, with a plan, a "think" tool call and usage.
+
+`FAKE_ACP_SILENT_INIT=1` in the environment makes it never answer `initialize`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from acp import (
+    AGENT_METHODS,
+    PROTOCOL_VERSION,
+    Client,
+    RequestError,
+    plan_entry,
+    run_agent,
+    start_tool_call,
+    text_block,
+    tool_content,
+    tool_diff_content,
+    update_agent_message_text,
+    update_plan,
+    update_tool_call,
+)
+from acp.schema import (
+    AcpMcpServer,
+    AgentCapabilities,
+    AllowedOutcome,
+    AudioContentBlock,
+    AuthenticateResponse,
+    ClientCapabilities,
+    CloseSessionResponse,
+    EmbeddedResourceContentBlock,
+    ForkSessionResponse,
+    HttpMcpServer,
+    ImageContentBlock,
+    Implementation,
+    InitializeResponse,
+    ListSessionsResponse,
+    LoadSessionResponse,
+    McpServerStdio,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    ResourceContentBlock,
+    ResumeSessionResponse,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+    SseMcpServer,
+    StopReason,
+    TextContentBlock,
+    ToolCallLocation,
+    ToolCallStart,
+    ToolCallStatus,
+    ToolCallUpdate,
+    UsageUpdate,
+)
+
+AGENT_NAME = "fake-acp"
+AGENT_VERSION = "1.2.3"
+SESSIONS_FILE = ".fake-acp-sessions.json"
+SILENT_INIT_VAR = "FAKE_ACP_SILENT_INIT"
+# What the usage update claims as the context window, in tokens.
+CONTEXT_SIZE = 200_000
+
+PromptBlock = (
+    TextContentBlock
+    | ImageContentBlock
+    | AudioContentBlock
+    | ResourceContentBlock
+    | EmbeddedResourceContentBlock
+)
+McpServer = HttpMcpServer | SseMcpServer | AcpMcpServer | McpServerStdio
+
+
+@dataclass
+class _Session:
+    """What the fake knows of one session."""
+
+    cwd: Path
+    notes: list[str] = field(default_factory=list)
+    # Replaced at the start of each turn, so a cancel only ends the turn it was meant for.
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    tool_calls: int = 0
+
+    def next_tool_call_id(self) -> str:
+        self.tool_calls += 1
+        return f"call-{self.tool_calls}"
+
+
+Command = Callable[[str, _Session, str], Awaitable[StopReason]]
+
+
+async def _wait_forever() -> NoReturn:
+    """Park this task (not the event loop) until it is cancelled."""
+    await asyncio.Event().wait()
+    raise AssertionError("an event nobody sets was set")
+
+
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _permission_options() -> list[PermissionOption]:
+    return [
+        PermissionOption(option_id="allow-once", name="Allow once", kind="allow_once"),
+        PermissionOption(option_id="allow-always", name="Always allow", kind="allow_always"),
+        PermissionOption(option_id="reject-once", name="Reject", kind="reject_once"),
+        PermissionOption(option_id="reject-always", name="Always reject", kind="reject_always"),
+    ]
+
+
+def _read_notes(cwd: Path) -> dict[str, list[str]]:
+    """Every session's notes saved in `cwd`, by session id."""
+    try:
+        data: object = json.loads((cwd / SESSIONS_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(key): [str(note) for note in notes]
+        for key, notes in data.items()
+        if isinstance(notes, list)
+    }
+
+
+def _save_notes(cwd: Path, session_id: str, notes: list[str]) -> None:
+    saved = _read_notes(cwd)
+    saved[session_id] = list(notes)
+    # Written aside then renamed: another process loading the session never reads half a file.
+    partial = cwd / f"{SESSIONS_FILE}.{os.getpid()}.tmp"
+    partial.write_text(json.dumps(saved, indent=2), encoding="utf-8")
+    partial.replace(cwd / SESSIONS_FILE)
+
+
+class FakeAgent:
+    """The `acp.Agent` the script serves; the behaviours are in the module's docstring."""
+
+    def __init__(self, *, silent_init: bool) -> None:
+        self._silent_init = silent_init
+        self._client: Client | None = None
+        self._sessions: dict[str, _Session] = {}
+        self._commands: dict[str, Command] = {
+            "remember": self._remember,
+            "recall": self._recall,
+            "write": self._write,
+            "run": self._run,
+            "slow": self._slow,
+            "crash": self._crash,
+            "malformed": self._malformed,
+            "empty": self._empty,
+            "hang": self._hang,
+        }
+        # Set by `hang`: the script then outlives the connection (see `_serve`).
+        self.wedged = False
+
+    def on_connect(self, conn: Client) -> None:
+        # `AgentSideConnection` hands itself over here: our way to talk to the client.
+        self._client = conn
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("the SDK did not connect the agent to a client")
+        return self._client
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: ClientCapabilities | None = None,
+        client_info: Implementation | None = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
+        if self._silent_init:
+            await _wait_forever()
+        return InitializeResponse(
+            # The client's version when the SDK speaks it, else the newest the SDK knows.
+            protocol_version=min(protocol_version, PROTOCOL_VERSION),
+            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
+        )
+
+    async def new_session(
+        self,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[McpServer] | None = None,
+        **kwargs: Any,
+    ) -> NewSessionResponse:
+        session_id = f"sess-{uuid.uuid4().hex[:12]}"
+        self._sessions[session_id] = _Session(cwd=Path(cwd))
+        return NewSessionResponse(session_id=session_id)
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[McpServer] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> LoadSessionResponse | None:
+        saved = _read_notes(Path(cwd))
+        if session_id not in saved:
+            raise RequestError.resource_not_found(session_id)
+        self._sessions[session_id] = _Session(cwd=Path(cwd), notes=saved[session_id])
+        return LoadSessionResponse()
+
+    async def prompt(
+        self, session_id: str, prompt: list[PromptBlock], **kwargs: Any
+    ) -> PromptResponse:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RequestError.resource_not_found(session_id)
+        session.cancelled = asyncio.Event()
+        text = "\n".join(block.text for block in prompt if isinstance(block, TextContentBlock))
+        words = text.strip().split(maxsplit=1)
+        command = self._commands.get(words[0].lower()) if words else None
+        if command is None:
+            stop_reason = await self._echo(session_id, session, text)
+        else:
+            stop_reason = await command(session_id, session, words[1] if len(words) > 1 else "")
+        _save_notes(session.cwd, session_id, session.notes)
+        return PromptResponse(stop_reason=stop_reason)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.cancelled.set()
+
+    # The behaviours, one per first word of the prompt.
+
+    async def _say(self, session_id: str, text: str) -> None:
+        await self.client.session_update(session_id, update_agent_message_text(text))
+
+    async def _echo(self, session_id: str, session: _Session, text: str) -> StopReason:
+        plan = update_plan(
+            [
+                plan_entry("read the prompt", status="completed"),
+                plan_entry("echo it back", status="in_progress"),
+            ]
+        )
+        await self.client.session_update(session_id, plan)
+        call_id = session.next_tool_call_id()
+        thinking = start_tool_call(call_id, "thinking", kind="think", status="in_progress")
+        await self.client.session_update(session_id, thinking)
+        await self.client.session_update(session_id, update_tool_call(call_id, status="completed"))
+        reply = f"echo: {text}"
+        half = len(reply) // 2
+        await self._say(session_id, reply[:half])
+        await self._say(session_id, reply[half:])
+        usage = UsageUpdate(session_update="usage_update", used=len(text), size=CONTEXT_SIZE)
+        await self.client.session_update(session_id, usage)
+        return "end_turn"
+
+    async def _remember(self, session_id: str, session: _Session, words: str) -> StopReason:
+        if words:
+            session.notes.append(words)
+        await self._say(session_id, "noted")
+        return "end_turn"
+
+    async def _recall(self, session_id: str, session: _Session, _: str) -> StopReason:
+        await self._say(session_id, "you said: " + "; ".join(session.notes))
+        return "end_turn"
+
+    async def _write(self, session_id: str, session: _Session, args: str) -> StopReason:
+        name, _, content = args.partition(" ")
+        if not name:
+            await self._say(session_id, "usage: write <file> <content>")
+            return "end_turn"
+        target = session.cwd / name
+        old_text = target.read_text(encoding="utf-8") if target.is_file() else None
+        call = start_tool_call(
+            session.next_tool_call_id(),
+            f"Write {name}",
+            kind="edit",
+            status="pending",
+            locations=[ToolCallLocation(path=str(target))],
+            content=[tool_diff_content(str(target), content, old_text)],
+            raw_input={"path": str(target), "content": content},
+        )
+        if await self._allowed(session_id, call):
+            target.write_text(content, encoding="utf-8")
+            await self._finish(session_id, call, "completed", f"wrote {name}")
+        else:
+            await self._finish(session_id, call, "failed", f"not allowed to write {name}")
+        return "end_turn"
+
+    async def _run(self, session_id: str, session: _Session, command: str) -> StopReason:
+        call = start_tool_call(
+            session.next_tool_call_id(),
+            command,
+            kind="execute",
+            status="pending",
+            content=[tool_content(text_block(command))],
+            raw_input={"command": command},
+        )
+        # Run only once allowed, in the session's cwd, as a coding agent's own tool would.
+        if await self._allowed(session_id, call):
+            done = await asyncio.create_subprocess_shell(command, cwd=session.cwd)
+            await done.wait()
+            await self._finish(session_id, call, "completed", f"ran {command}")
+        else:
+            await self._finish(session_id, call, "failed", f"not allowed to run {command}")
+        return "end_turn"
+
+    async def _allowed(self, session_id: str, call: ToolCallStart) -> bool:
+        """Show the tool call and ask the client; True when an "allow" option was chosen."""
+        await self.client.session_update(session_id, call)
+        options = _permission_options()
+        request = ToolCallUpdate(
+            tool_call_id=call.tool_call_id,
+            title=call.title,
+            kind=call.kind,
+            status=call.status,
+            content=call.content,
+            locations=call.locations,
+            raw_input=call.raw_input,
+        )
+        response = await self.client.request_permission(session_id, request, options)
+        # The other outcome, `DeniedOutcome` ("cancelled"), means the turn was cancelled.
+        if not isinstance(response.outcome, AllowedOutcome):
+            return False
+        kinds = {option.option_id: option.kind for option in options}
+        return kinds.get(response.outcome.option_id, "").startswith("allow")
+
+    async def _finish(
+        self, session_id: str, call: ToolCallStart, status: ToolCallStatus, reply: str
+    ) -> None:
+        done = update_tool_call(call.tool_call_id, status=status)
+        await self.client.session_update(session_id, done)
+        await self._say(session_id, reply)
+
+    async def _slow(self, session_id: str, session: _Session, _: str) -> StopReason:
+        await self._say(session_id, "working…")
+        await session.cancelled.wait()
+        return "cancelled"
+
+    async def _crash(self, session_id: str, session: _Session, _: str) -> StopReason:
+        await self._say(session_id, "about to crash")
+        _say_on_stderr("fake-acp: crashing on purpose")
+        os._exit(3)
+
+    async def _malformed(self, session_id: str, session: _Session, _: str) -> StopReason:
+        # Around the SDK, on purpose: the client must cope with a line that is not JSON-RPC.
+        sys.stdout.buffer.write(b"this is not json\n")
+        sys.stdout.buffer.flush()
+        await _wait_forever()
+
+    async def _empty(self, session_id: str, session: _Session, _: str) -> StopReason:
+        _say_on_stderr("fake-acp: auth failed: token expired")
+        return "end_turn"
+
+    async def _hang(self, session_id: str, session: _Session, _: str) -> StopReason:
+        self.wedged = True
+        await _wait_forever()
+
+    # The rest of `acp.Agent`, which the fake does not offer.
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
+        raise RequestError.method_not_found(AGENT_METHODS["session_list"])
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse | None:
+        raise RequestError.method_not_found(AGENT_METHODS["session_set_mode"])
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> SetSessionConfigOptionResponse | None:
+        raise RequestError.method_not_found(AGENT_METHODS["session_set_config_option"])
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
+        raise RequestError.method_not_found(AGENT_METHODS["authenticate"])
+
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[McpServer] | None = None,
+        **kwargs: Any,
+    ) -> ForkSessionResponse:
+        raise RequestError.method_not_found(AGENT_METHODS["session_fork"])
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[McpServer] | None = None,
+        **kwargs: Any,
+    ) -> ResumeSessionResponse:
+        raise RequestError.method_not_found(AGENT_METHODS["session_resume"])
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse | None:
+        raise RequestError.method_not_found(AGENT_METHODS["session_close"])
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+
+async def _serve() -> None:
+    agent = FakeAgent(silent_init=os.environ.get(SILENT_INIT_VAR) == "1")
+    # Returns when stdin closes; the SDK then cancels the turns still running.
+    await run_agent(agent)
+    if agent.wedged:
+        # A wedged agent does not notice its client leaving: only a signal ends it.
+        await _wait_forever()
+
+
+def main() -> None:
+    asyncio.run(_serve())
+
+
+if __name__ == "__main__":
+    main()
