@@ -4,8 +4,8 @@ It is built on the SDK's agent side only (`acp.run_agent`), so a client under te
 the real protocol implementation, and it needs nothing but the standard library and `acp`
 (it runs inside the sandbox with the bot's interpreter, its cwd the session's workspace).
 
-Each `session/prompt` picks a behaviour by the first word of its text (the prompt's text
-blocks joined by newlines), case-insensitively:
+Each `session/prompt` picks a behaviour by the first word of its first line (the prompt's
+text blocks joined by newlines; later lines are the context the bot appends), case-insensitively:
 
 - `remember <words>` keeps <words> in the session's notes and replies "noted";
   `recall` replies "you said: " and the notes joined by "; ". The notes are saved after each
@@ -244,6 +244,9 @@ class FakeAgent:
             raise RequestError.resource_not_found(session_id)
         session.cancelled = asyncio.Event()
         text = "\n".join(block.text for block in prompt if isinstance(block, TextContentBlock))
+        # The first line is the request; what the bot appends after it (memory, skills) is
+        # context a real agent would read and this one ignores.
+        text = text.strip().split("\n", 1)[0] if text.strip() else ""
         words = text.strip().split(maxsplit=1)
         command = self._commands.get(words[0].lower()) if words else None
         if command is None:
