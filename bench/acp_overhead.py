@@ -6,7 +6,10 @@ SDK's agent side), copied into each workspace as `agent/acp_agent.py` and run as
 `(sys.executable, "agent/acp_agent.py")` with the workspace as cwd, inside the real
 bubblewrap sandbox (`select_sandbox(hidden=(), unsandboxed=False)`), as the backend's tests
 run it. A prompt "hello" gets "echo: hello" back in two chunks, with a plan, a tool call
-(start and update) and a usage update: six `session/update` frames and the response.
+(start and update) and a usage update: six `session/update` frames, then the response. The
+workspaces go to /dev/shm when it is writable (`--tmp` to choose): the fake rewrites its
+session-notes file after every prompt, and on a disk the writeback stalls (ext4 flushes a
+file replaced by rename) made 100-400 ms tails in every path, the agent's and not the bot's.
 
 (1) Cold start, `--cold` (5) times each, alternating: a fresh `AcpProcesses` pool's
 `acquire` (spawn in bwrap + `initialize`), then the first `AcpBackend.run` on that process
@@ -14,33 +17,40 @@ run it. A prompt "hello" gets "echo: hello" back in two chunks, with a plan, a t
 `sandbox.launch`, environment, cwd and process group) + `initialize`, then its first
 `session/new` + prompt.
 
-(2) `--turns` (200) trivial turns per path, one at a time, in `--rounds` (4) rounds whose
-order rotates (so drift on the machine falls on every path alike), after `--warmup` (5)
-turns per path that are not counted (the bot's first one starts its pooled process):
+(2) `--turns` (400) trivial turns per path, one at a time, in `--rounds` (8) rounds whose
+order rotates (drift on the machine falls on every path alike), after `--warmup` (20) turns
+per path that are not counted (the bot's first one starts its pooled process). Paths:
 
-- **bare, one session**: a `ClientSideConnection` over the agent's stdin/stdout (no frame
-  guard), a client that only collects the message chunks, `session/prompt` on one session;
-- **bare, new session**: the same, with a `session/new` before each prompt (what a stateless
-  node does, so the like-for-like baseline for it);
+- **bare SDK, one session**: a `ClientSideConnection` straight over the agent's stdin and
+  stdout, a client that only collects the message chunks, `session/prompt` on one session;
+- **bare SDK + FrameGuard**: the same through the bot's `FrameGuard` (each frame read and
+  parsed once more, then fed to the SDK's reader): that part of the bot's path alone;
+- **bare SDK, new session per prompt**: a `session/new` before each prompt, what a stateless
+  node does: the like-for-like baseline of the stateless path;
 - **bot, stateless**: `AcpBackend.run(AgentTask(...))` with a stateless entry (a fresh
-  session per turn) on the warm pooled process;
-- **bot, stateful**: the same with a stateful entry, each task carrying the previous
-  outcome's history, so the session continues (its history grows by two messages a turn,
-  as a stateful instance's does).
+  session per turn) on the warm pooled process, no history;
+- **bot, stateful, 2nd turn of a session**: a stateful entry, every task carrying the
+  history of the lane's first outcome, so each turn continues that session with a
+  three-message history (a young instance);
+- **bot, stateful, history growing**: each task carrying the previous outcome's history, as
+  an instance's nodes do one after another: the session continues and the history grows by
+  two messages a turn (its figures depend on `--turns`).
 
 Latency is the wall time of the awaited call (perf_counter); CPU is this process's
 `time.process_time` delta over it (the agent is a child: its CPU is not counted). Building
 the `AgentTask` is outside the timed call (the graph runtime does it).
 
-(3) The bot path against the baselines: added ms (p50 difference), ratio of p50s, added CPU
-per turn; and the stateful path's CPU over its first and last 50 turns.
+(3) The bot paths against the baselines: added ms (p50 difference), ratio of p50s, added CPU
+per turn; the FrameGuard's and `session/new`'s shares; for the growing history, CPU and
+latency per history message (least squares over its turns).
 
 Goals (informational, never asserted): added latency per trivial turn ≤ 5 ms at p50 (bot path
 p50 − bare one-session p50), bot-side CPU ≤ 2 ms per turn (the bot path's whole CPU in this
-process, SDK included; mean). `--profile` adds a cProfile of extra bot turns (top functions).
-About 15 s on 2 cores. Run from the repo root:
+process, SDK included; mean). `--profile` adds a cProfile of more bot turns (top functions by
+own time; coroutine resumptions count as calls). Every process is closed at the end. About
+15 s on 2 cores, 10 of them the cold starts. Run from the repo root:
 
-    .venv/bin/python bench/acp_overhead.py [--turns 200] [--rounds 4] [--cold 5] [--profile]
+    .venv/bin/python bench/acp_overhead.py [--turns 400] [--rounds 8] [--cold 5] [--profile]
 """
 
 from __future__ import annotations
@@ -169,6 +179,7 @@ class BareAgent:
     process: asyncio.subprocess.Process
     conn: ClientSideConnection
     client: TextClient
+    where: Path
     pump: asyncio.Task[None] | None = None
 
     @classmethod
@@ -194,13 +205,18 @@ class BareAgent:
         if guard:
             frames = FrameGuard(process.stdout)
             reader, pump = frames.reader, asyncio.create_task(frames.pump())
-        bare = cls(process, ClientSideConnection(client, process.stdin, reader), client, pump)
-        async with asyncio.timeout(WITHIN):
-            await bare.conn.initialize(
-                protocol_version=PROTOCOL_VERSION,
-                client_capabilities=ClientCapabilities(),
-                client_info=CLIENT_INFO,
-            )
+        conn = ClientSideConnection(client, process.stdin, reader)
+        bare = cls(process, conn, client, where, pump)
+        try:
+            async with asyncio.timeout(WITHIN):
+                await bare.conn.initialize(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_capabilities=ClientCapabilities(),
+                    client_info=CLIENT_INFO,
+                )
+        except BaseException:
+            await asyncio.shield(bare.close())
+            raise
         return bare
 
     async def prompt(self, session_id: str) -> str:
@@ -386,7 +402,8 @@ class Steady:
     stateless: Lane
     stateful: Lane
     growing: Lane
-    first: float = 0.0  # the bot's first turn, which started its pooled process
+    # The bot lanes' first turns, each of which started its pooled process.
+    first: list[float] = field(default_factory=list)
 
     @property
     def lanes(self) -> list[Lane]:
@@ -403,28 +420,40 @@ class Steady:
 async def steady_phase(
     sandbox: Sandbox, root: Path, args: argparse.Namespace, pool: AcpProcesses
 ) -> Steady:
-    bot_where, bare_where = workspace(root, "bot"), workspace(root, "bare")
-    guard_where = workspace(root, "bare-guard")
-    bare = await BareAgent.start(sandbox, entry(), bare_where)
-    guarded = await BareAgent.start(sandbox, entry(), guard_where, guard=True)
-    try:
-        session = (await bare.conn.new_session(cwd=str(bare_where))).session_id
-        guarded_session = (await guarded.conn.new_session(cwd=str(guard_where))).session_id
+    """Each path on its own agent process and workspace: the fake's per-prompt work grows
+    with the sessions its process holds (it rewrites the notes file of every session), so
+    a one-session path never shares an agent with a new-session-per-turn one."""
+    async with contextlib.AsyncExitStack() as stack:
+        bare = await bare_lane(sandbox, root, "bare-one", stack)
+        guarded = await bare_lane(sandbox, root, "bare-guard", stack, guard=True)
+        fresh = await bare_lane(sandbox, root, "bare-new", stack)
+        one = (await bare.conn.new_session(cwd=str(bare.where))).session_id
+        guarded_one = (await guarded.conn.new_session(cwd=str(guarded.where))).session_id
         stateless_entry, stateful_entry = entry(stateful=False), entry(stateful=True)
-        stateless = BotLane(AcpBackend(stateless_entry, pool), stateless_entry, bot_where)
-        young = BotLane(AcpBackend(stateful_entry, pool), stateful_entry, bot_where, grow=False)
-        growing = BotLane(AcpBackend(stateful_entry, pool), stateful_entry, bot_where)
+        stateless = BotLane(
+            AcpBackend(stateless_entry, pool), stateless_entry, workspace(root, "bot-stateless")
+        )
+        young = BotLane(
+            AcpBackend(stateful_entry, pool),
+            stateful_entry,
+            workspace(root, "bot-young"),
+            grow=False,
+        )
+        growing = BotLane(
+            AcpBackend(stateful_entry, pool), stateful_entry, workspace(root, "bot-growing")
+        )
         steady = Steady(
-            Lane("bare SDK, one session", lambda: bare.prompt(session)),
-            Lane("bare SDK + FrameGuard, one session", lambda: guarded.prompt(guarded_session)),
-            Lane("bare SDK, new session per prompt", lambda: bare.fresh_prompt(str(bare_where))),
+            Lane("bare SDK, one session", lambda: bare.prompt(one)),
+            Lane("bare SDK + FrameGuard, one session", lambda: guarded.prompt(guarded_one)),
+            Lane("bare SDK, new session per prompt", lambda: fresh.fresh_prompt(str(fresh.where))),
             Lane("bot, stateless (new session per turn)", stateless.make),
             Lane("bot, stateful, 2nd turn of a session", young.make, young.size),
             Lane("bot, stateful, history growing", growing.make, growing.size),
         )
-        first = time.perf_counter()
-        await timed(steady.stateless, 1, keep=False)  # starts the pooled process
-        steady.first = time.perf_counter() - first
+        for lane in (steady.stateless, steady.stateful, steady.growing):
+            started = time.perf_counter()
+            await timed(lane, 1, keep=False)  # starts its pooled process
+            steady.first.append(time.perf_counter() - started)
         for lane in steady.lanes:
             await timed(lane, args.warmup, keep=False)
         gc.collect()
@@ -435,17 +464,29 @@ async def steady_phase(
             for lane in lanes[shift:] + lanes[:shift]:
                 await timed(lane, per_round)
         return steady
-    finally:
-        await guarded.close()
-        await bare.close()
+
+
+async def bare_lane(
+    sandbox: Sandbox,
+    root: Path,
+    name: str,
+    stack: contextlib.AsyncExitStack,
+    *,
+    guard: bool = False,
+) -> BareAgent:
+    """A bare agent in its own workspace, closed when `stack` closes."""
+    bare = await BareAgent.start(sandbox, entry(), workspace(root, name), guard=guard)
+    stack.push_async_callback(bare.close)
+    return bare
 
 
 def print_steady(steady: Steady, args: argparse.Namespace) -> None:
     count = len(steady.bare_one.wall)
+    firsts = ", ".join(f"{t * 1000:.0f}" for t in steady.first)
     print(
         f"\n(2) per trivial turn, {count} per path ({args.rounds} rounds, order rotated; "
-        f"{args.warmup} warm-up turns each not counted; the bot's first turn, which started "
-        f"its pooled process, took {steady.first * 1000:.0f} ms)"
+        f"{args.warmup} warm-up turns each not counted; the bot lanes' first turns, which "
+        f"started their pooled processes, took {firsts} ms)"
     )
     print(
         f"  {'path (ms)':<38} {'p50':>7} {'p95':>7} {'p99':>7} {'max':>7}   "
@@ -491,34 +532,45 @@ def print_growth(lane: Lane) -> None:
     span = min(50, len(lane.cpu) // 2)
     early, late = statistics.fmean(lane.cpu[:span]), statistics.fmean(lane.cpu[-span:])
     print(
-        f"  history growing ({lane.sizes[0]} → {lane.sizes[-1]} messages): CPU per turn "
-        f"{cpu.slope * 1e6:+.2f} µs and latency {wall.slope * 1e6:+.2f} µs per history "
-        f"message (least squares); CPU mean of its first {span} turns {early * 1000:.2f} ms, "
-        f"last {span} {late * 1000:.2f} ms"
+        f"  history growing ({lane.sizes[0]} → {lane.sizes[-1]} messages), per history "
+        f"message: CPU {cpu.slope * 1e6:+.2f} µs, latency {wall.slope * 1e6:+.2f} µs per turn "
+        "(least squares)"
+    )
+    line = (
+        f"    CPU mean of its first {span} turns {early * 1000:.2f} ms, last {span} "
+        f"{late * 1000:.2f} ms"
     )
     if cpu.slope > 0:
-        reach = (CPU_GOAL - cpu.intercept) / cpu.slope
-        print(
-            f"  at that slope a stateful turn's CPU reaches {CPU_GOAL * 1000:g} ms at ≈ "
-            f"{max(0.0, reach):.0f} history messages (≈ {max(0.0, reach) / 2:.0f} turns of "
-            "one instance)"
+        reach = max(0.0, (CPU_GOAL - cpu.intercept) / cpu.slope)
+        line += (
+            f"; {CPU_GOAL * 1000:g} ms per turn at ≈ {reach:.0f} messages "
+            f"(≈ {reach / 2:.0f} turns of one instance)"
         )
+    print(line)
 
 
 def print_goals(steady: Steady) -> None:
+    lanes = (steady.stateful, steady.stateless, steady.growing)
+    width = max(len(lane.label) for lane in lanes)
     print("\ngoals (informational, never asserted):")
-    for lane in (steady.stateful, steady.stateless, steady.growing):
+    print(
+        f"  added latency per trivial turn ≤ {ADDED_GOAL * 1000:g} ms at p50 "
+        "(bot path p50 − bare one-session p50):"
+    )
+    for lane in lanes:
         more, _, _ = added(lane, steady.bare_one)
-        print(
-            f"  added latency per trivial turn ≤ {ADDED_GOAL * 1000:g} ms at p50, "
-            f"{lane.label.split(' (')[0]}: {more * 1000:+.2f} ms  {verdict(more <= ADDED_GOAL)}"
-        )
-    for lane in (steady.stateful, steady.stateless, steady.growing):
+        print(f"    {lane.label:<{width}} {more * 1000:+6.2f} ms  {verdict(more <= ADDED_GOAL)}")
+    print(
+        f"  bot-side CPU ≤ {CPU_GOAL * 1000:g} ms per turn "
+        "(this process's CPU over the turn, SDK included, mean):"
+    )
+    for lane in lanes:
         cpu = statistics.fmean(lane.cpu)
-        print(
-            f"  bot-side CPU ≤ {CPU_GOAL * 1000:g} ms per turn (mean, SDK included), "
-            f"{lane.label.split(' (')[0]}: {cpu * 1000:.2f} ms  {verdict(cpu <= CPU_GOAL)}"
-        )
+        print(f"    {lane.label:<{width}} {cpu * 1000:6.2f} ms  {verdict(cpu <= CPU_GOAL)}")
+    print(
+        f"  (the growing lane's figures depend on --turns: its history went from "
+        f"{steady.growing.sizes[0]} to {steady.growing.sizes[-1]} messages)"
+    )
 
 
 async def profile(steady: Steady, count: int) -> None:
@@ -544,7 +596,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=400, help="(2): counted turns per path")
     parser.add_argument("--rounds", type=int, default=8, help="(2): rounds, order rotated")
-    parser.add_argument("--warmup", type=int, default=5, help="(2): uncounted turns per path")
+    parser.add_argument("--warmup", type=int, default=20, help="(2): uncounted turns per path")
     parser.add_argument("--cold", type=int, default=5, help="(1): fresh processes per path")
     parser.add_argument(
         "--tmp", default=None, help="where the workspaces go (default /dev/shm if writable)"

@@ -71,7 +71,7 @@ class _Titled(Protocol):
 
 
 class _Line(Protocol):
-    """A node as its status line shows it (a record or an event's snapshot)."""
+    """A node as its status line shows it (an event's snapshot)."""
 
     @property
     def node_id(self) -> str: ...
@@ -85,6 +85,9 @@ class _Line(Protocol):
     @property
     def state(self) -> str: ...
 
+    @property
+    def note(self) -> str: ...
+
 
 def progress_text(run: _Titled, nodes: Sequence[_Line]) -> str:
     """The single status message of a background run (edited in place)."""
@@ -93,6 +96,7 @@ def progress_text(run: _Titled, nodes: Sequence[_Line]) -> str:
     lines = [f"**Run `{run.id}`** — {run.task_summary}", f"{done}/{len(nodes)} settled"]
     lines += [
         f"- {STATUS_ICONS.get(n.state, '•')} `{n.node_id}` {n.summary or n.agent}: {n.state}"
+        + (f" — {n.note}" if n.state == "running" and n.note else "")
         for n in nodes
     ]
     return "\n".join(lines)

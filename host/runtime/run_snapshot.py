@@ -24,6 +24,9 @@ class NodeSnapshot:
     template: str = ""
     deps: tuple[str, ...] = ()
     error: str | None = None
+    # What the running node's agent says it is doing now (its plan, tool call, last words):
+    # live only, never stored; cleared by the node's next commit.
+    note: str = ""
 
 
 @dataclass(frozen=True)

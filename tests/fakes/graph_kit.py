@@ -80,6 +80,8 @@ class Step:
     seconds: float = 0.0
     # Whether the session (returned history) records this call.
     keep_session: bool = True
+    # What the agent reports while it works (its task's `on_progress`), before the gate.
+    notes: tuple[str, ...] = ()
 
 
 def default_output(node_id: str) -> str:
@@ -145,6 +147,9 @@ class ScriptedBackend:
             if len(self.tasks) >= count:
                 event.set()
         try:
+            for note in step.notes:
+                if task.on_progress is not None:
+                    await task.on_progress(note)
             if step.gate is not None:
                 await step.gate.wait()
             if step.raises is not None:
@@ -361,6 +366,7 @@ class RecordingEvents:
         self._exception_events: dict[str, asyncio.Event] = {}
         self._finished_events: dict[str, asyncio.Event] = {}
         self._state_events: dict[tuple[str, str], asyncio.Event] = {}
+        self.last_progress: RunSnapshot | None = None
 
     async def wait_state(self, node_id: str, state: str) -> None:
         """Wait until a progress announcement shows `node_id` in `state`."""
@@ -431,6 +437,7 @@ class RecordingEvents:
         """Node states changed."""
         await self._check(run, "progress")
         self.log.append(("progress", run.id, None))
+        self.last_progress = run
         self._note_states(run)
         if self.fail_announcements:
             raise RuntimeError("the chat API is down")

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from host.graph.executor.ready import RunFlags
 from host.graph.model import NodeState
 from host.graph.run_store import NodeRecord, RunRecord
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import NodeSnapshot, RunSnapshot
+
+# A node's live note in the status message, at most.
+NOTE_CHARS = 160
 
 
 def node_snapshot(node: NodeRecord) -> NodeSnapshot:
@@ -66,6 +70,15 @@ class Announcer:
     def committed(self, record: NodeRecord, previous: NodeState) -> None:
         """A committed node replaces its snapshot."""
         self._views[record.node_id] = node_snapshot(record)
+
+    def noted(self, node_id: str, note: str) -> None:
+        """A running node's agent says what it does: shown with the next progress edit."""
+        view = self._views.get(node_id)
+        line = " ".join(note.split())[:NOTE_CHARS]
+        if view is None or view.state != "running" or view.note == line:
+            return
+        self._views[node_id] = replace(view, note=line)
+        self.batch_applied()
 
     def batch_applied(self) -> None:
         """Progress is owed (published by the announcing task)."""

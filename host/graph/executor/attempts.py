@@ -95,7 +95,10 @@ class Attempts:
         deps: RunDeps,
         capacity: ConversationCapacity,
         settler: Settler,
+        *,
+        noted: Callable[[str, str], None] | None = None,
     ) -> None:
+        self._noted = noted
         self._run = run
         self._graph = graph
         self._book = book
@@ -254,12 +257,23 @@ class Attempts:
             workspace=self._deps.agents.workspace,
             history=list(history),
             continuation=job.continuation,
-            on_progress=None,
+            on_progress=self._progress(node_id),
             ask=self._reach.asker(node_id),
             approve=self._reach.approver(node_id),
             permit=self._reach.permit(node_id),
         )
         return await self._call_backend(job.entry, task)
+
+    def _progress(self, node_id: str) -> Callable[[str], Awaitable[None]] | None:
+        """What the node's agent reports while it works, for the run's status message."""
+        noted = self._noted
+        if noted is None:
+            return None
+
+        async def progress(note: str) -> None:
+            noted(node_id, note)
+
+        return progress
 
     async def _call_backend(self, entry: AgentEntry, task: AgentTask) -> AgentOutcome:
         started = time.monotonic()

@@ -49,11 +49,20 @@ class GraphRun:
         settler = Settler(
             self._book, self._writer, deps.judge, deps.policy, suspended=self._suspended
         )
-        attempts = Attempts(run, graph, self._book, self._writer, deps, capacity, settler)
+        self._announcer = Announcer(deps.bus, lambda: self.record, nodes, self._flags)
+        attempts = Attempts(
+            run,
+            graph,
+            self._book,
+            self._writer,
+            deps,
+            capacity,
+            settler,
+            noted=self._announcer.noted,
+        )
         self._scheduler = Scheduler(
             run.id, self._book, ready, self._flags, attempt=attempts.run, clock=clock
         )
-        self._announcer = Announcer(deps.bus, lambda: self.record, nodes, self._flags)
         self._book.listen(self._scheduler)
         self._book.listen(self._announcer)
         self.done = asyncio.Event()

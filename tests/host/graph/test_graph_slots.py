@@ -13,6 +13,7 @@ from pathlib import Path
 from host.graph.report import progress_text
 from host.graph.runs import RunSettings
 from tests.fakes.graph_kit import JudgeStep, guarded, needle, node, open_kit
+from tests.helpers import eventually
 
 
 async def test_a_node_waiting_for_the_slot_is_queued_not_running(tmp_path: Path) -> None:
@@ -27,7 +28,7 @@ async def test_a_node_waiting_for_the_slot_is_queued_not_running(tmp_path: Path)
         assert (b.state, b.attempts, b.started_at) == ("queued", 0, None)
         assert kit.backend.calls("b") == 0
         assert run.state("b") == "queued"
-        assert "🕒 `b` research: queued" in progress_text(run.record, list(run.nodes.values()))
+        assert "🕒 `b` research: queued" in progress_text(run.record, run.snapshot().nodes)
 
         gate.set()
         await kit.finished(run)
@@ -85,3 +86,21 @@ async def test_the_slot_is_free_while_a_finished_node_waits_for_its_decision(
         await kit.manager.cancel(kit.conv, run.id)
         await kit.finished(run)
         assert await kit.states(run) == {"a": "cancelled", "b": "completed"}
+
+
+async def test_what_a_running_agent_reports_shows_in_the_status_until_it_commits(
+    tmp_path: Path,
+) -> None:
+    async with open_kit(tmp_path) as kit:
+        gate = kit.backend.gate("a", notes=("plan 1/2: editing cli.py", "edit: Write cli.py"))
+        run = await kit.submit(node("a"))
+
+        def shown() -> str:
+            last = kit.events.last_progress
+            return "" if last is None else progress_text(last, last.nodes)
+
+        await eventually(lambda: "running — edit: Write cli.py" in shown())
+        gate.set()
+        await guarded(kit.events.finished_event(run.id).wait())
+        final = progress_text(run.snapshot(), run.snapshot().nodes)
+        assert "`a` research: completed" in final and "cli.py" not in final, final
