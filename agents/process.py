@@ -139,6 +139,7 @@ async def run_process(
     output_cap: int,
     merge_stderr: bool = False,
     kill_grace: float = 2.0,
+    network: bool = True,
 ) -> ProcessResult:
     """Run argv in its own process group; kill the whole group on timeout or cancellation.
 
@@ -151,7 +152,7 @@ async def run_process(
     # Checked here, where the error is clear; inside the sandbox it would be bwrap's exit 1.
     if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    launch = sandbox.launch(argv, workspace=cwd, env=env)
+    launch = sandbox.launch(argv, workspace=cwd, env=env, network=network)
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     transport, protocol = await start_uncancelled(

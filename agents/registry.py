@@ -83,6 +83,9 @@ class AgentEntry:
     idle_seconds: float = 600.0
     mode: str | None = None
     install_hint: str = ""
+    # cli and acp agents: whether their process may reach any network (ACP coding agents
+    # call their own model APIs); False cuts it off, loopback included (the sandbox does).
+    network: bool = True
 
     @property
     def tags(self) -> list[str]:
@@ -324,6 +327,7 @@ class _EntryConfig(BaseModel):
     mode: str | None = Field(None, min_length=1)
     init_timeout_seconds: float | None = Field(None, gt=0)
     idle_seconds: float | None = Field(None, gt=0)
+    network: bool | None = None
 
 
 class _FileConfig(BaseModel):
@@ -487,6 +491,8 @@ def _check_backend_keys(where: str, entry: AgentEntry, given: Mapping[str, Any])
         for key in ("prompt_via", "allow"):
             if key in given:
                 raise RegistryError(f"{where} {key}: only used by cli agents")
+    if entry.backend not in ("cli", "acp") and "network" in given:
+        raise RegistryError(f"{where} network: only used by cli and acp agents")
     if entry.backend != "acp":
         for key in ("mode", "init_timeout_seconds", "idle_seconds"):
             if key in given:

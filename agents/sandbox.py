@@ -76,11 +76,13 @@ class Sandbox(Protocol):
         env: Mapping[str, str],
         detached: bool = False,
         readonly: Sequence[Path] = (),
+        network: bool = True,
     ) -> Launch:
         """The command to execute for `argv` in `workspace`; `SandboxUnavailable` if refused.
 
         `detached`: the command is not tied to the bot's lifetime (it survives a restart).
         `readonly`: extra directories the command may read (bound read-only, same path).
+        `network`: False cuts the command off every network, loopback included.
         """
         ...
 
@@ -150,11 +152,13 @@ class Bubblewrap:
         env: Mapping[str, str],
         detached: bool = False,
         readonly: Sequence[Path] = (),
+        network: bool = True,
     ) -> Launch:
         """bwrap arguments around argv; the environment is passed by exec, never on argv."""
         # Never as --setenv: argv is world-readable in /proc, an agent's own key is not.
         args = self.arguments(workspace, env, detached=detached, readonly=readonly)
-        return Launch((self.bwrap, *args, "--", *argv))
+        cut = () if network else ("--unshare-net",)
+        return Launch((self.bwrap, *cut, *args, "--", *argv))
 
     def arguments(
         self,
@@ -275,8 +279,15 @@ class Unsandboxed:
         env: Mapping[str, str],
         detached: bool = False,
         readonly: Sequence[Path] = (),
+        network: bool = True,
     ) -> Launch:
         """argv unchanged; the child is SIGKILLed if the bot dies (unless detached)."""
+        if not network:
+            raise SandboxUnavailable(
+                "Refused: this agent is configured without network (`network = false`), which "
+                "only the sandbox can enforce, and RAVEN_UNSANDBOXED=1 turned it off. "
+                + INSTALL_HINT
+            )
         if detached:
             return Launch(tuple(argv))
         return Launch(tuple(argv), die_with_parent_hook(os.getpid()))
@@ -306,6 +317,7 @@ class Refusing:
         env: Mapping[str, str],
         detached: bool = False,
         readonly: Sequence[Path] = (),
+        network: bool = True,
     ) -> Launch:
         """Always raises `SandboxUnavailable` (detached or not)."""
         raise SandboxUnavailable(

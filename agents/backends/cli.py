@@ -62,6 +62,7 @@ class CommandLineBackend:
                 output_cap=entry.output_cap_chars,
                 kill_grace=self._kill_grace,
                 sandbox=self._sandbox,
+                network=entry.network,
             )
         except SandboxUnavailable as exc:
             return failed(task, f"The `{entry.name}` agent did not run. {exc}")

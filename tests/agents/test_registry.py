@@ -158,10 +158,12 @@ def test_an_acp_entry_runs_its_command_when_found_and_says_why_not_otherwise(
     path = _write(
         tmp_path,
         '[agents.zed]\nbackend = "acp"\ndescription = "Zed over ACP"\n'
-        'command = ["zed-acp"]\nargs = ["--stdio"]\nmode = "code"\nidle_seconds = 60\n',
+        'command = ["zed-acp"]\nargs = ["--stdio"]\nmode = "code"\nidle_seconds = 60\n'
+        "network = false\n",
     )
     entry = load_registry(path, which=everything_on_path).require("zed")
     assert entry.command == ("zed-acp", "--stdio") and entry.stateful and entry.mode == "code"
+    assert not entry.network
     missing = load_registry(path, which=nothing_on_path).get("zed")
     assert missing is not None and not missing.enabled
     assert missing.disabled_reason == "`zed-acp` was not found on PATH"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -420,3 +421,40 @@ async def test_a_stop_while_the_sandboxed_command_starts_ends_the_attempt(
     for pid in pids_running("sleep", token):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_an_agent_without_network_reaches_nothing_not_even_loopback(
+    tmp_path: Path,
+) -> None:
+    served = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.set()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
+    entry = _cli_entry(sys.executable, "-c", probe)
+    sandbox = real_sandbox()
+    try:
+        reached = await CommandLineBackend(entry, sandbox=sandbox).run(
+            AgentTask(node_id="n1", agent=entry, prompt="", workspace=ws)
+        )
+        assert reached.error is None, reached.error
+        await asyncio.wait_for(served.wait(), 10)
+        served.clear()
+        cut = dataclasses.replace(entry, network=False)
+        refused = await CommandLineBackend(cut, sandbox=sandbox).run(
+            AgentTask(node_id="n2", agent=cut, prompt="", workspace=ws)
+        )
+        assert refused.error is not None and "exited with" in refused.error, refused.error
+        assert not served.is_set()  # the process ended having reached nothing
+    finally:
+        server.close()
+        await server.wait_closed()
+    # Without the sandbox, `network = false` cannot be kept: the agent is refused.
+    with pytest.raises(SandboxUnavailable, match="network = false"):
+        Unsandboxed().launch(["true"], workspace=ws, env={}, network=False)

@@ -90,7 +90,7 @@ class AcpProcess:
                 "command in agents.toml."
             )
         where = await asyncio.to_thread(_prepared, workspace)
-        launch = sandbox.launch(argv, workspace=where, env=env)
+        launch = sandbox.launch(argv, workspace=where, env=env, network=entry.network)
         process = await start_uncancelled(
             asyncio.create_subprocess_exec(
                 *launch.argv,
