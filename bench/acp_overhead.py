@@ -41,8 +41,13 @@ Latency is the wall time of the awaited call (perf_counter); CPU is this process
 the `AgentTask` is outside the timed call (the graph runtime does it).
 
 (3) The bot paths against the baselines: added ms (p50 difference), ratio of p50s, added CPU
-per turn; the FrameGuard's and `session/new`'s shares; for the growing history, CPU and
-latency per history message (least squares over its turns).
+per turn; the FrameGuard's and `session/new`'s shares.
+
+(4) What a stateful instance's history costs: `--history-turns` (100) turns with the
+3-message history against as many with `--history` (2001) messages (the growing lane's real
+messages repeated), alternating turn by turn, both continuing a session the agent holds; the
+difference per history message, and the history length at which a turn's CPU reaches the
+goal. (The growing lane's own figures mix its length with the drift of the run.)
 
 Goals (informational, never asserted): added latency per trivial turn ≤ 5 ms at p50 (bot path
 p50 − bare one-session p50), bot-side CPU ≤ 2 ms per turn (the bot path's whole CPU in this
@@ -50,7 +55,8 @@ process, SDK included; mean). `--profile` adds a cProfile of more bot turns (top
 own time; coroutine resumptions count as calls). Every process is closed at the end. About
 15 s on 2 cores, 10 of them the cold starts. Run from the repo root:
 
-    .venv/bin/python bench/acp_overhead.py [--turns 400] [--rounds 8] [--cold 5] [--profile]
+    .venv/bin/python bench/acp_overhead.py [--turns 400] [--rounds 8] [--cold 5]
+        [--history 2001] [--history-turns 100] [--tmp DIR] [--profile]
 """
 
 from __future__ import annotations
@@ -402,6 +408,8 @@ class Steady:
     stateless: Lane
     stateful: Lane
     growing: Lane
+    young_bot: BotLane
+    growing_bot: BotLane
     # The bot lanes' first turns, each of which started its pooled process.
     first: list[float] = field(default_factory=list)
 
@@ -449,6 +457,8 @@ async def steady_phase(
             Lane("bot, stateless (new session per turn)", stateless.make),
             Lane("bot, stateful, 2nd turn of a session", young.make, young.size),
             Lane("bot, stateful, history growing", growing.make, growing.size),
+            young,
+            growing,
         )
         for lane in (steady.stateless, steady.stateful, steady.growing):
             started = time.perf_counter()
@@ -520,33 +530,50 @@ def print_added(steady: Steady) -> None:
     for label, lane, base in pairs:
         more, ratio, cpu = added(lane, base)
         print(f"  {label:<46} {ms(more)}  {ratio:5.2f}x  {ms(cpu)}")
-    print_growth(steady.growing)
 
 
-def print_growth(lane: Lane) -> None:
-    """The growing lane's CPU and latency against its history length (least squares)."""
-    if len(set(lane.sizes)) < 2:
+async def history_phase(steady: Steady, args: argparse.Namespace) -> None:
+    """(4) A stateful turn with a 3-message history against one with `--history` messages,
+    alternating turn by turn (drift on the machine falls on both alike). The long history is
+    the growing lane's real messages, repeated as copies (the graph runtime loads an
+    instance's history from the store for each node: its messages are fresh objects), after
+    that session's first message: both continue a session the agent holds and differ only
+    in what the bot carries along."""
+    real = steady.growing_bot.history
+    if len(real) < 3:
         return
-    cpu = statistics.linear_regression(lane.sizes, lane.cpu)
-    wall = statistics.linear_regression(lane.sizes, lane.wall)
-    span = min(50, len(lane.cpu) // 2)
-    early, late = statistics.fmean(lane.cpu[:span]), statistics.fmean(lane.cpu[-span:])
+    marker, rest = real[0], real[1:]
+    repeated = (rest * (args.history // len(rest) + 1))[: args.history - 1]
+    long = [marker, *(message.model_copy(deep=True) for message in repeated)]
+    young = steady.young_bot
+    fixed = BotLane(young.backend, young.agent, steady.growing_bot.where, grow=False, history=long)
+    short_lane = Lane(f"history of {len(young.history)} messages", young.make)
+    long_lane = Lane(f"history of {len(long)} messages", fixed.make)
+    for _ in range(args.warmup):
+        await timed(short_lane, 1, keep=False)
+        await timed(long_lane, 1, keep=False)
+    for _ in range(args.history_turns):
+        await timed(short_lane, 1)
+        await timed(long_lane, 1)
     print(
-        f"  history growing ({lane.sizes[0]} → {lane.sizes[-1]} messages), per history "
-        f"message: CPU {cpu.slope * 1e6:+.2f} µs, latency {wall.slope * 1e6:+.2f} µs per turn "
-        "(least squares)"
+        f"\n(4) stateful turns (session continued), {args.history_turns} each, alternating"
+        f"\n  {'path (ms)':<38} {'p50':>7} {'p95':>7}   {'cpu mean':>8}"
     )
-    line = (
-        f"    CPU mean of its first {span} turns {early * 1000:.2f} ms, last {span} "
-        f"{late * 1000:.2f} ms"
-    )
-    if cpu.slope > 0:
-        reach = max(0.0, (CPU_GOAL - cpu.intercept) / cpu.slope)
-        line += (
-            f"; {CPU_GOAL * 1000:g} ms per turn at ≈ {reach:.0f} messages "
-            f"(≈ {reach / 2:.0f} turns of one instance)"
+    for lane in (short_lane, long_lane):
+        print(
+            f"  {lane.label:<38} {ms(pct(lane.wall, 50))} {ms(pct(lane.wall, 95))}   "
+            f"{ms(statistics.fmean(lane.cpu))}"
         )
-    print(line)
+    extra = len(long) - len(young.history)
+    cpu = (statistics.fmean(long_lane.cpu) - statistics.fmean(short_lane.cpu)) / extra
+    wall = (pct(long_lane.wall, 50) - pct(short_lane.wall, 50)) / extra
+    print(f"  per history message: CPU {cpu * 1e6:+.2f} µs, latency {wall * 1e6:+.2f} µs per turn")
+    if cpu > 0:
+        reach = max(0.0, len(young.history) + (CPU_GOAL - statistics.fmean(short_lane.cpu)) / cpu)
+        print(
+            f"  {CPU_GOAL * 1000:g} ms of CPU per turn at ≈ {reach:.0f} history messages "
+            f"(a stateful instance's grows by 2 a turn: ≈ {reach / 2:.0f} turns)"
+        )
 
 
 def print_goals(steady: Steady) -> None:
@@ -598,6 +625,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=8, help="(2): rounds, order rotated")
     parser.add_argument("--warmup", type=int, default=20, help="(2): uncounted turns per path")
     parser.add_argument("--cold", type=int, default=5, help="(1): fresh processes per path")
+    parser.add_argument("--history", type=int, default=2001, help="(4): the long history")
+    parser.add_argument("--history-turns", type=int, default=100, help="(4): turns of each")
     parser.add_argument(
         "--tmp", default=None, help="where the workspaces go (default /dev/shm if writable)"
     )
@@ -639,6 +668,7 @@ async def bench(args: argparse.Namespace) -> int:
         steady = await steady_phase(sandbox, root, args, pool)
         print_steady(steady, args)
         print_added(steady)
+        await history_phase(steady, args)
         print_goals(steady)
         if args.profile:
             await profile(steady, args.turns)

@@ -220,3 +220,12 @@ async def test_a_missing_program_says_how_to_fix_it(pool: AcpProcesses, workspac
     assert (
         outcome.error is not None and "`no-such-acp-agent` was not found on PATH" in outcome.error
     )
+
+
+async def test_the_configured_model_is_chosen_through_the_sessions_model_option(
+    pool: AcpProcesses, workspace: Path
+) -> None:
+    outcome = await AcpBackend(_entry(model="large"), pool).run(_task(workspace, "model"))
+    assert outcome.output == "model: large", outcome.error
+    wrong = await AcpBackend(_entry(model="huge"), pool).run(_task(workspace, "model"))
+    assert wrong.error is not None and "huge" in wrong.error

@@ -15,6 +15,8 @@ text blocks joined by newlines; later lines are the context the bot appends), ca
   writes the file (relative to the session's cwd) only if an "allow" option was chosen.
 - `run <command...>` shows an execute tool call, asks permission, and runs it (`sh -c`, in
   the session's cwd) only if allowed.
+- `model` replies "model: <name>", the session's model option (`small` unless the client
+  set it to `large` with `session/set_config_option`).
 - `slow` sends "working…" and ends with stop reason "cancelled" once `session/cancel` comes.
 - `crash` sends "about to crash", says why on stderr and exits with status 3 mid-turn.
 - `malformed` writes a line that is not JSON to stdout, then never answers.
@@ -74,6 +76,8 @@ from acp.schema import (
     PromptResponse,
     ResourceContentBlock,
     ResumeSessionResponse,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     SseMcpServer,
@@ -109,6 +113,7 @@ class _Session:
 
     cwd: Path
     notes: list[str] = field(default_factory=list)
+    model: str = "small"
     # Replaced at the start of each turn, so a cancel only ends the turn it was meant for.
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     tool_calls: int = 0
@@ -129,6 +134,21 @@ async def _wait_forever() -> NoReturn:
 
 def _say_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+MODELS = ("small", "large")
+
+
+def _model_option(current: str) -> SessionConfigOptionSelect:
+    """The session's one configuration option: which model it uses."""
+    return SessionConfigOptionSelect(
+        id="model",
+        name="Model",
+        category="model",
+        type="select",
+        current_value=current,
+        options=[SessionConfigSelectOption(value=m, name=m) for m in MODELS],
+    )
 
 
 def _permission_options() -> list[PermissionOption]:
@@ -174,6 +194,7 @@ class FakeAgent:
         self._commands: dict[str, Command] = {
             "remember": self._remember,
             "recall": self._recall,
+            "model": self._model,
             "write": self._write,
             "run": self._run,
             "slow": self._slow,
@@ -220,7 +241,7 @@ class FakeAgent:
     ) -> NewSessionResponse:
         session_id = f"sess-{uuid.uuid4().hex[:12]}"
         self._sessions[session_id] = _Session(cwd=Path(cwd))
-        return NewSessionResponse(session_id=session_id)
+        return NewSessionResponse(session_id=session_id, config_options=[_model_option("small")])
 
     async def load_session(
         self,
@@ -290,6 +311,10 @@ class FakeAgent:
         if words:
             session.notes.append(words)
         await self._say(session_id, "noted")
+        return "end_turn"
+
+    async def _model(self, session_id: str, session: _Session, _: str) -> StopReason:
+        await self._say(session_id, f"model: {session.model}")
         return "end_turn"
 
     async def _recall(self, session_id: str, session: _Session, _: str) -> StopReason:
@@ -403,7 +428,11 @@ class FakeAgent:
     async def set_config_option(
         self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
     ) -> SetSessionConfigOptionResponse | None:
-        raise RequestError.method_not_found(AGENT_METHODS["session_set_config_option"])
+        session = self._sessions.get(session_id)
+        if session is None or config_id != "model" or value not in MODELS:
+            raise RequestError.invalid_params({"config_id": config_id, "value": value})
+        session.model = str(value)
+        return SetSessionConfigOptionResponse(config_options=[_model_option(session.model)])
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse | None:
         raise RequestError.method_not_found(AGENT_METHODS["authenticate"])

@@ -18,8 +18,8 @@ import contextlib
 import time
 from dataclasses import replace
 
-from acp import text_block
-from acp.schema import PromptResponse
+from acp import RequestError, text_block
+from acp.schema import NewSessionResponse, PromptResponse, SessionConfigOptionSelect
 
 from agents.backends.acp.process import AcpProcess, AgentStartError
 from agents.backends.acp.processes import AcpProcesses
@@ -31,6 +31,12 @@ from agents.sandbox import SandboxUnavailable
 from core.fence import fence, new_marker
 
 SESSION_PREFIX = "[acp session "
+
+
+class ModelUnavailable(RuntimeError):
+    """The configured model cannot be chosen in this agent's sessions."""
+
+
 SETTLE_SECONDS = 5.0
 
 
@@ -116,7 +122,37 @@ class AcpBackend:
                 await process.conn.set_session_mode(
                     session_id=created.session_id, mode_id=self._entry.mode
                 )
+            if self._entry.model:
+                await self._choose_model(process, created)
         return created.session_id, not task.history
+
+    async def _choose_model(self, process: AcpProcess, created: NewSessionResponse) -> None:
+        """Set the configured model through the session's model option (ACP has no other
+        way); `ModelUnavailable` when the agent offers none."""
+        model = self._entry.model
+        for option in created.config_options or []:
+            if isinstance(option, SessionConfigOptionSelect) and "model" in (
+                option.id,
+                option.category,
+            ):
+                assert model is not None
+                try:
+                    await process.conn.set_config_option(
+                        config_id=option.id, session_id=created.session_id, value=model
+                    )
+                except RequestError as exc:
+                    offered = ", ".join(
+                        str(getattr(choice, "value", "")) for choice in option.options
+                    )
+                    raise ModelUnavailable(
+                        f"the agent refused `model = {model!r}` ({exc}); it offers: {offered}"
+                    ) from None
+                return
+        raise ModelUnavailable(
+            f"the agent offers no model choice, so `model = {model!r}` cannot be set: remove "
+            f"it from [agents.{self._entry.name}] and choose the model in the agent's own "
+            "settings"
+        )
 
     async def _settle(
         self,
