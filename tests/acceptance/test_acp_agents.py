@@ -183,6 +183,30 @@ async def test_an_acp_permission_request_as_buttons_on_slack(tmp_path: Path) -> 
             await eventually(lambda: any(said in str(p.get("text")) for p in posts()), WITHIN)
             (written,) = home.glob("workspaces/*/hello.txt")
             assert written.read_text() == "hi from the agent\n"
+
+            # Denied by a click: the agent hears no, and nothing runs.
+            refused = "echo no > refused.txt"
+            text = f"<@UBOT> a2: claude-acp: run {refused}"
+            second = slack.next_ts()
+            event = payloads.app_mention(CHANNEL, SLACK_ALICE, text, second)
+            await slack.send_envelope("events_api", payloads.event_callback(event))
+            thread = second
+            await eventually(lambda: bool(asking()), within=WITHIN)
+            (prompt,) = asking()
+            button = next(b for b in _buttons(prompt) if b["text"]["text"] == "Deny")
+            click = payloads.block_actions(
+                button["action_id"],
+                button["value"],
+                SLACK_ALICE,
+                CHANNEL,
+                str(prompt["ts"]),
+                thread_ts=thread,
+                response_url=slack.response_url("click"),
+            )
+            await slack.send_envelope("interactive", click)
+            said = f"not allowed to run {refused}".replace(">", "&gt;")
+            await eventually(lambda: any(said in str(p.get("text")) for p in posts()), WITHIN)
+            assert not list(home.glob("workspaces/*/refused.txt"))
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
