@@ -19,7 +19,9 @@ file replaced by rename) made 100-400 ms tails in every path, the agent's and no
 
 (2) `--turns` (400) trivial turns per path, one at a time, in `--rounds` (8) rounds whose
 order rotates (drift on the machine falls on every path alike), after `--warmup` (20) turns
-per path that are not counted (the bot's first one starts its pooled process). Paths:
+per path that are not counted. Each path has its own agent process and workspace (the
+fake's work per prompt grows with the sessions its process holds: it rewrites the notes of
+every session); a bot path's first turn starts its pooled process. Paths:
 
 - **bare SDK, one session**: a `ClientSideConnection` straight over the agent's stdin and
   stdout, a client that only collects the message chunks, `session/prompt` on one session;
@@ -45,9 +47,9 @@ per turn; the FrameGuard's and `session/new`'s shares.
 
 (4) What a stateful instance's history costs: `--history-turns` (100) turns with the
 3-message history against as many with `--history` (2001) messages (the growing lane's real
-messages repeated), alternating turn by turn, both continuing a session the agent holds; the
-difference per history message, and the history length at which a turn's CPU reaches the
-goal. (The growing lane's own figures mix its length with the drift of the run.)
+messages, repeated as copies), alternating turn by turn, both continuing a session the
+agent holds; the difference per history message, and the history length at which a turn's
+CPU reaches the goal. (The growing lane's own figures mix its length with the run's drift.)
 
 Goals (informational, never asserted): added latency per trivial turn ≤ 5 ms at p50 (bot path
 p50 − bare one-session p50), bot-side CPU ≤ 2 ms per turn (the bot path's whole CPU in this
@@ -192,9 +194,12 @@ class BareAgent:
     async def start(
         cls, sandbox: Sandbox, agent: AgentEntry, where: Path, *, guard: bool = False
     ) -> BareAgent:
-        """Spawned as `AcpProcess.start` spawns it (argv, environment, cwd, own group)."""
+        """Spawned as `AcpProcess.start` spawns it (argv, network, environment, cwd, own
+        process group)."""
         env = scrub_env(os.environ, allow=agent.env_allow)
-        launch = sandbox.launch(list(agent.command), workspace=where, env=env)
+        launch = sandbox.launch(
+            list(agent.command), workspace=where, env=env, network=agent.network
+        )
         process = await asyncio.create_subprocess_exec(
             *launch.argv,
             preexec_fn=launch.preexec,
@@ -428,9 +433,9 @@ class Steady:
 async def steady_phase(
     sandbox: Sandbox, root: Path, args: argparse.Namespace, pool: AcpProcesses
 ) -> Steady:
-    """Each path on its own agent process and workspace: the fake's per-prompt work grows
-    with the sessions its process holds (it rewrites the notes file of every session), so
-    a one-session path never shares an agent with a new-session-per-turn one."""
+    """(2) Each path on its own agent process and workspace: the fake's per-prompt work
+    grows with the sessions its process holds, so a one-session path never shares an agent
+    with a new-session-per-turn one."""
     async with contextlib.AsyncExitStack() as stack:
         bare = await bare_lane(sandbox, root, "bare-one", stack)
         guarded = await bare_lane(sandbox, root, "bare-guard", stack, guard=True)
@@ -568,12 +573,11 @@ async def history_phase(steady: Steady, args: argparse.Namespace) -> None:
     cpu = (statistics.fmean(long_lane.cpu) - statistics.fmean(short_lane.cpu)) / extra
     wall = (pct(long_lane.wall, 50) - pct(short_lane.wall, 50)) / extra
     print(f"  per history message: CPU {cpu * 1e6:+.2f} µs, latency {wall * 1e6:+.2f} µs per turn")
+    # An instance keeps its session id and its last exchanges only (the agent holds the
+    # session), so its history stops growing at HISTORY_KEPT + 1 messages.
     if cpu > 0:
         reach = max(0.0, len(young.history) + (CPU_GOAL - statistics.fmean(short_lane.cpu)) / cpu)
-        print(
-            f"  {CPU_GOAL * 1000:g} ms of CPU per turn at ≈ {reach:.0f} history messages "
-            f"(a stateful instance's grows by 2 a turn: ≈ {reach / 2:.0f} turns)"
-        )
+        print(f"  {CPU_GOAL * 1000:g} ms of CPU per turn at ≈ {reach:.0f} history messages")
 
 
 def print_goals(steady: Steady) -> None:

@@ -229,3 +229,17 @@ async def test_the_configured_model_is_chosen_through_the_sessions_model_option(
     assert outcome.output == "model: large", outcome.error
     wrong = await AcpBackend(_entry(model="huge"), pool).run(_task(workspace, "model"))
     assert wrong.error is not None and "huge" in wrong.error
+
+
+async def test_an_instance_keeps_its_session_id_and_only_its_last_exchanges(
+    pool: AcpProcesses, workspace: Path
+) -> None:
+    backend = AcpBackend(_entry(), pool)
+    outcome = await backend.run(_task(workspace, "remember one"))
+    session = session_of(outcome.history)
+    for n in range(30):
+        outcome = await backend.run(_task(workspace, f"turn {n}", history=outcome.history))
+    assert session_of(outcome.history) == session
+    assert len(outcome.history) <= 41  # the marker and the last 20 exchanges
+    outcome = await backend.run(_task(workspace, "recall", history=outcome.history))
+    assert outcome.output == "you said: one"  # the agent's session kept everything

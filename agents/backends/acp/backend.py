@@ -38,6 +38,9 @@ class ModelUnavailable(RuntimeError):
 
 
 SETTLE_SECONDS = 5.0
+CLOSE_SECONDS = 2.0
+# The exchanges an instance keeps besides its session id (the agent holds the session).
+HISTORY_KEPT = 40
 
 
 class AcpBackend:
@@ -74,7 +77,7 @@ class AcpBackend:
             return await self._broken(process, task, started, f"no session: {exc}")
         turn = AcpTurn(task)
         process.client.attach(session_id, turn)
-        earlier = [m for m in task.history if session_of([m]) is None]
+        earlier = _exchanges(task.history)
         text = task.message if message_only else task_as_text(replace(task, history=earlier))
         prompting = asyncio.create_task(
             process.conn.prompt(session_id=session_id, prompt=[text_block(text)]),
@@ -101,8 +104,19 @@ class AcpBackend:
                 return await self._broken(process, task, started, f"its turn failed: {exc}")
         finally:
             process.client.detach(session_id)
-        process.sessions.add(session_id)
+        if self._entry.stateful:
+            process.sessions.add(session_id)
+        else:
+            await self._close_session(process, session_id)
         return self._outcome(process, task, turn, response, session_id, started)
+
+    async def _close_session(self, process: AcpProcess, session_id: str) -> None:
+        """A stateless node's session is not needed again: let the agent free it."""
+        process.sessions.discard(session_id)
+        if process.info.close_session:
+            with contextlib.suppress(Exception):  # only memory is at stake
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await process.conn.close_session(session_id=session_id)
 
     async def _session(self, process: AcpProcess, task: AgentTask) -> tuple[str, bool]:
         """The session to prompt, and whether this message alone is sent (the session
@@ -212,13 +226,14 @@ class AcpBackend:
         elif response.stop_reason in ("max_tokens", "max_turn_requests"):
             truncated = True
         usage = response.usage
-        earlier = [m for m in task.history if session_of([m]) is None]
-        history = [
-            Message.user_text(f"{SESSION_PREFIX}{session_id}]"),
-            *earlier,
+        # The agent holds the session; the instance keeps its id and the last exchanges (told
+        # to a new session when the old one cannot be loaded).
+        kept = [
+            *_exchanges(task.history),
             Message.user_text(task.message),
             Message.assistant_text(output or "(no answer)"),
-        ]
+        ][-HISTORY_KEPT:]
+        history = [Message.user_text(f"{SESSION_PREFIX}{session_id}]"), *kept]
         return AgentOutcome(
             output=output,
             transcript=[
@@ -241,6 +256,11 @@ class AcpBackend:
             truncated=truncated,
             error=error,
         )
+
+
+def _exchanges(history: list[Message]) -> list[Message]:
+    """An instance's history without its session marker (which only ever comes first)."""
+    return history[1:] if session_of(history) is not None else history
 
 
 def session_of(history: list[Message]) -> str | None:

@@ -40,6 +40,7 @@ class AgentInfo:
     name: str
     version: str
     load_session: bool
+    close_session: bool = False
 
 
 class AcpProcess:
@@ -132,10 +133,12 @@ class AcpProcess:
             raise AgentStartError(f"it ended before `initialize` ({exc}){self.said()}") from None
         info = answer.agent_info
         caps = answer.agent_capabilities
+        sessions = caps.session_capabilities if caps else None
         self.info = AgentInfo(
             info.name if info else self.entry.name,
             (info.version or "") if info else "",
             bool(caps and caps.load_session),
+            bool(sessions and sessions.close is not None),
         )
 
     @property
