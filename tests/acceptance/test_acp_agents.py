@@ -33,7 +33,6 @@ from tests.acceptance.harness import (
     product_env,
     project_dir,
 )
-from tests.acceptance.readme import fenced_blocks, readme_text
 from tests.acceptance.test_readme_deployed import CHANNEL, README_SCOPES, SLACK_ALICE, _buttons
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
@@ -41,19 +40,27 @@ from tests.helpers import eventually
 pytestmark = pytest.mark.slow
 
 FAKE_AGENT = Path(__file__).resolve().parents[1] / "fakes" / "acp_agent.py"
-README_TOML_START = "[agents.opencode]                 # a preset: tune it"
+README_AGENTS_TOML = """\
+[agents.opencode]                 # a preset: tune it
+idle_seconds = 900                # keep its process this long after its last turn
+
+[agents.my-agent]
+backend = "acp"
+description = "Our in-house coding agent over ACP."
+command = ["my-agent", "acp"]     # what starts it; `args = [...]` adds arguments
+env_allow = ["MY_AGENT_CONFIG"]   # the only extra variables it sees
+mode = "code"                     # set on each new session (optional)
+model = "large"                   # chosen through the session's model option (optional)
+timeout_seconds = 1800            # one turn at most
+init_timeout_seconds = 30         # `initialize` and opening a session at most
+network = true                    # false: no network at all, its own model API included"""
 README_PLAN = (
     "a1: claude-acp: add a --json flag to cli.py [instance work]\n"
     "a2: claude-acp: now write tests for it [after a1] [instance work]"
 )
-README_EXAMPLES = [README_TOML_START, README_PLAN]
+README_EXAMPLES = [README_AGENTS_TOML, README_PLAN]
 # A command the agent asks to run: redirected, so smart mode asks before it runs.
 WRITE = "echo hi from the agent > hello.txt"
-
-
-def _readme_toml() -> str:
-    (block,) = [b for b in fenced_blocks(readme_text()) if b.startswith(README_TOML_START)]
-    return block
 
 
 def _agents_toml() -> str:
@@ -61,7 +68,7 @@ def _agents_toml() -> str:
     source = FAKE_AGENT.read_text(encoding="utf-8")
     assert "'''" not in source  # it goes into a TOML literal string
     return (
-        f"{_readme_toml()}\n\n[agents.claude-acp]\n"
+        f"{README_AGENTS_TOML}\n\n[agents.claude-acp]\n"
         f"command = ['{sys.executable}', '-c', '''{source}''']\n"
     )
 
