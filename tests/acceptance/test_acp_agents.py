@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,52 @@ def _agents_toml() -> str:
         f"{README_AGENTS_TOML}\n\n[agents.claude-acp]\n"
         f"command = ['{sys.executable}', '-c', '''{source}''']\n"
     )
+
+
+class SlackThread:
+    """Alice's thread with the bot on the Slack fake."""
+
+    def __init__(self, slack: FakeSlack) -> None:
+        self.slack = slack
+        self.thread = slack.next_ts()
+
+    def posts(self) -> list[dict[str, Any]]:
+        return [
+            {**c.args, "ts": c.response.get("ts")}
+            for c in self.slack.calls_to("chat.postMessage")
+            if c.ok and c.args.get("thread_ts") == self.thread
+        ]
+
+    async def ask_and_answer(self, plan: str, label: str) -> None:
+        """Mention the bot with `plan`; wait for the permission prompt (showing the command
+        as Slack shows it) and click `label`."""
+        text = f"<@UBOT> {plan}"
+        event = payloads.app_mention(CHANNEL, SLACK_ALICE, text, self.thread)
+        await self.slack.send_envelope("events_api", payloads.event_callback(event))
+
+        def asking() -> list[dict[str, Any]]:
+            return [p for p in self.posts() if any(b["text"]["text"] == label for b in _buttons(p))]
+
+        await eventually(lambda: bool(asking()), within=WITHIN)
+        (prompt,) = asking()
+        command = plan.split(" run ", 1)[1]
+        assert command.replace(">", "&gt;") in str(prompt.get("blocks")), prompt
+        button = next(b for b in _buttons(prompt) if b["text"]["text"] == label)
+        click = payloads.block_actions(
+            button["action_id"],
+            button["value"],
+            SLACK_ALICE,
+            CHANNEL,
+            str(prompt["ts"]),
+            thread_ts=self.thread,
+            response_url=self.slack.response_url("click"),
+        )
+        await self.slack.send_envelope("interactive", click)
+
+    async def sees(self, text: str) -> None:
+        """Wait for a post saying `text` (as mrkdwn escapes it)."""
+        said = text.replace(">", "&gt;")
+        await eventually(lambda: any(said in str(p.get("text")) for p in self.posts()), WITHIN)
 
 
 @pytest.fixture
@@ -152,67 +199,17 @@ async def test_an_acp_permission_request_as_buttons_on_slack(tmp_path: Path) -> 
             )
         try:
             await slack.wait_connected(within=WITHIN)
-            thread = slack.next_ts()
-            text = f"<@UBOT> a1: claude-acp: run {WRITE}"
-            event = payloads.app_mention(CHANNEL, SLACK_ALICE, text, thread)
-            await slack.send_envelope("events_api", payloads.event_callback(event))
-
-            def posts() -> list[dict[str, object]]:
-                return [
-                    {**c.args, "ts": c.response.get("ts")}
-                    for c in slack.calls_to("chat.postMessage")
-                    if c.ok and c.args.get("thread_ts") == thread
-                ]
-
-            def asking() -> list[dict[str, object]]:
-                return [
-                    p
-                    for p in posts()
-                    if any(b["text"]["text"] == "Allow once" for b in _buttons(p))
-                ]
-
-            await eventually(lambda: bool(asking()), within=WITHIN)
-            (prompt,) = asking()
-            # The exact command, as Slack shows it (its `>` escaped in mrkdwn).
-            assert WRITE.replace(">", "&gt;") in str(prompt.get("blocks")), prompt
-            button = next(b for b in _buttons(prompt) if b["text"]["text"] == "Allow once")
-            click = payloads.block_actions(
-                button["action_id"],
-                button["value"],
-                SLACK_ALICE,
-                CHANNEL,
-                str(prompt["ts"]),
-                thread_ts=thread,
-                response_url=slack.response_url("click"),
-            )
-            await slack.send_envelope("interactive", click)
-            said = f"ran {WRITE}".replace(">", "&gt;")
-            await eventually(lambda: any(said in str(p.get("text")) for p in posts()), WITHIN)
+            alice = SlackThread(slack)
+            await alice.ask_and_answer(f"a1: claude-acp: run {WRITE}", "Allow once")
+            await alice.sees(f"ran {WRITE}")
             (written,) = home.glob("workspaces/*/hello.txt")
             assert written.read_text() == "hi from the agent\n"
 
             # Denied by a click: the agent hears no, and nothing runs.
             refused = "echo no > refused.txt"
-            text = f"<@UBOT> a2: claude-acp: run {refused}"
-            second = slack.next_ts()
-            event = payloads.app_mention(CHANNEL, SLACK_ALICE, text, second)
-            await slack.send_envelope("events_api", payloads.event_callback(event))
-            thread = second
-            await eventually(lambda: bool(asking()), within=WITHIN)
-            (prompt,) = asking()
-            button = next(b for b in _buttons(prompt) if b["text"]["text"] == "Deny")
-            click = payloads.block_actions(
-                button["action_id"],
-                button["value"],
-                SLACK_ALICE,
-                CHANNEL,
-                str(prompt["ts"]),
-                thread_ts=thread,
-                response_url=slack.response_url("click"),
-            )
-            await slack.send_envelope("interactive", click)
-            said = f"not allowed to run {refused}".replace(">", "&gt;")
-            await eventually(lambda: any(said in str(p.get("text")) for p in posts()), WITHIN)
+            again = SlackThread(slack)
+            await again.ask_and_answer(f"a2: claude-acp: run {refused}", "Deny")
+            await again.sees(f"not allowed to run {refused}")
             assert not list(home.glob("workspaces/*/refused.txt"))
         finally:
             with contextlib.suppress(ProcessLookupError):
