@@ -59,7 +59,7 @@ class AcpBackend:
         try:
             process = await self._processes.acquire(self._entry, task.workspace)
         except AgentStartError as exc:
-            return failed(task, f"The `{name}` agent did not start: {exc}")
+            return failed(task, self._error(f"it did not start: {exc}", stderr=exc.stderr))
         except SandboxUnavailable as exc:
             return failed(task, f"The `{name}` agent did not run. {exc}")
         try:
@@ -73,8 +73,10 @@ class AcpBackend:
             session_id, message_only = await self._session(process, task)
         except (ConnectionError, OSError, TimeoutError) as exc:
             return await self._broken(process, task, started, f"no session ({exc})")
-        except Exception as exc:  # the agent's JSON-RPC error
+        except ModelUnavailable as exc:
             return await self._broken(process, task, started, f"no session: {exc}")
+        except Exception as exc:  # the agent's JSON-RPC error
+            return await self._broken(process, task, started, "no session", answer=str(exc))
         turn = AcpTurn(task)
         process.client.attach(session_id, turn)
         earlier = _exchanges(task.history)
@@ -101,7 +103,9 @@ class AcpBackend:
             except (ConnectionError, OSError) as exc:
                 return await self._broken(process, task, started, f"the connection ended ({exc})")
             except Exception as exc:  # the agent answered the prompt with an error
-                return await self._broken(process, task, started, f"its turn failed: {exc}")
+                return await self._broken(
+                    process, task, started, "its turn failed", answer=str(exc)
+                )
         finally:
             process.client.detach(session_id)
         if self._entry.stateful:
@@ -187,23 +191,29 @@ class AcpBackend:
             prompting.exception()  # retrieved: a failed settle is no unhandled error
 
     async def _broken(
-        self, process: AcpProcess, task: AgentTask, started: float, what: str
+        self, process: AcpProcess, task: AgentTask, started: float, what: str, answer: str = ""
     ) -> AgentOutcome:
         """A connection that failed: the process goes, and the node says why."""
         await process.wait_exit(1.0)  # an exit code, if the agent is ending
         why = process.failure() or what
-        said = process.said()
+        error = self._error(
+            why, stderr=process.stderr_tail(), frame=process.malformed_frame, answer=answer
+        )
         await self._processes.discard(process, task.workspace)
-        return failed(task, self._error(why, said), seconds=time.monotonic() - started)
+        return failed(task, error, seconds=time.monotonic() - started)
 
-    def _error(self, why: str, said: str) -> str:
-        text = f"The `{self._entry.name}` agent failed: {why}."
-        if said:
-            stderr = said.split("\n", 1)[-1]
-            source = f"stderr of the {self._entry.name} agent"
-            text += (
-                f" What it wrote on stderr:\n{fence(stderr, source=source, marker=new_marker())}"
-            )
+    def _error(self, why: str, *, stderr: str = "", frame: str = "", answer: str = "") -> str:
+        """The node's error: why, then the agent's own words, each fenced (its text)."""
+        name = self._entry.name
+        text = f"The `{name}` agent failed: {why}."
+        for words, what in (
+            (answer, "What it answered"),
+            (frame, "The frame"),
+            (stderr, "What it wrote on stderr"),
+        ):
+            if words:
+                source = f"{what.lower()} of the {name} agent"
+                text += f"\n{what}:\n{fence(words, source=source, marker=new_marker())}"
         return text
 
     def _outcome(
@@ -220,7 +230,7 @@ class AcpBackend:
         error = None
         if response.stop_reason == "end_turn" and not output:
             why = "it ended its turn with no answer (often an expired login)"
-            error = self._error(why, process.said())
+            error = self._error(why, stderr=process.stderr_tail())
         elif response.stop_reason in ("refusal", "cancelled"):
             error = f"The `{entry.name}` agent ended its turn: {response.stop_reason}."
         elif response.stop_reason in ("max_tokens", "max_turn_requests"):

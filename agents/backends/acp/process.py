@@ -30,7 +30,12 @@ CLIENT_INFO = Implementation(name="raven-bot", title="raven-bot", version="1")
 
 
 class AgentStartError(RuntimeError):
-    """The agent did not start or did not answer `initialize`; the message says why."""
+    """The agent did not start or did not answer `initialize`; the message says why, and
+    `stderr` holds the end of what the agent wrote (its text, not ours)."""
+
+    def __init__(self, message: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.stderr = stderr
 
 
 @dataclass(frozen=True)
@@ -126,11 +131,13 @@ class AcpProcess:
                 )
         except TimeoutError:
             raise AgentStartError(
-                f"it did not answer `initialize` within {self.entry.init_timeout_seconds:g} s"
-                + self.said()
+                f"it did not answer `initialize` within {self.entry.init_timeout_seconds:g} s",
+                self.stderr_tail(),
             ) from None
         except (ConnectionError, OSError) as exc:
-            raise AgentStartError(f"it ended before `initialize` ({exc}){self.said()}") from None
+            raise AgentStartError(
+                f"it ended before `initialize` ({type(exc).__name__})", self.stderr_tail()
+            ) from None
         info = answer.agent_info
         caps = answer.agent_capabilities
         sessions = caps.session_capabilities if caps else None
@@ -148,16 +155,20 @@ class AcpProcess:
     def failure(self) -> str:
         """Why the connection ended, in words (empty while it runs)."""
         if self._guard.malformed is not None:
-            return f"it sent a malformed frame: {self._guard.malformed!r}"
+            return "it sent a malformed frame"
         code = self._process.returncode
         if code is None:
             return ""
         return f"its process exited with {code}" if code >= 0 else f"killed by signal {-code}"
 
-    def said(self) -> str:
-        """The end of what the agent wrote on stderr, as `; it said: …` (or nothing)."""
-        text = self._stderr.decode("utf-8", errors="replace").strip()[-STDERR_TAIL_CHARS:]
-        return f"; its stderr ended with:\n{text}" if text else ""
+    @property
+    def malformed_frame(self) -> str:
+        """The frame that was no JSON object, as the agent wrote it ("" if none)."""
+        return self._guard.malformed or ""
+
+    def stderr_tail(self) -> str:
+        """The end of what the agent wrote on stderr."""
+        return self._stderr.decode("utf-8", errors="replace").strip()[-STDERR_TAIL_CHARS:]
 
     async def wait_exit(self, seconds: float) -> None:
         """Until the process ended or `seconds` passed."""
