@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -668,3 +669,14 @@ def test_an_unreadable_rules_file_is_an_error(tmp_path: Path) -> None:
     path.mkdir()
     with pytest.raises(PermissionConfigError, match="cannot read the file"):
         load_rules(path, "T0123")
+
+
+async def test_the_detail_of_a_call_is_shown_under_the_question() -> None:
+    asker = ScriptedAsker("allow_once")
+    shown = "The agent's call: **Write notes.md** (edit)\n```\n+hello\n```"
+    request = dataclasses.replace(call("edit_file", "../notes.md"), detail=shown)
+    decision = await gate(asker=asker).check(request)
+    assert decision.allowed
+    ((_, question),) = asker.asked
+    assert question.startswith("Allow `edit_file` on `../notes.md`?")
+    assert question.endswith(shown)
