@@ -168,10 +168,12 @@ async def test_stop_cancels_the_turn_and_the_agent_settles(
     turn.cancel()
     with pytest.raises(asyncio.CancelledError):
         await turn
-    # It ended its turn when asked: the same process serves the next one.
-    assert pool.running() == 1
+    # It ended its turn when asked; then its process group ended too (nothing it started
+    # outlives a stop), and the next turn starts a fresh one.
+    assert pool.running() == 0
     outcome = await backend.run(_task(workspace, "hello again"))
     assert outcome.output == "echo: hello again"
+    assert pool.running() == 1
 
 
 async def test_an_agent_that_ignores_cancel_is_ended(pool: AcpProcesses, workspace: Path) -> None:
@@ -242,3 +244,25 @@ async def test_an_instance_keeps_its_session_id_and_only_its_last_exchanges(
     assert len(outcome.history) <= 41  # the marker and the last 20 exchanges
     outcome = await backend.run(_task(workspace, "recall", history=outcome.history))
     assert outcome.output == "you said: one"  # the agent's session kept everything
+
+
+async def test_a_stop_keeps_the_process_another_turn_still_uses(
+    pool: AcpProcesses, workspace: Path
+) -> None:
+    backend = AcpBackend(_entry(stateful=False), pool)
+    seen: list[str] = []
+
+    async def progress(line: str) -> None:
+        seen.append(line)
+
+    first = asyncio.create_task(backend.run(_task(workspace, "slow", on_progress=progress)))
+    second = asyncio.create_task(backend.run(_task(workspace, "slow", on_progress=progress)))
+    await eventually(lambda: sum("working" in line for line in seen) >= 2)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert pool.running() == 1 and not second.done()
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert pool.running() == 0

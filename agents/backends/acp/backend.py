@@ -62,10 +62,18 @@ class AcpBackend:
             return failed(task, self._error(f"it did not start: {exc}", stderr=exc.stderr))
         except SandboxUnavailable as exc:
             return failed(task, f"The `{name}` agent did not run. {exc}")
+        stopped = False
         try:
             return await self._prompt(process, task, started)
+        except asyncio.CancelledError:
+            stopped = True
+            raise
         finally:
             self._processes.release(process, task.workspace)
+            if stopped:
+                # Once no other turn uses it, the agent's whole process group ends too, so
+                # nothing it started (a server, a watcher) outlives the `stop`.
+                await asyncio.shield(self._processes.discard_if_idle(process, task.workspace))
 
     async def _prompt(self, process: AcpProcess, task: AgentTask, started: float) -> AgentOutcome:
         entry = self._entry

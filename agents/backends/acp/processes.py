@@ -32,7 +32,8 @@ class AcpProcesses:
         self._environ = environ
         self._clock = clock
         self._running: dict[tuple[str, str], AcpProcess] = {}
-        self._busy: dict[tuple[str, str], int] = {}
+        # The turns holding each process (one entry per `acquire` not yet released).
+        self._held: dict[tuple[str, str], list[AcpProcess]] = {}
         self._locks = KeyedLocks()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
@@ -57,13 +58,20 @@ class AcpProcesses:
                 )
                 self._running[key] = process
                 self._ensure_reaper()
-            self._busy[key] = self._busy.get(key, 0) + 1
+            self._held.setdefault(key, []).append(process)
             return process
 
     def release(self, process: AcpProcess, workspace: Path) -> None:
+        """A turn is done with `process` (once per `acquire`)."""
         key = (process.entry.name, str(workspace))
         process.last_used = self._clock()
-        self._busy[key] = max(0, self._busy.get(key, 1) - 1)
+        if process in self._held.get(key, []):
+            self._held[key].remove(process)
+
+    async def discard_if_idle(self, process: AcpProcess, workspace: Path) -> None:
+        """End `process` unless another turn holds it."""
+        if not self._held.get((process.entry.name, str(workspace))):
+            await self.discard(process, workspace)
 
     async def discard(self, process: AcpProcess, workspace: Path) -> None:
         """End a process that failed (crashed, sent garbage, did not settle after a cancel)."""
@@ -79,7 +87,7 @@ class AcpProcesses:
         idle = [
             key
             for key, process in self._running.items()
-            if not self._busy.get(key) and now - process.last_used >= process.entry.idle_seconds
+            if not self._held.get(key) and now - process.last_used >= process.entry.idle_seconds
         ]
         for key in idle:
             await self._drop(key)
@@ -98,7 +106,7 @@ class AcpProcesses:
 
     async def _drop(self, key: tuple[str, str]) -> None:
         process = self._running.pop(key, None)
-        self._busy.pop(key, None)
+        self._held.pop(key, None)
         if process is not None:
             await asyncio.shield(process.close())
 
