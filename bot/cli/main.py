@@ -12,12 +12,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from bot.channels import AdapterFactory, configured_channels
 from bot.cli.parsers import parser
-from bot.home import HomeError
-from bot.logging_setup import configure_logging, log_file
-from bot.settings import Settings, SettingsError, load_settings, unknown_variables
+
+# Imported by the commands that need them: `version` and `--help` load no settings, no
+# pydantic, no runtime.
+if TYPE_CHECKING:
+    from bot.channels import AdapterFactory
+    from bot.settings import Settings
 
 
 def _version() -> str:
@@ -35,6 +38,8 @@ def _console(settings: Settings) -> AdapterFactory:
 
 
 def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
+    from bot.channels import configured_channels
+
     if command == "chat":
         return [_console(settings)]
     factories = [spec.factory(settings) for spec in configured_channels(settings)]
@@ -110,6 +115,8 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
 def _at_a_terminal(settings: Settings, command: str) -> bool:
     """Every command but a deployed `run` is read by a person at a terminal: the console,
     and the one-shot tools (`doctor`, `memory`, `campaigns run` in the foreground ...)."""
+    from bot.channels import configured_channels
+
     return command != "run" or not configured_channels(settings)
 
 
@@ -118,6 +125,8 @@ def _configure_logging(settings: Settings, command: str) -> None:
     whose terminal is the chat, and every one-shot command) only gets warnings and errors on
     stderr, one brief line each; a deployed `run` logs to stderr at the configured level for
     its service manager."""
+    from bot.logging_setup import configure_logging, log_file
+
     configure_logging(
         settings.log_level,
         settings.secret_values(),
@@ -127,6 +136,8 @@ def _configure_logging(settings: Settings, command: str) -> None:
 
 
 def _run_bot(settings: Settings, command: str) -> int:
+    from bot.home import HomeError
+
     try:
         return asyncio.run(_serve(settings, command))
     except KeyboardInterrupt:
@@ -147,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "version":
         print(f"raven-bot {_version()}")
         return 0
+    from bot.settings import SettingsError, load_settings, unknown_variables
+
     try:
         settings = load_settings()
     except SettingsError as exc:
