@@ -27,8 +27,8 @@ from typing import Any, Literal
 import faiss
 import numpy as np
 from numpy.typing import NDArray
-from rank_bm25 import BM25Okapi
 
+from core.bm25 import Bm25, top_k
 from memory.embeddings import Embedder, Vectors
 from memory.index_files import IndexFiles, owner_key
 from memory.tokenize import tokenize
@@ -86,46 +86,6 @@ class IndexSettings:
     compact_ratio: float = 0.25  # rebuild FAISS when this share of its rows is deleted
 
 
-class _Bm25(BM25Okapi):  # type: ignore[misc]
-    """BM25Okapi with Lucene's non-negative idf and postings-based scoring.
-
-    Okapi's idf log((N - n + 0.5) / (n + 0.5)) is ≤ 0 for a term in half the documents,
-    so a small personal partition scores nothing; log(1 + …) keeps every match positive.
-    rank_bm25 scores by looping over every document per query term in Python; postings
-    touch only the documents containing the term (same formula, same results).
-    """
-
-    def __init__(self, corpus: list[list[str]]) -> None:
-        super().__init__(corpus)
-        doc_len = np.asarray(self.doc_len, dtype=np.float64)
-        self.length_norm = self.k1 * (1 - self.b + self.b * doc_len / max(self.avgdl, 1e-9))
-        self.postings: dict[str, tuple[NDArray[np.int64], NDArray[np.float64]]] = {}
-        lists: dict[str, tuple[list[int], list[int]]] = {}
-        for i, freqs in enumerate(self.doc_freqs):
-            for term, tf in freqs.items():
-                docs, tfs = lists.setdefault(term, ([], []))
-                docs.append(i)
-                tfs.append(tf)
-        for term, (docs, tfs) in lists.items():
-            self.postings[term] = (np.asarray(docs), np.asarray(tfs, dtype=np.float64))
-
-    def _calc_idf(self, nd: dict[str, int]) -> None:
-        for word, freq in nd.items():
-            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
-        self.average_idf = sum(self.idf.values()) / max(len(self.idf), 1)
-
-    def get_scores(self, query: list[str]) -> NDArray[np.float64]:
-        """BM25 score of every document for `query` (repeated terms count again)."""
-        scores = np.zeros(self.corpus_size)
-        for term in query:
-            posting = self.postings.get(term)
-            if posting is None:
-                continue
-            docs, tfs = posting
-            scores[docs] += self.idf[term] * tfs * (self.k1 + 1) / (tfs + self.length_norm[docs])
-        return scores
-
-
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -162,7 +122,7 @@ class _Partition:
         self.vecs: Vectors = np.zeros((0, dimension or 1), dtype=np.float32)
         self.faiss: Any = None
         self.dead = 0
-        self.bm25: _Bm25 | None = None
+        self.bm25: Bm25 | None = None
         self.bm25_ids: list[str] = []
         self.fact_tokens: dict[str, list[str]] = {}
         self.bm25_dirty = True
@@ -304,7 +264,7 @@ class _Partition:
         self.bm25_ids = [d.id for d in self.docs.values() if self.top_level(d) == d.id]
         corpus = [self._bm25_tokens(doc_id) for doc_id in self.bm25_ids]
         # BM25Okapi divides by the corpus size: an empty partition has no BM25 at all.
-        self.bm25 = _Bm25(corpus) if corpus else None
+        self.bm25 = Bm25(corpus) if corpus else None
         self.fact_tokens = {
             d.id: tokenize(d.text) for d in self.docs.values() if self.top_level(d) != d.id
         }
@@ -346,12 +306,9 @@ class _Partition:
             return {}, {}
         scores = self.bm25.get_scores(q_tokens)
         coverage = self._coverage(q_tokens)
-        top = np.argsort(-scores, kind="stable")[:pool]
         ranks: dict[str, int] = {}
         normalized: dict[str, float] = {}
-        for i in top:
-            if scores[i] <= 0:
-                break
+        for i in top_k(scores, pool):
             doc_id = self.bm25_ids[i]
             ranks[doc_id] = len(ranks) + 1
             normalized[doc_id] = float(scores[i]) / bound * float(coverage[i])

@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rank_bm25 import BM25Okapi
-
+from core.bm25 import Bm25, top_k
 from skills.model import Skill, SkillHit, SourceName
 from skills.skill_md import RESOURCE_DIRS, SKILL_FILE, SkillFormatError, load_skill_dir
 
@@ -61,20 +60,6 @@ def tokenize(text: str) -> list[str]:
     return [term for term in terms if term not in STOPWORDS]
 
 
-class _Bm25(BM25Okapi):  # type: ignore[misc]
-    """BM25Okapi with Lucene's non-negative idf.
-
-    Okapi's idf log((N - n + 0.5) / (n + 0.5)) is negative for a term in more than half the
-    documents, so in a catalog of a few skills (or one) a real match could score ≤ 0 and be
-    dropped; log(1 + …) keeps every match positive and the ranking otherwise the same.
-    """
-
-    def _calc_idf(self, nd: dict[str, int]) -> None:
-        for word, freq in nd.items():
-            self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
-        self.average_idf = sum(self.idf.values()) / max(len(self.idf), 1)
-
-
 @dataclass(frozen=True)
 class _Snapshot:
     """One scan's result: skills by name, their search index and the problems found."""
@@ -98,7 +83,7 @@ class SkillIndex:
         self._skills = tuple(skills)
         self._source: SourceName = source
         # None for no skills: BM25 cannot index zero documents.
-        self._bm25 = _Bm25([_document(s) for s in self._skills]) if self._skills else None
+        self._bm25 = Bm25([_document(s) for s in self._skills]) if self._skills else None
 
     def search(self, query: str, k: int) -> list[SkillHit]:
         """Hits with a positive BM25 score, best first (ties by name), at most k."""
@@ -106,14 +91,10 @@ class SkillIndex:
         if self._bm25 is None or not terms or k <= 0:
             return []
         scores = self._bm25.get_scores(terms)
-        ranked = sorted(
-            ((float(score), skill) for score, skill in zip(scores, self._skills, strict=True)),
-            key=lambda pair: (-pair[0], pair[1].name),
-        )
+        best = top_k(scores, k, lambda i: self._skills[i].name)
         return [
-            SkillHit(source=self._source, skill=skill, score=score)
-            for score, skill in ranked[:k]
-            if score > 0
+            SkillHit(source=self._source, skill=self._skills[i], score=float(scores[i]))
+            for i in best
         ]
 
 
