@@ -98,7 +98,8 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from agents.backends import AcpBackend, AcpProcesses, AgentTask
+from agents.backends import AcpProcesses, AgentTask
+from agents.backends.acp.backend import AcpBackend
 from agents.backends.acp.client import RavenClient, rejected
 from agents.backends.acp.frames import FrameGuard
 from agents.backends.acp.process import CLIENT_INFO

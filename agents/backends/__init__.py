@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agents.backends.acp import AcpBackend, AcpProcesses
+from agents.backends.acp.processes import AcpProcesses
 from agents.backends.api import ApiBackend
 from agents.backends.base import (
     AgentBackend,
@@ -20,7 +20,6 @@ from agents.sandbox import Sandbox
 from agents.specialists import Specialist
 
 __all__ = [
-    "AcpBackend",
     "AcpProcesses",
     "AgentBackend",
     "AgentOutcome",
@@ -53,6 +52,8 @@ def build_backend(
     if entry.backend == "acp":
         if acp is None:
             raise BackendUnavailable(f"agent `{entry.name}`: no ACP process pool was given")
+        from agents.backends.acp.backend import AcpBackend  # the SDK: only when used
+
         return AcpBackend(entry, acp)
     specialist = specialists.get(entry.role)
     if specialist is None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agents.backends import AcpBackend, AcpProcesses, AgentTask
-from agents.backends.acp.backend import session_of
+from agents.backends import AcpProcesses, AgentTask
+from agents.backends.acp.backend import AcpBackend, session_of
 from agents.registry import AgentEntry
 from tests.helpers import eventually
 from tests.sandboxing import real_sandbox

@@ -16,7 +16,6 @@ import pytest
 from aiohttp import web
 
 from agents.backends import (
-    AcpBackend,
     AcpProcesses,
     AgentTask,
     ApiBackend,
@@ -25,6 +24,7 @@ from agents.backends import (
     InProcessBackend,
     build_backend,
 )
+from agents.backends.acp.backend import AcpBackend
 from agents.models.offline import OfflineProvider
 from agents.models.types import (
     Message,

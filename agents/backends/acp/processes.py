@@ -9,11 +9,14 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agents.backends.acp.process import AcpProcess
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
 from core.keyed import KeyedLocks
+
+if TYPE_CHECKING:  # the SDK is imported when the first agent starts, not at start-up
+    from agents.backends.acp.process import AcpProcess
 
 REAP_EVERY_SECONDS = 30.0
 
@@ -50,6 +53,8 @@ class AcpProcesses:
                 await self._drop(key)
                 process = None
             if process is None:
+                from agents.backends.acp.process import AcpProcess
+
                 process = await AcpProcess.start(
                     entry,
                     workspace=workspace,

@@ -32,3 +32,10 @@ def test_version_and_help_load_nothing_heavy(argv: list[str]) -> None:
     said = done.stdout.strip()
     # Exit code 0, then the first line printed, then the heavy modules loaded: none.
     assert said.startswith("0 ") and said.endswith(" []"), said
+
+
+def test_the_runtime_loads_no_acp_sdk_until_an_acp_agent_runs() -> None:
+    # The SDK's models take half a second to import: `chat` would wait for them at start.
+    probe = "import sys, bot.app; print('acp' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False", done.stdout
