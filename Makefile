@@ -40,7 +40,7 @@ pytest: $(STAMP)
 test: lint pytest
 
 bench: $(STAMP)
-	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV)

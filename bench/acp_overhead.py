@@ -107,7 +107,7 @@ from agents.models.types import Message
 from agents.process import scrub_env
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox, select_sandbox
-from bench.lib.figures import pct
+from bench.lib.figures import goal, pct
 
 REPO = Path(__file__).resolve().parent.parent
 # Only its path: the script is copied into each workspace (the sandbox shows nothing else).
@@ -144,11 +144,6 @@ def workspace(root: Path, name: str) -> Path:
     (where / AGENT_DIR).mkdir(parents=True)
     shutil.copy(FAKE, where / AGENT_DIR / "acp_agent.py")
     return where
-
-
-def verdict(met: bool) -> str:
-    """`met` or `MISSED`."""
-    return "met" if met else "MISSED"
 
 
 def ms(seconds: float) -> str:
@@ -591,14 +586,20 @@ def print_goals(steady: Steady) -> None:
     )
     for lane in lanes:
         more, _, _ = added(lane, steady.bare_one)
-        print(f"    {lane.label:<{width}} {more * 1000:+6.2f} ms  {verdict(more <= ADDED_GOAL)}")
+        said = goal(
+            f"ACP added latency p50, {lane.label}", more * 1000, ADDED_GOAL * 1000, unit="ms"
+        )
+        print(f"    {lane.label:<{width}} {more * 1000:+6.2f} ms  {said}")
     print(
         f"  bot-side CPU ≤ {CPU_GOAL * 1000:g} ms per turn "
         "(this process's CPU over the turn, SDK included, mean):"
     )
     for lane in lanes:
         cpu = statistics.fmean(lane.cpu)
-        print(f"    {lane.label:<{width}} {cpu * 1000:6.2f} ms  {verdict(cpu <= CPU_GOAL)}")
+        said = goal(
+            f"ACP bot-side CPU per turn, {lane.label}", cpu * 1000, CPU_GOAL * 1000, unit="ms"
+        )
+        print(f"    {lane.label:<{width}} {cpu * 1000:6.2f} ms  {said}")
     print(
         f"  (the growing lane's figures depend on --turns: its history went from "
         f"{steady.growing.sizes[0]} to {steady.growing.sizes[-1]} messages)"

@@ -49,6 +49,7 @@ import networkx as nx
 from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
+from bench.lib.figures import goal
 from bot.schema import all_migrations
 from core.ids import ConversationRef
 from core.store import Store
@@ -648,11 +649,6 @@ def zero_cells(work: Workload, c: int, raven: RavenTiming, flow: float, step: fl
     ]
 
 
-def verdict(ok: bool) -> str:
-    """Met or missed (printed only)."""
-    return "met" if ok else "MISSED"
-
-
 def target_rows(
     rows: Sequence[Row], zero: Sequence[tuple[Workload, RavenTiming]]
 ) -> list[list[str]]:
@@ -669,10 +665,18 @@ def target_rows(
                 row.name,
                 f"raven/flow {flow:.2f}",
                 f"<= {TARGET_FLOW:g}",
-                verdict(flow <= TARGET_FLOW),
+                goal(f"graph makespan / dataflow, {row.name}", flow, TARGET_FLOW, unit="x"),
                 f"step/raven {step:.2f}",
                 f">= {TARGET_STEP:g}" if skewed else "(skewed only)",
-                verdict(step >= TARGET_STEP) if skewed else "-",
+                goal(
+                    f"graph superstep / raven, {row.name}",
+                    step,
+                    TARGET_STEP,
+                    unit="x",
+                    at_least=True,
+                )
+                if skewed
+                else "-",
             ]
         )
     for work, raven in zero:
@@ -682,7 +686,12 @@ def target_rows(
                 f"{work.size} n, zero durations",
                 f"cpu {cpu:.2f} ms/node",
                 f"<= {TARGET_CPU_MS:g}",
-                verdict(cpu <= TARGET_CPU_MS),
+                goal(
+                    f"graph CPU per node, {work.size} nodes, zero durations",
+                    cpu,
+                    TARGET_CPU_MS,
+                    unit="ms",
+                ),
                 f"user {raven.user / work.size * 1000:.2f}",
                 f"sys {raven.system / work.size * 1000:.2f}",
                 "",

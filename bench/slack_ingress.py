@@ -62,6 +62,7 @@ import aiohttp
 import aiosqlite
 from aiohttp import web
 
+from bench.lib.figures import goal
 from bot.app import build_runtime, serve
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
@@ -908,12 +909,17 @@ def target_line(phases: Sequence[Phase], duplicate_turns: int, missing_replies: 
     else:
         p99 = math.nan
         where = f"no {TARGET_RATE:g}/s phase (--rates)"
-    met = p99 <= TARGET_ACK_P99 and duplicate_turns == 0 and missing_replies == 0
+    lost = duplicate_turns + missing_replies
+    said = goal(
+        f"Slack ack p99 at {TARGET_RATE:g} events/s",
+        p99 * 1000 if lost == 0 else math.inf,  # doubled or lost work misses whatever the time
+        TARGET_ACK_P99 * 1000,
+        unit="ms",
+    )
     return (
         f"target (issue #8): Slack ack p99 <= {TARGET_ACK_P99 * 1000:g} ms at "
         f"{TARGET_RATE:g} events/s with 0 duplicate turns and 0 missing replies: {where}, "
-        f"{duplicate_turns} duplicate turns, {missing_replies} missing replies: "
-        + ("met" if met else "MISSED")
+        f"{duplicate_turns} duplicate turns, {missing_replies} missing replies: {said}"
     )
 
 

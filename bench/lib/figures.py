@@ -1,8 +1,19 @@
-"""Figures the benchmarks print: nearest-rank percentiles and millisecond spreads."""
+"""Figures the benchmarks print: nearest-rank percentiles, millisecond spreads, and goals.
+
+A goal is printed where the bench prints it and, when `bench/run_all.py` runs the bench, also
+appended as one JSON line to the file named by RAVEN_BENCH_FIGURES, from which `make bench`
+prints one table at the end.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+FIGURES_ENV = "RAVEN_BENCH_FIGURES"
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -24,3 +35,22 @@ def spread_line(label: str, values: Sequence[float], *, width: int = 40) -> str:
         f"  {label:<{width}} {len(values):>5} {ms(pct(values, 50))} {ms(pct(values, 99))} "
         f"{ms(max(values, default=float('nan')))}"
     )
+
+
+def goal(metric: str, value: float, limit: float, *, unit: str, at_least: bool = False) -> str:
+    """`met` or `MISSED` for `value` against `limit` (at most, or `at_least`), recorded for
+    `make bench`'s table."""
+    met = value >= limit if at_least else value <= limit
+    target = os.environ.get(FIGURES_ENV)
+    if target:
+        record = {
+            "bench": Path(sys.argv[0]).stem,
+            "metric": metric,
+            "value": value,
+            "goal": f"{'≥' if at_least else '≤'} {limit:g} {unit}".strip(),
+            "unit": unit,
+            "met": met,
+        }
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+    return "met" if met else "MISSED"

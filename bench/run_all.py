@@ -1,0 +1,70 @@
+"""`make bench`: every `bench/*.py` in turn (its own output as it goes), then one table of
+every goal they measured: metric, value, goal, met or missed. A bench that fails stops the
+run, as before; the table is printed either way.
+
+Run: `.venv/bin/python bench/run_all.py [NAME ...]` (names without `.py`: only those)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import json
+import os
+import subprocess
+import tempfile
+
+from bench.lib.figures import FIGURES_ENV
+
+BENCH = Path(__file__).resolve().parent
+
+
+def main(names: list[str]) -> int:
+    scripts = sorted(
+        path
+        for path in BENCH.glob("*.py")
+        if path.name != Path(__file__).name and (not names or path.stem in names)
+    )
+    with tempfile.NamedTemporaryFile(prefix="raven-bench-", suffix=".jsonl") as figures:
+        env = {**os.environ, FIGURES_ENV: figures.name}
+        code = 0
+        for script in scripts:
+            print(f"== {script.relative_to(BENCH.parent)}", flush=True)
+            code = subprocess.run([sys.executable, str(script)], env=env, check=False).returncode
+            if code != 0:
+                print(f"{script.name} failed (exit {code}); stopping", flush=True)
+                break
+        rows = [json.loads(line) for line in Path(figures.name).read_text().splitlines()]
+    print_table(rows)
+    return code
+
+
+def print_table(rows: list[dict[str, object]]) -> None:
+    """One line per goal: bench, metric, value, goal, verdict."""
+    if not rows:
+        print("\nno goals were measured")
+        return
+    cells = [
+        (
+            str(row["bench"]),
+            str(row["metric"]),
+            f"{float(str(row['value'])):.3g} {row['unit']}".strip(),
+            str(row["goal"]),
+            "met" if row["met"] else "MISSED",
+        )
+        for row in rows
+    ]
+    headers = ("bench", "metric", "value", "goal", "")
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
+    met = sum(1 for row in rows if row["met"])
+    print(f"\nAll goals ({met} of {len(rows)} met; measured on this machine, never asserted)")
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    print("  ".join("-" * w for w in widths))
+    for cell in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
