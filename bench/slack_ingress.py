@@ -67,6 +67,7 @@ from bot.app import build_runtime, serve
 from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.factory import slack_adapter
+from bot.slack.ingress import SlackIngress
 from core.store import Store, WriteStats
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
@@ -452,7 +453,7 @@ class LagMonitor:
 
 @dataclass
 class AckScope:
-    """The store writes one ack waited for (made by the task that runs `_ingest`)."""
+    """The store writes one ack waited for (made by the task that runs `ingest`)."""
 
     task: asyncio.Task[Any] | None
     waits: list[float] = field(default_factory=list)  # time to enter each transaction()
@@ -460,9 +461,9 @@ class AckScope:
     units: list[float] = field(default_factory=list)  # each write unit: queued → committed
 
 
-# Set while the adapter's `_ingest` (the part of the request the HTTP ack waits for) runs.
+# Set while the adapter's `ingest` (the part of the request the HTTP ack waits for) runs.
 # Tasks spawned meanwhile copy the context, so a transaction counts for the ack only when
-# it is entered by the very task that runs `_ingest`.
+# it is entered by the very task that runs `ingest`.
 ACK_SCOPE: contextvars.ContextVar[AckScope | None] = contextvars.ContextVar(
     "bench_ack_scope", default=None
 )
@@ -496,7 +497,7 @@ class TxnProbe:
     `Store.transaction` in older code) queued behind the turns' own; this shows how long
     that queue is. Write units are timed from `Store.write` (queued → batch committed),
     transactions from asking to entering (write-lock queue + BEGIN IMMEDIATE). What the
-    adapter's `SlackAdapter._ingest` (what the HTTP ack awaits with
+    adapter's `SlackIngress.ingest` (what the HTTP ack awaits with
     `process_before_response=True`) writes is kept apart from the rest (turns, outbox). It
     wraps the methods, so the bot's code is used unchanged.
     """
@@ -505,7 +506,7 @@ class TxnProbe:
         self.samples = TxnSamples()
         self._original = Store.transaction
         self._original_write = Store.write
-        self._original_ingest = SlackAdapter._ingest
+        self._original_ingest = SlackIngress.ingest
 
     def install(self) -> None:
         original = self._original
@@ -545,24 +546,24 @@ class TxnProbe:
                         probe.samples.other_waits.append(entered - before)
 
         async def ingest(
-            adapter: SlackAdapter, body: dict[str, Any], event: dict[str, Any], *, mentioned: bool
+            events: SlackIngress, body: dict[str, Any], event: dict[str, Any], *, mentioned: bool
         ) -> None:
             scope = AckScope(asyncio.current_task())
             token = ACK_SCOPE.set(scope)
             try:
-                await original_ingest(adapter, body, event, mentioned=mentioned)
+                await original_ingest(events, body, event, mentioned=mentioned)
             finally:
                 ACK_SCOPE.reset(token)
                 probe.samples.acks.append(scope)
 
         Store.transaction = timed  # type: ignore[method-assign,assignment]
         Store.write = timed_write  # type: ignore[method-assign,assignment]
-        SlackAdapter._ingest = ingest  # type: ignore[method-assign,assignment]
+        SlackIngress.ingest = ingest  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         Store.transaction = self._original  # type: ignore[method-assign]
         Store.write = self._original_write  # type: ignore[method-assign]
-        SlackAdapter._ingest = self._original_ingest  # type: ignore[method-assign]
+        SlackIngress.ingest = self._original_ingest  # type: ignore[method-assign]
 
     def take(self) -> TxnSamples:
         samples, self.samples = self.samples, TxnSamples()
@@ -767,9 +768,9 @@ TXN_HEADERS = [
 
 TXN_LEGEND = """\
 Store writes of the ack path (Store.write and Store.transaction, wrapped in the bench), per
-target rate. The ack path is `SlackAdapter._ingest` (what the HTTP response waits for,
+target rate. The ack path is `SlackIngress.ingest` (what the HTTP response waits for,
 `process_before_response=True`): its write is the inbound claim (dedup + persist).
-  acks         `_ingest` calls in the phase (one per POST that reached the listener)
+  acks         `ingest` calls in the phase (one per POST that reached the listener)
   units/ack    write units the ack waited for, per ack (mean); txn/ack transaction() blocks
   unit50/99/max  one such unit: queued → its batch COMMITTED (queue + batch + commit)
   txn99 ms     p99 of an ack's transaction() from asking for it to COMMIT done
