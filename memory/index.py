@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import faiss
 import numpy as np
 from numpy.typing import NDArray
 
@@ -189,9 +188,13 @@ class _Partition:
     @property
     def is_hnsw(self) -> bool:
         """True when the FAISS index is HNSW (above the size threshold)."""
+        import faiss  # imported at the first vector index, not at start-up
+
         return isinstance(self.faiss, faiss.IndexHNSWFlat)
 
     def _new_faiss(self, rows: int) -> Any:
+        import faiss  # imported at the first vector index, not at start-up
+
         assert self.dimension is not None
         if rows > self.settings.hnsw_threshold:
             index = faiss.IndexHNSWFlat(
@@ -431,6 +434,8 @@ class HybridIndex:
 
     def faiss_bytes(self) -> int:
         """Bytes of every partition's FAISS index as serialized (the vectors plus graph)."""
+        import faiss  # imported at the first vector index, not at start-up
+
         total = 0
         for part in self._parts.values():
             if part.faiss is not None and part.faiss.ntotal:

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import faiss
 import numpy as np
 
 from core.files import atomic_write
@@ -80,6 +79,8 @@ class IndexFiles:
             path.unlink(missing_ok=True)
 
     def _write_partition_files(self, part: _Partition) -> None:
+        import faiss  # imported at the first vector index, not at start-up
+
         assert self.directory is not None
         self.directory.mkdir(parents=True, exist_ok=True)
         faiss_path, rows_path = self._owner_paths(part.owner)
@@ -205,6 +206,8 @@ class IndexFiles:
         return None
 
     def _read_owner_files(self, owner: str) -> tuple[Any, list[list[str]]]:
+        import faiss  # imported at the first vector index, not at start-up
+
         faiss_path, rows_path = self._owner_paths(owner)
         payload = json.loads(rows_path.read_text())
         rows = [[str(r[0]), str(r[1])] for r in payload["rows"]]

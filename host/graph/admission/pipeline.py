@@ -7,8 +7,6 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-import networkx as nx
-
 from host.graph.admission.checks.capability import check_capability
 from host.graph.admission.checks.cycles import check_acyclic, dependency_graph
 from host.graph.admission.checks.environment import check_environment
@@ -24,6 +22,8 @@ def admit(
     raw: str | bytes | Mapping[str, Any] | GraphSubmission, ctx: AdmissionContext
 ) -> AdmittedGraph:
     """Run the five check groups in order; return the admitted graph or raise AdmissionError."""
+    import networkx as nx  # imported at the first admission, not at start-up
+
     submission = parse_submission(raw)
     placeholders = check_format(submission)
 

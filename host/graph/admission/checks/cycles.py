@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import networkx as nx
-
 from host.graph.admission.checks.uses import Use, listed, uses_of
 from host.graph.admission.errors import AdmissionError, Edit
 from host.graph.admission.grammar import Placeholder
@@ -15,6 +13,8 @@ from host.graph.model import GraphSubmission
 
 
 def dependency_graph(submission: GraphSubmission, ids: set[str]) -> Any:
+    import networkx as nx  # imported at the first admission, not at start-up
+
     graph = nx.DiGraph()
     graph.add_nodes_from(spec.id for spec in submission.nodes)
     for spec in submission.nodes:
@@ -35,6 +35,8 @@ def check_acyclic(
                 repair=f"remove `{spec.id}` from its own deps",
                 edits=[Edit(spec.id, "remove_dep", spec.id)],
             )
+    import networkx as nx  # imported at the first admission, not at start-up
+
     try:
         edges = nx.find_cycle(graph)
     except nx.NetworkXNoCycle:

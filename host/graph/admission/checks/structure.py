@@ -8,8 +8,6 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-import networkx as nx
-
 from host.graph.admission.checks.uses import Use, listed, unresolved, uses_of
 from host.graph.admission.errors import AdmissionError, Edit
 from host.graph.admission.grammar import Placeholder, output_targets
@@ -101,6 +99,8 @@ def _require_dep(
     ctx: AdmissionContext,
     graph: Any,
 ) -> None:
+    import networkx as nx  # imported at the first admission, not at start-up
+
     if target == spec.id:
         raise AdmissionError(
             "structure",
