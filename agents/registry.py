@@ -189,16 +189,13 @@ def default_entries() -> list[AgentEntry]:
 
 
 def _acp_preset(name: str, description: str, command: tuple[str, ...], install: str) -> AgentEntry:
-    return AgentEntry(
-        name=name,
-        description=description,
+    # A third-party agent like a CLI preset, but kept running: sessions, progress, long turns.
+    return replace(
+        _cli_preset(name, description, command),
         backend="acp",
         stateful=True,
-        file_capable=True,
         progress=True,
-        enabled=True,
-        role="raven",
-        command=command,
+        prompt_via="stdin",
         timeout_seconds=1800,
         install_hint=install,
     )

@@ -16,7 +16,13 @@ from typing import Literal, TextIO
 from agents.backends import AcpProcesses
 from agents.backends.acp.process import AgentStartError
 from agents.permissions import DEFAULT_RULES_LABEL, load_rules, rules_file_problem
-from agents.registry import AgentEntry, RegistryError, default_entries, load_registry
+from agents.registry import (
+    AgentEntry,
+    AgentRegistry,
+    RegistryError,
+    default_entries,
+    load_registry,
+)
 from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
@@ -102,16 +108,24 @@ async def _check_scheduler_store(settings: Settings) -> Check:
         engine.dispose()
     except Exception as exc:
         return Check("scheduler store", "fail", f"{path}: {exc}")
-    return Check("scheduler store", "ok", f"{path} opens (prompt expiry and system-turn jobs)")
+    return Check(
+        "scheduler store", "ok", f"{path} opens (prompt expiry, wake-up and scheduled-task jobs)"
+    )
+
+
+async def _registry(settings: Settings) -> tuple[Sandbox, AgentRegistry]:
+    """The sandbox and the registry as the bot builds them (`RegistryError` if invalid)."""
+    sandbox = await asyncio.to_thread(build_sandbox, settings)
+    path = settings.home / "agents.toml"
+    return sandbox, load_registry(path, visible=shown_by(sandbox, os.environ))
 
 
 async def _check_agents(settings: Settings) -> Check:
     """The registry as the bot builds it (the sandbox's view included): which agents are
     off, and why."""
     path = settings.home / "agents.toml"
-    sandbox = await asyncio.to_thread(build_sandbox, settings)
     try:
-        registry = load_registry(path, visible=shown_by(sandbox, os.environ))
+        _, registry = await _registry(settings)
     except RegistryError as exc:
         return Check("agents", "fail", str(exc).replace("\n", "; "))
     entries = list(registry.entries())
@@ -136,11 +150,8 @@ def _unexpectedly_off(entry: AgentEntry) -> bool:
 async def _check_acp_agents(settings: Settings) -> Check:
     """Each coding agent over ACP: found (and the version it reports at `initialize`, in the
     sandbox), or missing and how to install it."""
-    sandbox = await asyncio.to_thread(build_sandbox, settings)
     try:
-        registry = load_registry(
-            settings.home / "agents.toml", visible=shown_by(sandbox, os.environ)
-        )
+        sandbox, registry = await _registry(settings)
     except RegistryError:
         return Check("acp agents", "ok", "see the agents check")
     entries = [e for e in registry.entries() if e.backend == "acp"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from core.ids import ConversationRef
-from core.store import Store
+from core.store import Row, Store
 from host.nudges.policy import Nudge
 from host.runtime.scheduling import Scheduler
 
@@ -46,14 +46,7 @@ class HeldPosts:
 
     async def get(self, key: str) -> HeldPost | None:
         row = await self._store.fetchone("SELECT * FROM held_posts WHERE key = ?", (key,))
-        if row is None:
-            return None
-        conv = ConversationRef.parse(row["conversation_id"])
-        return HeldPost(
-            row["key"],
-            Nudge(conv, row["recipient"], row["text"], f"held post {row['key']}"),
-            datetime.fromtimestamp(row["release_at"], UTC),
-        )
+        return None if row is None else _post(row)
 
     async def released(self, key: str) -> None:
         """The post is recorded for delivery: it is held no more."""
@@ -61,9 +54,8 @@ class HeldPosts:
 
     async def pending(self) -> list[HeldPost]:
         """Every held post, the earliest release first (for the start's sweep)."""
-        rows = await self._store.fetchall("SELECT key FROM held_posts ORDER BY release_at, key")
-        posts = [await self.get(row["key"]) for row in rows]
-        return [post for post in posts if post is not None]
+        rows = await self._store.fetchall("SELECT * FROM held_posts ORDER BY release_at, key")
+        return [_post(row) for row in rows]
 
     async def rearm(self, post: HeldPost) -> None:
         await self._arm(post.key, post.release_at)
@@ -72,3 +64,12 @@ class HeldPosts:
         await self._scheduler.schedule_at(
             f"held:{key}", until, HELD_POST_RELEASE, {"key": key}, replace_existing=False
         )
+
+
+def _post(row: Row) -> HeldPost:
+    conv = ConversationRef.parse(row["conversation_id"])
+    return HeldPost(
+        row["key"],
+        Nudge(conv, row["recipient"], row["text"], f"held post {row['key']}"),
+        datetime.fromtimestamp(row["release_at"], UTC),
+    )
