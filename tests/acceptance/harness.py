@@ -4,6 +4,7 @@ processes for the command line. Every wait is on output or a condition, with a h
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,30 @@ def product_env(home: Path, **extra: str) -> dict[str, str]:
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    env: dict[str, str], cwd: Path, log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`raven-bot run` in `cwd` (its output to `log`); its whole process group is killed after."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            RAVEN,
+            "run",
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), WITHIN)
 
 
 def project_dir(path: Path) -> Path:

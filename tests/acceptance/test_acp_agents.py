@@ -12,11 +12,7 @@ installed, so `doctor` says they are missing and how to install the preset."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import re
-import signal
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,13 +22,13 @@ from typing import Any
 import pytest
 
 from tests.acceptance.harness import (
-    RAVEN,
     WITHIN,
     Commands,
     Console,
     noise,
     product_env,
     project_dir,
+    serving,
 )
 from tests.acceptance.test_readme_deployed import CHANNEL, README_SCOPES, SLACK_ALICE, _buttons
 from tests.fakes.slack import FakeSlack, payloads
@@ -185,19 +181,7 @@ async def test_an_acp_permission_request_as_buttons_on_slack(tmp_path: Path) -> 
             SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
             RAVEN_SLACK_API_URL=slack.api_url,
         )
-        log = tmp_path / "raven-bot.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                RAVEN,
-                "run",
-                cwd=project,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        try:
+        async with serving(env, project, tmp_path / "raven-bot.log"):
             await slack.wait_connected(within=WITHIN)
             alice = SlackThread(slack)
             await alice.ask_and_answer(f"a1: claude-acp: run {WRITE}", "Allow once")
@@ -211,7 +195,3 @@ async def test_an_acp_permission_request_as_buttons_on_slack(tmp_path: Path) -> 
             await again.ask_and_answer(f"a2: claude-acp: run {refused}", "Deny")
             await again.sees(f"not allowed to run {refused}")
             assert not list(home.glob("workspaces/*/refused.txt"))
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.wait_for(proc.wait(), WITHIN)

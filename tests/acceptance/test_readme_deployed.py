@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,6 @@ import pytest_asyncio
 import yaml
 
 from tests.acceptance.harness import (
-    RAVEN,
     REPO,
     WITHIN,
     Result,
@@ -39,6 +36,7 @@ from tests.acceptance.harness import (
     product_env,
     project_dir,
     running,
+    serving,
     sh,
 )
 from tests.fakes.discord import FakeDiscord
@@ -306,26 +304,12 @@ async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deploye
         }
         doctor = await asyncio.to_thread(sh, ".venv/bin/raven-bot doctor", env=env, cwd=project)
         log = root / "raven-bot.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                RAVEN,
-                "run",
-                cwd=project,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        deployed = Deployed(slack, discord, proc, log, home, doctor, validated)
         try:
-            await slack.wait_connected(within=WITHIN)
-            await discord.wait_ready(timeout=WITHIN)
-            yield deployed
+            async with serving(env, project, log) as proc:
+                await slack.wait_connected(within=WITHIN)
+                await discord.wait_ready(timeout=WITHIN)
+                yield Deployed(slack, discord, proc, log, home, doctor, validated)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.wait_for(proc.wait(), WITHIN)
             await asyncio.gather(*validated.values(), return_exceptions=True)
 
 
