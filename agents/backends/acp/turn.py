@@ -34,6 +34,7 @@ from agents.backends.base import AgentTask, Progress
 from core.markdown import code_block
 
 DIFF_CAP = 4000
+TAIL_CHARS = 400
 
 
 @dataclass
@@ -67,6 +68,8 @@ class AcpTurn:
     def __init__(self, task: AgentTask) -> None:
         self._task = task
         self._words: list[str] = []
+        # The end of what it said, for progress: kept as it streams, never rebuilt from all.
+        self._tail = ""
         self._calls: dict[str, ToolCallRecord] = {}
         self._plan: list[tuple[str, str]] = []
         self._progress: Progress | None = task.on_progress
@@ -84,6 +87,7 @@ class AcpTurn:
         if isinstance(update, AgentMessageChunk):
             if isinstance(update.content, TextContentBlock):
                 self._words.append(update.content.text)
+                self._tail = (self._tail + update.content.text)[-TAIL_CHARS:]
         elif isinstance(update, ToolCallStart | ToolCallProgress):
             self._take_call(update)
         elif isinstance(update, AgentPlanUpdate):
@@ -103,7 +107,7 @@ class AcpTurn:
         running = [c for c in self._calls.values() if c.status in ("pending", "in_progress")]
         if running:
             parts.append(f"{running[-1].kind}: {running[-1].title}")
-        words = " ".join(self.text.split())
+        words = " ".join(self._tail.split())
         if words:
             parts.append(f"“…{words[-120:]}”")
         return " · ".join(parts)
