@@ -20,6 +20,7 @@ from bot.cli.parsers import parser
 # pydantic, no runtime.
 if TYPE_CHECKING:
     from bot.channels import AdapterFactory
+    from bot.console.terminal import Terminal
     from bot.settings import Settings
 
 
@@ -30,29 +31,55 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _console(settings: Settings) -> AdapterFactory:
-    from bot.console.adapter import CONSOLE_STATE_FILE, ConsoleAdapter
+def _console(settings: Settings, terminal: Terminal | None) -> AdapterFactory:
+    from bot.console.adapter import ConsoleAdapter
+    from bot.console.thread import CONSOLE_STATE_FILE
 
     # The active console conversation survives restarts until the user types `new`.
-    return functools.partial(ConsoleAdapter, state_file=settings.home / CONSOLE_STATE_FILE)
+    return functools.partial(
+        ConsoleAdapter, state_file=settings.home / CONSOLE_STATE_FILE, terminal=terminal
+    )
 
 
-def _adapters(settings: Settings, command: str) -> list[AdapterFactory]:
+def _console_only(settings: Settings, command: str) -> bool:
     from bot.channels import configured_channels
 
-    if command == "chat":
-        return [_console(settings)]
-    factories = [spec.factory(settings) for spec in configured_channels(settings)]
-    # With no chat platform configured, the console.
-    return factories or [_console(settings)]
+    return command == "chat" or not configured_channels(settings)
+
+
+def _adapters(settings: Settings, command: str, terminal: Terminal | None) -> list[AdapterFactory]:
+    from bot.channels import configured_channels
+
+    if _console_only(settings, command):
+        return [_console(settings, terminal)]
+    return [spec.factory(settings) for spec in configured_channels(settings)]
+
+
+def _early_terminal(settings: Settings, command: str) -> Terminal | None:
+    """For a person chatting at a terminal: the console's terminal, greeted (prompt shown,
+    typing kept) before the runtime loads, which takes most of a second."""
+    if not (_console_only(settings, command) and sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    from bot.console.terminal import Terminal
+    from bot.console.thread import CONSOLE_STATE_FILE
+
+    terminal = Terminal(state_file=settings.home / CONSOLE_STATE_FILE)
+    terminal.greet()
+    return terminal
 
 
 async def _serve(settings: Settings, command: str) -> int:
-    # The runtime is imported only by the commands that run it (`version` and `--help` stay
-    # light).
-    from bot.app import build_runtime, serve
+    terminal = _early_terminal(settings, command)
+    try:
+        # The runtime is imported only by the commands that run it (`version` and `--help`
+        # stay light).
+        from bot.app import build_runtime, serve
 
-    runtime = await build_runtime(settings, _adapters(settings, command))
+        runtime = await build_runtime(settings, _adapters(settings, command, terminal))
+    except BaseException:
+        if terminal is not None:
+            terminal.abandon()
+        raise
     return await serve(runtime)
 
 

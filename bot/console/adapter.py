@@ -14,24 +14,20 @@ not replay them, since the reader that left chose not to read them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import itertools
 import logging
-import os
 import re
-import sys
-import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import TextIO
 
 from agents.plan_syntax import is_plan_line, parse_plan
 from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, OutboundMessage
-from bot.console.screen import Screen
-from core.files import atomic_write
+from bot.console.stdin import Line
+from bot.console.terminal import USER_PROMPT, Terminal
+from bot.console.thread import label, next_thread
 from core.ids import ConversationRef
 from host.conversation.service import TurnOutcome, control_word
 from host.runtime.messages import MAX_INBOUND_CHARS
@@ -41,71 +37,12 @@ log = logging.getLogger(__name__)
 
 CONSOLE_WORKSPACE = "local"
 CONSOLE_CHANNEL = "console"
-# The thread of a console that never typed `new` (and of every console before `new` existed).
-CONSOLE_THREAD = "main"
-# In RAVEN_HOME: the thread id of the active console conversation.
-CONSOLE_STATE_FILE = "console-conversation"
 PLAN_HINT = "(plan: add lines, `confirm` or a blank line to submit)"
-USER_PROMPT = "you> "
 PLAN_PROMPT = "plan> "
 # Prompt ids are shown by their start; a typed answer may name a prompt by any start of
 # six characters or more (`host.prompts.broker`).
 SHOWN_ID_CHARS = 8
 _NEW = re.compile(r"^\s*new\s*[.!]?\s*$", re.IGNORECASE)
-_THREAD = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-@dataclass(frozen=True)
-class _Line:
-    """One input line, decoded; `replaced` when invalid UTF-8 bytes were replaced."""
-
-    text: str
-    replaced: bool = False
-
-
-class ConsoleThread:
-    """The active console conversation, kept in a file so a restart continues it until `new`."""
-
-    def __init__(self, path: Path | None) -> None:
-        self._path = path
-
-    def load(self) -> str:
-        """The saved thread id, or the default one when nothing (valid) is saved."""
-        if self._path is None:
-            return CONSOLE_THREAD
-        try:
-            saved = self._path.read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return CONSOLE_THREAD
-        except (OSError, UnicodeDecodeError) as exc:
-            log.warning(
-                "cannot read %s (%s); using conversation %s", self._path, exc, label(CONSOLE_THREAD)
-            )
-            return CONSOLE_THREAD
-        if not _THREAD.match(saved):
-            log.warning("ignoring %s: %r is not a console thread id", self._path, saved[:40])
-            return CONSOLE_THREAD
-        return saved
-
-    def save(self, thread: str) -> None:
-        """Remember `thread` for the next start (a failure only costs that memory)."""
-        if self._path is None:
-            return
-        try:
-            atomic_write(self._path, thread + "\n")
-        except OSError as exc:
-            log.warning("cannot save the console conversation to %s: %s", self._path, exc)
-
-
-def label(thread: str) -> str:
-    """How a console conversation is named to the user: `console-1` for the first one (its
-    thread id is `main`, from before `new` existed), then `console-2`, …"""
-    return f"console-{1 if thread == CONSOLE_THREAD else thread}"
-
-
-def next_thread(thread: str) -> str:
-    """The thread id after `thread` (`main` counts as 1)."""
-    return str(int(thread) + 1) if thread.isdigit() else "2"
 
 
 class ConsoleAdapter:
@@ -118,20 +55,19 @@ class ConsoleAdapter:
         stdout: TextIO | None = None,
         user: str | None = None,
         state_file: Path | None = None,
+        terminal: Terminal | None = None,
     ) -> None:
+        """`terminal`: one made (and maybe greeted) before the runtime; else one on
+        `stdin`, `stdout` and `state_file`."""
         self._inbox: Inbox | None = None
-        self._stdin = stdin or sys.stdin
-        self._stdout = stdout or sys.stdout
+        self._terminal = terminal or Terminal(stdin=stdin, stdout=stdout, state_file=state_file)
         self._user = user or _local_user()
         self._ids = itertools.count(1)
-        self._closed = asyncio.Event()
-        self._lines: asyncio.Queue[_Line | None] | None = None
-        self._read: asyncio.Future[_Line | None] | None = None
-        self._eof = False
-        self._state = ConsoleThread(state_file)
-        self._thread = self._state.load()
+        self._closed = self._terminal.closed
+        self._state = self._terminal.state
+        self._thread = self._terminal.thread
         self._used: list[ConversationRef] = []
-        self._screen = Screen(self._stdout, on_gone=self._reader_gone)
+        self._screen = self._terminal.screen
         # Prompts shown and not closed yet, and whether one was shown since a piped line was
         # sent (see `_settle`).
         self._open: dict[str, Prompt] = {}
@@ -202,11 +138,11 @@ class ConsoleAdapter:
         are answered by typing, so `ingress.prompts` is not needed here.
         """
         self._inbox = ingress.inbox
-        interactive = self._stdin.isatty()
+        interactive = self._terminal.lines.interactive
         self._used.append(self.conversation)
-        self._screen.say(f"conversation {label(self._thread)} (type `new` for a fresh one)")
+        self._terminal.greet()
         pending: list[asyncio.Future[TurnOutcome]] = []
-        pushed: _Line | None = None
+        pushed: Line | None = None
         while not self._closed.is_set():
             if interactive and pushed is None:
                 self._screen.prompt(USER_PROMPT)
@@ -316,7 +252,7 @@ class ConsoleAdapter:
             "and anything still running there."
         )
 
-    async def _plan_block(self, first: _Line, interactive: bool) -> tuple[str, bool, _Line | None]:
+    async def _plan_block(self, first: Line, interactive: bool) -> tuple[str, bool, Line | None]:
         """Collect a plan: until `confirm` (kept), a blank line, a non-plan line (returned as
         the next line) or end of input. Returns the text, whether bytes were replaced, and
         the next line."""
@@ -361,112 +297,20 @@ class ConsoleAdapter:
             event_id=event_id,
         )
 
-    async def _readline(self, interactive: bool = False) -> _Line | None:
-        line = await self._next_line()
+    async def _readline(self, interactive: bool = False) -> Line | None:
+        line = await self._terminal.lines.next(self._closed)
         if interactive and line is None:
             # Ctrl-D does not end the prompt's line (Enter was noted as the line arrived).
             self._screen.end_input()
         return line
 
-    async def _next_line(self) -> _Line | None:
-        if self._lines is None:
-            self._lines = asyncio.Queue()
-            loop = asyncio.get_running_loop()
-            # A daemon thread, not the default executor: a read blocked on a terminal must not
-            # keep the process alive after shutdown.
-            threading.Thread(
-                target=self._pump, args=(loop, self._lines), name="console-stdin", daemon=True
-            ).start()
-        if self._eof:
-            return None
-        # The read survives a caller's cancellation and is reused, so no line is ever dropped.
-        if self._read is None:
-            self._read = asyncio.ensure_future(self._lines.get())
-        read = self._read
-        closed = asyncio.ensure_future(self._closed.wait())
-        waiting: set[asyncio.Future[Any]] = {read, closed}
-        try:
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-        if read not in done:
-            return None
-        self._read = None
-        line = read.result()
-        if line is None:
-            self._eof = True
-        return line
-
-    def _pump(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[_Line | None]) -> None:
-        # Bytes, not text: a line that is not UTF-8 must not end the input (a decode error
-        # inside a text reader would look like end of input).
-        raw: BinaryIO | None = getattr(self._stdin, "buffer", None)
-        while True:
-            try:
-                line = _decode(raw.readline()) if raw is not None else _fix(self._stdin.readline())
-            except (OSError, ValueError):
-                line = None
-            try:
-                loop.call_soon_threadsafe(self._arrived, lines, line)
-            except RuntimeError:
-                return  # the loop is gone: the process is exiting
-            if line is None:
-                return
-
-    def _arrived(self, lines: asyncio.Queue[_Line | None], line: _Line | None) -> None:
-        """A line read: on a terminal, Enter moved the cursor below the prompt as it was
-        pressed, so the screen learns it now, not when the line is taken from the queue (a
-        reply shown in between would take the prompt's line without its blank line)."""
-        if line is not None and self._stdin.isatty():
-            self._screen.entered()
-        lines.put_nowait(line)
-
     async def close(self) -> None:
         """Stop reading input."""
-        self._closed.set()
-        if self._read is not None:
-            self._read.cancel()
-
-    def _reader_gone(self) -> None:
-        """Output cannot be written any more (the screen stops writing): stop input too."""
-        log.info("console output closed (the reader went away); stopping input")
-        # Point stdout at /dev/null so the interpreter's final flush does not print a
-        # BrokenPipeError traceback (the recipe in the Python `signal` docs).
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stdout.fileno())
-            os.close(devnull)
-        self._closed.set()
-        if self._read is not None:
-            self._read.cancel()
+        self._terminal.close()
 
 
 def _is_confirm(line: str) -> bool:
     return is_plan_line(line) and parse_plan(line) is None
-
-
-def _decode(raw: bytes) -> _Line | None:
-    if not raw:
-        return None
-    try:
-        return _Line(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return _Line(raw.decode("utf-8", errors="replace"), replaced=True)
-
-
-def _fix(text: str) -> _Line | None:
-    if not text:
-        return None
-    # Text streams opened with surrogateescape carry undecodable bytes as lone surrogates.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            raw = text.encode("utf-8", errors="surrogateescape")
-        except UnicodeEncodeError:
-            raw = text.encode("utf-8", errors="replace")
-        return _Line(raw.decode("utf-8", errors="replace"), replaced=True)
-    return _Line(text)
 
 
 def _local_user() -> str:

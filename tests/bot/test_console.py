@@ -68,6 +68,16 @@ class PtyChat:
         self._out = re.sub(r"\s+", " ", _STYLE.sub("", self._raw))
         return bool(chunk)
 
+    @property
+    def raw(self) -> str:
+        """Everything the terminal was sent, as sent."""
+        return self._raw
+
+    def drain(self) -> None:
+        """Read what is already waiting on the terminal."""
+        while self._read(0):
+            pass
+
     def end(self) -> int:
         """Type Ctrl-D (end of input) and wait for the process to exit."""
         os.write(self._master, b"\x04")
@@ -286,3 +296,43 @@ def test_pty_readme_offline_example_asks_then_runs_shell_and_reports(chat: PtyCh
     output = chat.expect("hello from the sandbox")
     assert "completed" in report and "Output of s1" in output
     assert chat.end() == 0
+
+
+def test_pty_prompt_shows_and_typing_is_kept_before_the_runtime_is_ready(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    """`chat` greets before the runtime loads: with the database write-locked by another
+    process, the runtime cannot be ready (its migrations wait for the lock), yet the prompt
+    is shown and a line typed at it is answered once the lock is released."""
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    holder = sqlite3.connect(isolated_env / "raven.db", isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("BEGIN IMMEDIATE")
+    chat = PtyChat(_env(isolated_env), tmp_path / "stderr.log")
+    try:
+        chat.expect("conversation console-1 (type new for a fresh one)")
+        chat.expect("you> ")
+        chat.type("help")
+        holder.execute("ROLLBACK")  # the runtime may load now; the line was typed before
+        chat.expect("help shows this message.")
+        assert chat.end() == 0
+    finally:
+        holder.close()
+        chat.close()
+
+
+def test_pty_a_start_that_fails_after_the_prompt_ends_its_line(tmp_path: Path) -> None:
+    """The prompt shows before the runtime checks RAVEN_HOME; when that check fails, the
+    error starts on a line of its own and the exit code says so."""
+    home = tmp_path / "home-file"
+    home.write_text("not a directory", encoding="utf-8")
+    chat = PtyChat(_env(home), tmp_path / "stderr.log")
+    try:
+        chat.expect("you> ")
+        assert chat.proc.wait(timeout=WITHIN) == 2
+        chat.drain()
+        errors = (tmp_path / "stderr.log").read_text(encoding="utf-8")
+        assert "is not a directory" in errors
+        assert chat.raw.endswith("you> \r\n"), repr(chat.raw[-40:])
+    finally:
+        chat.close()

@@ -23,7 +23,7 @@ async def test_a_reply_between_enter_and_the_line_being_taken_keeps_its_blank_li
         screen.prompt(USER_PROMPT)
         # The line arrives (the reader thread hands it over) while the console is still busy:
         # the serve loop has not taken it yet when the reply is shown.
-        taking = asyncio.ensure_future(adapter._next_line())
+        taking = asyncio.ensure_future(adapter._readline())
         os.write(master, b"1\n")
         async with asyncio.timeout(30):  # a hang guard
             await taking
