@@ -22,8 +22,6 @@ def admit(
     raw: str | bytes | Mapping[str, Any] | GraphSubmission, ctx: AdmissionContext
 ) -> AdmittedGraph:
     """Run the five check groups in order; return the admitted graph or raise AdmissionError."""
-    import networkx as nx  # imported at the first admission, not at start-up
-
     submission = parse_submission(raw)
     placeholders = check_format(submission)
 
@@ -33,15 +31,12 @@ def admit(
     graph = dependency_graph(submission, ids)
     check_references(submission, placeholders, ids, ctx, graph)
     check_files(submission, placeholders, ctx)
-    check_acyclic(submission, graph, placeholders)
+    order = check_acyclic(submission, graph, placeholders)
 
     check_capability(submission, placeholders, ctx)
     check_status(submission, ctx)
     check_environment(submission, ctx)
 
-    position = {spec.id: i for i, spec in enumerate(submission.nodes)}
-    # Ties broken by submission order, so the order is deterministic and matches intent.
-    order = tuple(str(n) for n in nx.lexicographical_topological_sort(graph, key=position.get))
     return AdmittedGraph(
         submission=submission,
         order=order,

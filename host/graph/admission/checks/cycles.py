@@ -3,6 +3,7 @@ dependency that costs least (a bare ordering before one whose output is used).""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +25,9 @@ def dependency_graph(submission: GraphSubmission, ids: set[str]) -> Any:
 
 def check_acyclic(
     submission: GraphSubmission, graph: Any, placeholders: Mapping[str, list[Placeholder]]
-) -> None:
+) -> tuple[str, ...]:
+    """The nodes in topological order (ties broken by submission order, so the order is
+    deterministic and matches intent), or AdmissionError naming a cycle and its repair."""
     for spec in submission.nodes:
         if spec.id in spec.deps:
             raise AdmissionError(
@@ -35,12 +38,13 @@ def check_acyclic(
                 repair=f"remove `{spec.id}` from its own deps",
                 edits=[Edit(spec.id, "remove_dep", spec.id)],
             )
+    order = _topological_order(submission, graph)
+    if order is not None:
+        return order
     import networkx as nx  # imported at the first admission, not at start-up
 
-    try:
-        edges = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        return
+    # Only a refused graph pays for naming its cycle.
+    edges = nx.find_cycle(graph)
     # Edges point dep -> dependent; reversed, each node depends on the next one.
     cycle = [str(v) for _, v in edges][::-1]
     position = {spec.id: i for i, spec in enumerate(submission.nodes)}
@@ -59,6 +63,27 @@ def check_acyclic(
         repair=repair,
         edits=[Edit(dependent, "remove_dep", dep), *(use.edit for use in uses)],
     )
+
+
+def _topological_order(submission: GraphSubmission, graph: Any) -> tuple[str, ...] | None:
+    """Kahn's algorithm in one pass over the edges, the ready node first in submission order
+    taken next; None when a cycle leaves nodes that never become ready. (`networkx`'s
+    `find_cycle` on an acyclic graph of 2,000 nodes took 0.8 s: its edge walk restarts from
+    every node.)"""
+    position = {spec.id: i for i, spec in enumerate(submission.nodes)}
+    waiting = {node: degree for node, degree in graph.in_degree()}
+    ready = [position[node] for node, degree in waiting.items() if degree == 0]
+    heapq.heapify(ready)
+    ids = [spec.id for spec in submission.nodes]
+    order: list[str] = []
+    while ready:
+        node = ids[heapq.heappop(ready)]
+        order.append(node)
+        for child in graph.successors(node):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, position[child])
+    return tuple(order) if len(order) == len(ids) else None
 
 
 def _cut(
