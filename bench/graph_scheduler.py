@@ -51,12 +51,14 @@ from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from bench.lib.figures import goal
 from bot.schema import all_migrations
+from core.files import atomic_write
 from core.ids import ConversationRef
 from core.store import Store
 from host.conversation.run_events import ConversationRunEvents
+from host.graph.admission.pipeline import admit
 from host.graph.judge import VERDICT_TOOL, CompletionJudge
 from host.graph.model import MAX_NODES, GraphSubmission, NodeSpec
-from host.graph.records import RunFiles, atomic_write
+from host.graph.records import RunFiles
 from host.graph.run_store import RunStore
 from host.graph.runs import RunManager, RunParts, RunSettings
 from host.runtime.events import EventBus
@@ -79,6 +81,12 @@ TARGET_FLOW = 1.05  # raven makespan / dataflow makespan at C=4, at most
 TARGET_FLOW_UNBOUNDED = 1.5  # the same on the unbounded 2,000-node runs (stretch: 1.05)
 TARGET_STEP = 1.3  # superstep makespan / raven makespan on skewed durations, at least
 TARGET_CPU_MS = 0.5  # process CPU per node with zero-duration agents, at most
+TARGET_ADMISSION_MS = 50.0  # admission of a 2,000-node graph, at most
+# Issue 22's figures when it was filed: what the table's ratios compare with.
+BASELINE_FLOW = {True: 4.87, False: 1.09}  # unbounded 2,000 nodes / C=4
+BASELINE_STEP = {True: 0.65, False: 1.30}
+BASELINE_CPU_MS = 1.27
+BASELINE_ADMISSION_MS = 390.0
 
 
 # --------------------------------------------------------------------------- workload
@@ -333,11 +341,25 @@ class NullEvents:
 # --------------------------------------------------------------------------- raven run
 
 
+async def admission_seconds(
+    manager: RunManager, conv: ConversationRef, submission: GraphSubmission
+) -> float:
+    """Admission alone (every check, the order and the ancestry), median of 3 runs."""
+    ctx = await manager.admission_context(conv)
+    took = []
+    for _ in range(3):
+        started = time.perf_counter()
+        admit(submission, ctx)
+        took.append(time.perf_counter() - started)
+    return sorted(took)[1]
+
+
 @dataclass(frozen=True)
 class RavenTiming:
     """Timings and counts of one real run."""
 
     admit: float
+    admission: float  # admission alone (`admit`, median of 3): the checks and the order
     makespan: float
     cpu: float  # process CPU seconds (all threads) from start of run to `done`
     user: float  # the same window: user-mode CPU seconds (getrusage)
@@ -387,6 +409,7 @@ async def run_raven(
         bus.freeze()
         conv = ConversationRef("bench", "ws", "chan", f"{work.size}-{concurrency}")
         submission = submission_for(work)
+        admission = await admission_seconds(manager, conv, submission)
         started = time.perf_counter()
         submitted = await manager.submit(conv, submission, submitted_by="bench")
         admitted = time.perf_counter()
@@ -405,6 +428,7 @@ async def run_raven(
             raise RuntimeError(f"run ended {run.record.state} with node states {states}")
         return RavenTiming(
             admit=admitted - started,
+            admission=admission,
             makespan=finished - admitted,
             cpu=cpu,
             user=after.ru_utime - usage.ru_utime,
@@ -667,7 +691,13 @@ def target_rows(
                 row.name,
                 f"raven/flow {flow:.2f}",
                 f"<= {limit:g}",
-                goal(f"graph makespan / dataflow, {row.name}", flow, limit, unit="x"),
+                goal(
+                    f"graph makespan / dataflow, {row.name}",
+                    flow,
+                    limit,
+                    unit="x",
+                    baseline=BASELINE_FLOW[row.unbounded],
+                ),
                 f"step/raven {step:.2f}",
                 f">= {TARGET_STEP:g}" if skewed else "(skewed only)",
                 goal(
@@ -676,9 +706,34 @@ def target_rows(
                     TARGET_STEP,
                     unit="x",
                     at_least=True,
+                    baseline=BASELINE_STEP[row.unbounded],
                 )
                 if skewed
                 else "-",
+            ]
+        )
+    admitted: dict[int, float] = {}
+    for row in rows:
+        admitted.setdefault(row.work.size, row.raven.admission)
+    for size, seconds in sorted(admitted.items()):
+        if size < max(admitted):
+            continue
+        per_node = {n: s / n * 1000 for n, s in admitted.items()}
+        out.append(
+            [
+                f"{size} n, admission alone",
+                f"{seconds * 1000:.1f} ms",
+                f"<= {TARGET_ADMISSION_MS:g}",
+                goal(
+                    f"graph admission, {size} nodes",
+                    seconds * 1000,
+                    TARGET_ADMISSION_MS,
+                    unit="ms",
+                    baseline=BASELINE_ADMISSION_MS,
+                ),
+                "ms/node " + ", ".join(f"{n}: {v:.3f}" for n, v in sorted(per_node.items())),
+                "(linear: flat)",
+                "",
             ]
         )
     for work, raven in zero:
@@ -693,6 +748,7 @@ def target_rows(
                     cpu,
                     TARGET_CPU_MS,
                     unit="ms",
+                    baseline=BASELINE_CPU_MS,
                 ),
                 f"user {raven.user / work.size * 1000:.2f}",
                 f"sys {raven.system / work.size * 1000:.2f}",

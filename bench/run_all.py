@@ -42,7 +42,7 @@ def main(names: list[str]) -> int:
 
 
 def print_table(rows: list[dict[str, object]]) -> None:
-    """One line per goal: bench, metric, value, goal, verdict."""
+    """One line per goal: bench, metric, value, goal, value ÷ baseline, verdict."""
     if not rows:
         print("\nno goals were measured")
         return
@@ -52,18 +52,27 @@ def print_table(rows: list[dict[str, object]]) -> None:
             str(row["metric"]),
             f"{float(str(row['value'])):.3g} {row['unit']}".strip(),
             str(row["goal"]),
+            _ratio(row.get("value"), row.get("baseline")),
             "met" if row["met"] else "MISSED",
         )
         for row in rows
     ]
-    headers = ("bench", "metric", "value", "goal", "")
+    headers = ("bench", "metric", "value", "goal", "÷ baseline", "")
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     met = sum(1 for row in rows if row["met"])
-    print(f"\nAll goals ({met} of {len(rows)} met; measured on this machine, never asserted)")
+    print(f"\nAll goals ({met} of {len(rows)} met; measured on this machine, never asserted;")
+    print("÷ baseline: the figure before the work, from the issue that set the goal)")
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
     print("  ".join("-" * w for w in widths))
     for cell in cells:
         print("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
+
+
+def _ratio(value: object, baseline: object) -> str:
+    """value ÷ baseline (`x0.12`), `-` without a baseline."""
+    if not isinstance(baseline, int | float) or not baseline:
+        return "-"
+    return f"x{float(str(value)) / baseline:.2f}"
 
 
 if __name__ == "__main__":

@@ -120,16 +120,17 @@ def main() -> None:
             figures.setdefault("memory search", []).append(timed(search, env, cwd))
     med = {name: statistics.median(values) for name, values in figures.items()}
     rows = [
-        ("`raven-bot version`", "version", med["version"], 0.3, "s"),
-        ("`raven-bot --help`", "--help", med["--help"], 0.3, "s"),
-        ("`raven-bot chat` to its first prompt", "chat", med["chat"], 1.0, "s"),
-        ("`memory add` from the shell", "memory add", med["memory add"], 1.5, "s"),
-        ("`memory search` from the shell", "memory search", med["memory search"], 1.5, "s"),
-        ("idle chat RSS", "rss", med["rss"], 250, "MB"),
-        ("venv on disk", "venv", venv_mb(), 600, "MB"),
+        # label, key, value, goal, unit, issue 22's figure when it was filed
+        ("`raven-bot version`", "version", med["version"], 0.3, "s", 2.0),
+        ("`raven-bot --help`", "--help", med["--help"], 0.3, "s", 2.0),
+        ("`raven-bot chat` to its first prompt", "chat", med["chat"], 1.0, "s", 6.2),
+        ("`memory add` from the shell", "memory add", med["memory add"], 1.5, "s", 7.0),
+        ("`memory search` from the shell", "memory search", med["memory search"], 1.5, "s", 7.0),
+        ("idle chat RSS", "rss", med["rss"], 250, "MB", 620),
+        ("venv on disk", "venv", venv_mb(), 600, "MB", 1700),
     ]
-    for label, _, value, limit, unit in rows:
-        said = goal(f"start-up: {label}", value, limit, unit=unit)
+    for label, _, value, limit, unit, baseline in rows:
+        said = goal(f"start-up: {label}", value, limit, unit=unit, baseline=baseline)
         spread = ", ".join(f"{v:.2f}" for v in figures.get(_, []))
         print(
             f"  {label:<40} {value:8.2f} {unit:<2} (goal <= {limit:g} {unit}) {said}"

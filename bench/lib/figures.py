@@ -37,9 +37,18 @@ def spread_line(label: str, values: Sequence[float], *, width: int = 40) -> str:
     )
 
 
-def goal(metric: str, value: float, limit: float, *, unit: str, at_least: bool = False) -> str:
+def goal(
+    metric: str,
+    value: float,
+    limit: float,
+    *,
+    unit: str,
+    at_least: bool = False,
+    baseline: float | None = None,
+) -> str:
     """`met` or `MISSED` for `value` against `limit` (at most, or `at_least`), recorded for
-    `make bench`'s table."""
+    `make bench`'s table; `baseline`: the figure before the work that set the goal (issue
+    22's table when it was filed), shown as value ÷ baseline."""
     met = value >= limit if at_least else value <= limit
     target = os.environ.get(FIGURES_ENV)
     if target:
@@ -50,6 +59,7 @@ def goal(metric: str, value: float, limit: float, *, unit: str, at_least: bool =
             "goal": f"{'≥' if at_least else '≤'} {limit:g} {unit}".strip(),
             "unit": unit,
             "met": met,
+            "baseline": baseline,
         }
         with open(target, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
