@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from memory.tokenize import tokenize
 DocKind = Literal["episode", "fact", "note", "profile", "case", "verdict"]
 Channel = Literal["lex", "dense"]
 ALL_CHANNELS: frozenset[Channel] = frozenset({"lex", "dense"})
+# Query vectors kept for reuse (384 floats each: 1.5 KB).
+QUERY_VECTORS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,9 @@ class HybridIndex:
         self.settings = settings or IndexSettings()
         self._parts: dict[str, _Partition] = {}
         self._files = IndexFiles(directory, embedder, self._parts)
+        # Recent query vectors: one turn recalls the same text from personal memory, group
+        # memory and skills, and a person often asks again; the encoder dominates a recall.
+        self._query_vectors: OrderedDict[str, Vectors] = OrderedDict()
         self.last_load_reason: str | None = None  # why the last `load` re-encoded, if it did
 
     @property
@@ -506,28 +512,52 @@ class HybridIndex:
         if part is None or not part.docs or k <= 0:
             return []
         q_tokens = tokenize(query)
-        q_vec = None
-        if "dense" in channels and self.embedder is not None:
-            q_vec = await self._encode([query])
-        async with part.lock:
-            return await asyncio.to_thread(
-                self._search_sync, part, q_tokens, q_vec, k, kinds, frozenset(channels)
-            )
+        wanted = frozenset(channels)
+        dense = "dense" in wanted and self.embedder is not None
+        async with part.lock, asyncio.TaskGroup() as tasks:
+            # The query is encoded while BM25 ranks (numpy releases the interpreter lock).
+            encoding = tasks.create_task(self._query_vector(query)) if dense else None
+            lex = await asyncio.to_thread(self._lex_sync, part, q_tokens, k, wanted)
+            q_vec = await encoding if encoding is not None else None
+            return await asyncio.to_thread(self._search_sync, part, lex, q_tokens, q_vec, k, kinds)
+
+    async def _query_vector(self, query: str) -> Vectors | None:
+        """The query's vector, from the recent ones when it was encoded lately."""
+        cached = self._query_vectors.get(query)
+        if cached is not None:
+            self._query_vectors.move_to_end(query)
+            return cached
+        vector = await self._encode([query])
+        if vector is not None:
+            self._query_vectors[query] = vector
+            while len(self._query_vectors) > QUERY_VECTORS_KEPT:
+                self._query_vectors.popitem(last=False)
+        return vector
+
+    def _lex_sync(
+        self, part: _Partition, q_tokens: list[str], k: int, channels: frozenset[Channel]
+    ) -> tuple[dict[str, int], dict[str, float]]:
+        """BM25's ranks and scores (empty when recall is dense only; the index is still
+        built, since fact scores read it)."""
+        if "lex" not in channels:
+            part.ensure_bm25()
+            return {}, {}
+        return part.lex_search(q_tokens, self._pool(k))
+
+    def _pool(self, k: int) -> int:
+        return max(self.settings.pool_min, self.settings.pool_factor * k)
 
     def _search_sync(
         self,
         part: _Partition,
+        lex: tuple[dict[str, int], dict[str, float]],
         q_tokens: list[str],
         q_vec: Vectors | None,
         k: int,
         kinds: Collection[DocKind] | None,
-        channels: frozenset[Channel],
     ) -> list[Hit]:
-        pool = max(self.settings.pool_min, self.settings.pool_factor * k)
-        lex_rank, lex_score = part.lex_search(q_tokens, pool) if "lex" in channels else ({}, {})
-        if "lex" not in channels:
-            part.ensure_bm25()
-        dense_rank = part.dense_search(q_vec, pool) if q_vec is not None else {}
+        lex_rank, lex_score = lex
+        dense_rank = part.dense_search(q_vec, self._pool(k)) if q_vec is not None else {}
         ch = _Channels(lex_rank, lex_score, dense_rank, q_vec)
         order = self._expansion_order(ch, part, kinds)
         return self._compete(part, ch, order, k, q_tokens, kinds)

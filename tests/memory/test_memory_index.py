@@ -343,3 +343,25 @@ async def test_overlapping_saves_never_collide_on_a_temporary_file(tmp_path: Pat
     assert not await asyncio.to_thread(lambda: list(tmp_path.glob("*.tmp")))
     reloaded = await HybridIndex.load(tmp_path, HashEmbedder(), source(corpus("alice")))
     assert reloaded.last_load_reason is None or "alice" not in reloaded.last_load_reason
+
+
+async def test_a_repeated_query_is_encoded_once_and_old_ones_are_forgotten() -> None:
+    """A turn recalls the same text from several memories: its vector is reused; the
+    cache keeps only the most recent QUERY_VECTORS_KEPT queries."""
+    from memory.index import QUERY_VECTORS_KEPT
+
+    embedder = HashEmbedder()
+    index = HybridIndex(embedder)
+    await index.add(corpus("alice") + corpus("bob"))
+    before = embedder.embedded
+    first = await index.search("alice", "billing release", 3)
+    again = await index.search("alice", "billing release", 3)
+    other_owner = await index.search("bob", "billing release", 3)
+    assert embedder.embedded == before + 1
+    assert [h.doc.id for h in first] == [h.doc.id for h in again]
+    assert {h.doc.owner for h in other_owner} == {"bob"}
+    for n in range(QUERY_VECTORS_KEPT):
+        await index.search("alice", f"query number {n}", 1)
+    assert embedder.embedded == before + 1 + QUERY_VECTORS_KEPT
+    await index.search("alice", "billing release", 3)  # evicted: encoded again
+    assert embedder.embedded == before + 2 + QUERY_VECTORS_KEPT
