@@ -521,6 +521,10 @@ class HybridIndex:
             q_vec = await encoding if encoding is not None else None
             return await asyncio.to_thread(self._search_sync, part, lex, q_tokens, q_vec, k, kinds)
 
+    def forget_query_vectors(self) -> None:
+        """Drop the recent query vectors (the next recall of any query encodes it)."""
+        self._query_vectors.clear()
+
     async def _query_vector(self, query: str) -> Vectors | None:
         """The query's vector, from the recent ones when it was encoded lately."""
         cached = self._query_vectors.get(query)
