@@ -1,0 +1,1 @@
+"""Measuring the Host: planning against reference graphs (`maob`)."""
