@@ -119,6 +119,12 @@ def _schedules(args: argparse.Namespace, settings: Settings) -> int:
     return schedules_command(args, settings)
 
 
+def _eval(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.evaluate import eval_command
+
+    return eval_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.doctor import doctor
 
@@ -135,6 +141,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "memory": _memory,
         "skills": _skills,
         "doctor": _doctor,
+        "eval": _eval,
     }
 )
 

@@ -71,6 +71,7 @@ def parser() -> argparse.ArgumentParser:
     _add_campaigns(sub)
     _add_schedules(sub)
     _add_memory(sub)
+    _add_eval(sub)
     _add_skills(sub)
     return parser
 
@@ -193,6 +194,53 @@ def _add_memory(sub: _Commands) -> None:
     forget = actions.add_parser("forget", help="delete all", description="Delete all records.")
     forget.add_argument("--user", required=True, help=user_help)
     actions.add_parser("reindex", help="rebuild the index", description="Rebuild from SQLite.")
+
+
+def _add_eval(sub: _Commands) -> None:
+    """The `eval` subcommand: plan with the Host (MAOB) and score prediction files."""
+    evaluate = sub.add_parser(
+        "eval",
+        help="measure the Host's planning (MAOB)",
+        description=(
+            "Score the Host's plans against reference graphs at the level of four domains "
+            '(research, coding, content, oncall). Task lines: {"id", "request", '
+            '"reference": GRAPH, "accepted": [GRAPH, ...]}; prediction lines: {"id", '
+            '"nodes", "edges"}; GRAPH = {"nodes": [{"id", "domain"}], "edges": '
+            "[[src, dst], ...]}."
+        ),
+    )
+    actions = evaluate.add_subparsers(dest="eval_command", metavar="ACTION", required=True)
+    tasks_help = "task file (JSON Lines; default: the stand-in set shipped with raven-bot)"
+    plans = actions.add_parser(
+        "plans",
+        help="one Host turn per task; graphs captured, nothing dispatched",
+        description=(
+            "Give the Host each request with the standard delegation instruction, capture the "
+            "graph it submits without running it, and score it. Needs a model "
+            "(ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL for any Anthropic-compatible server)."
+        ),
+    )
+    plans.add_argument("--tasks", type=Path, default=None, help=tasks_help)
+    plans.add_argument("--attempts", type=int, default=1, help="turns per task (default 1)")
+    plans.add_argument(
+        "--domain",
+        action="append",
+        default=[],
+        metavar="AGENT=DOMAIN",
+        help="map an agent to a domain (default: research, code=coding, design=content, oncall)",
+    )
+    plans.add_argument(
+        "--predictions", type=Path, default=None, help="also write the prediction lines here"
+    )
+    plans.add_argument("--json", action="store_true", help="print the report as JSON")
+    score = actions.add_parser(
+        "score",
+        help="score a prediction file",
+        description="Score prediction lines (a repeated id is another attempt).",
+    )
+    score.add_argument("predictions", type=Path, help="prediction file (JSON Lines)")
+    score.add_argument("--tasks", type=Path, default=None, help=tasks_help)
+    score.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _add_skills(sub: _Commands) -> None:
