@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.store import Migration
+from host.evaluation.evolution.migrations import MIGRATIONS as EVOLUTION
 from host.features.permissions.migrations import MIGRATIONS as PERMISSIONS
 from host.features.schedules.migrations import MIGRATIONS as SCHEDULES
 from host.features.skills.migrations import MIGRATIONS as SKILLS
@@ -31,4 +32,5 @@ def all_migrations() -> tuple[Migration, ...]:
         *SCHEDULES,
         # After SCHEDULES: its first version keeps the `nudges` table schedules made.
         *NUDGES,
+        *EVOLUTION,
     )
