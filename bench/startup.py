@@ -47,7 +47,8 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 def chat_until_prompt(env: dict[str, str], cwd: Path) -> tuple[float, float]:
-    """Seconds until `chat` shows `you> ` in a terminal, and its RSS (MB) once idle there."""
+    """Seconds until `chat` shows `you> ` in a terminal, and its RSS (MB) once it has
+    answered `status` and sat idle for a second."""
     master, slave = pty.openpty()
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -68,7 +69,15 @@ def chat_until_prompt(env: dict[str, str], cwd: Path) -> tuple[float, float]:
                 raise RuntimeError(f"no prompt within 60 s: {seen[-500:]!r}")
             seen += os.read(master, 4096)
         took = time.perf_counter() - started
-        time.sleep(1.0)  # idle: what it holds while waiting for a person
+        # The prompt shows before the runtime has loaded: RSS is read once a reply proves
+        # it is serving, then idle (what it holds while waiting for a person).
+        os.write(master, b"status\r")
+        while b"Status:" not in seen:
+            ready, _, _ = select.select([master], [], [], 60)
+            if not ready:
+                raise RuntimeError(f"no reply to `status` within 60 s: {seen[-500:]!r}")
+            seen += os.read(master, 4096)
+        time.sleep(1.0)
         rss = _rss_mb(proc.pid)
     finally:
         proc.kill()

@@ -23,12 +23,13 @@ from typing import TypeVar
 
 from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
+from agents.backends.inproc import InProcessBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.permissions import DEFAULT_RULES_LABEL, rules_file_problem
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox, shown_by
-from agents.specialists import default_specialists
+from agents.specialists import Specialist, default_specialists
 from agents.tools import ToolRegistry
 from agents.web_tools import WebConfig, web_tools_hook
 from agents.workspace_tools import ShellPolicy
@@ -52,6 +53,13 @@ from host.conversation.service import (
     ConversationExtras,
     ConversationParts,
     ConversationService,
+)
+from host.evaluation.evolution.harness import Harness as EvolvedHarness
+from host.evaluation.evolution.runtime import (
+    ActiveHarnesses,
+    HarnessedBackend,
+    builtin_harness,
+    harnessed,
 )
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
 from host.features.memory.feature import MemoryFeature
@@ -118,6 +126,7 @@ class Runtime:
     run_events: ConversationRunEvents
     features: tuple[Feature, ...]
     agent_processes: AcpProcesses
+    harnesses: ActiveHarnesses
     # Stop callbacks of everything started, in start order (closed in reverse).
     lifecycle: AsyncExitStack = field(default_factory=TimedExitStack)
     serving: set[asyncio.Task[None]] = field(default_factory=set)
@@ -179,9 +188,14 @@ def campaign_site(settings: Settings, sandbox: Sandbox, *, one_shot: bool) -> Ca
 
 
 def backend_factory(
-    provider: ModelProvider, settings: Settings, sandbox: Sandbox, acp: AcpProcesses
+    provider: ModelProvider,
+    settings: Settings,
+    sandbox: Sandbox,
+    acp: AcpProcesses,
+    harnesses: ActiveHarnesses,
 ) -> Callable[[AgentEntry], AgentBackend]:
-    """Builds each agent's backend once, on first use."""
+    """Builds each agent's backend once, on first use; an in-process specialist with a
+    promoted harness runs with it."""
     web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
     specialists = default_specialists(
         shell=ShellPolicy(sandbox=sandbox), web_tools=web_tools_hook(web)
@@ -190,6 +204,12 @@ def backend_factory(
 
     def backend(entry: AgentEntry) -> AgentBackend:
         if entry.name not in built:
+            harness = harnesses.get(entry.name) if entry.backend == "inproc" else None
+            if harness is not None and entry.role in specialists:
+                built[entry.name] = _harnessed_backend(
+                    entry, harness, provider, specialists[entry.role], settings
+                )
+                return built[entry.name]
             built[entry.name] = build_backend(
                 entry,
                 provider=provider,
@@ -202,6 +222,24 @@ def backend_factory(
         return built[entry.name]
 
     return backend
+
+
+def _harnessed_backend(
+    entry: AgentEntry,
+    harness: EvolvedHarness,
+    provider: ModelProvider,
+    specialist: Specialist,
+    settings: Settings,
+) -> AgentBackend:
+    """An in-process specialist running its promoted harness."""
+    base = builtin_harness(specialist, settings.max_iterations, settings.max_tokens)
+    inner = InProcessBackend(
+        provider,
+        harnessed(specialist, harness, base),
+        max_iterations=int(harness.runtime.get("max_iterations", settings.max_iterations)),
+        max_tokens=int(harness.runtime.get("max_tokens", settings.max_tokens)),
+    )
+    return HarnessedBackend(inner, harness, base)
 
 
 def build_embedder(settings: Settings) -> Embedder | None:
@@ -275,13 +313,16 @@ async def build_runtime(
     run_store = RunStore(parts.store)
     # The ACP agents' processes, one per agent and conversation (closed after the runs).
     agent_processes = AcpProcesses(parts.sandbox)
+    harnesses = ActiveHarnesses()
     runs = RunManager(
         RunParts(
             store=run_store,
             files=RunFiles(home / "runs"),
             registry=parts.registry,
             judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
-            backend=backend_factory(parts.provider, settings, parts.sandbox, agent_processes),
+            backend=backend_factory(
+                parts.provider, settings, parts.sandbox, agent_processes, harnesses
+            ),
             workspace=parts.workspace,
             bus=parts.bus,
         ),
@@ -371,6 +412,7 @@ async def build_runtime(
         run_events=run_events,
         features=installed,
         agent_processes=agent_processes,
+        harnesses=harnesses,
     )
     try:
         await open_core(runtime)
@@ -483,6 +525,7 @@ async def open_core(runtime: Runtime) -> None:
     stack = runtime.lifecycle
     await runtime.store.open()
     stack.push_async_callback(runtime.store.close)
+    await runtime.harnesses.load(runtime.store)
     for feature in runtime.features:
         await feature.open(stack)
     stack.push_async_callback(close_provider, runtime.provider)

@@ -125,6 +125,18 @@ def _eval(args: argparse.Namespace, settings: Settings) -> int:
     return eval_command(args, settings)
 
 
+def _evolve(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.evolve import evolve_command
+
+    return evolve_command(args, settings)
+
+
+def _harness(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.evolve import harness_command
+
+    return harness_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.doctor import doctor
 
@@ -142,6 +154,8 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "skills": _skills,
         "doctor": _doctor,
         "eval": _eval,
+        "evolve": _evolve,
+        "harness": _harness,
     }
 )
 

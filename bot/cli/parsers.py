@@ -72,6 +72,7 @@ def parser() -> argparse.ArgumentParser:
     _add_schedules(sub)
     _add_memory(sub)
     _add_eval(sub)
+    _add_evolve(sub)
     _add_skills(sub)
     return parser
 
@@ -241,6 +242,60 @@ def _add_eval(sub: _Commands) -> None:
     score.add_argument("predictions", type=Path, help="prediction file (JSON Lines)")
     score.add_argument("--tasks", type=Path, default=None, help=tasks_help)
     score.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _add_evolve(sub: _Commands) -> None:
+    """`evolve AGENT` and `harness ACTION`: evolving a specialist's harness and its versions."""
+    evolve = sub.add_parser(
+        "evolve",
+        help="improve a specialist's harness from scored tasks",
+        description=(
+            "Evolve AGENT's harness (prompt, knowledge notes, runtime and config values; never "
+            'the loop, tools, sandbox or evaluator) on a task file: JSON Lines of {"id", '
+            '"prompt", "verify": {"exact"|"regex"|"command"|"judge": ...}, '
+            '"split": "train"|"test"}. The winner is stored as a new harness version, '
+            "active only once promoted. The same command again continues an interrupted run."
+        ),
+    )
+    evolve.add_argument("agent", help="an in-process specialist (research, code, design, oncall)")
+    evolve.add_argument("--tasks", type=Path, required=True, help="task file (JSON Lines)")
+    for flag, default, does in (
+        ("--rounds", 5, "rounds R"),
+        ("--candidates", 4, "proposals per round J"),
+        ("--subset", None, "screening tasks per round n (2 or more; 4 or every training task)"),
+        ("--keep", 2, "screening survivors confirmed per round N_keep"),
+        ("--patience", 2, "rounds without a change before stopping P"),
+        ("--attempts", 3, "attempts per task K"),
+    ):
+        shown = f" (default {default})" if default is not None else ""
+        evolve.add_argument(flag, type=int, default=default, help=does + shown)
+    evolve.add_argument("--json", action="store_true", help="print the result as JSON")
+    harness = sub.add_parser(
+        "harness",
+        help="harness versions of the specialists",
+        description="List, compare, promote and roll back evolved harness versions.",
+    )
+    actions = harness.add_subparsers(dest="harness_command", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="every version", description="List versions.")
+    listing.add_argument("agent", nargs="?", default=None, help="only this agent's")
+    show = actions.add_parser("show", help="one version", description="Show one version.")
+    show.add_argument("agent")
+    show.add_argument("version", type=int)
+    compare = actions.add_parser(
+        "diff", help="compare two versions", description="Diff two versions (0: built-in)."
+    )
+    compare.add_argument("agent")
+    compare.add_argument("old", type=int)
+    compare.add_argument("new", type=int)
+    promote = actions.add_parser(
+        "promote", help="make a version active", description="Make a version active."
+    )
+    promote.add_argument("agent")
+    promote.add_argument("version", type=int)
+    rollback = actions.add_parser(
+        "rollback", help="undo the last promotion", description="Return to the replaced version."
+    )
+    rollback.add_argument("agent")
 
 
 def _add_skills(sub: _Commands) -> None:

@@ -97,6 +97,7 @@ _BOT_SIDE = textwrap.dedent(
     from agents.workspace_tools import ShellPolicy, ToolContext
     from agents.backends import AcpProcesses
     from bot.app import backend_factory, build_sandbox
+    from host.evaluation.evolution.runtime import ActiveHarnesses
     from bot.home import workspace_for
     from bot.settings import load_settings
     from core.ids import ConversationRef
@@ -114,7 +115,9 @@ _BOT_SIDE = textwrap.dedent(
             command=("sh", "-c", cli_script),
         )
         processes = AcpProcesses(sandbox)
-        backend = backend_factory(OfflineProvider(), settings, sandbox, processes)(entry)
+        backend = backend_factory(
+            OfflineProvider(), settings, sandbox, processes, ActiveHarnesses()
+        )(entry)
         outcome = await backend.run(
             AgentTask(node_id="n1", agent=entry, prompt="go", workspace=workspace)
         )

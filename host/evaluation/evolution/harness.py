@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +43,58 @@ class Harness(BaseModel):
         """A short content hash (two harnesses with the same θ share it)."""
         raw = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A harness applied to one task: the system prompt, the task message and the events
+    that show which of its parts beyond h0 were injected (what activation predicates read)."""
+
+    system: str
+    message: str
+    events: frozenset[str]
+
+
+def render(harness: Harness, base: Harness, task: str) -> Rendered:
+    """`harness` for `task`: its prompt (and config block) as the system prompt; its knowledge
+    notes whose `WHEN word, word:` condition the task meets (or that have none) before the
+    task. Events: `prompt:appended` when the prompt differs from h0's, `knowledge:<note>` per
+    injected note, `config:<key>` per config value differing from h0's."""
+    events: set[str] = set()
+    system = harness.prompt
+    if harness.prompt != base.prompt:
+        events.add("prompt:appended")
+    if harness.config:
+        lines = [f"- {key}: {value}" for key, value in sorted(harness.config.items())]
+        system = f"{system}\n\n## Settings\n" + "\n".join(lines)
+        events.update(
+            f"config:{key}"
+            for key, value in harness.config.items()
+            if base.config.get(key) != value
+        )
+    notes = [note for note in harness.knowledge if _applies(note, task)]
+    events.update(f"knowledge:{note}" for note in notes)
+    message = task
+    if notes:
+        block = "\n".join(f"- {_note_text(note)}" for note in notes)
+        message = f"Notes for this task:\n{block}\n\n{task}"
+    return Rendered(system, message, frozenset(events))
+
+
+def _applies(note: str, task: str) -> bool:
+    match = _WHEN.match(note)
+    if match is None:
+        return True
+    words = [w.strip().lower() for w in match.group(1).split(",") if w.strip()]
+    return any(word in task.lower() for word in words)
+
+
+def _note_text(note: str) -> str:
+    match = _WHEN.match(note)
+    return note[match.end() :].strip() if match else note
+
+
+_WHEN = re.compile(r"^WHEN ([^:]+):")
 
 
 class Edit(BaseModel):

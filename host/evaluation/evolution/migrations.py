@@ -55,4 +55,24 @@ CREATE TABLE evo_rounds (
 );
 """,
     ),
+    Migration(
+        package="evolution",
+        version=2,
+        name="harness versions: evolved harnesses, their lineage, and which one is active",
+        sql="""
+CREATE TABLE harness_versions (
+    agent        TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    spec         TEXT NOT NULL,
+    lineage      TEXT NOT NULL,
+    result       TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    replaced     INTEGER,
+    created_at   REAL NOT NULL,
+    decided_by   TEXT,
+    decided_at   REAL,
+    PRIMARY KEY (agent, version)
+);
+""",
+    ),
 )

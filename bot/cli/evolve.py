@@ -1,0 +1,255 @@
+"""`raven-bot evolve AGENT --tasks FILE` and `raven-bot harness list|show|diff|promote|
+rollback`: a specialist's harness improved from evidence (`host.evaluation.evolution`),
+stored as a new version that runs only once an admin promotes it.
+
+The same command again continues the same run (its id comes from the agent, the task file
+and the settings): finished attempts are read back from raven.db, never redone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import sys
+from dataclasses import asdict
+from typing import TextIO
+
+from bot.cli.database import open_database
+from bot.home import HomeError
+from bot.settings import Settings
+from core.store import Store
+from host.evaluation.evolution.harness import Harness
+from host.evaluation.evolution.proposer import ModelProposer
+from host.evaluation.evolution.search import H0, Evolution, EvolutionResult, EvolveSettings
+from host.evaluation.evolution.specialist import SpecialistEvaluator
+from host.evaluation.evolution.store import EvolutionStore
+from host.evaluation.evolution.tasks import EvolveTask, read_evolve_tasks
+from host.evaluation.evolution.versions import HarnessVersions, VersionError, diff
+from host.evaluation.maob.formats import EvalFileError
+
+OPERATOR = "cli:local"
+
+
+def evolve_command(
+    args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """Run (or continue) one evolution; 0 when done, 2 for bad input or no model."""
+    try:
+        tasks = read_evolve_tasks(args.tasks)
+    except EvalFileError as exc:
+        err.write(f"raven-bot evolve: {exc}\n")
+        return 2
+    train = [t.id for t in tasks if t.split == "train"]
+    evolve = EvolveSettings(
+        rounds=args.rounds,
+        candidates=args.candidates,
+        subset=args.subset if args.subset is not None else min(4, len(train)),
+        keep=args.keep,
+        patience=args.patience,
+        attempts=args.attempts,
+    )
+    problem = evolve.problem(len(train))
+    if problem is not None:
+        err.write(f"raven-bot evolve: {problem}\n")
+        return 2
+    if settings.offline or settings.anthropic_api_key is None:
+        err.write(
+            "raven-bot evolve needs a model: no ANTHROPIC_API_KEY is set (offline mode), and "
+            "scores are never faked. Set ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL for another "
+            "Anthropic-compatible server).\n"
+        )
+        return 2
+    try:
+        return asyncio.run(_evolve(args, settings, evolve, tasks, out, err))
+    except (HomeError, RuntimeError) as exc:
+        err.write(f"raven-bot evolve: {exc}\n")
+        return 2
+
+
+async def _evolve(
+    args: argparse.Namespace,
+    settings: Settings,
+    evolve: EvolveSettings,
+    tasks: list[EvolveTask],
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    from bot.app import build_provider, build_sandbox, close_provider, load_agents
+    from host.evaluation.evolution.runtime import builtin_harness, specialist_for
+
+    registry = load_agents(settings)
+    entry = registry.get(args.agent)
+    if entry is None or entry.backend != "inproc":
+        raise RuntimeError(
+            f"`{args.agent}` is not an in-process specialist; evolve one of: "
+            + ", ".join(e.name for e in registry.entries() if e.backend == "inproc")
+        )
+    sandbox = build_sandbox(settings)
+    specialist = specialist_for(entry.role, sandbox)
+    builtin = builtin_harness(specialist, settings.max_iterations, settings.max_tokens)
+    provider = build_provider(settings)
+    run_id = _run_id(args.agent, args.tasks.read_bytes(), evolve)
+    try:
+        async with open_database(settings.home) as store:
+            start = (await HarnessVersions(store).active()).get(args.agent, builtin)
+            evaluator = SpecialistEvaluator(
+                provider,
+                entry,
+                specialist,
+                start,
+                {t.id: t for t in tasks},
+                settings.home / "evolve" / run_id,
+                sandbox,
+            )
+            records = EvolutionStore(store)
+            err.write(f"evolve run {run_id} (the same command continues it)\n")
+            result = await Evolution(
+                records,
+                evaluator,
+                ModelProposer(provider),
+                evolve,
+                progress=lambda line: print(line, file=err, flush=True),
+            ).run(
+                run_id,
+                args.agent,
+                start,
+                [t.id for t in tasks if t.split == "train"],
+                [t.id for t in tasks if t.split == "test"],
+            )
+            version = await _store_version(store, records, args.agent, result)
+    finally:
+        await close_provider(provider)
+    _report(result, version, args.agent, out, as_json=args.json)
+    return 0
+
+
+def _run_id(agent: str, tasks: bytes, evolve: EvolveSettings) -> str:
+    raw = json.dumps([agent, hashlib.sha256(tasks).hexdigest(), asdict(evolve)]).encode()
+    return f"{agent}-{hashlib.sha256(raw).hexdigest()[:10]}"
+
+
+async def _store_version(
+    store: Store, records: EvolutionStore, agent: str, result: EvolutionResult
+) -> int | None:
+    """The selected harness as a new version (once per run); None when h0 stayed best."""
+    if result.selected == H0:
+        return None
+    versions = HarnessVersions(store)
+    for existing in await versions.list(agent):
+        if existing.result.get("run_id") == result.run_id:
+            return existing.version
+    harnesses = await records.harnesses(result.run_id)
+    lineage, at = [], harnesses[result.selected]
+    while True:
+        lineage.append(f"{result.run_id}/{at.id}" + (f" ({at.cell})" if at.cell else ""))
+        if at.parent_id is None:
+            break
+        at = harnesses[at.parent_id]
+    spec = harnesses[result.selected].spec
+    return await versions.add(agent, spec, lineage, result.as_json())
+
+
+def _report(
+    result: EvolutionResult, version: int | None, agent: str, out: TextIO, *, as_json: bool
+) -> None:
+    if as_json:
+        out.write(json.dumps({**result.as_json(), "version": version}, indent=2) + "\n")
+        return
+    out.write(
+        f"selected {result.selected}"
+        + (f" ({result.selected_cell})" if result.selected_cell else " (the starting harness)")
+        + f" after {result.rounds} round(s)\n"
+        f"training Util {result.train_before:.3f} → {result.train_after:.3f}\n"
+    )
+    if result.test_before is not None and result.test_after is not None:
+        out.write(f"held-out Util {result.test_before:.3f} → {result.test_after:.3f}\n")
+    out.write(
+        f"scored attempts {result.attempts_used} of the bound {result.attempts_bound} "
+        f"(+{result.test_attempts} on the test split)\n"
+    )
+    if version is not None:
+        out.write(
+            f"stored as {agent} harness version {version}; it runs only once an admin "
+            f"promotes it: raven-bot harness promote {agent} {version}\n"
+        )
+
+
+def harness_command(
+    args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """`harness list|show|diff|promote|rollback`; 2 for an unknown version."""
+    try:
+        return asyncio.run(_harness(args, settings, out))
+    except (VersionError, HomeError) as exc:
+        err.write(f"raven-bot harness: {exc}\n")
+        return 2
+
+
+async def _harness(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    async with open_database(settings.home) as store:
+        versions = HarnessVersions(store)
+        action = args.harness_command
+        if action == "list":
+            rows = await versions.list(args.agent)
+            if not rows:
+                out.write("no evolved harness versions; every agent runs its built-in one\n")
+            for v in rows:
+                r = v.result
+                out.write(
+                    f"{v.agent} v{v.version}  {v.state:<8}  train {_num(r.get('train_before'))}"
+                    f"→{_num(r.get('train_after'))}  test {_num(r.get('test_before'))}"
+                    f"→{_num(r.get('test_after'))}  {r.get('selected_cell') or ''}\n"
+                )
+        elif action == "show":
+            v = await versions.get(args.agent, args.version)
+            out.write(
+                json.dumps(
+                    {
+                        "agent": v.agent,
+                        "version": v.version,
+                        "state": v.state,
+                        "lineage": v.lineage,
+                        "result": v.result,
+                        "harness": v.spec.model_dump(mode="json"),
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
+        elif action == "diff":
+            old = await _spec(versions, settings, args.agent, args.old)
+            new = await _spec(versions, settings, args.agent, args.new)
+            out.write(
+                diff(old, new, f"{args.agent} v{args.old}", f"{args.agent} v{args.new}") + "\n"
+            )
+        elif action == "promote":
+            replaced = await versions.promote(args.agent, args.version, OPERATOR)
+            was = f"v{replaced.version}" if replaced else "the built-in harness"
+            out.write(
+                f"{args.agent} now runs harness v{args.version} (it replaced {was}); a running "
+                "bot picks it up at its next start\n"
+            )
+        else:
+            back = await versions.rollback(args.agent, OPERATOR)
+            now = f"v{back}" if back is not None else "its built-in harness"
+            out.write(f"{args.agent} runs {now} again (from the next start)\n")
+    return 0
+
+
+async def _spec(versions: HarnessVersions, settings: Settings, agent: str, version: int) -> Harness:
+    if version != 0:
+        return (await versions.get(agent, version)).spec
+    from bot.app import build_sandbox, load_agents
+    from host.evaluation.evolution.runtime import builtin_harness, specialist_for
+
+    entry = load_agents(settings).get(agent)
+    if entry is None:
+        raise VersionError(f"no agent {agent!r} in the registry")
+    specialist = specialist_for(entry.role, build_sandbox(settings))
+    return builtin_harness(specialist, settings.max_iterations, settings.max_tokens)
+
+
+def _num(value: object) -> str:
+    return f"{value:.3f}" if isinstance(value, int | float) else "-"

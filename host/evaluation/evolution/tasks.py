@@ -1,0 +1,79 @@
+"""The task file `raven-bot evolve` reads: one JSON object per line,
+`{"id", "prompt", "verify": VERIFIER, "split": "train" | "test"}`, where VERIFIER is one of
+`{"exact": TEXT}` (the output, stripped, equals it), `{"regex": PATTERN}` (it matches the
+output), `{"command": SHELL}` (exit code 0, run in the sandbox on the agent's workspace, no
+network) or `{"judge": CRITERION}` (a model call answers PASS or FAIL). The test split is
+sealed: scored once at the end and never shown to the proposer."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from host.evaluation.maob.formats import EvalFileError
+
+
+class Verifier(BaseModel):
+    """Exactly one way of scoring an attempt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    exact: str | None = None
+    regex: str | None = None
+    command: str | None = Field(default=None, min_length=1)
+    judge: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> Verifier:
+        given = [k for k in ("exact", "regex", "command", "judge") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of exact, regex, command, judge")
+        if self.regex is not None:
+            try:
+                re.compile(self.regex)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from None
+        return self
+
+
+class EvolveTask(BaseModel):
+    """One task with its verifier and split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, max_length=120, pattern=r"^[A-Za-z0-9_.-]+$")
+    prompt: str = Field(min_length=1)
+    verify: Verifier
+    split: Literal["train", "test"] = "train"
+
+
+def read_evolve_tasks(path: Path) -> list[EvolveTask]:
+    """Every task of the file (ids unique; at least two training tasks)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EvalFileError(f"cannot read the task file {path}: {exc}") from None
+    tasks: list[EvolveTask] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            tasks.append(EvolveTask.model_validate(json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise EvalFileError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "the line"
+            raise EvalFileError(
+                f"{path}:{number}: {where}: {first['msg']} (see `raven-bot evolve --help`)"
+            ) from None
+    ids = [t.id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise EvalFileError(f"{path}: task ids must be unique")
+    if sum(t.split == "train" for t in tasks) < 2:
+        raise EvalFileError(f"{path}: evolution needs at least two training tasks")
+    return tasks
