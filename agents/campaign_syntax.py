@@ -44,7 +44,7 @@ HELP = (
     f"`{EXAMPLE}` runs a long job and watches its metric (`min` or `max`) round after "
     "round, within the budget; its commands ask for approval first. Optional fields: "
     + ", ".join(f"`| {name}: {value}`" for name, value in OPTIONAL_FIELDS.items())
-    + " (`partition`, `cpus` and `time` are for Slurm machines)."
+    + " (Slurm only: `partition`, `cpus`, `time`)."
 )
 _START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
 # A field starts at `| name:` for any name (known or not: an unknown one is refused by name).

@@ -72,7 +72,7 @@ def chat_until_prompt(env: dict[str, str], cwd: Path) -> tuple[float, float]:
         # The prompt shows before the runtime has loaded: RSS is read once a reply proves
         # it is serving, then idle (what it holds while waiting for a person).
         os.write(master, b"status\r")
-        while b"Status:" not in seen:
+        while b"queued" not in seen:
             ready, _, _ = select.select([master], [], [], 60)
             if not ready:
                 raise RuntimeError(f"no reply to `status` within 60 s: {seen[-500:]!r}")

@@ -61,6 +61,7 @@ from host.evaluation.evolution.runtime import (
     builtin_harness,
     harnessed,
 )
+from host.features.evolution.feature import EvolutionFeature
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.personal import MemoryWriter
@@ -292,7 +293,13 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
 
 
 # The capabilities, in the order they subscribe, open and start (and stop in reverse).
-FEATURES: tuple[FeatureKind, ...] = (MemoryFeature, SkillsFeature, OncallFeature, SchedulesFeature)
+FEATURES: tuple[FeatureKind, ...] = (
+    MemoryFeature,
+    SkillsFeature,
+    OncallFeature,
+    SchedulesFeature,
+    EvolutionFeature,
+)
 
 
 async def build_runtime(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import sys
@@ -19,14 +20,18 @@ from typing import TextIO
 from bot.cli.database import open_database
 from bot.home import HomeError
 from bot.settings import Settings
-from core.store import Store
 from host.evaluation.evolution.harness import Harness
 from host.evaluation.evolution.proposer import ModelProposer
-from host.evaluation.evolution.search import H0, Evolution, EvolutionResult, EvolveSettings
+from host.evaluation.evolution.search import Evolution, EvolutionResult, EvolveSettings
 from host.evaluation.evolution.specialist import SpecialistEvaluator
 from host.evaluation.evolution.store import EvolutionStore
 from host.evaluation.evolution.tasks import EvolveTask, read_evolve_tasks
-from host.evaluation.evolution.versions import HarnessVersions, VersionError, diff
+from host.evaluation.evolution.versions import (
+    HarnessVersions,
+    VersionError,
+    diff,
+    store_selected,
+)
 from host.evaluation.maob.formats import EvalFileError
 
 OPERATOR = "cli:local"
@@ -110,7 +115,7 @@ async def _evolve(
                 evaluator,
                 ModelProposer(provider),
                 evolve,
-                progress=lambda line: print(line, file=err, flush=True),
+                progress=functools.partial(_say, err),
             ).run(
                 run_id,
                 args.agent,
@@ -118,37 +123,20 @@ async def _evolve(
                 [t.id for t in tasks if t.split == "train"],
                 [t.id for t in tasks if t.split == "test"],
             )
-            version = await _store_version(store, records, args.agent, result)
+            version = await store_selected(store, records, args.agent, result)
     finally:
         await close_provider(provider)
     _report(result, version, args.agent, out, as_json=args.json)
     return 0
 
 
+async def _say(err: TextIO, line: str) -> None:
+    print(line, file=err, flush=True)
+
+
 def _run_id(agent: str, tasks: bytes, evolve: EvolveSettings) -> str:
     raw = json.dumps([agent, hashlib.sha256(tasks).hexdigest(), asdict(evolve)]).encode()
     return f"{agent}-{hashlib.sha256(raw).hexdigest()[:10]}"
-
-
-async def _store_version(
-    store: Store, records: EvolutionStore, agent: str, result: EvolutionResult
-) -> int | None:
-    """The selected harness as a new version (once per run); None when h0 stayed best."""
-    if result.selected == H0:
-        return None
-    versions = HarnessVersions(store)
-    for existing in await versions.list(agent):
-        if existing.result.get("run_id") == result.run_id:
-            return existing.version
-    harnesses = await records.harnesses(result.run_id)
-    lineage, at = [], harnesses[result.selected]
-    while True:
-        lineage.append(f"{result.run_id}/{at.id}" + (f" ({at.cell})" if at.cell else ""))
-        if at.parent_id is None:
-            break
-        at = harnesses[at.parent_id]
-    spec = harnesses[result.selected].spec
-    return await versions.add(agent, spec, lineage, result.as_json())
 
 
 def _report(

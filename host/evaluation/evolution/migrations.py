@@ -75,4 +75,21 @@ CREATE TABLE harness_versions (
 );
 """,
     ),
+    Migration(
+        package="evolution",
+        version=3,
+        name="evolution runs started from chat: where to report and who asked",
+        sql="""
+CREATE TABLE evo_chat_runs (
+    run_id        TEXT PRIMARY KEY,
+    conversation  TEXT NOT NULL,
+    requested_by  TEXT NOT NULL,
+    agent         TEXT NOT NULL,
+    tasks         TEXT NOT NULL,
+    settings      TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    created_at    REAL NOT NULL
+);
+""",
+    ),
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -132,7 +132,7 @@ class Evolution:
         proposer: Proposer,
         settings: EvolveSettings,
         *,
-        progress: Callable[[str], None] = lambda _: None,
+        progress: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._evaluator = evaluator
@@ -190,10 +190,7 @@ class Evolution:
                 run_id, r, {"bank": bank, "stale": stale, "screens": screens}
             )
             done_rounds = r + 1
-            self._progress(
-                f"round {r + 1}: parent {parent}, {sum(v['passed'] for v in screens.values())} "
-                f"passed screening, bank {'changed' if changed else 'unchanged'}"
-            )
+            await self._say(r, parent, screens, changed)
             if stale >= s.patience:
                 break
         for harness_id in bank.values():
@@ -202,6 +199,17 @@ class Evolution:
         result = await self._finish(selected, train_logs, train, test, done_rounds)
         await self._store.finish_run(run_id, result.as_json())
         return result
+
+    async def _say(
+        self, r: int, parent: str, screens: dict[str, dict[str, Any]], changed: bool
+    ) -> None:
+        if self._progress is None:
+            return
+        passed = sum(v["passed"] for v in screens.values())
+        await self._progress(
+            f"round {r + 1}: parent {parent}, {passed} of {len(screens)} passed screening, bank "
+            f"{'changed' if changed else 'unchanged'}"
+        )
 
     async def _new_round(
         self, r: int, parent: str, train: Sequence[str], parent_log: Log, bank: dict[str, str]

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from core.store import Store
 from host.evaluation.evolution.harness import Harness
+from host.evaluation.evolution.search import H0, EvolutionResult
+from host.evaluation.evolution.store import EvolutionStore
 
 VersionState = Literal["proposed", "active", "retired"]
 
@@ -135,6 +137,27 @@ class HarnessVersions:
             "SELECT * FROM harness_versions WHERE agent = ? AND state = 'active'", (agent,)
         )
         return _version(row) if row is not None else None
+
+
+async def store_selected(
+    store: Store, records: EvolutionStore, agent: str, result: EvolutionResult
+) -> int | None:
+    """A finished run's selected harness as the agent's next version (once per run, with
+    its lineage back to h0); None when h0 stayed the best."""
+    if result.selected == H0:
+        return None
+    versions = HarnessVersions(store)
+    for existing in await versions.list(agent):
+        if existing.result.get("run_id") == result.run_id:
+            return existing.version
+    harnesses = await records.harnesses(result.run_id)
+    lineage, at = [], harnesses[result.selected]
+    while True:
+        lineage.append(f"{result.run_id}/{at.id}" + (f" ({at.cell})" if at.cell else ""))
+        if at.parent_id is None:
+            break
+        at = harnesses[at.parent_id]
+    return await versions.add(agent, harnesses[result.selected].spec, lineage, result.as_json())
 
 
 def diff(old: Harness, new: Harness, old_name: str, new_name: str) -> str:

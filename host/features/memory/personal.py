@@ -48,7 +48,7 @@ USAGE = (
     ("remember …", "notes something about you (said in a DM: kept for our DMs)"),
     ("what do you remember about me", "lists what I remember about you"),
     ("forget …", "deletes what I remember that mentions it"),
-    ("forget everything", "erases everything about you, once you approve"),
+    ("forget everything", "erases it all, once you approve"),
 )
 
 

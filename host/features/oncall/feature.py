@@ -18,10 +18,10 @@ from host.features.oncall.approval import (
     handle_campaign_command,
 )
 from host.features.oncall.decider import ModelDecider
-from host.features.oncall.notices import LaneNotifier
 from host.features.oncall.site import CampaignSite, Wiring
 from host.features.oncall.tools import build_campaign_tools
 from host.nudges.held import HELD_POST_RELEASE, HeldPosts
+from host.nudges.notices import LaneNotifier
 from host.runtime.events import (
     ConversationStopped,
     EventBus,

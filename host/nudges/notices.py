@@ -1,9 +1,11 @@
-"""Campaign notices enter the conversation's lane as system work, recorded before they post.
+"""Notices (what the bot says on its own: campaigns, evolution runs) enter the conversation's
+lane as system work, recorded before they post.
 
 `send` records the notice in the outbox's message log (durable, `pending`) and queues a
 system job on the conversation's lane that posts it; it never waits for that job, because a
-campaign is started inside a user turn of that same lane. A notice recorded but not posted
-when the process dies is sent once by the outbox's startup redelivery. Status-message edits
+campaign (or an evolution run) is started inside a user turn of that same lane. A notice
+recorded but not posted when the process dies is sent once by the outbox's startup
+redelivery. Status-message edits
 go straight to the outbox: they change a message already posted and need no lane order.
 
 Every notice but a final report or a failure (`essential`) passes the nudge policy: over a
@@ -32,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 class LaneNotifier:
-    """The campaign engine's notifier in the bot: persist, then post in the lane's order."""
+    """Notices in the bot (the campaign engine's notifier among them): persist, then post in
+    the lane's order."""
 
     def __init__(
         self,
