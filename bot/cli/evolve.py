@@ -21,16 +21,13 @@ from bot.cli.database import open_database
 from bot.home import HomeError
 from bot.settings import Settings
 from host.evaluation.evolution.harness import Harness
-from host.evaluation.evolution.proposer import ModelProposer
-from host.evaluation.evolution.search import Evolution, EvolutionResult, EvolveSettings
-from host.evaluation.evolution.specialist import SpecialistEvaluator
-from host.evaluation.evolution.store import EvolutionStore
+from host.evaluation.evolution.search import EvolutionResult, EvolveSettings
+from host.evaluation.evolution.session import evolve_agent
 from host.evaluation.evolution.tasks import EvolveTask, read_evolve_tasks
 from host.evaluation.evolution.versions import (
     HarnessVersions,
     VersionError,
     diff,
-    store_selected,
 )
 from host.evaluation.maob.formats import EvalFileError
 
@@ -82,7 +79,6 @@ async def _evolve(
     err: TextIO,
 ) -> int:
     from bot.app import build_provider, build_sandbox, close_provider, load_agents
-    from host.evaluation.evolution.runtime import builtin_harness, specialist_for
 
     registry = load_agents(settings)
     entry = registry.get(args.agent)
@@ -91,39 +87,23 @@ async def _evolve(
             f"`{args.agent}` is not an in-process specialist; evolve one of: "
             + ", ".join(e.name for e in registry.entries() if e.backend == "inproc")
         )
-    sandbox = build_sandbox(settings)
-    specialist = specialist_for(entry.role, sandbox)
-    builtin = builtin_harness(specialist, settings.max_iterations, settings.max_tokens)
     provider = build_provider(settings)
     run_id = _run_id(args.agent, args.tasks.read_bytes(), evolve)
     try:
         async with open_database(settings.home) as store:
-            start = (await HarnessVersions(store).active()).get(args.agent, builtin)
-            evaluator = SpecialistEvaluator(
-                provider,
-                entry,
-                specialist,
-                start,
-                {t.id: t for t in tasks},
-                settings.home / "evolve" / run_id,
-                sandbox,
-            )
-            records = EvolutionStore(store)
             err.write(f"evolve run {run_id} (the same command continues it)\n")
-            result = await Evolution(
-                records,
-                evaluator,
-                ModelProposer(provider),
-                evolve,
+            result, version = await evolve_agent(
+                store=store,
+                provider=provider,
+                sandbox=build_sandbox(settings),
+                entry=entry,
+                tasks=tasks,
+                run_id=run_id,
+                settings=evolve,
+                caps=(settings.max_iterations, settings.max_tokens),
+                workspaces=settings.home / "evolve" / run_id,
                 progress=functools.partial(_say, err),
-            ).run(
-                run_id,
-                args.agent,
-                start,
-                [t.id for t in tasks if t.split == "train"],
-                [t.id for t in tasks if t.split == "test"],
             )
-            version = await store_selected(store, records, args.agent, result)
     finally:
         await close_provider(provider)
     _report(result, version, args.agent, out, as_json=args.json)

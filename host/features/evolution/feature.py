@@ -17,13 +17,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from host.conversation.service import CommandHandler
-from host.evaluation.evolution.proposer import ModelProposer
-from host.evaluation.evolution.runtime import builtin_harness, specialist_for
-from host.evaluation.evolution.search import Evolution, EvolveSettings
-from host.evaluation.evolution.specialist import SpecialistEvaluator
-from host.evaluation.evolution.store import EvolutionStore
+from host.evaluation.evolution.search import EvolveSettings
+from host.evaluation.evolution.session import evolve_agent
 from host.evaluation.evolution.tasks import read_evolve_tasks
-from host.evaluation.evolution.versions import HarnessVersions, VersionError, store_selected
+from host.evaluation.evolution.versions import HarnessVersions, VersionError
 from host.evaluation.maob.formats import EvalFileError
 from host.features.evolution.chat_runs import ChatRun, ChatRuns
 from host.features.feature import BaseFeature, HostParts
@@ -130,36 +127,20 @@ class EvolutionFeature(BaseFeature):
 
     async def _evolve(self, run: ChatRun) -> None:
         p, s = self._parts, self._section
-        tasks = read_evolve_tasks(p.home / "evolve" / "tasks" / f"{run.tasks}.jsonl")
         entry = p.registry.get(run.agent)
         assert entry is not None
-        specialist = specialist_for(entry.role, p.sandbox)
-        builtin = builtin_harness(specialist, s.max_iterations, s.max_tokens)
-        start = (await self._versions.active()).get(run.agent, builtin)
-        evaluator = SpecialistEvaluator(
-            p.provider,
-            entry,
-            specialist,
-            start,
-            {t.id: t for t in tasks},
-            p.home / "evolve" / run.run_id,
-            p.sandbox,
-        )
-        records = EvolutionStore(p.store)
-        result = await Evolution(
-            records,
-            evaluator,
-            ModelProposer(p.provider),
-            run.settings,
+        result, version = await evolve_agent(
+            store=p.store,
+            provider=p.provider,
+            sandbox=p.sandbox,
+            entry=entry,
+            tasks=read_evolve_tasks(p.home / "evolve" / "tasks" / f"{run.tasks}.jsonl"),
+            run_id=run.run_id,
+            settings=run.settings,
+            caps=(s.max_iterations, s.max_tokens),
+            workspaces=p.home / "evolve" / run.run_id,
             progress=functools.partial(self._progress, run),
-        ).run(
-            run.run_id,
-            run.agent,
-            start,
-            [t.id for t in tasks if t.split == "train"],
-            [t.id for t in tasks if t.split == "test"],
         )
-        version = await store_selected(p.store, records, run.agent, result)
         held_out = (
             f"; held-out Util {result.test_before:.3f} → {result.test_after:.3f}"
             if result.test_before is not None and result.test_after is not None
@@ -170,9 +151,8 @@ class EvolutionFeature(BaseFeature):
             f"{result.attempts_used} scored attempts of the bound {result.attempts_bound}"
         )
         if version is None:
-            await self._say(
-                run, f"Evolution run `{run.run_id}` found nothing better ({summary}).", "done"
-            )
+            nothing = f"Evolution run `{run.run_id}` found nothing better ({summary})."
+            await self._say(run, nothing, "done")
         elif not await self._asked(run):
             await p.broker.create(
                 conversation=run.conversation,
