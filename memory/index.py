@@ -514,12 +514,16 @@ class HybridIndex:
         q_tokens = tokenize(query)
         wanted = frozenset(channels)
         dense = "dense" in wanted and self.embedder is not None
-        async with part.lock, asyncio.TaskGroup() as tasks:
-            # The query is encoded while BM25 ranks (numpy releases the interpreter lock).
+        async with asyncio.TaskGroup() as tasks:
+            # The query is encoded while BM25 ranks (numpy releases the interpreter lock); the
+            # encoding starts before the partition's lock is taken, which it does not need.
             encoding = tasks.create_task(self._query_vector(query)) if dense else None
-            lex = await asyncio.to_thread(self._lex_sync, part, q_tokens, k, wanted)
-            q_vec = await encoding if encoding is not None else None
-            return await asyncio.to_thread(self._search_sync, part, lex, q_tokens, q_vec, k, kinds)
+            async with part.lock:  # one hold: ranks and scoring see the same documents
+                lex = await asyncio.to_thread(self._lex_sync, part, q_tokens, k, wanted)
+                q_vec = await encoding if encoding is not None else None
+                return await asyncio.to_thread(
+                    self._search_sync, part, lex, q_tokens, q_vec, k, kinds
+                )
 
     def forget_query_vectors(self) -> None:
         """Drop the recent query vectors (the next recall of any query encodes it)."""

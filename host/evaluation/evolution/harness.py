@@ -24,7 +24,6 @@ KERNEL_PARTS = ("loop", "tools", "sandbox", "evaluator")
 RUNTIME_LIMITS: dict[str, tuple[float, float]] = {
     "max_iterations": (1, 200),
     "max_tokens": (256, 64_000),
-    "context_budget": (1_000, 1_000_000),
 }
 Value = int | float | str | bool
 

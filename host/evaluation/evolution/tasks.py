@@ -7,14 +7,13 @@ sealed: scored once at the end and never shown to the proposer."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from host.evaluation.maob.formats import EvalFileError
+from host.evaluation.maob.formats import EvalFileError, read_lines
 
 
 class Verifier(BaseModel):
@@ -53,24 +52,7 @@ class EvolveTask(BaseModel):
 
 def read_evolve_tasks(path: Path) -> list[EvolveTask]:
     """Every task of the file (ids unique; at least two training tasks)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvalFileError(f"cannot read the task file {path}: {exc}") from None
-    tasks: list[EvolveTask] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            tasks.append(EvolveTask.model_validate(json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise EvalFileError(f"{path}:{number}: not JSON ({exc.msg})") from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the line"
-            raise EvalFileError(
-                f"{path}:{number}: {where}: {first['msg']} (see `raven-bot evolve --help`)"
-            ) from None
+    tasks = list(read_lines(path, "task", EvolveTask, command="evolve"))
     ids = [t.id for t in tasks]
     if len(set(ids)) != len(ids):
         raise EvalFileError(f"{path}: task ids must be unique")

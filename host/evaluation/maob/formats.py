@@ -72,7 +72,7 @@ class EvalTask(BaseModel):
 
 def read_tasks(path: Path) -> list[EvalTask]:
     """Every task of a task file (ids unique)."""
-    tasks = list(_lines(path, "task", EvalTask))
+    tasks = list(read_lines(path, "task", EvalTask))
     seen: set[str] = set()
     for task in tasks:
         if task.id in seen:
@@ -85,10 +85,14 @@ def read_tasks(path: Path) -> list[EvalTask]:
 
 def read_predictions(path: Path) -> list[Prediction]:
     """Every prediction line, in file order (a repeated id is another attempt)."""
-    return list(_lines(path, "prediction", Prediction))
+    return list(read_lines(path, "prediction", Prediction))
 
 
-def _lines(path: Path, what: str, model: type[_Line]) -> Iterator[_Line]:
+def read_lines(
+    path: Path, what: str, model: type[_Line], *, command: str = "eval"
+) -> Iterator[_Line]:
+    """Each non-blank line of a JSON Lines file as `model`; errors name the file, the line,
+    the field and where the format is described (`raven-bot COMMAND --help`)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -106,7 +110,7 @@ def _lines(path: Path, what: str, model: type[_Line]) -> Iterator[_Line]:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "the line"
             raise EvalFileError(
-                f"{path}:{number}: {where}: {first['msg']} (see `raven-bot eval --help` for "
-                f"the {what} format)"
+                f"{path}:{number}: {where}: {first['msg']} (see `raven-bot {command} --help` "
+                f"for the {what} format)"
             ) from None
         yield parsed
