@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import pickle
+import threading
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,9 @@ from apscheduler.job import Job
 from apscheduler.jobstores.base import ConflictingIdError, JobLookupError
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.util import datetime_to_utc_timestamp
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import IntegrityError
 
 from host.runtime.events import EventBus, WakeUp
 from host.runtime.scheduling import FiredJob, JobPayload, JSONValue
@@ -71,6 +75,72 @@ def _sqlite_engine(db_path: Path) -> Engine:
     return engine
 
 
+class _JobStore(SQLAlchemyJobStore):  # type: ignore[misc]
+    """The SQLAlchemy job store with its insert statement built once: building it per job
+    was a third of what storing a job cost (the row written is the same)."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine=engine)
+        self._insert = self.jobs_t.insert()
+
+    def add_job(self, job: Job) -> None:
+        row = {
+            "id": job.id,
+            "next_run_time": datetime_to_utc_timestamp(job.next_run_time),
+            "job_state": pickle.dumps(job.__getstate__(), self.pickle_protocol),
+        }
+        with self.engine.begin() as connection:
+            try:
+                connection.execute(self._insert, row)
+            except IntegrityError:
+                raise ConflictingIdError(job.id) from None
+
+
+class _AddAwareScheduler(AsyncIOScheduler):  # type: ignore[misc]
+    """An AsyncIOScheduler that skips the pass over the job store after adding a job that is
+    due no sooner than the armed timer.
+
+    APScheduler wakes up after every added job and queries the store for due jobs and the
+    next run time: with 10,000 jobs stored, 0.4 of the 1 ms that storing one costs. A job due
+    at or after the armed wake-up is found by the pass that wake-up makes anyway."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._adding = threading.local()  # the job this thread is adding
+        self._armed_until: datetime | None = None  # when the armed timer runs the next pass
+
+    def _real_add_job(self, job: Job, jobstore_alias: str, replace_existing: bool) -> None:
+        self._adding.job = job
+        try:
+            super()._real_add_job(job, jobstore_alias, replace_existing)
+        finally:
+            self._adding.job = None
+
+    def wakeup(self) -> None:
+        # Called from any thread (a job is added in a worker thread); the pass runs on the loop.
+        # The job's run time is filled in by `_real_add_job` before it wakes the scheduler.
+        job: Job | None = getattr(self._adding, "job", None)
+        added: datetime | None = getattr(job, "next_run_time", None)
+        self._eventloop.call_soon_threadsafe(self._wake, added)
+
+    def _wake(self, added: datetime | None) -> None:
+        armed = self._armed_until
+        if added is not None and armed is not None and self._timeout and added >= armed:
+            return
+        self._stop_timer()
+        self._start_timer(self._process_jobs())
+
+    def _start_timer(self, wait_seconds: float | None) -> None:
+        super()._start_timer(wait_seconds)
+        self._armed_until = (
+            None if wait_seconds is None else datetime.now(UTC) + timedelta(seconds=wait_seconds)
+        )
+
+    def _stop_timer(self) -> None:
+        super()._stop_timer()
+        self._armed_until = None
+
+
 class ApschedulerScheduler:
     """`Scheduler` on AsyncIOScheduler + SQLAlchemyJobStore (coalesce, one instance a job)."""
 
@@ -91,8 +161,8 @@ class ApschedulerScheduler:
         # two runtimes in one process (tests) on different homes each get their own jobs.
         self._name = name if name is not None else str(db_path.resolve())
         self._stop_grace = stop_grace_seconds
-        self._scheduler = AsyncIOScheduler(
-            jobstores={"default": SQLAlchemyJobStore(engine=_sqlite_engine(db_path))},
+        self._scheduler = _AddAwareScheduler(
+            jobstores={"default": _JobStore(_sqlite_engine(db_path))},
             job_defaults={
                 # A job overdue several times (it cannot be, being one-shot, but a later
                 # recurring kind might) runs once; never two copies of one job at a time.

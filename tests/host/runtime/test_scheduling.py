@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from sqlalchemy import event
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
 from core.ids import ConversationRef
@@ -114,6 +115,36 @@ async def test_replace_existing_keeps_one_job(
     await recorder.until(lambda fired: len(fired) == 1)
     assert [j.payload["v"] for j in recorder.fired] == ["fourth"]
     assert await scheduler.pending_job_ids() == []
+
+
+async def test_a_job_due_after_the_armed_wake_up_needs_no_pass_over_the_store(
+    rec_scheduler: tuple[ApschedulerScheduler, Recorder],
+) -> None:
+    # APScheduler queries the store for due jobs after every add: with many jobs stored that
+    # was 40 % of registering one. A job due no sooner than the armed timer is left to the
+    # pass that timer makes anyway; an earlier one still re-arms at once.
+    scheduler, recorder = rec_scheduler
+    assert await scheduler.schedule_at("first", _soon(3600), "ping", {})
+    statements: list[str] = []
+    engine = scheduler._scheduler._jobstores["default"].engine
+
+    def seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
+        statements.append(sql)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for n in range(5):
+            # Each add's wake-up callback runs before its call returns (queued first).
+            assert await scheduler.schedule_at(f"later{n}", _soon(7200 + n), "ping", {})
+        assert statements and not [s for s in statements if s.lstrip().startswith("SELECT")]
+        assert await scheduler.schedule_at("sooner", _soon(0.05), "ping", {})
+        await recorder.until(lambda fired: len(fired) == 1)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert recorder.ids() == ["sooner"]
+    assert sorted(await scheduler.pending_job_ids()) == sorted(
+        ["first", *(f"later{n}" for n in range(5))]
+    )
 
 
 async def test_cancel_prevents_the_fire(
