@@ -140,6 +140,7 @@ async def run_process(
     merge_stderr: bool = False,
     kill_grace: float = 2.0,
     network: bool = True,
+    readonly: Sequence[Path] = (),
 ) -> ProcessResult:
     """Run argv in its own process group; kill the whole group on timeout or cancellation.
 
@@ -152,7 +153,7 @@ async def run_process(
     # Checked here, where the error is clear; inside the sandbox it would be bwrap's exit 1.
     if shutil.which(argv[0], path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    launch = sandbox.launch(argv, workspace=cwd, env=env, network=network)
+    launch = sandbox.launch(argv, workspace=cwd, env=env, network=network, readonly=readonly)
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     transport, protocol = await start_uncancelled(

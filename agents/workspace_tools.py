@@ -36,6 +36,16 @@ class Permission(Protocol):
         ...
 
 
+class RunRecords(Protocol):
+    """The run records an agent's task points at by path (upstream nodes' outputs and
+    memory records, paper Eq. 32), served read-only: they live outside its workspace."""
+
+    async def read(self, path: str) -> str | None:
+        """The text of the record at `path` exactly as the task names it (None when the
+        task names no record there)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What workspace tools act on: the agent's workspace, who can answer questions, and
@@ -46,6 +56,8 @@ class ToolContext:
     ask: Callable[[str], Awaitable[str]] | None = None
     # (tool, subject) → decision; None when no gate is configured (tests, the console demo).
     permit: Callable[[str, str], Awaitable[Permission]] | None = None
+    # The records the task names by path outside the workspace; None: it names none.
+    records: RunRecords | None = None
 
     async def refusal(self, tool: str, subject: str) -> str | None:
         """None when the gate lets the call run, else the text the agent gets instead."""
@@ -162,7 +174,15 @@ class ListFilesInput(BaseModel):
 
 
 async def read_file(ctx: ToolContext, args: ReadFileInput) -> str:
-    """Read a text file from the workspace, a chunk at a time."""
+    """Read a text file from the workspace, or a run record the task names, a chunk at a
+    time."""
+    if ctx.records is not None:
+        # Served from the bot's records by the exact name the task gave: nothing on disk is
+        # opened by that name, so no link planted there can redirect the read. No gate: the
+        # Host chose to show these records to this task, as it shows the text of its prompt.
+        record = await ctx.records.read(args.path)
+        if record is not None:
+            return _chunk(record, args)
     target = await gated_target(ctx, "read_file", args.path)
     if isinstance(target, str):
         return target
@@ -177,7 +197,10 @@ def _read_file(target: Path, args: ReadFileInput) -> str:
     data = read_bytes_nofollow(target)
     if b"\0" in data[:8192]:
         return f"`{args.path}` is a binary file ({len(data)} bytes); not shown."
-    text = data.decode(errors="replace")
+    return _chunk(data.decode(errors="replace"), args)
+
+
+def _chunk(text: str, args: ReadFileInput) -> str:
     chunk = text[args.offset : args.offset + READ_CHUNK_CHARS]
     end = args.offset + len(chunk)
     if end < len(text):

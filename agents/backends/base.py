@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from agents.models.types import Message, TextBlock, ToolCall, ToolResult, Usage
 from agents.registry import AgentEntry
-from agents.workspace_tools import Permission
+from agents.workspace_tools import Permission, RunRecords
 
 Progress = Callable[[str], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
@@ -47,6 +47,10 @@ class AgentTask:
     approve: Approve | None = None
     # The permission gate tool calls pass (shell, Python, writes); None: none configured.
     permit: Permit | None = None
+    # Run records the prompt names by path (outside the workspace): served to in-process
+    # agents' file tools; `readable` holds their folders, shown read-only to a sandboxed CLI.
+    records: RunRecords | None = None
+    readable: tuple[Path, ...] = ()
 
     @property
     def message(self) -> str:

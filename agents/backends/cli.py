@@ -63,6 +63,7 @@ class CommandLineBackend:
                 kill_grace=self._kill_grace,
                 sandbox=self._sandbox,
                 network=entry.network,
+                readonly=task.readable,
             )
         except SandboxUnavailable as exc:
             return failed(task, f"The `{entry.name}` agent did not run. {exc}")

@@ -64,7 +64,9 @@ class InProcessBackend:
                 system=self._specialist.system_prompt,
                 messages=messages,
                 tools=tools,
-                ctx=ToolContext(workspace=workspace, ask=task.ask, permit=task.permit),
+                ctx=ToolContext(
+                    workspace=workspace, ask=task.ask, permit=task.permit, records=task.records
+                ),
                 on_event=_progress_events(task.on_progress),
             )
         except ModelError as exc:

@@ -396,17 +396,28 @@ def read_output(path: Path, *, restore: bool = False) -> str:
     (output files are not fsynced; the journal is). With `restore`, a missing file is
     written again from the journal (for a later graph that reads it by path). Raises
     OSError when neither has it."""
+    return _read_view(path, "output", restore=restore)
+
+
+def read_memory(path: Path) -> str:
+    """A completed node's memory record (`memory/<node>.md`): its file, or the journal's
+    copy. Raises OSError when neither has it."""
+    return _read_view(path, "memory", restore=False)
+
+
+def _read_view(path: Path, kind: str, *, restore: bool) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
-        # runs/<run>/outputs/<node>.md → runs/<run>/journal.jsonl, node <node>
+        # runs/<run>/<outputs|memory>/<node>.md → runs/<run>/journal.jsonl, node <node>
         journal = path.parent.parent / JOURNAL
-        output = journal_records(journal).get(path.stem, NodeRecords()).latest.output
-        if output is None:
+        latest = journal_records(journal).get(path.stem, NodeRecords()).latest
+        text: str | None = getattr(latest, kind)
+        if text is None:
             raise
     if restore:
         try:
-            _write_view(path, output)
+            _write_view(path, text)
         except OSError:
             log.exception("restoring %s from the journal failed", path)
-    return output
+    return text

@@ -19,6 +19,7 @@ from host.graph.executor.deps import DispatchAids, RunDeps
 from host.graph.executor.journal import RunWriter
 from host.graph.executor.scheduling import ConversationCapacity
 from host.graph.executor.settle import Job, Settler
+from host.graph.executor.shelf import RecordShelf
 from host.graph.model import NodeSpec
 from host.graph.render import RenderError, render_prompt
 from host.graph.run_store import NodeRecord, RunRecord
@@ -250,6 +251,8 @@ class Attempts:
         node_id = job.spec.id
         clock = self._deps.policy.clock
         await self._book.commit(node_id, "running", attempts=job.attempt, started_at=clock())
+        # Only a file-capable agent's prompt names records by path (a command names none).
+        shelf = self._shelf(node_id) if job.entry.file_capable else None
         task = AgentTask(
             node_id=node_id,
             agent=job.entry,
@@ -261,8 +264,20 @@ class Attempts:
             ask=self._reach.asker(node_id),
             approve=self._reach.approver(node_id),
             permit=self._reach.permit(node_id),
+            records=shelf,
+            # Only a CLI agent, started per task in the sandbox, reads records from disk.
+            readable=shelf.folders() if shelf is not None and job.entry.backend == "cli" else (),
         )
         return await self._call_backend(job.entry, task)
+
+    def _shelf(self, node_id: str) -> RecordShelf:
+        """The records the node's prompt names by path, for its agent to read."""
+        return RecordShelf(
+            self._graph.ancestors.get(node_id, frozenset()),
+            self._book.artifacts,
+            files=self._writer.files,
+            in_run=self._writer.memory_text,
+        )
 
     def _progress(self, node_id: str) -> Callable[[str], Awaitable[None]] | None:
         """What the node's agent reports while it works, for the run's status message."""

@@ -34,6 +34,8 @@ class RunWriter:
         self._markers = Markers()
         self._outputs_dir = files.outputs_dir(run_id)
         self._memory_dir = files.memory_dir(run_id)
+        # This run's memory records, for the agents of later nodes (served by their shelf).
+        self._memories: dict[str, str] = {}
 
     def marker(self) -> str:
         """A fence marker for untrusted text shown in this run's prompts and reports."""
@@ -61,6 +63,16 @@ class RunWriter:
         Fig. 5a): it never delays successors."""
         self._journal.record("memory", node_id, attempt, text=text)
         self._journal.later(self._memory_dir / f"{node_id}.md", text)
+        self._memories[node_id] = text
+
+    def memory_text(self, node_id: str) -> str | None:
+        """The memory record of a node of this run (None when it has none yet)."""
+        return self._memories.get(node_id)
+
+    @property
+    def files(self) -> RunFiles:
+        """Where the runs' records live."""
+        return self._files
 
     def memory_paths(
         self, ancestors: Iterable[str], inside: Sequence[str], artifacts: dict[str, Artifact]

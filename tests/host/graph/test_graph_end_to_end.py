@@ -14,6 +14,7 @@ import pytest
 
 from bot.app import Runtime
 from host.graph.records import journal_records
+from host.graph.render import MEMORY_HEADING
 from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
@@ -210,3 +211,77 @@ async def test_four_node_graph_with_one_continue(
 
 
 GRAPH_IDS = ["research_alg", "research_bench", "code", "design"]
+
+
+READING_GRAPH = {
+    "task_summary": "Find and build on it",
+    "background": True,
+    "nodes": [
+        {"id": "find", "agent": "research", "template": "Find the dataset.", "summary": "find"},
+        {
+            "id": "build",
+            "agent": "code",
+            "deps": ["find"],
+            "template": "Build the loader.",
+            "summary": "build",
+        },
+    ],
+}
+
+
+class ReadingScript:
+    """The `build` node's agent reads the memory record its prompt names (paper Eq. 32)."""
+
+    def __init__(self) -> None:
+        self.tool_results: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        system = body.get("system")
+        system_text = system if isinstance(system, str) else json.dumps(system)
+        first = _text_of(body["messages"][0])
+        last = _text_of(body["messages"][-1])
+        if "You judge whether an agent accomplished" in system_text:
+            return _tool("record_verdict", {"accomplished": True, "evidence": "output present"})
+        if "You are Raven, the Host Agent" in system_text:
+            if "Run `" in last and "completed" in last:
+                return {"content": "Both nodes completed."}
+            if "tool_result" in json.dumps(body["messages"][-1]):
+                return {"content": "Working on it."}
+            return _tool("submit_graph", READING_GRAPH)
+        if first.startswith("Find the dataset."):
+            return {"content": "The dataset is at example.org/data.csv."}
+        if len(body["messages"]) == 1:
+            listed = first.split(MEMORY_HEADING, 1)[1].split()[0]
+            return _tool("read_file", {"path": listed})
+        self.tool_results.append(last)
+        return {"content": f"Loader built from: {last[:400]}"}
+
+
+async def test_a_node_reads_the_memory_record_its_prompt_names(
+    runtime_with_fake: tuple[FakeAnthropic, FakeChatAdapter, Runtime],
+) -> None:
+    # The records live under runs/, outside the agent's workspace: before, its file tool
+    # refused the path its own prompt gave it.
+    fake, adapter, runtime = runtime_with_fake
+    script = ReadingScript()
+    fake.responder = script
+    msg = InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread="T2",
+        message_id="m1",
+        author_id="U1",
+        author_name="alice",
+        text="Find the dataset and build a loader.",
+        event_id="e1",
+    )
+    turn = await runtime.service.accept(msg)
+    assert turn is not None
+    await turn
+    await eventually(lambda: any("Both nodes completed" in t for t in adapter.texts))
+    assert len(script.tool_results) == 1
+    seen = script.tool_results[0]
+    assert "Memory record of node `find`" in seen
+    assert "example.org/data.csv" in seen
+    assert "outside the workspace" not in seen
