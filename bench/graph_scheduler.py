@@ -364,6 +364,7 @@ class RavenTiming:
     cpu: float  # process CPU seconds (all threads) from start of run to `done`
     user: float  # the same window: user-mode CPU seconds (getrusage)
     system: float  # the same window: kernel CPU seconds (file creation, fsync, SQLite I/O)
+    after: float  # process CPU seconds from `done` until the manager is idle (view files)
     progress_calls: int
     progress_seconds: float  # summed wall time inside progress() (calls overlap)
     notifies: int
@@ -422,7 +423,9 @@ async def run_raven(
         finished = time.perf_counter()
         cpu = time.process_time() - cpu
         after = resource.getrusage(resource.RUSAGE_SELF)
+        settled = time.process_time()
         await manager.idle()
+        settled = time.process_time() - settled
         states = {n.state for n in run.nodes.values()}
         if run.record.state != "completed" or states != {"completed"}:
             raise RuntimeError(f"run ended {run.record.state} with node states {states}")
@@ -433,6 +436,7 @@ async def run_raven(
             cpu=cpu,
             user=after.ru_utime - usage.ru_utime,
             system=after.ru_stime - usage.ru_stime,
+            after=settled,
             progress_calls=events.calls,
             progress_seconds=events.seconds,
             notifies=channel.notifies,
@@ -542,6 +546,7 @@ class Row:
             f"{(r.makespan - w.critical_path) / steps * 1000:.1f}",
             f"{(self.dataflow - w.critical_path) / steps * 1000:.2f}",
             f"{r.cpu / w.size * 1000:.2f}",
+            f"{r.after / w.size * 1000:.2f}",
             f"{r.progress_calls}",
             f"{r.progress_seconds:.2f}",
             f"{r.notifies}",
@@ -600,6 +605,7 @@ COST_HEADERS = [
     "ovh ms/step",
     "flow ms/step",
     "cpu ms/n",
+    "after ms/n",
     "progress",
     "prog s",
     "notify",
@@ -616,6 +622,8 @@ Cost of the same runs:
   flow ms/step  the same for the dataflow baseline (event-loop cost and timer slack only)
   cpu ms/n      process CPU time (time.process_time: event loop, SQLite and fsync threads)
                 from start of run to `done`, per node
+  after ms/n    process CPU from `done` until the run's task ended, per node: the output and
+                memory record files (views of the journal, written once, before the report)
   progress      ConversationRunEvents.progress calls (a run publishes progress after its
                 commits, coalesced: at most one per commit batch)
   prog s        summed wall time inside those calls (they overlap when nodes run in parallel)
@@ -643,8 +651,8 @@ Zero-duration agents (the same DAGs, every sleep 0): pure per-node overhead.
   CP n          nodes on the longest path (= topological generations here)
   wall s        raven makespan with zero-duration agents
   ms/node       wall / nodes: per-node cost of the real path (group-committed state rows
-                in SQLite, journal lines with batched fsync, output and memory record
-                files, judge call, progress announcements)
+                in SQLite, journal lines with batched fsync, judge call, progress
+                announcements; the view files follow `done`: see `after ms/n` above)
   cpu ms/n      process CPU time per node over the run (target <= 1 ms)
   user / sys    the same split into user-mode and kernel time (getrusage): kernel time is
                 file creation and fsync, and varies with other I/O on the machine

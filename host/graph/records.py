@@ -9,8 +9,9 @@
 The journal replaces a set of small fsynced files per node (and a directory per node, the
 costliest part): lines are written and synced in batches (one fsync per batch, off the event
 loop), and a batch is synced before the SQLite commit that settles the attempts it holds, so
-whatever was announced survives a kill -9 (SQLite is the source of truth; the files are
-written before it points at them, and readers fall back to the journal when one is missing).
+whatever was announced survives a kill -9 (SQLite is the source of truth). The per-node files
+are views of the journal, written when the run ends, before its report (or earlier for an
+agent that reads them from disk): readers fall back to the journal when one is missing.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ T = TypeVar("T")
 JOURNAL = "journal.jsonl"
 
 
-def _write_view(path: Path, text: str) -> None:
-    # No fsync: the journal holds the durable copy (readers fall back to it).
+def write_view(path: Path, text: str) -> None:
+    """Write one view file of a run (no fsync: the journal holds the durable copy, and
+    readers fall back to it)."""
     try:
         handle = path.open("w", encoding="utf-8")
     except FileNotFoundError:
@@ -133,24 +135,16 @@ class _Line:
     record: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class _View:
-    path: Path
-    text: str
-
-
 class _Barrier:
     """Asks the batch it lands in to fsync the journal (one per `sync` call)."""
 
 
 class RunJournal:
-    """The run's append-only journal (JSON lines) plus the per-node files read by path.
+    """The run's append-only journal (JSON lines).
 
-    `record` and `view` queue work and return at once (written soon, in a worker thread);
-    `sync` waits until everything queued so far is written and the journal fsynced — the
-    syncs of nodes settling together share one write and one fsync. `later` files (memory
-    records) are written in their own batches, so they never delay a sync. `close` writes
-    and syncs what is left.
+    `record` queues a line and returns at once (written soon, in a worker thread); `sync`
+    waits until everything queued so far is written and fsynced — the syncs of nodes settling
+    together share one write and one fsync. `close` writes and syncs what is left.
     """
 
     def __init__(self, path: Path) -> None:
@@ -159,10 +153,7 @@ class RunJournal:
         # Guards the file handle: a batch thread may still run while `close` is called.
         self._io = threading.Lock()
         self._closed = False
-        self._now = GroupFlush[_Line | _View | _Barrier](
-            self._write_now, name=f"journal:{path.parent.name}"
-        )
-        self._later = GroupFlush[_View](self._write_later, name=f"records:{path.parent.name}")
+        self._now = GroupFlush[_Line | _Barrier](self._write, name=f"journal:{path.parent.name}")
 
     def record(self, kind: str, node_id: str, attempt: int, **data: Any) -> None:
         """Append one record (`prompt`, `output`, `transcript`, `memory`) of a node attempt.
@@ -170,16 +161,8 @@ class RunJournal:
         Encoded in the batch thread: `data` must not change after this call."""
         self._now.add(_Line({"kind": kind, "node": node_id, "attempt": attempt, **data}))
 
-    def view(self, path: Path, text: str) -> None:
-        """A file readers need by path: it exists once the next `sync` returns."""
-        self._now.add(_View(path, text))
-
-    def later(self, path: Path, text: str) -> None:
-        """A file written soon, off the path of `sync` (before `close` returns)."""
-        self._later.add(_View(path, text))
-
     async def sync(self) -> None:
-        """Wait until every record and view queued so far is on disk (lines fsynced)."""
+        """Wait until every record queued so far is on disk (fsynced)."""
         self._now.add(_Barrier())
         await self._now.flushed()
 
@@ -188,7 +171,6 @@ class RunJournal:
         if not self._closed:
             await self.sync()
         await self._now.drain()
-        await self._later.drain()
         if not self._closed:
             self._closed = True
             await asyncio.to_thread(self._close_handle)
@@ -199,28 +181,12 @@ class RunJournal:
                 self._handle.close()
                 self._handle = None
 
-    async def _write_now(self, items: list[_Line | _View | _Barrier]) -> None:
+    async def _write(self, items: list[_Line | _Barrier]) -> None:
         lines = [i.record for i in items if isinstance(i, _Line)]
-        views = [i for i in items if isinstance(i, _View)]
         # Written lines survive a kill -9 already; the fsync (for a power loss) is paid only
         # when somebody waits for it.
         durable = any(isinstance(i, _Barrier) for i in items)
-        append = asyncio.to_thread(self._append, lines, durable)
-        if not views:
-            await append
-            return
-        # Creating the view files and appending + fsyncing the journal run in two threads at
-        # once: neither needs the other, a sync needs both, and one after the other they
-        # were the serial step every settling node of a big run queued behind.
-        results = await asyncio.gather(
-            asyncio.to_thread(self._write_views, views, strict=True), append, return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-
-    async def _write_later(self, items: list[_View]) -> None:
-        await asyncio.to_thread(self._write_views, items)
+        await asyncio.to_thread(self._append, lines, durable)
 
     def _append(self, lines: list[dict[str, Any]], durable: bool) -> None:
         with self._io:
@@ -235,15 +201,6 @@ class RunJournal:
                 handle.flush()
             if durable and self._handle is not None:
                 os.fdatasync(self._handle.fileno())
-
-    def _write_views(self, items: list[_View], *, strict: bool = False) -> None:
-        for item in items:
-            try:
-                _write_view(item.path, item.text)
-            except OSError:
-                if strict:
-                    raise
-                log.exception("writing %s failed (its journal record is kept)", item.path)
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
@@ -417,7 +374,7 @@ def _read_view(path: Path, kind: str, *, restore: bool) -> str:
             raise
     if restore:
         try:
-            _write_view(path, text)
+            write_view(path, text)
         except OSError:
             log.exception("restoring %s from the journal failed", path)
     return text

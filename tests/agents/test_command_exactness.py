@@ -27,7 +27,7 @@ from core.store import Store
 from host.features.memory.group import GroupPrefetch
 from host.features.skills.store import ExperienceStore
 from host.graph.model import NodeSpec
-from host.graph.records import journal_records
+from host.graph.records import journal_records, read_output
 from host.graph.render import Artifact, RenderError, render_prompt
 from host.graph.run_store import RunRecord
 from host.prompts.clarify import COMMAND_APPROVAL, code_block
@@ -116,7 +116,8 @@ def _journal_prompt(run: RunRecord, node_id: str) -> str:
 async def _output(runtime: Runtime, node_id: str) -> tuple[str, str]:
     record = await runtime.runs.store.node(CONV.id, node_id)
     assert record is not None and record.output_path is not None, (node_id, record)
-    return record.state, record.output_path.read_text()
+    # The journal holds it; the file view may follow the run's report.
+    return record.state, read_output(record.output_path)
 
 
 def _assert_shown_exactly(prompt: Prompt, command: str) -> None:

@@ -253,6 +253,10 @@ class Attempts:
         await self._book.commit(node_id, "running", attempts=job.attempt, started_at=clock())
         # Only a file-capable agent's prompt names records by path (a command names none).
         shelf = self._shelf(node_id) if job.entry.file_capable else None
+        on_disk = shelf is not None and job.entry.backend == "cli"
+        if on_disk:
+            # A CLI agent reads the records from disk: the view files owed are written first.
+            await self._writer.write_views()
         task = AgentTask(
             node_id=node_id,
             agent=job.entry,
@@ -266,7 +270,7 @@ class Attempts:
             permit=self._reach.permit(node_id),
             records=shelf,
             # Only a CLI agent, started per task in the sandbox, reads records from disk.
-            readable=shelf.folders() if shelf is not None and job.entry.backend == "cli" else (),
+            readable=shelf.folders() if shelf is not None and on_disk else (),
         )
         return await self._call_backend(job.entry, task)
 

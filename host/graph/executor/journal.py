@@ -1,9 +1,13 @@
 """A run's files as it executes: journal lines, output and memory record files, manifest.
 
-The run journal is one group commit (prompts, outputs, transcripts; one write and one fsync
-per batch, off the loop). A settling node waits for its journal lines to be on disk before
-its state is committed, so SQLite (the source of truth) never points at records that are
-not there; a node only starting never waits behind an fsync.
+The run journal is one group commit (prompts, outputs, transcripts, memory records; one
+write and one fsync per batch, off the loop). A settling node waits for its journal lines to
+be on disk before its state is committed, so SQLite (the source of truth) never points at a
+record the journal does not hold; a node only starting never waits behind an fsync.
+
+The per-node files (`outputs/<node>.md`, `memory/<node>.md`) are views of the journal,
+written when the run ends (before its report) or before an agent that reads them from disk
+starts. Creating two files per node on the settle path was most of a node's cost.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from agents.backends.base import AgentOutcome
 from core.fence import Markers
-from host.graph.records import RunFiles, RunJournal
+from host.graph.records import RunFiles, RunJournal, write_view
 from host.graph.render import Artifact
 from host.graph.run_store import NodeRecord, RunRecord
 
@@ -36,6 +40,8 @@ class RunWriter:
         self._memory_dir = files.memory_dir(run_id)
         # This run's memory records, for the agents of later nodes (served by their shelf).
         self._memories: dict[str, str] = {}
+        # View files owed: the journal holds each of them durably already.
+        self._unwritten: dict[Path, str] = {}
 
     def marker(self) -> str:
         """A fence marker for untrusted text shown in this run's prompts and reports."""
@@ -55,15 +61,15 @@ class RunWriter:
         return self._outputs_dir / f"{node_id}.md"
 
     def output(self, path: Path, text: str) -> None:
-        """Write a completed node's output file (durable once the journal is synced)."""
-        self._journal.view(path, text)
+        """Owe a completed node's output file (its text is journaled with the attempt)."""
+        self._unwritten[path] = text
 
     def memory(self, node_id: str, attempt: int, text: str) -> None:
-        """Journal a completed node's memory record; its file follows asynchronously (paper
-        Fig. 5a): it never delays successors."""
+        """Journal a completed node's memory record (paper Eq. 32) and owe its file: it never
+        delays successors (Fig. 5a)."""
         self._journal.record("memory", node_id, attempt, text=text)
-        self._journal.later(self._memory_dir / f"{node_id}.md", text)
         self._memories[node_id] = text
+        self._unwritten[self._memory_dir / f"{node_id}.md"] = text
 
     def memory_text(self, node_id: str) -> str | None:
         """The memory record of a node of this run (None when it has none yet)."""
@@ -89,8 +95,8 @@ class RunWriter:
         return lines
 
     async def synced(self, node_id: str) -> None:
-        """Wait until this node's journal lines (and output file) are on disk: one write and
-        one fsync for every node settling meanwhile (raises OSError when they failed)."""
+        """Wait until this node's journal lines are on disk: one write and one fsync for
+        every node settling meanwhile (raises OSError when they failed)."""
         try:
             await self._journal.sync()
         except OSError:
@@ -108,9 +114,21 @@ class RunWriter:
         except OSError:
             log.exception("writing the manifest of run %s failed", self._run_id)
 
-    async def close(self) -> None:
-        """Write what is still owed (memory records) and close the journal."""
+    async def write_views(self) -> None:
+        """Write the view files owed so far, in one worker thread (a file that cannot be
+        written is logged: its journal record stays the durable copy)."""
+        owed, self._unwritten = self._unwritten, {}
+        if owed:
+            await asyncio.to_thread(_write_views, owed)
+
+    async def close_journal(self) -> None:
+        """Write and sync what is queued, then close the journal."""
         await self._journal.close()
+
+    async def close(self) -> None:
+        """Close the journal, then write the view files still owed."""
+        await self.close_journal()
+        await self.write_views()
 
     def _manifest(self, record: RunRecord, nodes: Iterable[NodeRecord]) -> dict[str, Any]:
         return {
@@ -140,3 +158,11 @@ class RunWriter:
                 for n in nodes
             },
         }
+
+
+def _write_views(views: dict[Path, str]) -> None:
+    for path, text in views.items():
+        try:
+            write_view(path, text)
+        except OSError:
+            log.exception("writing %s failed (its journal record is kept)", path)

@@ -227,8 +227,10 @@ class GraphRun:
         self.record = dataclasses.replace(self.record, state=final)
         await self._announcer.stop()
         await self._writer.write_manifest(self.record, self._book.nodes.values())
-        # Memory records still owed are written before the run counts as done.
-        await self._writer.close()
+        await self._writer.close_journal()
         self.done.set()
         self.changed.set()
+        # The view files, owed until now (the journal holds every record they show), are
+        # there before the report that points at them.
+        await self._writer.write_views()
         await self._announcer.finished()

@@ -123,14 +123,14 @@ class Settler:
     ) -> None:
         node_id = job.spec.id
         output_path = self._writer.output_path(node_id)
-        # On disk (with the journal synced) before the commit that points at it.
+        # The output is journaled (synced below) before the commit that points at its file.
         self._writer.output(output_path, outcome.output)
         memory = memory_record(job.spec, outcome, verdict, output_path, self._writer.marker())
         self._writer.memory(node_id, job.attempt, memory)
         try:
             await self._writer.synced(node_id)
         except OSError as exc:
-            # SQLite must not point at an output that is not on disk.
+            # SQLite must not point at an output the journal does not hold.
             await self._book.fail(
                 node_id, f"internal error: the records could not be written: {exc}"
             )

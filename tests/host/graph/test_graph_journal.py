@@ -9,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from host.graph.records import GroupFlush, RunFiles, journal_records, read_journal, read_output
+from agents.backends.base import AgentOutcome
+from agents.models.types import Usage
+from host.graph.executor.journal import RunWriter
+from host.graph.records import (
+    GroupFlush,
+    RunFiles,
+    journal_records,
+    read_journal,
+    read_memory,
+    read_output,
+)
 from host.graph.render import Markers
 from tests.fakes.graph_kit import guarded, node, open_kit
 
@@ -51,45 +61,46 @@ async def test_group_flush_gives_a_failed_batch_to_its_waiters() -> None:
     await guarded(group.flushed())  # the next batch is unaffected
 
 
-async def test_sync_writes_lines_and_views_and_close_writes_the_rest(tmp_path: Path) -> None:
+async def test_sync_writes_the_lines_and_close_writes_the_rest(tmp_path: Path) -> None:
     files = RunFiles(tmp_path / "runs")
     journal = files.open_journal("run_1")
-    output = files.output_path("run_1", "a")
-    memory = files.memory_path("run_1", "a")
     journal.record("prompt", "a", 1, text="Task <a>.")
     journal.record("transcript", "a", 1, items=[{"type": "assistant", "text": "hi"}])
-    journal.view(output, "the output")
-    journal.later(memory, "the memory record")
     await guarded(journal.sync())
-    assert output.read_text() == "the output"
     assert [r["kind"] for r in read_journal(files.journal_path("run_1"))] == [
         "prompt",
         "transcript",
     ]
     journal.record("output", "a", 1, text="the output")
     await guarded(journal.close())
-    assert memory.read_text() == "the memory record"
     records = files.records("run_1")["a"].attempt(1)
     assert (records.prompt, records.output) == ("Task <a>.", "the output")
     assert records.transcript == [{"type": "assistant", "text": "hi"}]
 
 
-async def test_a_view_that_cannot_be_written_fails_the_sync_after_the_lines_are_written(
+async def test_owed_view_files_are_written_when_asked_and_a_failed_one_is_read_back(
     tmp_path: Path,
 ) -> None:
-    # Views and the journal append run in two threads at once: a failed view must still
-    # reach the sync's waiter, and only once the append has finished too.
     files = RunFiles(tmp_path / "runs")
-    journal = files.open_journal("run_1")
-    blocker = tmp_path / "runs" / "run_1" / "outputs"
-    blocker.parent.mkdir(parents=True)
-    blocker.write_text("a file where the outputs folder goes")
-    journal.record("prompt", "a", 1, text="Task <a>.")
-    journal.view(files.output_path("run_1", "a"), "the output")
-    with pytest.raises(OSError):
-        await guarded(journal.sync())
-    assert [r["kind"] for r in read_journal(files.journal_path("run_1"))] == ["prompt"]
-    await guarded(journal.close())
+    writer = RunWriter("run_1", files)
+    writer.answer("a", 1, AgentOutcome("the output", [], Usage(), 1, 0.0, []))
+    writer.output(writer.output_path("a"), "the output")
+    writer.memory("a", 1, "the memory record")
+    await guarded(writer.synced("a"))
+    # Journaled and synced; the files are views, owed until asked for.
+    assert not files.run_dir("run_1").joinpath("outputs").exists()
+    assert read_output(files.output_path("run_1", "a")) == "the output"
+    assert read_memory(files.memory_path("run_1", "a")) == "the memory record"
+    await guarded(writer.write_views())
+    assert files.output_path("run_1", "a").read_text() == "the output"
+    assert files.memory_path("run_1", "a").read_text() == "the memory record"
+    # A view that cannot be written is logged; the journal still has it.
+    writer.answer("b", 1, AgentOutcome("b's output", [], Usage(), 1, 0.0, []))
+    files.memory_dir("run_1").joinpath("b.md").mkdir()
+    writer.memory("b", 1, "b's record")
+    await guarded(writer.close())
+    assert read_memory(files.memory_path("run_1", "a")) == "the memory record"
+    assert files.records("run_1")["b"].latest.memory == "b's record"
 
 
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
@@ -165,3 +176,31 @@ def test_run_markers_are_unique_hex_and_differ_between_runs() -> None:
     assert len(set(drawn)) == 1000
     assert all(len(m) == 12 and int(m, 16) >= 0 for m in drawn)
     assert second() not in drawn
+
+
+async def test_view_files_follow_the_run_unless_a_cli_agent_reads_them_from_disk(
+    tmp_path: Path,
+) -> None:
+    async with open_kit(tmp_path) as kit:
+        in_process = kit.backend.gate("b")
+        on_disk = kit.backend.gate("c")
+        run = await kit.submit(
+            node("a"), node("b", deps=["a"]), node("c", agent="scribe", deps=["a", "b"])
+        )
+        await guarded(kit.backend.started("b").wait())
+        # An in-process agent is served its upstream records: no file is written for it.
+        task = kit.backend.tasks_for("b")[0]
+        assert task.records is not None and task.readable == ()
+        assert await task.records.read(str(kit.files.memory_path(run.id, "a"))) is not None
+        assert not kit.files.outputs_dir(run.id).exists()
+        in_process.set()
+        await guarded(kit.backend.started("c").wait())
+        # A CLI agent reads them from disk: the owed files are there before it starts.
+        task = kit.backend.tasks_for("c")[0]
+        assert set(task.readable) == {kit.files.outputs_dir(run.id), kit.files.memory_dir(run.id)}
+        for upstream in "ab":
+            assert kit.files.memory_path(run.id, upstream).is_file()
+            assert kit.files.output_path(run.id, upstream).is_file()
+        on_disk.set()
+        await kit.finished(run)
+        assert kit.files.output_path(run.id, "c").read_text() == "output of c"
