@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ from memory.service import MemoryService
 from oncall.engine import CampaignEngine
 
 log = logging.getLogger(__name__)
+
+# The collector and interpreter-lock settings of a serving bot (see `start_serving`).
+GC_THRESHOLDS = (10_000, 20, 20)
+SWITCH_INTERVAL_SECONDS = 0.0002
 
 __all__ = ["AdapterFactory", "Runtime", "build_runtime", "serve", "shutdown"]
 
@@ -572,6 +577,12 @@ async def start_serving(runtime: Runtime) -> None:
     # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
     gc.collect()
     gc.freeze()
+    # Fewer, cheaper collections: at 200 Slack events/s the defaults ran 330 collections in
+    # 3 s (550 ms stopped, 54 ms at most); these ran 9 (65 ms, 14 ms at most).
+    gc.set_threshold(*GC_THRESHOLDS)
+    # A thread waiting for the interpreter lock (the Slack edge answering a POST) gets it
+    # within this, not the default 5 ms: its ack p99 at 200 events/s fell from 65 to 15-24 ms.
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     ingress = Ingress(runtime.service, runtime.broker)
     runtime.serving.update(
         asyncio.create_task(a.serve(ingress), name=f"serve-{a.platform}") for a in runtime.adapters

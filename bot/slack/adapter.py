@@ -26,6 +26,7 @@ from bot.slack.catch_up import SlackCatchUp
 from bot.slack.config import SlackConfig, retry_handlers
 from bot.slack.connection import Listeners, SlackConnection
 from bot.slack.enrich import SlackEnricher
+from bot.slack.event_log import SlackEventLog
 from bot.slack.history import SlackHistory
 from bot.slack.identity import SlackIdentity
 from bot.slack.ingress import IngressDeps, SlackIngress
@@ -57,8 +58,11 @@ class SlackAdapter:
         *,
         policy: AccessPolicy,
         workspace: Callable[[ConversationRef], Path],
+        event_log: Path,
     ) -> None:
         self.config = config
+        # Where the HTTP endpoint queues acknowledged events (see `bot.slack.edge`).
+        self._event_log = event_log
         self._policy = policy
         self._sdk_log = SdkLog(log, config.socket_ping_interval)
         self._client = AsyncWebClient(
@@ -97,13 +101,14 @@ class SlackAdapter:
     async def serve(self, ingress: Ingress) -> None:
         """Connect the configured transport and serve `ingress` until closed."""
         config = self.config
+        events = SlackEventLog(self._event_log)
         connection = SlackConnection(
-            config, self._client, self._sdk_log, self._identity, self._closed
+            config, self._client, self._sdk_log, self._identity, self._closed, events
         )
         deps = IngressDeps(config, self._policy, self._identity, self._outgoing, self._background)
-        events = SlackIngress(ingress.inbox, deps)
+        listener = SlackIngress(ingress.inbox, deps)
         interactions = SlackInteractions(ingress.prompts, self._prompt_messages, self._background)
-        app = connection.build_app(Listeners(events, interactions))
+        app = connection.build_app(Listeners(listener, interactions))
         connection.open_session()
         try:
             if not await connection.authenticate():
@@ -112,13 +117,14 @@ class SlackAdapter:
             self.http_port = connection.http_port
             self.ready.set()
             log.info("slack: serving over %s", config.transport)
-            catch_up = SlackCatchUp(ingress.inbox, events, self._history, self._identity)
+            catch_up = SlackCatchUp(ingress.inbox, listener, self._history, self._identity)
             self._background.spawn(catch_up.run(), "catch-up")
             await self._closed.wait()
         finally:
             await connection.stop_receiving()
             await self._background.drain(_DRAIN_SECONDS)
             await connection.close_session()
+            events.close()
 
     async def close(self) -> None:
         """Stop serving (idempotent)."""

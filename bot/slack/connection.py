@@ -10,8 +10,6 @@ import re
 from dataclasses import dataclass
 
 import aiohttp
-from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
@@ -26,6 +24,8 @@ from bot.slack.config import (
     retry_handlers,
     unreachable_reason,
 )
+from bot.slack.edge import SlackEdge
+from bot.slack.event_log import SlackEventLog
 from bot.slack.identity import SlackIdentity
 from bot.slack.ingress import SlackIngress
 from bot.slack.interactions import SlackInteractions
@@ -55,15 +55,17 @@ class SlackConnection:
         sdk_log: SdkLog,
         identity: SlackIdentity,
         closed: asyncio.Event,
+        events: SlackEventLog,
     ) -> None:
         self._config = config
+        self._events = events
         self._client = client
         self._sdk_log = sdk_log
         self._identity = identity
         self._closed = closed
         self._auth: AuthorizeResult | None = None
         self._socket: AsyncSocketModeHandler | None = None
-        self._runner: web.AppRunner | None = None
+        self._edge: SlackEdge | None = None
         self.http_port: int | None = None
 
     def open_session(self) -> None:
@@ -135,6 +137,9 @@ class SlackConnection:
                 logger=self._sdk_log,
             ),
             signing_secret=self._config.signing_secret or "",
+            # Over HTTP the edge verified each request already (and an event handed over
+            # after a restart may be older than the signature's five minutes).
+            request_verification_enabled=self._config.transport != "http",
             # Ack after the listener, which only persists: "persist before you announce".
             process_before_response=True,
             # The startup auth.test, reused: no request waits on a Web API call before its ack.
@@ -161,31 +166,18 @@ class SlackConnection:
             await self._start_http(app)
 
     async def _start_http(self, app: AsyncApp) -> None:
-        async def events(request: web.Request) -> web.Response:
-            bolt_response = await app.async_dispatch(await to_bolt_request(request))
-            return await to_aiohttp_response(bolt_response)
-
-        async def health(_: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
-        web_app = web.Application()
-        web_app.router.add_post(self._config.http_path, events)
-        web_app.router.add_get("/healthz", health)
-        self._runner = web.AppRunner(web_app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._config.http_host, self._config.http_port)
-        await site.start()
-        address = self._runner.addresses[0]
-        self.http_port = int(address[1])
+        self._edge = SlackEdge(self._config, app, self._events)
+        await self._edge.start()
+        self.http_port = self._edge.port
 
     async def stop_receiving(self) -> None:
         """Close the socket or the HTTP endpoint: no new events arrive."""
         if self._socket is not None:
             await self._socket.close_async()  # type: ignore[no-untyped-call]
             self._socket = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._edge is not None:
+            await self._edge.stop()
+            self._edge = None
 
     async def close_session(self) -> None:
         """Close the keep-alive session (last: after-ack work may still be posting)."""

@@ -30,7 +30,12 @@ def slack_adapter(settings: Settings) -> ChannelAdapter:
         admins=settings.admins,
         dm_enabled=settings.dm_enabled,
     )
-    return SlackAdapter(config, policy=policy, workspace=workspace_for(settings.home))
+    return SlackAdapter(
+        config,
+        policy=policy,
+        workspace=workspace_for(settings.home),
+        event_log=settings.home / "slack-events.db",
+    )
 
 
 async def slack_doctor(settings: Settings) -> tuple[bool, str]:

@@ -1070,7 +1070,12 @@ async def test_socket_mode_losing_slack_while_running_logs_one_line_per_retry(
         api_url=fake.api_url,
         socket_ping_interval=0.05,
     )
-    adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
+    adapter = SlackAdapter(
+        config,
+        policy=AccessPolicy(),
+        workspace=lambda _: tmp_path,
+        event_log=tmp_path / "slack-events.db",
+    )
     task = asyncio.create_task(adapter.serve(_NO_INGRESS))
     try:
         async with asyncio.timeout(10):
@@ -1130,7 +1135,12 @@ async def test_rejected_token_stops_the_adapter_with_a_clear_error(tmp_path: Pat
     async with FakeSlack() as fake:
         fake.add_method("auth.test", lambda _: {"ok": False, "error": "invalid_auth"})
         config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SECRET, api_url=fake.api_url)
-        adapter = SlackAdapter(config, policy=AccessPolicy(), workspace=lambda _: tmp_path)
+        adapter = SlackAdapter(
+            config,
+            policy=AccessPolicy(),
+            workspace=lambda _: tmp_path,
+            event_log=tmp_path / "slack-events.db",
+        )
         with pytest.raises(RuntimeError, match="rejected SLACK_BOT_TOKEN \\(invalid_auth\\)"):
             await asyncio.wait_for(adapter.serve(_NO_INGRESS), 10)
         assert len(fake.calls_to("auth.test")) == 1
