@@ -4,16 +4,15 @@ restart (the persistent view comes back), and the turn is neither lost nor repea
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import signal
-from collections.abc import AsyncIterator
+from asyncio.subprocess import Process
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.bot.cli.test_cli_end_to_end import RAVEN, _env
+from tests.bot_process import bot_process
 from tests.discord_harness import ALICE, GENERAL, TOKEN
 from tests.fakes.discord import FakeDiscord
 from tests.helpers import write_agents
@@ -33,28 +32,13 @@ def _buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for row in message.get("components") or [] for c in row.get("components", [])]
 
 
-@contextlib.asynccontextmanager
-async def _bot_process(fake: FakeDiscord, home: Path) -> AsyncIterator[asyncio.subprocess.Process]:
-    env = _env(
+def _bot_process(fake: FakeDiscord, home: Path) -> AbstractAsyncContextManager[Process]:
+    return bot_process(
         home,
         DISCORD_TOKEN=TOKEN,
         RAVEN_DISCORD_API_URL=fake.base_url,
         RAVEN_DISCORD_GATEWAY_URL=fake.gateway_url,
     )
-    proc = await asyncio.create_subprocess_exec(
-        RAVEN,
-        "run",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
 
 
 async def test_a_prompt_survives_kill_9_and_its_button_still_works(isolated_env: Path) -> None:

@@ -5,18 +5,17 @@ it, and after the restart it is answered exactly once, a Slack retry included.""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import signal
 import socket
 import sqlite3
-from collections.abc import AsyncIterator
+from asyncio.subprocess import Process
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.bot.cli.test_cli_end_to_end import RAVEN, _env
+from tests.bot_process import bot_process
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
 from tests.helpers import eventually
 from tests.slack_harness import BOT_TOKEN, CHANNEL, SECRET
@@ -31,9 +30,8 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@contextlib.asynccontextmanager
-async def _bot(fake: FakeSlack, home: Path, port: int) -> AsyncIterator[asyncio.subprocess.Process]:
-    env = _env(
+def _bot(fake: FakeSlack, home: Path, port: int) -> AbstractAsyncContextManager[Process]:
+    return bot_process(
         home,
         SLACK_BOT_TOKEN=BOT_TOKEN,
         SLACK_SIGNING_SECRET=SECRET,
@@ -41,20 +39,6 @@ async def _bot(fake: FakeSlack, home: Path, port: int) -> AsyncIterator[asyncio.
         RAVEN_SLACK_HTTP_HOST="127.0.0.1",
         RAVEN_SLACK_HTTP_PORT=str(port),
     )
-    proc = await asyncio.create_subprocess_exec(
-        RAVEN,
-        "run",
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=env,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGKILL)
-            await proc.wait()
 
 
 async def _serving(session: aiohttp.ClientSession, port: int) -> bool:

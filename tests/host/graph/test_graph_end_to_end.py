@@ -121,6 +121,20 @@ class Script:
         return {"content": f"Result for: {task}"}
 
 
+def _from_alice(thread: str, text: str) -> InboundMessage:
+    return InboundMessage(
+        platform="test",
+        workspace="W",
+        channel="C",
+        thread=thread,
+        message_id="m1",
+        author_id="U1",
+        author_name="alice",
+        text=text,
+        event_id="e1",
+    )
+
+
 def _tool(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "content": [
@@ -152,17 +166,7 @@ async def test_four_node_graph_with_one_continue(
     fake, adapter, runtime = runtime_with_fake
     script = Script()
     fake.responder = script
-    msg = InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T1",
-        message_id="m1",
-        author_id="U1",
-        author_name="alice",
-        text="Survey, reproduce and present it.",
-        event_id="e1",
-    )
+    msg = _from_alice("T1", "Survey, reproduce and present it.")
     turn = await runtime.service.accept(msg)
     assert turn is not None
     await turn
@@ -265,17 +269,7 @@ async def test_a_node_reads_the_memory_record_its_prompt_names(
     fake, adapter, runtime = runtime_with_fake
     script = ReadingScript()
     fake.responder = script
-    msg = InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread="T2",
-        message_id="m1",
-        author_id="U1",
-        author_name="alice",
-        text="Find the dataset and build a loader.",
-        event_id="e1",
-    )
+    msg = _from_alice("T2", "Find the dataset and build a loader.")
     turn = await runtime.service.accept(msg)
     assert turn is not None
     await turn

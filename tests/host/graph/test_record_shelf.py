@@ -3,6 +3,7 @@ served to the in-process file tools by exact name, and shown read-only to a sand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -10,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from agents.backends import AgentTask, CommandLineBackend
-from agents.registry import AgentEntry
 from agents.workspace_tools import ReadFileInput, ToolContext, WorkspaceError, read_file
 from host.graph.executor.shelf import RecordShelf
 from host.graph.records import RunFiles
 from host.graph.render import Artifact
+from tests.fakes.graph_kit import SCRIBE
 from tests.sandboxing import real_sandbox
 
 
@@ -104,17 +105,7 @@ async def test_a_sandboxed_cli_agent_sees_the_record_folders_read_only(
         "except OSError as exc:\n"
         "    print('write refused:', exc.strerror)\n"
     )
-    entry = AgentEntry(
-        name="tool",
-        description="a CLI agent",
-        backend="cli",
-        stateful=False,
-        file_capable=True,
-        progress=False,
-        enabled=True,
-        role="raven",
-        command=(sys.executable, "-c", script),
-    )
+    entry = dataclasses.replace(SCRIBE, command=(sys.executable, "-c", script), prompt_via="stdin")
     # The bot's home is hidden from sandboxed commands, as in the assembled bot.
     backend = CommandLineBackend(entry, sandbox=real_sandbox(hidden=(home,)))
     shelf, _ = _shelf(files, {"a"})
