@@ -17,9 +17,11 @@ agent that reads them from disk): readers fall back to the journal when one is m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,15 +38,23 @@ JOURNAL = "journal.jsonl"
 
 
 def write_view(path: Path, text: str) -> None:
-    """Write one view file of a run (no fsync: the journal holds the durable copy, and
-    readers fall back to it)."""
+    """Write one view file of a run, whole or not at all: written beside it and renamed over
+    it, so a crash mid-write leaves no torn file that readers would take for the record.
+    No fsync: the journal holds the durable copy, and readers fall back to it."""
     try:
-        handle = path.open("w", encoding="utf-8")
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("w", encoding="utf-8")
-    with handle:
-        handle.write(text)
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 class GroupFlush(Generic[T]):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,38 @@ async def test_view_files_follow_the_run_unless_a_cli_agent_reads_them_from_disk
         on_disk.set()
         await kit.finished(run)
         assert kit.files.output_path(run.id, "c").read_text() == "output of c"
+
+
+def test_a_view_cut_off_mid_write_leaves_no_torn_file(tmp_path: Path) -> None:
+    # Views are written after the node's commit: a crash in the middle of one must not leave
+    # a short file that readers take for the record (they fall back to the journal instead).
+    files = RunFiles(tmp_path / "runs")
+    journal = files.journal_path("run_1")
+    journal.parent.mkdir(parents=True)
+    journal.write_text(
+        json.dumps({"kind": "output", "node": "a", "attempt": 1, "text": "x" * 4096})
+    )
+    path = files.output_path("run_1", "a")
+    # The write stops after 100 bytes (a file size limit), as a kill would cut it off.
+    script = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from host.graph.records import write_view\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))\n"
+        "try:\n"
+        "    write_view(Path(sys.argv[1]), 'x' * 4096)\n"
+        "except OSError as exc:\n"
+        "    print('cut off:', exc.strerror)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert done.stdout.startswith("cut off:"), done.stderr
+    assert not path.exists()
+    assert list(path.parent.iterdir()) == []
+    assert read_output(path) == "x" * 4096
