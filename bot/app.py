@@ -552,7 +552,7 @@ async def open_core(runtime: Runtime) -> None:
     interrupted = await runtime.conversation_log.interrupt_running()
     if interrupted:
         log.warning("%d turn(s) were interrupted by the last shutdown", len(interrupted))
-    interrupted_runs = await runtime.runs.store.interrupt_unfinished()
+    interrupted_runs = await runtime.runs.store.interrupt_unfinished(runtime.runs.files.started)
     if interrupted_runs:
         log.warning("%d graph run(s) were interrupted by the last shutdown", len(interrupted_runs))
 

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 JOURNAL = "journal.jsonl"
+STARTED = "started.jsonl"
 
 
 def write_view(path: Path, text: str) -> None:
@@ -321,6 +322,19 @@ class RunFiles:
             # Recorded before the journal: runs/<run>/nodes/<node>/{output,memory}.md.
             return output_path.with_name("memory.md")
         return output_path.parent.parent / "memory" / output_path.name
+
+    def started_path(self, run_id: str) -> Path:
+        """`runs/<run>/started.jsonl`: each attempt, written just before its agent starts."""
+        return self.run_dir(run_id) / STARTED
+
+    def started(self, run_id: str) -> dict[str, int]:
+        """The highest attempt of each node that was started (a torn last line skipped)."""
+        latest: dict[str, int] = {}
+        for record in read_journal(self.started_path(run_id)):
+            node_id, attempt = record.get("node"), record.get("attempt")
+            if isinstance(node_id, str) and isinstance(attempt, int):
+                latest[node_id] = max(attempt, latest.get(node_id, 0))
+        return latest
 
     def journal_path(self, run_id: str) -> Path:
         """`runs/<run>/journal.jsonl`: every node record of the run, in order."""

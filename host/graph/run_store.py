@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -276,10 +277,16 @@ class RunStore:
         )
         return {r["node_id"]: _node(r).as_prior() for r in rows}
 
-    async def interrupt_unfinished(self) -> list[RunRecord]:
+    async def interrupt_unfinished(
+        self, started: Callable[[str], Mapping[str, int]] = lambda _: {}
+    ) -> list[RunRecord]:
         """After a crash: running nodes → cancelled (interrupted), pending and queued (waiting
         for a slot, never started) → skipped, suspended → failed; their runs → interrupted.
         Completed nodes stay reusable.
+
+        `started(run)`: the highest attempt of each node the run recorded as started before
+        its agent began; a node still pending or queued below that attempt had started
+        (its `running` commit was still on its way) and counts as running.
 
         Every run still recorded as `running` is interrupted, including one whose nodes all
         settled but whose end was never recorded (its report was never delivered either).
@@ -290,6 +297,13 @@ class RunStore:
             cur = await db.execute("SELECT id FROM graph_runs WHERE state = 'running'")
             run_ids = [r[0] for r in await cur.fetchall()]
             for run_id in run_ids:
+                begun = await asyncio.to_thread(started, run_id)
+                for node_id, attempt in begun.items():
+                    await db.execute(
+                        "UPDATE graph_nodes SET state = 'running', attempts = ? WHERE run_id = ?"
+                        " AND node_id = ? AND state IN ('pending', 'queued') AND attempts < ?",
+                        (attempt, run_id, node_id, attempt),
+                    )
                 await db.execute(
                     "UPDATE graph_nodes SET state = 'cancelled', error = 'interrupted by a"
                     " restart while running', finished_at = ? WHERE run_id = ? AND state ="

@@ -119,6 +119,11 @@ class RunManager:
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
     @property
+    def files(self) -> RunFiles:
+        """Where the runs' records live."""
+        return self._files
+
+    @property
     def store(self) -> RunStore:
         """The run store (for status and reports)."""
         return self._store

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from host.graph.executor.ready import RunFlags
-from host.graph.model import NodeState
+from host.graph.model import NOT_STARTED_STATES, NodeState
 from host.graph.run_store import NodeRecord, RunRecord
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import NodeSnapshot, RunSnapshot
@@ -49,6 +49,8 @@ class Announcer:
         self._record = record
         self._flags = flags
         self._views = {node_id: node_snapshot(node) for node_id, node in nodes.items()}
+        # Notes of agents that started before their `running` commit arrived.
+        self._early: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._announce = asyncio.Event()
         self._dirty = False
@@ -69,12 +71,20 @@ class Announcer:
 
     def committed(self, record: NodeRecord, previous: NodeState) -> None:
         """A committed node replaces its snapshot."""
-        self._views[record.node_id] = node_snapshot(record)
+        view = node_snapshot(record)
+        early = self._early.pop(record.node_id, None)
+        if early is not None and view.state == "running":
+            view = replace(view, note=early)
+        self._views[record.node_id] = view
 
     def noted(self, node_id: str, note: str) -> None:
         """A running node's agent says what it does: shown with the next progress edit."""
         view = self._views.get(node_id)
         line = " ".join(note.split())[:NOTE_CHARS]
+        if view is not None and view.state in NOT_STARTED_STATES:
+            # The agent starts before its `running` state is committed: shown once it is.
+            self._early[node_id] = line
+            return
         if view is None or view.state != "running" or view.note == line:
             return
         self._views[node_id] = replace(view, note=line)

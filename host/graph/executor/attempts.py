@@ -250,7 +250,9 @@ class Attempts:
     async def _call_in_slot(self, job: Job, history: list[Message]) -> AgentOutcome:
         node_id = job.spec.id
         clock = self._deps.policy.clock
-        await self._book.commit(node_id, "running", attempts=job.attempt, started_at=clock())
+        # Written ahead of the agent; the `running` state rides with the next commit.
+        self._writer.started(node_id, job.attempt)
+        self._book.decide(node_id, "running", attempts=job.attempt, started_at=clock())
         # Only a file-capable agent's prompt names records by path (a command names none).
         shelf = self._shelf(node_id) if job.entry.file_capable else None
         on_disk = shelf is not None and job.entry.backend == "cli"

@@ -13,7 +13,9 @@ starts. Creating two files per node on the settle path was most of a node's cost
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,25 @@ class RunWriter:
         self._memories: dict[str, str] = {}
         # View files owed: the journal holds each of them durably already.
         self._unwritten: dict[Path, str] = {}
+        self._started_fd: int | None = None
 
     def marker(self) -> str:
         """A fence marker for untrusted text shown in this run's prompts and reports."""
         return self._markers()
+
+    def started(self, node_id: str, attempt: int) -> None:
+        """Record that an attempt starts, before its agent does (raises OSError if it cannot).
+
+        Written at once, on the loop (one short append, no fsync: like a commit, it survives
+        a crash of the bot): the node's `running` state then rides with the next commit
+        instead of being awaited, and a restart that finds this line and the node still
+        pending reports it interrupted while running, never as not started."""
+        if self._started_fd is None:
+            path = self._files.started_path(self._run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._started_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = json.dumps({"node": node_id, "attempt": attempt}) + "\n"
+        os.write(self._started_fd, line.encode())
 
     def prompt(self, node_id: str, attempt: int, request: str) -> None:
         """Journal what an attempt asks for (before dispatch; synced with the next batch)."""
@@ -124,6 +141,9 @@ class RunWriter:
     async def close_journal(self) -> None:
         """Write and sync what is queued, then close the journal."""
         await self._journal.close()
+        if self._started_fd is not None:
+            os.close(self._started_fd)
+            self._started_fd = None
 
     async def close(self) -> None:
         """Close the journal, then write the view files still owed."""

@@ -77,6 +77,10 @@ async def test_pending_running_completed(kit: GraphKit) -> None:
     assert run.state("a") == "pending" and run.state("b") == "pending"
 
     await guarded(kit.backend.started("a").wait())
+    # The attempt was recorded as started before its agent began; `running` follows in
+    # the next commit.
+    assert kit.files.started(run.id) == {"a": 1}
+    await kit.events.wait_state("a", "running")
     a = await kit.node("a")
     assert (a.state, a.attempts) == ("running", 1)
     assert (await kit.node("b")).state == "pending"
@@ -694,6 +698,7 @@ async def test_records_on_disk(kit: GraphKit) -> None:
         "manifest.json",
         "memory",
         "outputs",
+        "started.jsonl",
     ]
     assert sorted(p.name for p in (run_dir / "outputs").iterdir()) == ["a.md", "b.md"]
     assert kit.output_path(run, "a").read_text() == "output of a"
@@ -928,6 +933,33 @@ async def test_interrupt_unfinished_after_a_crash(tmp_path: Path) -> None:
             await after.manager.submit(
                 after.conv, after.graph(node("m", deps=["r"])), submitted_by="U1"
             )
+
+
+async def test_a_node_started_before_its_running_commit_counts_as_interrupted_work(
+    tmp_path: Path,
+) -> None:
+    # `running` rides with the next commit: a crash before it leaves the node pending (or
+    # queued) in SQLite, but the attempt was recorded as started before its agent began.
+    kit = await open_kit_parts(tmp_path)
+    rs = kit.run_store
+    await rs.create_run(_crash_run("run_begun"), [_crash_node("run_begun", n) for n in "wvu"])
+    await rs.update_node(kit.conv.id, "v", state="queued")
+    started = kit.files.started_path("run_begun")
+    started.parent.mkdir(parents=True, exist_ok=True)
+    started.write_text(
+        '{"node": "w", "attempt": 1}\n{"node": "v", "attempt": 1}\n{"node": "u", "att'
+    )
+    await kit.store.close()  # the crash
+
+    async with open_kit(tmp_path) as after:
+        (interrupted,) = await after.run_store.interrupt_unfinished(after.files.started)
+        assert interrupted.id == "run_begun"
+        w, v, u = [await after.node(n) for n in "wvu"]
+        for begun in (w, v):
+            assert (begun.state, begun.attempts) == ("cancelled", 1)
+            assert begun.error == "interrupted by a restart while running"
+        # Its line was torn: never started, as far as anyone can tell.
+        assert (u.state, u.attempts) == ("skipped", 0)
 
 
 async def test_shutdown_halts_without_rewriting_records(tmp_path: Path) -> None:

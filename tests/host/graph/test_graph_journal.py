@@ -146,6 +146,7 @@ async def test_a_run_writes_one_journal_and_one_file_per_record_read_by_path(
             "manifest.json",
             *[f"memory/{n}.md" for n in "abcd"],
             *[f"outputs/{n}.md" for n in "abcd"],
+            "started.jsonl",
         ]
         # Eq. 32: `d` is offered the memory records of all three ancestors, in one line.
         prompt = kit.records(run, "d").attempt(1).prompt or ""
