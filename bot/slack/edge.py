@@ -79,7 +79,8 @@ class SlackEdge:
         loop, thread = self._edge_loop, self._thread
         self._thread = None
         if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
+            if not loop.is_closed():  # closed: it never listened (`start` raised)
+                loop.call_soon_threadsafe(loop.stop)
             await asyncio.to_thread(thread.join)
         while self._handing:
             await asyncio.gather(*self._handing, return_exceptions=True)
@@ -91,9 +92,9 @@ class SlackEdge:
         self._edge_loop = loop
         try:
             runner = loop.run_until_complete(self._listen())
-        except Exception as exc:  # handed to `start`, which raises it
-            listening.set_exception(exc)
+        except Exception as exc:  # handed to `start`, which raises it (the loop closed first)
             loop.close()
+            listening.set_exception(exc)
             return
         listening.set_result(int(runner.addresses[0][1]))
         try:
