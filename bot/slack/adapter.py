@@ -26,7 +26,6 @@ from bot.slack.catch_up import SlackCatchUp
 from bot.slack.config import SlackConfig, retry_handlers
 from bot.slack.connection import Listeners, SlackConnection
 from bot.slack.enrich import SlackEnricher
-from bot.slack.event_log import SlackEventLog
 from bot.slack.history import SlackHistory
 from bot.slack.identity import SlackIdentity
 from bot.slack.ingress import IngressDeps, SlackIngress
@@ -101,9 +100,8 @@ class SlackAdapter:
     async def serve(self, ingress: Ingress) -> None:
         """Connect the configured transport and serve `ingress` until closed."""
         config = self.config
-        events = SlackEventLog(self._event_log)
         connection = SlackConnection(
-            config, self._client, self._sdk_log, self._identity, self._closed, events
+            config, self._client, self._sdk_log, self._identity, self._closed, self._event_log
         )
         deps = IngressDeps(config, self._policy, self._identity, self._outgoing, self._background)
         listener = SlackIngress(ingress.inbox, deps)
@@ -124,7 +122,6 @@ class SlackAdapter:
             await connection.stop_receiving()
             await self._background.drain(_DRAIN_SECONDS)
             await connection.close_session()
-            events.close()
 
     async def close(self) -> None:
         """Stop serving (idempotent)."""

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -55,10 +56,12 @@ class SlackConnection:
         sdk_log: SdkLog,
         identity: SlackIdentity,
         closed: asyncio.Event,
-        events: SlackEventLog,
+        event_log: Path,
     ) -> None:
         self._config = config
-        self._events = events
+        # The HTTP edge's queue of acknowledged events (opened only when serving HTTP).
+        self._event_log = event_log
+        self._events: SlackEventLog | None = None
         self._client = client
         self._sdk_log = sdk_log
         self._identity = identity
@@ -166,6 +169,7 @@ class SlackConnection:
             await self._start_http(app)
 
     async def _start_http(self, app: AsyncApp) -> None:
+        self._events = SlackEventLog(self._event_log)
         self._edge = SlackEdge(self._config, app, self._events)
         await self._edge.start()
         self.http_port = self._edge.port
@@ -178,6 +182,9 @@ class SlackConnection:
         if self._edge is not None:
             await self._edge.stop()
             self._edge = None
+        if self._events is not None:
+            self._events.close()
+            self._events = None
 
     async def close_session(self) -> None:
         """Close the keep-alive session (last: after-ack work may still be posting)."""

@@ -107,7 +107,8 @@ class _AddAwareScheduler(AsyncIOScheduler):  # type: ignore[misc]
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._adding = threading.local()  # the job this thread is adding
-        self._armed_until: datetime | None = None  # when the armed timer runs the next pass
+        # When the armed timer runs the next pass (None: no timer armed).
+        self._armed_until: datetime | None = None
 
     def _real_add_job(self, job: Job, jobstore_alias: str, replace_existing: bool) -> None:
         self._adding.job = job
@@ -125,7 +126,7 @@ class _AddAwareScheduler(AsyncIOScheduler):  # type: ignore[misc]
 
     def _wake(self, added: datetime | None) -> None:
         armed = self._armed_until
-        if added is not None and armed is not None and self._timeout and added >= armed:
+        if added is not None and armed is not None and added >= armed:
             return
         self._stop_timer()
         self._start_timer(self._process_jobs())

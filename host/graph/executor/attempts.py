@@ -8,6 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from agents.backends.base import AgentOutcome, AgentTask, Permit
 from agents.models.types import Message, Usage
@@ -255,10 +256,12 @@ class Attempts:
         self._book.decide(node_id, "running", attempts=job.attempt, started_at=clock())
         # Only a file-capable agent's prompt names records by path (a command names none).
         shelf = self._shelf(node_id) if job.entry.file_capable else None
-        on_disk = shelf is not None and job.entry.backend == "cli"
-        if on_disk:
-            # A CLI agent reads the records from disk: the view files owed are written first.
+        readable: tuple[Path, ...] = ()
+        if shelf is not None and job.entry.backend == "cli":
+            # A CLI agent, started per task in the sandbox, reads the records from disk: the
+            # view files owed are written first and their folders shown to it.
             await self._writer.write_views()
+            readable = shelf.folders()
         task = AgentTask(
             node_id=node_id,
             agent=job.entry,
@@ -271,8 +274,7 @@ class Attempts:
             approve=self._reach.approver(node_id),
             permit=self._reach.permit(node_id),
             records=shelf,
-            # Only a CLI agent, started per task in the sandbox, reads records from disk.
-            readable=shelf.folders() if shelf is not None and on_disk else (),
+            readable=readable,
         )
         return await self._call_backend(job.entry, task)
 
