@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +147,62 @@ def write_text_nofollow(target: Path, text: str, *, append: bool = False) -> Non
         raise WorkspaceError(f"`{target.name}` cannot be written: {exc.strerror}.") from None
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def read_text_within(workspace: Path, path: str, *, max_bytes: int) -> str:
+    """A text file of the workspace, reached without following any link.
+
+    For a reader racing a sandboxed process that may plant or swap links (an ACP agent runs
+    beside the bot): `..` is taken literally, each folder is opened with O_NOFOLLOW from the
+    one before, so nothing the process did can lead the read out of the workspace. A link,
+    a FIFO or a device is refused, not followed or waited on.
+    """
+    root = workspace.resolve()
+    target = Path(os.path.normpath(root / path))
+    if target == root or not target.is_relative_to(root):
+        raise _outside(path)
+    *folders, name = target.relative_to(root).parts
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    part = name
+    try:
+        for part in folders:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            inner = os.open(part, flags, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        part = name
+        # Non-blocking: a FIFO planted there is refused below instead of waited on.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        if _is_link(part, folder):
+            raise WorkspaceError(
+                f"`{path}` cannot be read: `{part}` is a link, and links are not followed "
+                "here; read its target instead."
+            ) from None
+        raise WorkspaceError(f"`{path}` cannot be read: {exc.strerror}.") from None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise WorkspaceError(f"`{path}` is not a regular file.")
+        if info.st_size > max_bytes:
+            raise WorkspaceError(
+                f"`{path}` is {info.st_size} bytes, over the {max_bytes} this reads; "
+                "read it in parts with your own tools."
+            )
+        data = handle.read(max_bytes + 1)
+    if b"\0" in data[:8192]:
+        raise WorkspaceError(f"`{path}` is a binary file ({len(data)} bytes); not shown.")
+    return data.decode(errors="replace")
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 # -- file tools ------------------------------------------------------------------------------

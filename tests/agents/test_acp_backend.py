@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +20,9 @@ import pytest
 from agents.backends import AcpProcesses, AgentTask
 from agents.backends.acp.backend import AcpBackend, session_of
 from agents.registry import AgentEntry
+from host.graph.executor.shelf import RecordShelf
+from host.graph.records import RunFiles
+from host.graph.render import Artifact
 from tests.helpers import eventually
 from tests.sandboxing import real_sandbox
 
@@ -152,6 +156,71 @@ async def test_a_permission_request_goes_through_the_gate(
     # Nobody to ask (an unattended run): rejected, and the agent still got its answer.
     outcome = await backend.run(_task(workspace, "write third.txt x"))
     assert outcome.output == "not allowed to write third.txt"
+
+
+async def test_an_agent_reads_the_run_records_its_prompt_names_through_the_bot(
+    pool: AcpProcesses, workspace: Path, tmp_path: Path
+) -> None:
+    """Paper Eq. 32: the prompt names upstream records by path; they live under the bot's
+    runs/, which the sandbox does not show. The agent asks the bot (`fs/read_text_file`) and
+    gets exactly those records, by the names given, and nothing else from there."""
+    files = RunFiles(tmp_path / "home" / "runs")
+    artifacts = {
+        "a": Artifact("a", "output of a", files.output_path("r2", "a")),
+        "b": Artifact("b", "output of b", files.output_path("r2", "b")),
+    }
+    memory = {"a": "line one\nline two\nline three\n"}
+    shelf = RecordShelf(frozenset({"a"}), artifacts, files=files, in_run=memory.get)
+    backend = AcpBackend(_entry(), pool)
+
+    async def read(args: str) -> str:
+        outcome = await backend.run(_task(workspace, f"read {args}", records=shelf))
+        assert outcome.error is None, outcome.error
+        return outcome.output
+
+    memory_path = files.memory_path("r2", "a")
+    # (The node's output is stripped of its trailing newline.)
+    assert await read(str(memory_path)) == "read: line one\nline two\nline three"
+    assert await read(f"{memory_path} 2 1") == "read: line two"  # ACP's line and limit
+    assert await read(str(files.output_path("r2", "a"))) == "read: output of a"
+    # `b` is not upstream of this node, and nothing else under runs/ is served either.
+    for other in (files.output_path("r2", "b"), files.journal_path("r2")):
+        assert (await read(str(other))).startswith("read refused: "), other
+        assert "outside the workspace" in await read(str(other))
+
+
+async def test_workspace_reads_go_through_the_gate_and_never_follow_a_link(
+    pool: AcpProcesses, workspace: Path, tmp_path: Path
+) -> None:
+    """The agent's process runs beside the bot's read and may plant links: none is followed,
+    whether it is the file or a folder on the way."""
+    (workspace / "notes.txt").write_text("plan: ship it")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2")
+    (workspace / "leak.txt").symlink_to(secret)
+    (workspace / "outside").symlink_to(tmp_path)
+    (workspace / "pipe").mkdir()
+    os.mkfifo(workspace / "pipe" / "fifo")
+    backend = AcpBackend(_entry(), pool)
+    gate = Gate(answer=True)
+
+    async def read(path: str, permit: Gate | None = gate) -> str:
+        outcome = await backend.run(_task(workspace, f"read {path}", permit=permit))
+        assert outcome.error is None, outcome.error
+        return outcome.output
+
+    assert await read("notes.txt") == "read: plan: ship it"
+    assert await read(str(workspace / "notes.txt")) == "read: plan: ship it"
+    assert gate.asked[:2] == [("read_file", "notes.txt")] * 2
+    for planted in ("leak.txt", "outside/secret.txt"):
+        answer = await read(planted)
+        assert answer.startswith("read refused: ") and "link" in answer, answer
+        assert "hunter2" not in answer
+    assert "not a regular file" in await read("pipe/fifo")  # never waited on
+    assert "outside the workspace" in await read("../secret.txt")
+    assert "outside the workspace" in await read(str(secret))
+    refused = await read("notes.txt", permit=Gate(answer=False))
+    assert refused == "read refused: Refused by the permission gate: as the test says"
 
 
 async def test_stop_cancels_the_turn_and_the_agent_settles(

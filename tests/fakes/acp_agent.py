@@ -15,6 +15,9 @@ text blocks joined by newlines; later lines are the context the bot appends), ca
   writes the file (relative to the session's cwd) only if an "allow" option was chosen.
 - `run <command...>` shows an execute tool call, asks permission, and runs it (`sh -c`, in
   the session's cwd) only if allowed.
+- `read <path> [line] [limit]` asks the client for the file (`fs/read_text_file`) and replies
+  "read: <content>", or "read refused: <the client's message>"; "client cannot read files"
+  when the client did not offer reads at `initialize`.
 - `model` replies "model: <name>", the session's model option (`small` unless the client
   set it to `large` with `session/set_config_option`).
 - `slow` sends "working…" and ends with stop reason "cancelled" once `session/cancel` comes.
@@ -196,6 +199,7 @@ class FakeAgent:
             "recall": self._recall,
             "model": self._model,
             "write": self._write,
+            "read": self._read,
             "run": self._run,
             "slow": self._slow,
             "crash": self._crash,
@@ -205,6 +209,7 @@ class FakeAgent:
         }
         # Set by `hang`: the script then outlives the connection (see `_serve`).
         self.wedged = False
+        self._client_reads = False  # the client offered `fs/read_text_file`
 
     def on_connect(self, conn: Client) -> None:
         # `AgentSideConnection` hands itself over here: our way to talk to the client.
@@ -225,6 +230,8 @@ class FakeAgent:
     ) -> InitializeResponse:
         if self._silent_init:
             await _wait_forever()
+        fs = client_capabilities.fs if client_capabilities else None
+        self._client_reads = bool(fs and fs.read_text_file)
         return InitializeResponse(
             # The client's version when the SDK speaks it, else the newest the SDK knows.
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
@@ -342,6 +349,22 @@ class FakeAgent:
             await self._finish(session_id, call, "completed", f"wrote {name}")
         else:
             await self._finish(session_id, call, "failed", f"not allowed to write {name}")
+        return "end_turn"
+
+    async def _read(self, session_id: str, session: _Session, args: str) -> StopReason:
+        if not self._client_reads:
+            await self._say(session_id, "client cannot read files")
+            return "end_turn"
+        path, *numbers = args.split()
+        line, limit = (int(n) for n in [*numbers, "0", "0"][:2])
+        try:
+            answer = await self.client.read_text_file(
+                session_id=session_id, path=path, line=line or None, limit=limit or None
+            )
+        except RequestError as refused:
+            await self._say(session_id, f"read refused: {refused}")
+            return "end_turn"
+        await self._say(session_id, f"read: {answer.content}")
         return "end_turn"
 
     async def _run(self, session_id: str, session: _Session, command: str) -> StopReason:

@@ -1,6 +1,7 @@
-"""The client side the agent talks to: session updates and permission requests go to the
-turn running in that session; file-system and terminal requests are refused (the bot offers
-neither: the agent uses its own tools, inside the sandbox).
+"""The client side the agent talks to: session updates, permission requests and file reads
+go to the turn running in that session. File reads are offered so the agent can open the run
+records its prompt names, which live outside its sandbox; writes and terminals are refused
+(the agent uses its own tools, inside the sandbox).
 
 Every permission request gets an answer, whatever happens: an agent left waiting (or sent an
 error, which codex-acp takes as a cancel of the whole turn) would hang or lose the turn.
@@ -24,7 +25,11 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
+from agents.workspace_tools import WorkspaceError
+
 log = logging.getLogger(__name__)
+
+INVALID_PARAMS = -32602  # JSON-RPC's code for a request the client cannot carry out as asked
 
 
 class SessionSink(Protocol):
@@ -38,6 +43,10 @@ class SessionSink(Protocol):
         self, tool_call: ToolCallUpdate, options: list[PermissionOption]
     ) -> RequestPermissionResponse:
         """Answer one `session/request_permission`."""
+        ...
+
+    async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
+        """Answer one `fs/read_text_file`; WorkspaceError with what the agent is told if not."""
         ...
 
 
@@ -112,7 +121,13 @@ class RavenClient:
         limit: int | None = None,
         **kwargs: Any,
     ) -> ReadTextFileResponse:
-        raise RequestError.method_not_found("fs/read_text_file")
+        sink = self._sinks.get(session_id)
+        if sink is None:
+            raise RequestError(INVALID_PARAMS, "no turn is running in this session")
+        try:
+            return ReadTextFileResponse(content=await sink.read_text(path, line, limit))
+        except WorkspaceError as refused:  # outside, through a link, the gate said no…
+            raise RequestError(INVALID_PARAMS, str(refused)) from None
 
     async def create_terminal(
         self,

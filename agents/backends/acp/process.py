@@ -16,7 +16,7 @@ from pathlib import Path
 
 from acp import PROTOCOL_VERSION
 from acp.client.connection import ClientSideConnection
-from acp.schema import ClientCapabilities, Implementation
+from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
 from agents.backends.acp.client import RavenClient
 from agents.backends.acp.frames import MAX_FRAME_BYTES, FrameGuard
@@ -125,8 +125,11 @@ class AcpProcess:
             async with asyncio.timeout(self.entry.init_timeout_seconds):
                 answer = await self.conn.initialize(
                     protocol_version=PROTOCOL_VERSION,
-                    # No fs/terminal: the agent uses its own tools, inside the sandbox.
-                    client_capabilities=ClientCapabilities(),
+                    # File reads, for the run records outside its sandbox; no writes and no
+                    # terminal: the agent uses its own tools, inside the sandbox.
+                    client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=True)
+                    ),
                     client_info=CLIENT_INFO,
                 )
         except TimeoutError:

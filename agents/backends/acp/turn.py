@@ -1,5 +1,6 @@
 """One prompt turn in an ACP session: what the agent streams (its words, tool calls and their
-diffs, its plan), and its permission requests, decided by the permission gate.
+diffs, its plan), its permission requests, decided by the permission gate, and the files it
+asks the bot to read (`fs/read_text_file`).
 
 A request becomes a gate call as the bot's own tools are: `execute` is `run_shell` on the
 command, `edit` is `edit_file` and `delete`/`move` are `write_file` on the path, `read` and
@@ -11,6 +12,7 @@ else reject once.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import shlex
 from dataclasses import dataclass, field
@@ -31,10 +33,12 @@ from acp.schema import (
 
 from agents.backends.acp.client import allowed, rejected
 from agents.backends.base import AgentTask, Progress
+from agents.workspace_tools import WorkspaceError, read_text_within
 from core.markdown import code_block
 
 DIFF_CAP = 4000
 TAIL_CHARS = 400
+READ_CAP_BYTES = 8 * 1024 * 1024  # a file read through the bot (larger: the agent's own tools)
 
 
 @dataclass
@@ -146,6 +150,36 @@ class AcpTurn:
             yes, why = False, "nobody can approve it here (an unattended run)"
         call.permission = f"{'allowed' if yes else 'rejected'}: {why}"
         return allowed(options) if yes else rejected(options)
+
+    async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
+        """`fs/read_text_file`: a run record the task names (paper Eq. 32: outside the
+        workspace, so the sandbox does not show it), served by that exact name; else a file
+        of the workspace, passed by the gate as the bot's own `read_file` is and opened
+        without following links, since the agent's process, running beside this read, may
+        have planted one. Raises WorkspaceError with what the agent is told."""
+        task = self._task
+        if task.records is not None:
+            record = await task.records.read(path)
+            if record is not None:
+                return lines_of(record, line, limit)
+        subject = await asyncio.to_thread(_relative, path, task.workspace)
+        if task.permit is not None:
+            decision = await task.permit("read_file", subject, f"The agent reads `{subject}`")
+            if not decision.allowed:
+                raise WorkspaceError(f"Refused by the permission gate: {decision.reason}")
+        text = await asyncio.to_thread(
+            read_text_within, task.workspace, path, max_bytes=READ_CAP_BYTES
+        )
+        return lines_of(text, line, limit)
+
+
+def lines_of(text: str, line: int | None, limit: int | None) -> str:
+    """ACP's slice of a file: from 1-based `line` (default the first), at most `limit` lines."""
+    if line is None and limit is None:
+        return text
+    start = max(line or 1, 1) - 1
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[start : None if limit is None else start + max(limit, 0)])
 
 
 def gate_call(call: ToolCallRecord, update: ToolCallUpdate, workspace: Path) -> tuple[str, str]:
