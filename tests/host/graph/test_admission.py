@@ -26,7 +26,14 @@ from host.graph.admission import (
     confine_path,
     parse_placeholders,
 )
-from host.graph.model import AdmissionContext, GraphSubmission, NodeState, PriorNode
+from host.graph.admission.result import Ancestry
+from host.graph.model import (
+    AdmissionContext,
+    GraphSubmission,
+    NodeSpec,
+    NodeState,
+    PriorNode,
+)
 
 
 @dataclass(frozen=True)
@@ -665,6 +672,32 @@ def test_ancestors_match_a_traversal_per_node(ctx: AdmissionContext, seed: int) 
         inner = nx.ancestors(dag, node_id)
         expected = inner | external[node_id] | set().union(*(external[a] for a in inner))
         assert admitted.ancestors[node_id] == expected
+
+
+def test_ancestry_is_built_as_it_is_read_and_a_long_chain_read_backwards_works(
+    ctx: AdmissionContext,
+) -> None:
+    """Admission builds no ancestor set (in a layered graph they hold n²/2 names); the
+    executor reads a node's as it starts. Read out of order, deps are built first, without
+    recursion: a 3,000-node chain read from its end."""
+    size = 3000
+    nodes = [NodeSpec(id="n0", agent="research", template="start")]
+    nodes += [
+        NodeSpec(id=f"n{i}", agent="research", template=f"{{{{{d}.output}}}}", deps=[d])
+        for i, d in ((i, f"n{i - 1}") for i in range(1, size))
+    ]
+    # model_construct: the cap on nodes is not what this is about.
+    submission = GraphSubmission.model_construct(
+        task_summary="chain", background=True, confirm=False, nodes=nodes
+    )
+    admitted = admit(submission, ctx)
+    ancestry = admitted.ancestors
+    assert isinstance(ancestry, Ancestry) and not ancestry._known  # none built at admission
+    assert admitted.ancestors[f"n{size - 1}"] == {f"n{i}" for i in range(size - 1)}
+    assert admitted.ancestors["n1"] == {"n0"} and len(admitted.ancestors) == size
+    assert admitted.descendants("n2995") == {"n2996", "n2997", "n2998", "n2999"}
+    with pytest.raises(KeyError):
+        admitted.ancestors["nope"]
 
 
 def test_accepts_model_and_mapping(ctx: AdmissionContext) -> None:

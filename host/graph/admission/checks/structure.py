@@ -5,9 +5,10 @@ is also given as edits, and never adds a dependency that would close a cycle."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from host.graph.admission.checks.cycles import dependency_graph
 from host.graph.admission.checks.uses import Use, listed, unresolved, uses_of
 from host.graph.admission.errors import AdmissionError, Edit
 from host.graph.admission.grammar import Placeholder, output_targets
@@ -97,9 +98,9 @@ def _require_dep(
     field: str,
     ids: set[str],
     ctx: AdmissionContext,
-    graph: Any,
+    graph: Callable[[], Any],
 ) -> None:
-    import networkx as nx  # imported at the first admission, not at start-up
+    import networkx as nx  # imported at the first refusal that needs it, not at start-up
 
     if target == spec.id:
         raise AdmissionError(
@@ -125,9 +126,10 @@ def _require_dep(
             repair=repair,
             edits=[use.edit],
         )
-    if target in ids and nx.has_path(graph, spec.id, target):
+    if target in ids and nx.has_path(graph(), spec.id, target):
         # `target` already waits for this node: as a dep it would close a cycle.
-        chain = " → ".join(f"`{n}`" for n in reversed(nx.shortest_path(graph, spec.id, target)))
+        path = nx.shortest_path(graph(), spec.id, target)
+        chain = " → ".join(f"`{n}`" for n in reversed(path))
         raise AdmissionError(
             "structure",
             f"{what} refers to `{target}`, which is not in deps and runs after this node "
@@ -154,12 +156,16 @@ def check_references(
     placeholders: Mapping[str, list[Placeholder]],
     ids: set[str],
     ctx: AdmissionContext,
-    graph: Any,
 ) -> None:
+    # Built only if a reference is refused, to name the path it would close.
+    graph = functools.cache(lambda: dependency_graph(submission, ids))
     require = functools.partial(_require_dep, ids=ids, ctx=ctx, graph=graph)
     for spec in submission.nodes:
+        deps = set(spec.deps) - {spec.id}  # a listed dep is what a reference must name
         for ph in placeholders[spec.id]:
             if ph.kind in ("output", "output_path"):
+                if ph.target in deps:
+                    continue  # the usual case, checked before building any message
                 use = Use(f"`{ph.raw}` from the template", Edit(spec.id, "unquote", ph.raw))
                 require(spec, ph.target, use, what=f"placeholder `{ph.raw}`", field="template")
             elif ph.kind in ("input", "input_path") and ph.target not in spec.inputs:
