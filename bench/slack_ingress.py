@@ -491,14 +491,14 @@ class TxnSamples:
 
 
 class TxnProbe:
-    """The store writes of the ack path and of everything else.
+    """The store writes of the listener's claim and of everything else.
 
-    Every ack waits for at least one store write (the inbound claim: a write unit, or a
-    `Store.transaction` in older code) queued behind the turns' own; this shows how long
-    that queue is. Write units are timed from `Store.write` (queued → batch committed),
-    transactions from asking to entering (write-lock queue + BEGIN IMMEDIATE). What the
-    adapter's `SlackIngress.ingest` (what the HTTP ack awaits with
-    `process_before_response=True`) writes is kept apart from the rest (turns, outbox). It
+    Every event's claim is a store write (a write unit, or a `Store.transaction` in older
+    code) queued behind the turns' own; this shows how long that queue is (the ack used
+    to wait for it; the HTTP endpoint's own process now answers first). Write units are
+    timed from `Store.write` (queued → batch committed), transactions from asking to
+    entering (write-lock queue + BEGIN IMMEDIATE). What the
+    adapter's `SlackIngress.ingest` writes is kept apart from the rest (turns, outbox). It
     wraps the methods, so the bot's code is used unchanged.
     """
 
@@ -747,8 +747,9 @@ COST_LEGEND = """\
 Where the time goes, per target rate (bot process = {bot_process}).
   lag99 ms     p99 of how late the generator started a POST vs its schedule (generator health)
   loop99/max   p99 and max event-loop lag in the bot's process (overshoot of a 10 ms sleep)
-  cpu %        bot process CPU time / phase wall time (200 % = both cores); fakes cpu % the
-               same for the fakes' own process ("shared" when they run in the bot's)
+  cpu %        bot process CPU time / phase wall time (200 % = both cores; the HTTP
+               endpoint's own process not included); fakes cpu % the same for the fakes'
+               own process ("shared" when they run in the bot's)
   reply p50/95 first delivery sent → the reply's chat.postMessage reached FakeSlack
   drain s      last send of the phase → last reply of the phase (lanes then empty)"""
 
@@ -767,9 +768,10 @@ TXN_HEADERS = [
 ]
 
 TXN_LEGEND = """\
-Store writes of the ack path (Store.write and Store.transaction, wrapped in the bench), per
-target rate. The ack path is `SlackIngress.ingest` (what the HTTP response waits for,
-`process_before_response=True`): its write is the inbound claim (dedup + persist).
+Store writes of the listener's claim (Store.write and Store.transaction, wrapped in the
+bench), per target rate: `SlackIngress.ingest` records an event (dedup + persist). The HTTP
+ack no longer waits for it: the endpoint's own process answers once the event is in
+slack-events.db, so these show the bot's write queue, not the ack.
   acks         `ingest` calls in the phase (one per POST that reached the listener)
   units/ack    write units the ack waited for, per ack (mean); txn/ack transaction() blocks
   unit50/99/max  one such unit: queued → its batch COMMITTED (queue + batch + commit)

@@ -1,6 +1,6 @@
 """Slack events acknowledged but not yet handed to the bot: the HTTP edge's durable queue.
 
-The edge stores an event here, in its own SQLite file and connection, before it answers
+The edge (its own process) stores an event here, in its own SQLite file, before it answers
 Slack's POST; the bot's loop removes it once the listener has recorded the message (in
 raven.db). Whatever a crash left here is handed over again at the next start, and the
 listener's dedup keeps that from doubling anything. One row per Slack `event_id`: a retry
@@ -32,6 +32,7 @@ class SlackEventLog:
     crash of the process, like raven.db's)."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
@@ -52,6 +53,14 @@ class SlackEventLog:
             )
             return cursor.rowcount == 1
 
+    def get(self, event_id: str) -> QueuedEvent | None:
+        """The queued event with this id (None when it is not queued)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT event_id, body, headers FROM slack_events WHERE event_id = ?", (event_id,)
+            ).fetchone()
+        return None if row is None else _event(row)
+
     def done(self, event_id: str) -> None:
         """The bot has recorded the event: forget it."""
         with self._lock:
@@ -63,9 +72,28 @@ class SlackEventLog:
             rows = self._db.execute(
                 "SELECT event_id, body, headers FROM slack_events ORDER BY received, rowid"
             ).fetchall()
-        return [QueuedEvent(str(r[0]), bytes(r[1]), dict(json.loads(r[2]))) for r in rows]
+        return [_event(row) for row in rows]
 
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
             self._db.close()
+
+
+def _event(row: tuple[object, ...]) -> QueuedEvent:
+    event_id, body, headers = row
+    return QueuedEvent(str(event_id), bytes(body), dict(json.loads(str(headers))))  # type: ignore[call-overload]
+
+
+def event_id_of(body: bytes, headers: dict[str, str]) -> str | None:
+    """The `event_id` of an Events API callback (None for any other request)."""
+    if not headers.get("content-type", "").startswith("application/json"):
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or payload.get("type") != "event_callback":
+        return None
+    event_id = payload.get("event_id")
+    return event_id if isinstance(event_id, str) and event_id else None

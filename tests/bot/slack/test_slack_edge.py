@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from bot.slack.config import SlackConfig
-from bot.slack.edge import SlackEdge, event_id_of
-from bot.slack.event_log import QueuedEvent, SlackEventLog
+from bot.slack.edge import SlackEdge
+from bot.slack.event_log import QueuedEvent, SlackEventLog, event_id_of
 
 
 def test_the_queue_keeps_one_row_per_event_until_it_is_done(tmp_path: Path) -> None:
@@ -47,8 +47,9 @@ async def test_a_port_already_taken_fails_start_and_stop_still_works(tmp_path: P
             bot_token="xoxb-test", signing_secret="s", http_host="127.0.0.1", http_port=port
         )
         queue = SlackEventLog(tmp_path / "slack-events.db")
-        edge = SlackEdge(config, cast(Any, None), queue)  # the app is never reached
-        with pytest.raises(OSError):
+        # The app is never reached; a port in use is not tried again.
+        edge = SlackEdge(config, cast(Any, None), queue, bind_wait_seconds=0)
+        with pytest.raises(OSError, match=f"(?i){port}.*address already in use"):
             await edge.start()
         await edge.stop()
         queue.close()

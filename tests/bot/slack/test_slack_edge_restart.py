@@ -86,6 +86,12 @@ async def test_an_event_acked_before_a_kill_9_is_answered_once_after_the_restart
                 assert await _post(session, port, body) == 200
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
+
+                async def edge_gone() -> bool:
+                    return not await _serving(session, port)
+
+                # The endpoint's own process ends with the bot (its stdin pipe closes).
+                await eventually(edge_gone, within=30)
             finally:
                 blocker.execute("ROLLBACK")
                 blocker.close()
