@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import pickle
+import sqlite3
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,6 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.util import datetime_to_utc_timestamp
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import IntegrityError
 
 from host.runtime.events import EventBus, WakeUp
 from host.runtime.scheduling import FiredJob, JobPayload, JSONValue
@@ -76,24 +76,32 @@ def _sqlite_engine(db_path: Path) -> Engine:
 
 
 class _JobStore(SQLAlchemyJobStore):  # type: ignore[misc]
-    """The SQLAlchemy job store with its insert statement built once: building it per job
-    was a third of what storing a job cost (the row written is the same)."""
+    """The SQLAlchemy job store, storing a job with one prepared statement on the pool's
+    sqlite3 connection: SQLAlchemy Core's statement and transaction handling were 0.1-0.15
+    of the 0.5 ms storing a job cost (the row written is the same; reads stay APScheduler's)."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine=engine)
-        self._insert = self.jobs_t.insert()
+        self._insert = (
+            f"INSERT INTO {self.jobs_t.name} (id, next_run_time, job_state) VALUES (?, ?, ?)"
+        )
 
     def add_job(self, job: Job) -> None:
-        row = {
-            "id": job.id,
-            "next_run_time": datetime_to_utc_timestamp(job.next_run_time),
-            "job_state": pickle.dumps(job.__getstate__(), self.pickle_protocol),
-        }
-        with self.engine.begin() as connection:
+        row = (
+            job.id,
+            datetime_to_utc_timestamp(job.next_run_time),
+            pickle.dumps(job.__getstate__(), self.pickle_protocol),
+        )
+        connection = self.engine.raw_connection()
+        try:
             try:
                 connection.execute(self._insert, row)
-            except IntegrityError:
+            except sqlite3.IntegrityError:
+                connection.rollback()
                 raise ConflictingIdError(job.id) from None
+            connection.commit()
+        finally:
+            connection.close()
 
 
 class _AddAwareScheduler(AsyncIOScheduler):  # type: ignore[misc]
