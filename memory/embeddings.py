@@ -21,8 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from memory.minilm import MiniLMEncoder, default_model_dir
-from memory.minilm_export import NAME as MINILM_NAME
+from memory.minilm import MiniLMEncoder, default_model_dir, model_name
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +95,8 @@ class MiniLMEmbedder:
     def __init__(self, *, model: MiniLMEncoder | None = None) -> None:
         """`model`: an already-loaded encoder to share (else loaded on first use)."""
         self._model = model
+        self._model_dir = default_model_dir()
+        self._name: str | None = None
         self._load_lock = asyncio.Lock()
         # One encode at a time: the model is shared, and one encode keeps one core busy.
         self._encode_lock = asyncio.Lock()
@@ -103,8 +104,11 @@ class MiniLMEmbedder:
 
     @property
     def name(self) -> str:
-        """`minilm-l6-v2-int8/384`: index files built with another model are rebuilt."""
-        return f"{MINILM_NAME}/{MINILM_DIMENSION}"
+        """`minilm-l6-v2-int8-<build>/384`: an index built with another model (or build)
+        is rebuilt."""
+        if self._name is None:
+            self._name = model_name(self._model_dir)
+        return f"{self._name}/{MINILM_DIMENSION}"
 
     @property
     def dimension(self) -> int:
@@ -123,7 +127,7 @@ class MiniLMEmbedder:
 
     def _load_sync(self) -> MiniLMEncoder:
         started = time.perf_counter()
-        model = _shared_encoder(default_model_dir())
+        model = _shared_encoder(self._model_dir)
         self.load_seconds = time.perf_counter() - started
         log.info("memory: loaded MiniLM embedder in %.2fs", self.load_seconds)
         return model

@@ -28,6 +28,12 @@ def default_model_dir() -> Path:
     return Path(sys.prefix) / "share" / "raven-bot" / NAME
 
 
+def model_name(model_dir: Path) -> str:
+    """The model build's name (`minilm-l6-v2-int8-<digest>`), read without loading it."""
+    settings = json.loads((model_dir / "settings.json").read_text(encoding="utf-8"))
+    return str(settings["name"])
+
+
 class MiniLMEncoder:
     """Sentences → L2-normalized 384-d float32 vectors, from a model folder that
     `memory.minilm_export` wrote (`model.onnx`, `tokenizer.json`, `settings.json`)."""
@@ -37,7 +43,6 @@ class MiniLMEncoder:
         from tokenizers import Tokenizer
 
         settings = json.loads((model_dir / "settings.json").read_text(encoding="utf-8"))
-        self.name: str = str(settings["name"])
         self.dimension: int = int(settings["dimension"])
         self.max_tokens: int = int(settings["max_tokens"])
         options = onnxruntime.SessionOptions()

