@@ -150,11 +150,10 @@ class SlackEdge:
             process = self._process
             assert process is not None and process.stdout is not None
             while line := await process.stdout.readline():
-                event_id = json.loads(line).get("event")
-                if isinstance(event_id, str):
-                    event = await asyncio.to_thread(self._queue.get, event_id)
-                    if event is not None:
-                        self._hand_over(event)
+                try:
+                    await self._announced(line)
+                except Exception:  # one bad line must not end the watch; the event stays queued
+                    log.exception("slack: could not take in %r from the HTTP endpoint", line[:200])
             if self._stopping:
                 return
             code = await process.wait()
@@ -168,6 +167,14 @@ class SlackEdge:
                     log.error("slack: %s; trying again", exc)
             if self._stopping:
                 return
+
+    async def _announced(self, line: bytes) -> None:
+        message = json.loads(line)
+        event_id = message.get("event") if isinstance(message, dict) else None
+        if isinstance(event_id, str):
+            event = await asyncio.to_thread(self._queue.get, event_id)
+            if event is not None:
+                self._hand_over(event)
 
     async def _end_process(self) -> None:
         process, self._process = self._process, None
