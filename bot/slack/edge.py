@@ -163,7 +163,7 @@ class SlackEdge:
                 try:
                     await self._launch(self.port or self._config.http_port)
                     break
-                except EdgeStartError as exc:
+                except OSError as exc:  # EdgeStartError, or it could not be spawned
                     log.error("slack: %s; trying again", exc)
             if self._stopping:
                 return
