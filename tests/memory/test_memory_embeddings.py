@@ -40,12 +40,12 @@ def test_the_int8_encoder_gives_the_vectors_sentence_transformers_gave(
 ) -> None:
     """Vectors recorded from sentence-transformers (torch, float32) for the same model: empty
     text, non-ASCII text and a text cut at 256 tokens included. The int8 weights move them by
-    a cosine of at most 0.02 (measured: 0.984 for the empty text, 0.99+ for the others)."""
+    little (measured cosine 0.9986-0.9997; plain int8 without the smoothing gave 0.984)."""
     recorded = np.load(TEST_DATA / "minilm_reference.npz")
     texts = [str(t) for t in recorded["texts"]]
     mine = minilm_model.encode(texts)
     assert mine.shape == recorded["vectors"].shape
-    assert (mine * recorded["vectors"]).sum(axis=1).min() > 0.98
+    assert (mine * recorded["vectors"]).sum(axis=1).min() > 0.995
     assert np.abs(np.linalg.norm(mine, axis=1) - 1).max() < 1e-5
 
 
