@@ -22,13 +22,14 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_DATA = REPO / "tests" / "data"
 
 
-def inbound(text: str, event: str, author: str = "U1") -> InboundMessage:
-    """A user's message in the test platform's one thread (W/C/T), with its own event id."""
+def inbound(text: str, event: str, author: str = "U1", *, thread: str = "T") -> InboundMessage:
+    """A user's message in the test platform's thread (W/C/T unless told), with its own
+    event id."""
     return InboundMessage(
         platform="test",
         workspace="W",
         channel="C",
-        thread="T",
+        thread=thread,
         message_id=event,
         author_id=author,
         author_name=f"user-{author}",

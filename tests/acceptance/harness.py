@@ -51,6 +51,17 @@ def product_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def slack_env(home: Path, api_url: str, **extra: str) -> dict[str, str]:
+    """`product_env` of a user whose bot is connected to Slack (Socket Mode) at `api_url`."""
+    return product_env(
+        home,
+        SLACK_BOT_TOKEN="xoxb-0000-1111-acceptance",
+        SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
+        RAVEN_SLACK_API_URL=api_url,
+        **extra,
+    )
+
+
 @contextlib.asynccontextmanager
 async def serving(
     env: dict[str, str], cwd: Path, log: Path

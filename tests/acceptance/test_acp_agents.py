@@ -29,6 +29,7 @@ from tests.acceptance.harness import (
     product_env,
     project_dir,
     serving,
+    slack_env,
 )
 from tests.acceptance.test_readme_deployed import CHANNEL, README_SCOPES, SLACK_ALICE, _buttons
 from tests.fakes.slack import FakeSlack, payloads
@@ -175,11 +176,9 @@ async def test_an_acp_permission_request_as_buttons_on_slack(tmp_path: Path) -> 
     project = project_dir(tmp_path / "project")
     async with FakeSlack(scopes=README_SCOPES) as slack:
         slack.add_user(SLACK_ALICE, "alice", real_name="Alice Liddell", display_name="alice")
-        env = product_env(
+        env = slack_env(
             home,
-            SLACK_BOT_TOKEN="xoxb-0000-1111-acceptance",
-            SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
-            RAVEN_SLACK_API_URL=slack.api_url,
+            slack.api_url,
         )
         async with serving(env, project, tmp_path / "raven-bot.log"):
             await slack.wait_connected(within=WITHIN)

@@ -33,11 +33,11 @@ from tests.acceptance.harness import (
     WITHIN,
     Result,
     noise,
-    product_env,
     project_dir,
     running,
     serving,
     sh,
+    slack_env,
 )
 from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack, payloads
@@ -288,11 +288,9 @@ async def bot(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deploye
     async with FakeSlack(scopes=README_SCOPES) as slack, FakeDiscord() as discord:
         slack.add_user(SLACK_ALICE, "alice", real_name="Alice Liddell", display_name="alice")
         discord.add_user(DISCORD_ALICE, "alice", global_name="Alice")
-        env = product_env(
+        env = slack_env(
             home,
-            SLACK_BOT_TOKEN="xoxb-0000-1111-acceptance",
-            SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
-            RAVEN_SLACK_API_URL=slack.api_url,
+            slack.api_url,
             DISCORD_TOKEN="discord-acceptance-token.abcdefghijklmnop",
             RAVEN_DISCORD_API_URL=discord.base_url,
             RAVEN_DISCORD_GATEWAY_URL=discord.gateway_url,

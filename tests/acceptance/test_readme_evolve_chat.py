@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.harness import WITHIN, product_env, project_dir, serving, sh
+from tests.acceptance.harness import WITHIN, project_dir, serving, sh, slack_env
 from tests.acceptance.test_readme_deployed import CHANNEL, SLACK_ALICE, _buttons
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, payloads
@@ -30,11 +30,9 @@ async def test_an_admin_evolves_code_from_a_slack_thread_and_approves_it(tmp_pat
     async with FakeSlack() as slack, FakeAnthropic() as model:
         model.responder = _respond
         slack.add_user(SLACK_ALICE, "alice", real_name="Alice Liddell", display_name="alice")
-        env = product_env(
+        env = slack_env(
             home,
-            SLACK_BOT_TOKEN="xoxb-0000-1111-acceptance",
-            SLACK_APP_TOKEN="xapp-1-A1-0000-acceptance",
-            RAVEN_SLACK_API_URL=slack.api_url,
+            slack.api_url,
             ANTHROPIC_API_KEY="sk-ant-acceptance-0123456789",
             ANTHROPIC_BASE_URL=model.base_url,
             RAVEN_ADMINS=SLACK_ALICE,

@@ -18,7 +18,7 @@ from host.graph.render import MEMORY_HEADING
 from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
-from tests.helpers import eventually
+from tests.helpers import eventually, inbound
 from tests.runtime_kit import chat_runtime, online
 
 GRAPH = {
@@ -121,18 +121,13 @@ class Script:
         return {"content": f"Result for: {task}"}
 
 
-def _from_alice(thread: str, text: str) -> InboundMessage:
-    return InboundMessage(
-        platform="test",
-        workspace="W",
-        channel="C",
-        thread=thread,
-        message_id="m1",
-        author_id="U1",
-        author_name="alice",
-        text=text,
-        event_id="e1",
-    )
+async def _ask(runtime: Runtime, thread: str, text: str) -> InboundMessage:
+    """A person's request in its own thread, taken in and its turn finished."""
+    msg = inbound(text, "e1", thread=thread)
+    turn = await runtime.service.accept(msg)
+    assert turn is not None
+    await turn
+    return msg
 
 
 def _tool(name: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -166,10 +161,7 @@ async def test_four_node_graph_with_one_continue(
     fake, adapter, runtime = runtime_with_fake
     script = Script()
     fake.responder = script
-    msg = _from_alice("T1", "Survey, reproduce and present it.")
-    turn = await runtime.service.accept(msg)
-    assert turn is not None
-    await turn
+    msg = await _ask(runtime, "T1", "Survey, reproduce and present it.")
     await runtime.service.quiesce(msg.conversation)
     await eventually(lambda: any("All four nodes completed" in t for t in adapter.texts))
 
@@ -269,10 +261,7 @@ async def test_a_node_reads_the_memory_record_its_prompt_names(
     fake, adapter, runtime = runtime_with_fake
     script = ReadingScript()
     fake.responder = script
-    msg = _from_alice("T2", "Find the dataset and build a loader.")
-    turn = await runtime.service.accept(msg)
-    assert turn is not None
-    await turn
+    await _ask(runtime, "T2", "Find the dataset and build a loader.")
     await eventually(lambda: any("Both nodes completed" in t for t in adapter.texts))
     assert len(script.tool_results) == 1
     seen = script.tool_results[0]
