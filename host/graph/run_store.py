@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,6 +79,17 @@ class NodeRecord:
     started_at: float | None = None
     finished_at: float | None = None
 
+    def with_fields(self, **changes: Any) -> NodeRecord:
+        """A copy with `changes` applied: `dataclasses.replace` without its per-field
+        `getattr` and frozen `__setattr__` calls (a node changes state several times, and
+        this was 13 µs of each change)."""
+        unknown = changes.keys() - _NODE_FIELDS
+        if unknown:
+            raise TypeError(f"NodeRecord has no field {', '.join(sorted(unknown))}")
+        copy = object.__new__(NodeRecord)
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
+
     def as_prior(self) -> PriorNode:
         """The view admission needs."""
         return PriorNode(
@@ -87,6 +99,9 @@ class NodeRecord:
             output_path=self.output_path,
             instance=self.instance,
         )
+
+
+_NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(NodeRecord))
 
 
 class RunStore:

@@ -169,8 +169,9 @@ class Attempts:
         """Eq. 32: the memory records of every transitive predecessor (this run's are all
         completed by now)."""
         ancestors = self._graph.ancestors.get(node_id, frozenset())
-        inside = sorted(a for a in ancestors if a in self._book.nodes)
-        return self._writer.memory_paths(ancestors, inside, self._book.artifacts)
+        # Set operations in C: the sets grow with the graph (a hundred names is common).
+        inside = self._book.nodes.keys() & ancestors
+        return self._writer.memory_paths(ancestors - inside, sorted(inside), self._book.artifacts)
 
     async def _prefetched(self, spec: NodeSpec, prompt: str) -> str:
         """The task followed by the dispatch context; a failing source adds nothing."""

@@ -9,7 +9,6 @@ are successors submitted and the change announced.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -93,7 +92,7 @@ class NodeBook:
         self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
     ) -> None:
         """Queue a node's new state for the next commit (without waiting for it)."""
-        self.queue(dataclasses.replace(self.current(node_id), state=state, **fields))
+        self.queue(self.current(node_id).with_fields(state=state, **fields))
         if artifact is not None:
             self._completing[node_id] = artifact
         if state == "failed" and not self._flags.stopping:
@@ -123,7 +122,7 @@ class NodeBook:
             current = self.current(node_id)
             if current.state != "pending":
                 continue
-            self.queue(dataclasses.replace(current, state="skipped", error=error, finished_at=now))
+            self.queue(current.with_fields(state="skipped", error=error, finished_at=now))
             stack.extend(self._ready.children(node_id))
 
     async def _write_batch(self, records: list[NodeRecord]) -> None:

@@ -98,13 +98,13 @@ class RunWriter:
         return self._files
 
     def memory_paths(
-        self, ancestors: Iterable[str], inside: Sequence[str], artifacts: dict[str, Artifact]
+        self, outside: Iterable[str], inside: Sequence[str], artifacts: dict[str, Artifact]
     ) -> list[str]:
         """Eq. 32: the memory records of every transitive predecessor — earlier runs' nodes
-        (`ancestors` outside the run) one path each, this run's (`inside`) as one line."""
+        (`outside` the run) one path each, this run's (`inside`) as one line."""
         lines = [
             str(self._files.memory_beside(artifacts[a].output_path))
-            for a in sorted(set(ancestors).difference(inside))
+            for a in sorted(outside)
             if a in artifacts
         ]
         if inside:

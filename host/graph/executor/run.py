@@ -226,10 +226,13 @@ class GraphRun:
         await self._deps.store.set_run_state(self.id, final, finished=True)
         self.record = dataclasses.replace(self.record, state=final)
         await self._announcer.stop()
-        await self._writer.write_manifest(self.record, self._book.nodes.values())
-        await self._writer.close_journal()
+        # Ended once SQLite says so: every node's journal lines were synced before its
+        # commit, so the manifest (a snapshot for readers) and the journal's close follow
+        # `done` instead of delaying it (50-80 ms at 2,000 nodes).
         self.done.set()
         self.changed.set()
+        await self._writer.write_manifest(self.record, self._book.nodes.values())
+        await self._writer.close_journal()
         # The view files, owed until now (the journal holds every record they show), are
         # there before the report that points at them.
         await self._writer.write_views()

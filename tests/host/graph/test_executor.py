@@ -1044,3 +1044,16 @@ async def test_dispatch_budget_counts_nodes_per_conversation_and_hour(tmp_path: 
         later = await kit.submit(node("c"), node("d"))
         await kit.finished(later)
         assert await kit.states(later) == {"c": "completed", "d": "completed"}
+
+
+def test_a_node_record_copy_changes_only_what_is_asked() -> None:
+    import dataclasses
+
+    record = _crash_node("run_copy", "a")
+    running = record.with_fields(state="running", attempts=1, started_at=5.0)
+    assert running == dataclasses.replace(record, state="running", attempts=1, started_at=5.0)
+    assert record.state == "pending" and record.attempts == 0  # the original is untouched
+    with pytest.raises(TypeError, match="no field colour"):
+        record.with_fields(colour="red")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        running.state = "failed"  # type: ignore[misc]
