@@ -286,6 +286,9 @@ class RunManager:
             if suspended:
                 return run.exception_report(suspended[0])
             if run.done.is_set():
+                # The Host continues on this report: what hears the end (the round its
+                # attribution blocks close) must have heard it first.
+                await run.ended.wait()
                 return await self.report(run.id)
             await run.changed.wait()
 

@@ -362,6 +362,7 @@ class RecordingEvents:
         self.mismatches: list[str] = []
         self.checked = 0
         self.on_exception: Callable[[RunSnapshot, str, str], Awaitable[None]] | None = None
+        self.on_finished: Callable[[RunSnapshot], Awaitable[None]] | None = None
         self.fail_announcements = False
         self._exception_events: dict[str, asyncio.Event] = {}
         self._finished_events: dict[str, asyncio.Event] = {}
@@ -460,6 +461,8 @@ class RecordingEvents:
         self.log.append(("finished", run.id, None))
         self.finished_runs.append(run.id)
         self.finished_event(run.id).set()
+        if self.on_finished is not None:
+            await self.on_finished(run)
         if self.fail_announcements:
             raise RuntimeError("the chat API is down")
 

@@ -66,6 +66,9 @@ class GraphRun:
         self._book.listen(self._scheduler)
         self._book.listen(self._announcer)
         self.done = asyncio.Event()
+        # Set once the end is recorded everywhere: view files written and every RunFinished
+        # subscriber run (the round deposited in group memory, the report turn queued).
+        self.ended = asyncio.Event()
         self._canceller: asyncio.Task[None] | None = None
         self._finishing = False
 
@@ -231,9 +234,12 @@ class GraphRun:
         # `done` instead of delaying it (50-80 ms at 2,000 nodes).
         self.done.set()
         self.changed.set()
-        await self._writer.write_manifest(self.record, self._book.nodes.values())
-        await self._writer.close_journal()
-        # The view files, owed until now (the journal holds every record they show), are
-        # there before the report that points at them.
-        await self._writer.write_views()
-        await self._announcer.finished()
+        try:
+            await self._writer.write_manifest(self.record, self._book.nodes.values())
+            await self._writer.close_journal()
+            # The view files, owed until now (the journal holds every record they show), are
+            # there before the report that points at them.
+            await self._writer.write_views()
+            await self._announcer.finished()
+        finally:
+            self.ended.set()

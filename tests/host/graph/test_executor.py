@@ -843,6 +843,31 @@ async def test_foreground_wait_returns_the_exception_then_the_final_report(
     assert "output of b" in text
 
 
+async def test_a_foreground_wait_returns_once_the_end_was_heard(kit: GraphKit) -> None:
+    # The Host continues on the report: the round its attribution blocks close is deposited
+    # by a RunFinished subscriber, which must have run first (it raced the Host's turn).
+    heard, release = asyncio.Event(), asyncio.Event()
+    order: list[str] = []
+
+    async def slow_subscriber(run: RunSnapshot) -> None:
+        heard.set()
+        await release.wait()
+        order.append("end heard")
+
+    kit.events.on_finished = slow_subscriber
+    run = await kit.submit(node("a"), background=False)
+    waiter = asyncio.create_task(kit.manager.wait_for_decision_point(run))
+    await guarded(heard.wait())
+    assert run.done.is_set()
+    # A chance for a waiter that does not wait for the subscribers to return meanwhile.
+    await asyncio.wait({waiter}, timeout=0.2)
+    order.append("report returned" if waiter.done() else "report waiting")
+    release.set()
+    text = await guarded(waiter)
+    assert text.startswith(f"**Run `{run.id}` completed**")
+    assert order == ["report waiting", "end heard"]
+
+
 # --------------------------------------------------------------------------- restart
 
 
