@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
+from apscheduler.triggers.date import DateTrigger
 from sqlalchemy import event
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
@@ -146,6 +147,72 @@ async def test_a_job_due_after_the_armed_wake_up_needs_no_pass_over_the_store(
     assert sorted(await scheduler.pending_job_ids()) == sorted(
         ["first", *(f"later{n}" for n in range(5))]
     )
+
+
+async def test_a_stored_job_is_the_job_apscheduler_would_store(
+    rec_scheduler: tuple[ApschedulerScheduler, Recorder],
+) -> None:
+    # Jobs are stored from a template APScheduler built: the state must stay what its own
+    # add_job stores, or a job would load differently after an upgrade of APScheduler.
+    scheduler, _ = rec_scheduler
+    when = _soon(3600)
+    assert await scheduler.schedule_at("ours", when, "ping", {"n": 1})
+    args = [scheduler._name, "theirs", "ping", '{"n": 1}', when.astimezone(UTC).isoformat()]
+    await asyncio.to_thread(
+        scheduler._scheduler.add_job,
+        "host.runtime.apscheduler_adapter:fire",
+        trigger="date",
+        run_date=when,
+        id="theirs",
+        name="ping theirs",
+        args=args,
+    )
+    ours, theirs = [
+        (await asyncio.to_thread(scheduler._scheduler.get_job, job_id)).__getstate__()
+        for job_id in ("ours", "theirs")
+    ]
+    assert ours.pop("args")[1] == "ours" and theirs.pop("args")[1] == "theirs"
+    assert ours.pop("trigger").run_date == theirs.pop("trigger").run_date == when
+    assert (ours.pop("id"), ours.pop("name")) == ("ours", "ping ours")
+    del theirs["id"], theirs["name"]
+    assert ours == theirs
+
+
+async def test_a_job_stored_during_a_pass_over_the_store_still_wakes_it(
+    rec_scheduler: tuple[ApschedulerScheduler, Recorder],
+) -> None:
+    # The pass may have read the store before the job was committed and then arm its timer
+    # past the job: an add that lands during a pass must wake another one, even when the job
+    # is due after the timer armed before that pass.
+    scheduler, recorder = rec_scheduler
+    aps = scheduler._scheduler
+    assert await scheduler.schedule_at("far", _soon(3600), "ping", {})
+    assert await scheduler.schedule_at("first", _soon(0.05), "ping", {})
+    armed = aps._armed_until  # the timer of "first" (the pass stops it before it reads)
+    passes = aps._process_jobs
+    landed: list[str] = []
+
+    def pass_with_an_add_landing() -> float | None:
+        wait: float | None = passes()
+        if not landed and armed is not None:
+            # The store was read without this job; it is due after the old armed time.
+            landed.append("late")
+            later = armed + timedelta(seconds=0.1)
+            state = {
+                **scheduler._template,
+                "id": "late",
+                "trigger": DateTrigger(run_date=later, timezone=UTC),
+                "args": (scheduler._name, "late", "ping", "{}", later.isoformat()),
+                "name": "ping late",
+                "next_run_time": later,
+            }
+            assert scheduler._store.put(state, replace=True)
+            aps.stored(later)
+        return wait
+
+    aps._process_jobs = pass_with_an_add_landing
+    await recorder.until(lambda fired: len(fired) == 2)
+    assert recorder.ids() == ["first", "late"]
 
 
 async def test_cancel_prevents_the_fire(
