@@ -189,17 +189,20 @@ def render_prompt(
     memory_paths: Sequence[Path | str] = (),
     marker: str | None = None,
     command: bool = False,
+    placeholders: Sequence[Placeholder] | None = None,
 ) -> RenderedPrompt:
     """Render `node`'s task prompt; raises RenderError when a needed artifact or file is gone.
 
     `memory_paths`: one line each in the memory block (a path, or a listing of several).
     `command`: the template is a shell command (placeholders become shell-quoted raw values,
-    nothing is appended, no fence preface)."""
+    nothing is appended, no fence preface).
+    `placeholders`: the template's, as admission parsed them (parsed here when not given)."""
     state = _Render(node, artifacts, workspace, marker or new_marker(), command=command)
-    try:
-        placeholders = parse_placeholders(node.template)
-    except PlaceholderSyntaxError as exc:
-        raise RenderError(f"node `{node.id}`: {exc.reason}") from None
+    if placeholders is None:
+        try:
+            placeholders = parse_placeholders(node.template)
+        except PlaceholderSyntaxError as exc:
+            raise RenderError(f"node `{node.id}`: {exc.reason}") from None
 
     # Single pass over the template: substituted text is never re-scanned for placeholders.
     parts: list[str] = []

@@ -40,4 +40,5 @@ def admit(
         order=order,
         external_deps=frozenset(d for spec in submission.nodes for d in spec.deps if d not in ids),
         ancestors=Ancestry({spec.id: spec.deps for spec in submission.nodes}),
+        placeholders=placeholders,
     )

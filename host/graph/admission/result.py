@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from host.graph.admission.grammar import Placeholder
 from host.graph.model import GraphSubmission, NodeSpec
 
 
@@ -61,6 +62,8 @@ class AdmittedGraph:
     order: tuple[str, ...]
     external_deps: frozenset[str]
     ancestors: Mapping[str, frozenset[str]]
+    # Each template's placeholders, as the format check parsed them (rendering reuses them).
+    placeholders: Mapping[str, Sequence[Placeholder]]
 
     def node(self, node_id: str) -> NodeSpec:
         """The node spec with this id (KeyError when it is not part of this graph)."""

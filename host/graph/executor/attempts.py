@@ -162,6 +162,7 @@ class Attempts:
             memory_paths=self._memory_paths(spec.id) if entry.file_capable else (),
             marker=self._writer.marker(),
             command=entry.runs_commands,
+            placeholders=self._graph.placeholders.get(spec.id),
         )
         return rendered.text
 

@@ -648,6 +648,9 @@ def test_order_is_topological_and_ancestors_transitive(ctx: AdmissionContext) ->
     assert admitted.node("code").deps == ["r1", "old"]
     with pytest.raises(KeyError):
         admitted.node("nope")
+    # The templates' placeholders, parsed once here, are what rendering uses.
+    assert [(p.kind, p.target) for p in admitted.placeholders["code"]] == [("output", "old")]
+    assert admitted.placeholders["r1"] == []
 
 
 @pytest.mark.parametrize("seed", range(20))
