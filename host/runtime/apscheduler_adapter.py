@@ -275,14 +275,7 @@ class ApschedulerScheduler:
         payload_json = json.dumps(dict(payload))  # fails here for values a restart would lose
         run_at = when.astimezone(UTC)
 
-        state = {
-            **self._template,
-            "id": job_id,
-            "trigger": DateTrigger(run_date=run_at, timezone=UTC),
-            "args": (self._name, job_id, kind, payload_json, run_at.isoformat()),
-            "name": f"{kind} {job_id}",
-            "next_run_time": run_at,
-        }
+        state = self._job_state(job_id, run_at, kind, payload_json)
 
         def add() -> bool:
             if not self._store.put(state, replace=replace_existing):
@@ -292,6 +285,19 @@ class ApschedulerScheduler:
 
         # The job store is synchronous SQLite: write it off the event loop.
         return await asyncio.to_thread(add)
+
+    def _job_state(
+        self, job_id: str, run_at: datetime, kind: str, payload_json: str
+    ) -> dict[str, Any]:
+        """What APScheduler stores for a one-shot job calling `fire` at `run_at` (UTC)."""
+        return {
+            **self._template,
+            "id": job_id,
+            "trigger": DateTrigger(run_date=run_at, timezone=UTC),
+            "args": (self._name, job_id, kind, payload_json, run_at.isoformat()),
+            "name": f"{kind} {job_id}",
+            "next_run_time": run_at,
+        }
 
     async def cancel(self, job_id: str) -> bool:
         """Remove a job; False when unknown, already fired, or the scheduler is stopped."""

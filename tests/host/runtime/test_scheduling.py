@@ -10,7 +10,6 @@ from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from apscheduler.triggers.date import DateTrigger
 from sqlalchemy import event
 
 from agents.models.types import Message, ModelReply, TextBlock, ToolSpec
@@ -187,30 +186,30 @@ async def test_a_job_stored_during_a_pass_over_the_store_still_wakes_it(
     scheduler, recorder = rec_scheduler
     aps = scheduler._scheduler
     assert await scheduler.schedule_at("far", _soon(3600), "ping", {})
-    assert await scheduler.schedule_at("first", _soon(0.05), "ping", {})
-    armed = aps._armed_until  # the timer of "first" (the pass stops it before it reads)
-    passes = aps._process_jobs
+    armed_before: list[datetime | None] = []  # at the start of each pass (it then clears it)
+    wake, passes = aps._wake, aps._process_jobs
     landed: list[str] = []
+
+    def wake_noting_the_armed_time() -> None:
+        armed_before.append(aps._armed_until)
+        wake()
 
     def pass_with_an_add_landing() -> float | None:
         wait: float | None = passes()
-        if not landed and armed is not None:
-            # The store was read without this job; it is due after the old armed time.
+        armed = armed_before[-1]
+        # The pass the timer of "first" runs (not one an add asked for): the store was read
+        # without the job landing now, which is due after that timer.
+        if not landed and armed is not None and armed <= datetime.now(UTC):
             landed.append("late")
             later = armed + timedelta(seconds=0.1)
-            state = {
-                **scheduler._template,
-                "id": "late",
-                "trigger": DateTrigger(run_date=later, timezone=UTC),
-                "args": (scheduler._name, "late", "ping", "{}", later.isoformat()),
-                "name": "ping late",
-                "next_run_time": later,
-            }
-            assert scheduler._store.put(state, replace=True)
+            assert scheduler._store.put(
+                scheduler._job_state("late", later, "ping", "{}"), replace=True
+            )
             aps.stored(later)
         return wait
 
-    aps._process_jobs = pass_with_an_add_landing
+    aps._wake, aps._process_jobs = wake_noting_the_armed_time, pass_with_an_add_landing  # type: ignore[method-assign]
+    assert await scheduler.schedule_at("first", _soon(0.05), "ping", {})
     await recorder.until(lambda fired: len(fired) == 2)
     assert recorder.ids() == ["first", "late"]
 
