@@ -236,6 +236,20 @@ async def test_stopped_scheduler_refuses_jobs_and_cancel_is_a_no_op(db_path: Pat
     await scheduler.stop()  # stopping a scheduler that never started is harmless
 
 
+async def test_a_stopped_scheduler_closes_the_connection_jobs_are_stored_on(
+    db_path: Path,
+) -> None:
+    scheduler = _adapter(db_path, {"ping": Recorder()})
+    await scheduler.start()
+    assert await scheduler.schedule_at("j", _soon(3600), "ping", {})
+    store = scheduler._store
+    assert store._writer is not None
+    await scheduler.stop()
+    assert store._writer is None  # closed with the job store, not left to the collector
+    with pytest.raises(RuntimeError, match="shut down"):
+        store.put(scheduler._job_state("k", _soon(3600), "ping", "{}"), replace=True)
+
+
 async def test_job_due_during_downtime_fires_once_after_restart(db_path: Path) -> None:
     first = Recorder()
     a = _adapter(db_path, {"ping": first})
