@@ -118,6 +118,11 @@ class _JobStore(SQLAlchemyJobStore):  # type: ignore[misc]
             connection.commit()
         return True
 
+    def start(self, scheduler: Any, alias: str) -> None:
+        super().start(scheduler, alias)
+        with self._writing:
+            self._closed = False  # started again after a shutdown
+
     def shutdown(self) -> None:
         with self._writing:
             self._closed = True

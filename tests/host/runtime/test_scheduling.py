@@ -248,6 +248,13 @@ async def test_a_stopped_scheduler_closes_the_connection_jobs_are_stored_on(
     assert store._writer is None  # closed with the job store, not left to the collector
     with pytest.raises(RuntimeError, match="shut down"):
         store.put(scheduler._job_state("k", _soon(3600), "ping", "{}"), replace=True)
+    # Started again, the same scheduler stores jobs again.
+    await scheduler.start()
+    try:
+        assert await scheduler.schedule_at("k", _soon(3600), "ping", {})
+        assert sorted(await scheduler.pending_job_ids()) == ["j", "k"]
+    finally:
+        await scheduler.stop()
 
 
 async def test_job_due_during_downtime_fires_once_after_restart(db_path: Path) -> None:
