@@ -30,8 +30,13 @@ def default_model_dir() -> Path:
 
 def model_name(model_dir: Path) -> str:
     """The model build's name (`minilm-l6-v2-int8-<digest>`), read without loading it."""
-    settings = json.loads((model_dir / "settings.json").read_text(encoding="utf-8"))
-    return str(settings["name"])
+    return str(_settings(model_dir)["name"])
+
+
+def _settings(model_dir: Path) -> dict[str, Any]:
+    """The model folder's `settings.json` (written by `memory.minilm_export`)."""
+    settings: dict[str, Any] = json.loads((model_dir / "settings.json").read_text("utf-8"))
+    return settings
 
 
 class MiniLMEncoder:
@@ -42,7 +47,7 @@ class MiniLMEncoder:
         import onnxruntime
         from tokenizers import Tokenizer
 
-        settings = json.loads((model_dir / "settings.json").read_text(encoding="utf-8"))
+        settings = _settings(model_dir)
         self.dimension: int = int(settings["dimension"])
         self.max_tokens: int = int(settings["max_tokens"])
         options = onnxruntime.SessionOptions()

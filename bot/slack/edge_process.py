@@ -19,6 +19,7 @@ import asyncio
 import errno
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ class EdgeSettings(BaseModel):
 class Edge:
     """The endpoint: verify, queue and announce events; forward everything else."""
 
-    def __init__(self, settings: EdgeSettings, announce: Any) -> None:
+    def __init__(self, settings: EdgeSettings, announce: Callable[[dict[str, Any]], None]) -> None:
         self._settings = settings
         self._announce = announce
         self._verifier = SignatureVerifier(settings.signing_secret)
