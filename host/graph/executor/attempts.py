@@ -169,10 +169,8 @@ class Attempts:
     def _memory_paths(self, node_id: str) -> list[str]:
         """Eq. 32: the memory records of every transitive predecessor (this run's are all
         completed by now)."""
-        ancestors = self._graph.ancestors.get(node_id, frozenset())
-        # Set operations in C: the sets grow with the graph (a hundred names is common).
-        inside = self._book.nodes.keys() & ancestors
-        return self._writer.memory_paths(ancestors - inside, sorted(inside), self._book.artifacts)
+        upstream = self._graph.ancestors.upstream(node_id)
+        return self._writer.memory_paths(upstream.outside, upstream.inside(), self._book.artifacts)
 
     async def _prefetched(self, spec: NodeSpec, prompt: str) -> str:
         """The task followed by the dispatch context; a failing source adds nothing."""
@@ -283,7 +281,7 @@ class Attempts:
     def _shelf(self, node_id: str) -> RecordShelf:
         """The records the node's prompt names by path, for its agent to read."""
         return RecordShelf(
-            self._graph.ancestors.get(node_id, frozenset()),
+            self._graph.ancestors.upstream(node_id),
             self._book.artifacts,
             files=self._writer.files,
             in_run=self._writer.memory_text,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from host.graph.records import RunFiles, read_memory
@@ -29,7 +29,7 @@ class RecordShelf:
 
     def __init__(
         self,
-        upstream: frozenset[str],
+        upstream: Collection[str],
         artifacts: Mapping[str, Artifact],
         *,
         files: RunFiles,

@@ -675,6 +675,14 @@ def test_ancestors_match_a_traversal_per_node(ctx: AdmissionContext, seed: int) 
         inner = nx.ancestors(dag, node_id)
         expected = inner | external[node_id] | set().union(*(external[a] for a in inner))
         assert admitted.ancestors[node_id] == expected
+        # What the executor reads: this graph's ancestors sorted (the Eq. 32 listing),
+        # earlier runs' nodes apart, and membership for both kinds.
+        upstream = admitted.ancestors.upstream(node_id)
+        assert upstream.inside() == sorted(inner)
+        assert upstream.outside == expected - inner
+        assert len(upstream) == len(expected)
+        for other in [*dag, "old", "old_coder", "absent"]:
+            assert (other in upstream) == (other in expected)
 
 
 def test_ancestry_is_built_as_it_is_read_and_a_long_chain_read_backwards_works(
