@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# How long a journal line nobody waits for may wait to share a synced write.
+JOURNAL_DEFER_SECONDS = 0.05
+
 JOURNAL = "journal.jsonl"
 STARTED = "started.jsonl"
 
@@ -60,20 +63,27 @@ def write_view(path: Path, text: str) -> None:
 
 class GroupFlush(Generic[T]):
     """Group commit: items added while a flush runs go into the next flush, so a burst of
-    changes costs one flush, and an idle one starts at once (no batching delay).
+    changes costs one flush, and an idle one starts at once (no batching delay) — unless the
+    items are deferred: nobody waits for them, so they wait up to `defer` seconds for a flush
+    somebody waits for, and share it (a node's `running` state rides with its completion).
 
     One flush runs at a time, in a task owned by this object (`drain` awaits it); a waiter
     is resolved once every item added before it asked is flushed, or gets the flush's error.
     """
 
-    def __init__(self, flush: Callable[[list[T]], Awaitable[None]], *, name: str) -> None:
+    def __init__(
+        self, flush: Callable[[list[T]], Awaitable[None]], *, name: str, defer: float = 0.0
+    ) -> None:
         self._flush = flush
         self._name = name
+        self._defer = defer
         self._items: list[T] = []
         self._added = 0
         self._flushed = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = False  # something queued is waited for (or its deadline passed)
 
     @property
     def idle(self) -> bool:
@@ -84,8 +94,15 @@ class GroupFlush(Generic[T]):
         """Queue one item for the next flush (started now if none is running)."""
         self._items.append(item)
         self._added += 1
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+        self._start()
+
+    def defer(self, item: T) -> None:
+        """Queue one item nobody waits for: it shares the next flush somebody waits for, or
+        is flushed `defer` seconds from now at the latest."""
+        self._items.append(item)
+        self._added += 1
+        if self._task is None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._defer, self._start)
 
     async def flushed(self) -> None:
         """Wait until every item added so far has been flushed (raises the flush's error)."""
@@ -93,16 +110,30 @@ class GroupFlush(Generic[T]):
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((self._added, future))
+        if self._items:
+            self._start()  # deferred items (not in the flush that runs) are waited for now
         await future
 
     async def drain(self) -> None:
         """Wait until nothing is queued and no flush runs (errors were given to waiters)."""
+        if self._items:
+            self._start()
         while self._task is not None:
             await asyncio.wait({self._task})
 
+    def _start(self) -> None:
+        """What is queued is due: flush it now (or after the flush that runs)."""
+        self._due = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is None and self._items:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
+
     async def _run(self) -> None:
         try:
-            while self._items:
+            while self._items and self._due:
+                self._due = False
                 items, self._items = self._items, []
                 upto = self._added
                 error: Exception | None = None
@@ -114,15 +145,19 @@ class GroupFlush(Generic[T]):
                     error = exc
                 self._flushed = upto
                 self._resolve(upto, error)
-        finally:
+        except asyncio.CancelledError:
+            # The loop is closing: nobody will flush what is left.
             self._task = None
-            if self._items or self._waiters:
-                # Cancelled (the loop is closing): nobody will flush what is left.
-                self._items = []
-                self._flushed = self._added
-                for _, future in self._waiters:
-                    future.cancel()
-                self._waiters = []
+            self._items = []
+            self._flushed = self._added
+            for _, future in self._waiters:
+                future.cancel()
+            self._waiters = []
+            raise
+        self._task = None
+        if self._items:
+            # Only deferred items came in meanwhile: they wait for their own deadline.
+            self._timer = asyncio.get_running_loop().call_later(self._defer, self._start)
 
     def _resolve(self, upto: int, error: Exception | None) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []
@@ -153,8 +188,9 @@ class _Barrier:
 class RunJournal:
     """The run's append-only journal (JSON lines).
 
-    `record` queues a line and returns at once (written soon, in a worker thread); `sync`
-    waits until everything queued so far is written and fsynced — the syncs of nodes settling
+    `record` queues a line and returns at once (written with the next sync, or within
+    JOURNAL_DEFER_SECONDS, in a worker thread); `sync` waits until everything queued so far
+    is written and fsynced — the syncs of nodes settling
     together share one write and one fsync. `close` writes and syncs what is left.
     """
 
@@ -164,13 +200,17 @@ class RunJournal:
         # Guards the file handle: a batch thread may still run while `close` is called.
         self._io = threading.Lock()
         self._closed = False
-        self._now = GroupFlush[_Line | _Barrier](self._write, name=f"journal:{path.parent.name}")
+        # Lines nobody waits for share the next synced batch (a prompt, the answer and the
+        # memory record of a short attempt: one write), or are written within this delay.
+        self._now = GroupFlush[_Line | _Barrier](
+            self._write, name=f"journal:{path.parent.name}", defer=JOURNAL_DEFER_SECONDS
+        )
 
     def record(self, kind: str, node_id: str, attempt: int, **data: Any) -> None:
         """Append one record (`prompt`, `output`, `transcript`, `memory`) of a node attempt.
 
         Encoded in the batch thread: `data` must not change after this call."""
-        self._now.add(_Line({"kind": kind, "node": node_id, "attempt": attempt, **data}))
+        self._now.defer(_Line({"kind": kind, "node": node_id, "attempt": attempt, **data}))
 
     async def sync(self) -> None:
         """Wait until every record queued so far is on disk (fsynced)."""

@@ -208,8 +208,6 @@ async def test_piped_transcript_is_clean_and_plain(
     _assert_clean(lines, out + err, isolated_env)
     assert "\x1b" not in out  # plain text in a pipe
     assert "Status: running" in out
-    # The run status is edited as the run goes; a pipe shows each version, marked.
-    assert re.search(r"^raven \(updated status\)> Run `run_\w+`", out, re.MULTILINE), out
     assert "raven (update console-" not in out
 
 
@@ -223,6 +221,9 @@ async def test_piped_answers_wait_for_their_question_and_eof_does_not_wait_for_a
     script = b"s1: shell: echo one\n\n1\ns2: shell: echo two\n\n"
     code, out, err = await _run("chat", stdin=script, env=_env(isolated_env))
     assert code == 0, err
+    # The run status is edited as the run goes (running while it waits for its approval,
+    # then completed); a pipe shows each version, marked.
+    assert re.search(r"^raven \(updated status\)> Run `run_\w+`", out, re.MULTILINE), out
     first, second = out.split("Output of `s1`:", 1)
     # The `1` was an answer, not a message (which would get the offline notice).
     assert "Answered prompt" in first and not re.search(r"I'm (running )?in offline mode", first)

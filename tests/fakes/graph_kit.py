@@ -294,6 +294,19 @@ def verdict_reply(args: dict[str, Any], *, usage: Usage | None = None) -> ModelR
 # --------------------------------------------------------------------------- run events
 
 
+def committed_as(committed: Sequence[str], expected: Sequence[str]) -> bool:
+    """`committed` is `expected`, except that a `queued` or `running` decision (which nobody
+    waits for) may have shared its commit with the node's next state: only the newer one is
+    written then."""
+    position = 0
+    for state in expected:
+        if position < len(committed) and committed[position] == state:
+            position += 1
+        elif state not in {"queued", "running"}:
+            return False
+    return position == len(committed)
+
+
 class TrackingRunStore(RunStore):
     """The real run store, also remembering each node's committed states in order."""
 

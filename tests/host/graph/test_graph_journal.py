@@ -24,6 +24,7 @@ from host.graph.records import (
 )
 from host.graph.render import Markers
 from tests.fakes.graph_kit import guarded, node, open_kit
+from tests.helpers import eventually
 
 
 async def test_group_flush_batches_what_arrives_during_a_flush() -> None:
@@ -61,6 +62,60 @@ async def test_group_flush_gives_a_failed_batch_to_its_waiters() -> None:
         await guarded(group.flushed())
     group.add("good")
     await guarded(group.flushed())  # the next batch is unaffected
+
+
+async def test_deferred_items_share_the_next_flush_somebody_waits_for() -> None:
+    batches: list[list[int]] = []
+
+    async def flush(items: list[int]) -> None:
+        batches.append(items)
+
+    # Deadline far away: only a waiter (or an urgent item) can flush them.
+    group = GroupFlush[int](flush, name="test", defer=3600)
+    group.defer(1)
+    group.defer(2)
+    assert not group.idle
+    group.add(3)
+    await guarded(group.flushed())
+    assert batches == [[1, 2, 3]]
+    group.defer(4)
+    await guarded(group.flushed())  # waiting for a deferred item flushes it now
+    group.defer(5)
+    await guarded(group.drain())  # so does draining
+    assert batches == [[1, 2, 3], [4], [5]] and group.idle
+
+
+async def test_a_deferred_item_nobody_waits_for_is_flushed_by_its_deadline() -> None:
+    batches: list[list[int]] = []
+
+    async def flush(items: list[int]) -> None:
+        batches.append(items)
+
+    group = GroupFlush[int](flush, name="test", defer=0.01)
+    group.defer(1)
+    await eventually(lambda: batches == [[1]] and group.idle)
+
+
+async def test_an_item_deferred_during_a_flush_waits_for_its_own_deadline() -> None:
+    batches: list[list[int]] = []
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def flush(items: list[int]) -> None:
+        batches.append(items)
+        started.set()
+        await release.wait()
+
+    group = GroupFlush[int](flush, name="test", defer=3600)
+    group.add(1)
+    first = asyncio.ensure_future(group.flushed())
+    await guarded(started.wait())
+    group.defer(2)
+    release.set()
+    await guarded(first)
+    # The flush that ran ended without taking the deferred item along.
+    assert batches == [[1]] and not group.idle
+    await guarded(group.flushed())
+    assert batches == [[1], [2]]
 
 
 async def test_sync_writes_the_lines_and_close_writes_the_rest(tmp_path: Path) -> None:
