@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from bot.app import Runtime
 from core.ids import ConversationRef
@@ -17,6 +17,14 @@ from host.runtime.scheduling import FiredJob
 from tests.fakes.chat_adapter import FakeChatAdapter
 
 CONV = ConversationRef("test", "W", "C", "T")
+
+
+def days_ahead(hour: int, minute: int = 0, *, days: int = 2) -> datetime:
+    """A time of day some days from now (UTC), for a test that needs one. The runtime's real
+    scheduler never finds a job armed for it due while the test runs: with a fixed date it
+    fired the test's jobs on its own once the real clock had passed that date."""
+    day = datetime.now(UTC).date() + timedelta(days=days)
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from host.features.schedules.feature import SchedulesFeature
@@ -17,7 +17,7 @@ from host.runtime.events import WakeUp
 from host.runtime.scheduling import FiredJob
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually
-from tests.host.features.schedules.kit import CONV, Bot, FakeClock
+from tests.host.features.schedules.kit import CONV, Bot, FakeClock, days_ahead
 from tests.runtime_kit import chat_runtime
 
 
@@ -234,11 +234,11 @@ async def test_notify_failures_posts_only_failures(bot: Bot) -> None:
 
 async def test_quiet_hours_hold_a_firing_until_they_end(bot: Bot) -> None:
     bot.rt.feature(SchedulesFeature).nudges.quiet = parse_quiet_hours("22:00-07:00")
-    bot.clock.now = datetime(2026, 12, 3, 21, 0, tzinfo=UTC)
+    bot.clock.now = start = days_ahead(21)
     await _schedule(bot, "schedule: every 1h | s1: shell: echo night-shift")
     assert await _fire_next(bot) == []  # 22:00: held, nothing run or said
     (task,) = await bot.tasks.store.active()
-    assert task.fired == 0 and task.next_due == datetime(2026, 12, 3, 22, 0, tzinfo=UTC)
+    assert task.fired == 0 and task.next_due == start + timedelta(hours=1)
     said = await _fire_next(bot, hours=9)  # 07:00: quiet hours are over
     assert any("missed 9 run(s) in quiet hours (22:00–07:00)" in t for t in said), said
     assert any("night-shift" in t for t in said), said
@@ -259,7 +259,8 @@ class ZonedChat(FakeChatAdapter):
 async def test_quiet_hours_are_the_owners_not_the_tasks_zone(isolated_env: Path) -> None:
     chat = ZonedChat()
     async with chat_runtime(chat, serving=True) as rt:
-        bot = Bot(rt, chat, FakeClock(datetime(2026, 12, 3, 11, 30, tzinfo=UTC)))
+        start = days_ahead(11, 30)
+        bot = Bot(rt, chat, FakeClock(start))
         rt.feature(SchedulesFeature).tasks.clock = bot.clock
         rt.feature(SchedulesFeature).nudges.quiet = parse_quiet_hours("22:00-07:00")
         # The task runs on UTC, its owner lives in Tokyo: 13:30 UTC is 22:30 for them.
@@ -267,7 +268,7 @@ async def test_quiet_hours_are_the_owners_not_the_tasks_zone(isolated_env: Path)
         assert any("tokyo" in t for t in await _fire_next(bot))  # 21:30 in Tokyo: runs
         assert await _fire_next(bot) == []  # 22:30 in Tokyo: held
         (task,) = await bot.tasks.store.active()
-        assert task.next_due == datetime(2026, 12, 3, 13, 30, tzinfo=UTC)
+        assert task.next_due == start + timedelta(hours=2)
 
 
 async def test_a_persons_task_limit_is_named(bot: Bot) -> None:
