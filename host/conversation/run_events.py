@@ -121,8 +121,7 @@ class ConversationRunEvents:
             text = progress_text(newest, newest.nodes)
             message_id = self._message_ids.get(run.id)
             if message_id is None:
-                current = await self._store.run(run.id)
-                message_id = current.status_message if current is not None else None
+                message_id = await self._store.status_message_id(run.id)
             if message_id is None:
                 try:
                     posted = await self._port.notify(conv, text, idempotency_key=key)

@@ -1080,3 +1080,12 @@ def test_a_node_record_copy_changes_only_what_is_asked() -> None:
         record.with_fields(colour="red")
     with pytest.raises(dataclasses.FrozenInstanceError):
         running.state = "failed"  # type: ignore[misc]
+
+
+async def test_the_status_message_id_is_read_without_the_run_row(kit: GraphKit) -> None:
+    run = await kit.submit(node("a"))
+    await kit.finished(run)
+    assert await kit.run_store.status_message_id(run.id) is None
+    await kit.run_store.set_status_message(run.id, "msg-1")
+    assert await kit.run_store.status_message_id(run.id) == "msg-1"
+    assert await kit.run_store.status_message_id("run_unknown") is None

@@ -4,8 +4,6 @@ state is always shown."""
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
-from typing import Any
 
 from core.ids import ConversationRef
 from host.conversation.run_events import ConversationRunEvents
@@ -20,8 +18,8 @@ class FakeStore:
         self.status_message: str | None = None
         self.reported = False
 
-    async def run(self, run_id: str) -> Any:
-        return SimpleNamespace(status_message=self.status_message)
+    async def status_message_id(self, run_id: str) -> str | None:
+        return self.status_message
 
     async def set_status_message(self, run_id: str, message_id: str) -> None:
         self.status_message = message_id
