@@ -200,6 +200,8 @@ class RunJournal:
         # Guards the file handle: a batch thread may still run while `close` is called.
         self._io = threading.Lock()
         self._closed = False
+        # Built once: `json.dumps` with options builds an encoder per call.
+        self._encoder = json.JSONEncoder(ensure_ascii=False, default=str)
         # Lines nobody waits for share the next synced batch (a prompt, the answer and the
         # memory record of a short attempt: one write), or are written within this delay.
         self._now = GroupFlush[_Line | _Barrier](
@@ -243,12 +245,8 @@ class RunJournal:
         with self._io:
             if lines:
                 handle = self._open()
-                handle.write(
-                    b"".join(
-                        json.dumps(r, ensure_ascii=False, default=str).encode() + b"\n"
-                        for r in lines
-                    )
-                )
+                encode = self._encoder.encode
+                handle.write(b"".join(encode(r).encode() + b"\n" for r in lines))
                 handle.flush()
             if durable and self._handle is not None:
                 os.fdatasync(self._handle.fileno())

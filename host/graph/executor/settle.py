@@ -51,6 +51,8 @@ class Settler:
         self._policy = policy
         # Told once a node is committed as an exception (manifest, report, announcement).
         self._suspended = suspended
+        # Built once: `json.dumps` with options builds an encoder per call.
+        self._encoder = json.JSONEncoder(default=str)
 
     async def settle(self, job: Job, outcome: AgentOutcome) -> None:
         """Journal the attempt, judge it, then commit completed / exception / failed."""
@@ -109,7 +111,8 @@ class Settler:
                 missing="a language model (ANTHROPIC_API_KEY)",
                 evidence=outcome.output[:500],
             )
-        transcript = "\n".join(json.dumps(t, default=str) for t in outcome.transcript)
+        encode = self._encoder.encode
+        transcript = "\n".join(encode(t) for t in outcome.transcript)
         return await self._judge.judge(
             prompt=prompt,
             output=outcome.output,
