@@ -573,6 +573,10 @@ class GraphKit:
         assert record is not None, node_id
         return record
 
+    async def state_is(self, node_id: str, state: str) -> bool:
+        """Whether SQLite holds `state` for the node now."""
+        return (await self.node(node_id)).state == state
+
     async def states(self, run: GraphRun) -> dict[str, str]:
         """Stored node states of a run."""
         return {n.node_id: n.state for n in await self.run_store.nodes_of_run(run.id)}

@@ -246,14 +246,14 @@ class Attempts:
         # pending), and its commit rides along with the next batch instead of delaying the
         # node's turn for the slot.
         if must_wait and self._book.current(node_id).state == "pending":
-            self._book.decide(node_id, "queued")
+            self._book.defer(node_id, "queued")
 
     async def _call_in_slot(self, job: Job, history: list[Message]) -> AgentOutcome:
         node_id = job.spec.id
         clock = self._deps.policy.clock
         # Written ahead of the agent; the `running` state rides with the next commit.
         self._writer.started(node_id, job.attempt)
-        self._book.decide(node_id, "running", attempts=job.attempt, started_at=clock())
+        self._book.defer(node_id, "running", attempts=job.attempt, started_at=clock())
         # Only a file-capable agent's prompt names records by path (a command names none).
         shelf = self._shelf(node_id) if job.entry.file_capable else None
         readable: tuple[Path, ...] = ()

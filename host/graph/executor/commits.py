@@ -48,6 +48,7 @@ class NodeBook:
         ready: ReadySet,
         flags: RunFlags,
         clock: Callable[[], float],
+        defer_seconds: float = DEFER_SECONDS,
     ) -> None:
         self.nodes = dict(nodes)
         # Outputs successors may render: earlier runs' nodes now, this run's as they complete.
@@ -64,9 +65,13 @@ class NodeBook:
         # Decided but not yet committed: the newest record of each such node.
         self._decided: dict[str, NodeRecord] = {}
         self._completing: dict[str, Artifact] = {}
-        self._writes = GroupFlush[NodeRecord](
-            self._write_batch, name=f"commits:{run_id}", defer=DEFER_SECONDS
-        )
+        # Nodes whose newest decision nobody waits for, and when it is due at the latest
+        # (loop time, in the order decided).
+        self._deferred: dict[str, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._defer_seconds = defer_seconds
+        # Node ids whose newest decided record is to be committed.
+        self._writes = GroupFlush[str](self._write_batch, name=f"commits:{run_id}")
         # Set after every applied batch (waiters clear it).
         self.changed = asyncio.Event()
 
@@ -77,7 +82,7 @@ class NodeBook:
     @property
     def idle(self) -> bool:
         """Nothing decided that is not committed, and no commit running."""
-        return self._writes.idle
+        return self._writes.idle and not self._deferred
 
     def current(self, node_id: str) -> NodeRecord:
         """The newest decided record of a node (committed or about to be)."""
@@ -97,30 +102,61 @@ class NodeBook:
     def decide(
         self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
     ) -> None:
-        """Queue a node's new state for the next commit without waiting for it: it rides
-        with the next commit somebody waits for, within DEFER_SECONDS (a short node's
-        `running` and `completed` become one row write)."""
-        self.queue(self.current(node_id).with_fields(state=state, **fields), deferred=True)
+        """Queue a node's new state for the next commit (without waiting for it)."""
+        self.queue(self.current(node_id).with_fields(state=state, **fields))
         if artifact is not None:
             self._completing[node_id] = artifact
         if state == "failed" and not self._flags.stopping:
             self._skip_below(node_id)
 
-    def queue(self, record: NodeRecord, *, deferred: bool = False) -> None:
-        """Queue `record` as decided for the next commit (started now unless `deferred`)."""
-        self._decided[record.node_id] = record
-        if deferred:
-            self._writes.defer(record)
-        else:
-            self._writes.add(record)
+    def defer(self, node_id: str, state: NodeState, **fields: Any) -> None:
+        """Decide a node's new state that nobody waits for (`queued`, `running`): committed
+        with the node's next decision, or `defer_seconds` from now at the latest. A short
+        node's `running` and `completed` are then one row write, whatever else commits."""
+        self._decided[node_id] = self.current(node_id).with_fields(state=state, **fields)
+        if node_id in self._deferred:
+            return
+        loop = asyncio.get_running_loop()
+        self._deferred[node_id] = due = loop.time() + self._defer_seconds
+        if self._timer is None:
+            self._timer = loop.call_at(due, self._write_due)
+
+    def queue(self, record: NodeRecord) -> None:
+        """Queue `record` as decided for the next commit."""
+        node_id = record.node_id
+        self._decided[node_id] = record
+        self._deferred.pop(node_id, None)
+        self._writes.add(node_id)
 
     async def flushed(self) -> None:
-        """Wait until everything decided so far is committed."""
+        """Wait until everything decided so far is committed (deferred decisions too)."""
+        self._write_deferred()
         await self._writes.flushed()
 
     async def drain(self) -> None:
         """Wait until no commit runs (what is queued meanwhile is committed too)."""
+        self._write_deferred()
         await self._writes.drain()
+
+    def _write_due(self) -> None:
+        """The timer: deferred decisions whose time came are committed now."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for node_id, due in list(self._deferred.items()):
+            if due > now:
+                self._timer = loop.call_at(due, self._write_due)
+                return
+            del self._deferred[node_id]
+            self._writes.add(node_id)
+
+    def _write_deferred(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        deferred, self._deferred = self._deferred, {}
+        for node_id in deferred:
+            self._writes.add(node_id)
 
     def _skip_below(self, root: str) -> None:
         """A failed node skips its pending descendants (in the same commit); each pending
@@ -136,16 +172,17 @@ class NodeBook:
             self.queue(current.with_fields(state="skipped", error=error, finished_at=now))
             stack.extend(self._ready.children(node_id))
 
-    async def _write_batch(self, records: list[NodeRecord]) -> None:
+    async def _write_batch(self, node_ids: list[str]) -> None:
         """One group commit: the newest record of each node in one statement, then applied."""
-        latest = list({r.node_id: r for r in records}.values())
+        decided = self._decided
+        latest = [decided[n] for n in dict.fromkeys(node_ids) if n in decided]
         try:
             await self._store.commit_nodes(latest)
         except BaseException:
             # Not committed: these decisions are void (their waiters get the error).
             for record in latest:
-                if self._decided.get(record.node_id) is record:
-                    del self._decided[record.node_id]
+                if decided.get(record.node_id) is record:
+                    del decided[record.node_id]
                     self._completing.pop(record.node_id, None)
             raise
         self._apply(latest)

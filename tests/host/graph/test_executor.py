@@ -39,6 +39,7 @@ from tests.fakes.graph_kit import (
     open_kit_parts,
     settle,
 )
+from tests.helpers import eventually
 
 
 @pytest.fixture
@@ -264,7 +265,8 @@ async def test_consumer_never_starts_while_a_predecessor_is_being_judged(kit: Gr
     await kit.events.wait_state("u", "completed")
     await settle()
     assert kit.backend.calls("b") == 0
-    assert (await kit.node("a")).state == "running"
+    # Not settled: `running` (committed within DEFER_SECONDS of its start), never more.
+    await eventually(lambda: kit.state_is("a", "running"))
 
     release.set()
     await kit.finished(run)
@@ -278,7 +280,7 @@ async def test_settled_node_wakes_the_scheduler_immediately(kit: GraphKit) -> No
 
     # The successor of the fast branch starts while the slow, unrelated node still runs.
     await guarded(kit.backend.started("g").wait())
-    assert (await kit.node("s")).state == "running"
+    await eventually(lambda: kit.state_is("s", "running"))
     assert not slow.is_set()
 
     slow.set()

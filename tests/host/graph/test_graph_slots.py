@@ -64,8 +64,8 @@ async def test_the_slot_is_free_while_a_finished_node_is_judged(tmp_path: Path) 
         # The only slot went to `b` while the judge of `a` is still held.
         await guarded(kit.backend.started("b").wait())
         await kit.events.wait_state("b", "completed")
-        a = await kit.node("a")
-        assert a.state == "running" and a.output_path is None  # not settled yet
+        await eventually(lambda: kit.state_is("a", "running"))  # not settled yet
+        assert (await kit.node("a")).output_path is None
         assert kit.backend.max_running == 1
 
         release.set()

@@ -1,0 +1,95 @@
+"""The node book's group commit: a decision nobody waits for (`queued`, `running`) waits
+for the node's next decision or its deadline, not for other nodes' commits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from host.graph.executor.commits import NodeBook
+from host.graph.executor.ready import ReadySet, RunFlags
+from host.graph.run_store import NodeRecord, RunStore
+from tests.fakes.graph_kit import guarded
+from tests.helpers import eventually
+
+
+class RecordingStore:
+    """Stands where SQLite is: keeps each batch's (node, state) pairs."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, str]]] = []
+
+    async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
+        self.batches.append([(r.node_id, r.state) for r in records])
+
+
+def _node(node_id: str) -> NodeRecord:
+    return NodeRecord(
+        conversation_id="conv",
+        node_id=node_id,
+        run_id="run_1",
+        agent="research",
+        instance=None,
+        summary="",
+        template=f"Task {node_id}.",
+        deps=(),
+        state="pending",
+        attempts=0,
+        max_attempts=3,
+        continuation=None,
+        output_path=None,
+        error=None,
+        verdict=None,
+        deadline=None,
+    )
+
+
+def _book(store: RecordingStore, defer_seconds: float) -> NodeBook:
+    nodes = {n: _node(n) for n in ("a", "b", "c")}
+    return NodeBook(
+        "run_1",
+        nodes,
+        {},
+        store=cast(RunStore, store),
+        ready=ReadySet(nodes, list(nodes)),
+        flags=RunFlags(),
+        clock=lambda: 1.0,
+        defer_seconds=defer_seconds,
+    )
+
+
+async def test_a_deferred_decision_rides_with_its_nodes_next_one_not_with_others() -> None:
+    store = RecordingStore()
+    book = _book(store, defer_seconds=3600)  # only a waiter can write it
+    book.defer("a", "running", attempts=1)
+    assert not book.idle and book.current("a").state == "running"
+    await guarded(book.commit("b", "completed"))
+    assert store.batches == [[("b", "completed")]]  # `a` stayed out of b's commit
+    await guarded(book.commit("a", "completed"))
+    # One row write: the newest record, which kept the deferred decision's fields.
+    assert store.batches[1:] == [[("a", "completed")]]
+    assert book.nodes["a"].attempts == 1 and book.idle
+
+
+async def test_waiting_for_everything_writes_the_deferred_decisions() -> None:
+    store = RecordingStore()
+    book = _book(store, defer_seconds=3600)
+    book.defer("a", "queued")
+    await guarded(book.flushed())
+    book.defer("b", "running")
+    await guarded(book.drain())
+    assert store.batches == [[("a", "queued")], [("b", "running")]]
+    assert (book.nodes["a"].state, book.nodes["b"].state) == ("queued", "running")
+
+
+async def test_a_deferred_decision_nobody_waits_for_is_written_by_its_deadline() -> None:
+    store = RecordingStore()
+    book = _book(store, defer_seconds=0.01)
+    book.defer("a", "running")
+    book.defer("c", "running")
+    await eventually(lambda: book.idle)
+    assert store.batches[0][0] == ("a", "running")
+    assert sorted(pair for batch in store.batches for pair in batch) == [
+        ("a", "running"),
+        ("c", "running"),
+    ]
