@@ -43,7 +43,10 @@ class RunWriter:
         # This run's memory records, for the agents of later nodes (served by their shelf).
         self._memories: dict[str, str] = {}
         # View files owed: the journal holds each of them durably already.
-        self._unwritten: dict[Path, str] = {}
+        # By path string: hashing a Path (and building one per memory record) cost a share
+        # of each node's settling.
+        self._unwritten: dict[str, str] = {}
+        self._memory_prefix = f"{self._memory_dir}{os.sep}"
         self._started_fd: int | None = None
 
     def marker(self) -> str:
@@ -79,14 +82,14 @@ class RunWriter:
 
     def output(self, path: Path, text: str) -> None:
         """Owe a completed node's output file (its text is journaled with the attempt)."""
-        self._unwritten[path] = text
+        self._unwritten[str(path)] = text
 
     def memory(self, node_id: str, attempt: int, text: str) -> None:
         """Journal a completed node's memory record (paper Eq. 32) and owe its file: it never
         delays successors (Fig. 5a)."""
         self._journal.record("memory", node_id, attempt, text=text)
         self._memories[node_id] = text
-        self._unwritten[self._memory_dir / f"{node_id}.md"] = text
+        self._unwritten[f"{self._memory_prefix}{node_id}.md"] = text
 
     def memory_text(self, node_id: str) -> str | None:
         """The memory record of a node of this run (None when it has none yet)."""
@@ -180,9 +183,9 @@ class RunWriter:
         }
 
 
-def _write_views(views: dict[Path, str]) -> None:
+def _write_views(views: dict[str, str]) -> None:
     for path, text in views.items():
         try:
-            write_view(path, text)
+            write_view(Path(path), text)
         except OSError:
             log.exception("writing %s failed (its journal record is kept)", path)
