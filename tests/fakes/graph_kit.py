@@ -607,13 +607,14 @@ async def open_kit_parts(
     registry: AgentRegistry | None = None,
     clock: FakeClock | None = None,
     prefetch: DispatchContext | None = None,
+    files: RunFiles | None = None,
 ) -> GraphKit:
     """Assemble a kit (the caller closes it)."""
     clock = clock or FakeClock()
     store = Store(root / "db" / "raven.db", all_migrations())
     await store.open()
     run_store = TrackingRunStore(store, clock=clock)
-    files = RunFiles(root / "runs")
+    files = files or RunFiles(root / "runs")
     workspace = root / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     provider = provider or ScriptedJudgeProvider()

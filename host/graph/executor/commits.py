@@ -9,7 +9,7 @@ are successors submitted and the change announced.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from host.graph.executor.ready import ReadySet, RunFlags
@@ -48,6 +48,7 @@ class NodeBook:
         ready: ReadySet,
         flags: RunFlags,
         clock: Callable[[], float],
+        sync: Callable[[], Awaitable[None]] | None = None,
         defer_seconds: float = DEFER_SECONDS,
     ) -> None:
         self.nodes = dict(nodes)
@@ -70,6 +71,10 @@ class NodeBook:
         self._deferred: dict[str, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._defer_seconds = defer_seconds
+        # Makes the run's journal durable; a batch holding a record that points into the
+        # journal (a completed node's output) runs it first, in the same batch.
+        self._sync = sync
+        self._synced_first: set[str] = set()
         # Node ids whose newest decided record is to be committed.
         self._writes = GroupFlush[str](self._write_batch, name=f"commits:{run_id}")
         # Set after every applied batch (waiters clear it).
@@ -89,9 +94,19 @@ class NodeBook:
         return self._decided.get(node_id) or self.nodes[node_id]
 
     async def commit(
-        self, node_id: str, state: NodeState, *, artifact: Artifact | None = None, **fields: Any
+        self,
+        node_id: str,
+        state: NodeState,
+        *,
+        artifact: Artifact | None = None,
+        synced: bool = False,
+        **fields: Any,
     ) -> None:
-        """Decide a node's new state and wait until it is committed (and applied)."""
+        """Decide a node's new state and wait until it is committed (and applied). `synced`:
+        the journal is synced first, in the same batch (one wait instead of two; OSError
+        when it could not be, and then nothing of the batch is committed)."""
+        if synced:
+            self._synced_first.add(node_id)
         self.decide(node_id, state, artifact=artifact, **fields)
         await self._writes.flushed()
 
@@ -176,7 +191,11 @@ class NodeBook:
         """One group commit: the newest record of each node in one statement, then applied."""
         decided = self._decided
         latest = [decided[n] for n in dict.fromkeys(node_ids) if n in decided]
+        synced_first = self._synced_first.intersection(node_ids)
+        self._synced_first -= synced_first
         try:
+            if synced_first and self._sync is not None:
+                await self._sync()
             await self._store.commit_nodes(latest)
         except BaseException:
             # Not committed: these decisions are void (their waiters get the error).

@@ -114,15 +114,13 @@ class RunWriter:
             lines.append(RunFiles.memory_listing(self._memory_dir, list(inside)))
         return lines
 
-    async def synced(self, node_id: str) -> None:
-        """Wait until this node's journal lines are on disk: one write and one fsync for
-        every node settling meanwhile (raises OSError when they failed)."""
+    async def sync(self) -> None:
+        """Wait until every journal line queued so far is on disk: one write and one fsync
+        for every node settling meanwhile (raises OSError when they failed)."""
         try:
             await self._journal.sync()
         except OSError:
-            log.exception(
-                "run %s: the records of node %s could not be written", self._run_id, node_id
-            )
+            log.exception("run %s: the journal could not be written", self._run_id)
             raise
 
     async def write_manifest(self, record: RunRecord, nodes: Iterable[NodeRecord]) -> None:

@@ -42,10 +42,17 @@ class GraphRun:
         self._flags = RunFlags()
         ready = ReadySet(nodes, graph.order)
         clock = deps.policy.clock
-        self._book = NodeBook(
-            run.id, nodes, external, store=deps.store, ready=ready, flags=self._flags, clock=clock
-        )
         self._writer = RunWriter(run.id, deps.files)
+        self._book = NodeBook(
+            run.id,
+            nodes,
+            external,
+            store=deps.store,
+            ready=ready,
+            flags=self._flags,
+            clock=clock,
+            sync=self._writer.sync,
+        )
         settler = Settler(
             self._book, self._writer, deps.judge, deps.policy, suspended=self._suspended
         )

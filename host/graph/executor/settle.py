@@ -81,7 +81,7 @@ class Settler:
         )
         # The attempt's records are on disk before its outcome is committed and announced.
         with contextlib.suppress(OSError):
-            await self._writer.synced(node_id)
+            await self._writer.sync()
         policy = self._policy
         if attempt < record.max_attempts and policy.host_reachable and not outcome.offline:
             await self._book.commit(
@@ -126,27 +126,27 @@ class Settler:
     ) -> None:
         node_id = job.spec.id
         output_path = self._writer.output_path(node_id)
-        # The output is journaled (synced below) before the commit that points at its file.
+        # The output is journaled (synced with the commit) before SQLite points at its file.
         self._writer.output(output_path, outcome.output)
         memory = memory_record(job.spec, outcome, verdict, output_path, self._writer.marker())
         self._writer.memory(node_id, job.attempt, memory)
         try:
-            await self._writer.synced(node_id)
+            # The journal is synced in the commit's batch, before SQLite points at the output.
+            await self._book.commit(
+                node_id,
+                "completed",
+                artifact=Artifact(node_id, outcome.output, output_path),
+                output_path=output_path,
+                error=None,
+                finished_at=self._policy.clock(),
+                synced=True,
+                **accounting,
+            )
         except OSError as exc:
-            # SQLite must not point at an output the journal does not hold.
+            # Nothing of that batch was committed: SQLite points at no unwritten output.
             await self._book.fail(
                 node_id, f"internal error: the records could not be written: {exc}"
             )
-            return
-        await self._book.commit(
-            node_id,
-            "completed",
-            artifact=Artifact(node_id, outcome.output, output_path),
-            output_path=output_path,
-            error=None,
-            finished_at=self._policy.clock(),
-            **accounting,
-        )
 
 
 def memory_record(

@@ -143,7 +143,7 @@ async def test_owed_view_files_are_written_when_asked_and_a_failed_one_is_read_b
     writer.answer("a", 1, AgentOutcome("the output", [], Usage(), 1, 0.0, []))
     writer.output(writer.output_path("a"), "the output")
     writer.memory("a", 1, "the memory record")
-    await guarded(writer.synced("a"))
+    await guarded(writer.sync())
     # Journaled and synced; the files are views, owed until asked for.
     assert not files.run_dir("run_1").joinpath("outputs").exists()
     assert read_output(files.output_path("run_1", "a")) == "the output"
@@ -297,3 +297,27 @@ def test_a_view_cut_off_mid_write_leaves_no_torn_file(tmp_path: Path) -> None:
     assert not path.exists()
     assert list(path.parent.iterdir()) == []
     assert read_output(path) == "x" * 4096
+
+
+class UnwritableJournal(RunFiles):
+    """Run files whose journal cannot be created: its folder is a file."""
+
+    def journal_path(self, run_id: str) -> Path:
+        return self.root / "blocked" / "journal.jsonl"
+
+
+async def test_a_completion_whose_journal_cannot_be_synced_is_failed_not_committed(
+    tmp_path: Path,
+) -> None:
+    files = UnwritableJournal(tmp_path / "runs")
+    files.root.mkdir()
+    (files.root / "blocked").write_text("")
+    async with open_kit(tmp_path, files=files) as kit:
+        run = await kit.submit(node("a"), node("b", deps=["a"]))
+        await kit.finished(run)
+        a = await kit.node("a")
+        assert a.state == "failed"
+        assert a.error is not None and "the records could not be written" in a.error
+        # SQLite never pointed at an output the journal does not hold.
+        assert "completed" not in kit.run_store.committed["a"]
+        assert (await kit.node("b")).state == "skipped"
