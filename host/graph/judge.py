@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec, Usage
+from core.deadlines import SharedDeadlines
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,8 @@ class CompletionJudge:
         output_chars: int = 12_000,
     ) -> None:
         self._provider = provider
-        self._timeout = timeout
+        # One timer for every judge call in flight (a graph run judges many at once).
+        self._deadlines = SharedDeadlines(timeout)
         self._tail = transcript_tail_chars
         self._output_chars = output_chars
 
@@ -116,7 +117,7 @@ class CompletionJudge:
         if error:
             body += f"\n\n<backend_error>\n{error}\n</backend_error>"
         try:
-            async with asyncio.timeout(self._timeout):
+            async with self._deadlines.guard():
                 reply = await self._provider.complete(
                     system=JUDGE_SYSTEM,
                     messages=[Message.user_text(body)],
