@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from core.deadlines import SharedDeadlines
+from core.deadlines import Expiring, SharedDeadlines
+from tests.helpers import eventually
 
 HANG_GUARD = 10.0  # a broken guard fails the test instead of hanging it
 
@@ -15,7 +16,7 @@ async def test_a_block_that_ends_in_time_returns_its_result() -> None:
     deadlines = SharedDeadlines(HANG_GUARD)
     async with deadlines.guard():
         await asyncio.sleep(0)
-    assert not deadlines._live
+    assert not deadlines.live
 
 
 async def test_blocks_past_their_deadline_raise_timeout_error_and_others_go_on() -> None:
@@ -42,7 +43,7 @@ async def test_blocks_past_their_deadline_raise_timeout_error_and_others_go_on()
         with pytest.raises(TimeoutError):
             await second
         assert await quick == "done"
-    assert not deadlines._live
+    assert not deadlines.live
 
 
 async def test_a_cancellation_that_is_not_the_deadline_stays_a_cancellation() -> None:
@@ -59,7 +60,7 @@ async def test_a_cancellation_that_is_not_the_deadline_stays_a_cancellation() ->
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not deadlines._live
+    assert not deadlines.live
 
 
 async def test_a_guard_entered_after_the_timer_was_armed_gets_its_own_full_time() -> None:
@@ -81,3 +82,18 @@ async def test_a_guard_entered_after_the_timer_was_armed_gets_its_own_full_time(
         waited = await asyncio.gather(first, second)
     # Deadlines are measured from each block's start, never cut short.
     assert all(w >= 0.2 for w in waited), waited
+
+
+async def test_expiring_keys_expire_in_order_unless_discarded_or_taken() -> None:
+    expired: list[str] = []
+    keys = Expiring[str](0.01, expired.append)
+    for key in ("a", "b", "c"):
+        keys.add(key)
+    keys.add("a")  # already running: keeps its first deadline
+    keys.discard("b")
+    await eventually(lambda: expired == ["a", "c"])
+    assert len(keys) == 0
+    later = Expiring[str](HANG_GUARD, expired.append)
+    later.add("d")
+    later.add("e")
+    assert later.take_all() == ["d", "e"] and len(later) == 0

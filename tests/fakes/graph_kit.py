@@ -294,6 +294,28 @@ def verdict_reply(args: dict[str, Any], *, usage: Usage | None = None) -> ModelR
 # --------------------------------------------------------------------------- run events
 
 
+def pending_node(run_id: str, node_id: str, conversation_id: str = CONV.id) -> NodeRecord:
+    """A node row as admission stores it: pending, not attempted."""
+    return NodeRecord(
+        conversation_id=conversation_id,
+        node_id=node_id,
+        run_id=run_id,
+        agent="research",
+        instance=None,
+        summary="",
+        template=f"Task <{node_id}>.",
+        deps=(),
+        state="pending",
+        attempts=0,
+        max_attempts=3,
+        continuation=None,
+        output_path=None,
+        error=None,
+        verdict=None,
+        deadline=None,
+    )
+
+
 def committed_as(committed: Sequence[str], expected: Sequence[str]) -> bool:
     """`committed` is `expected`, except that a `queued` or `running` decision (which nobody
     waits for) may have shared its commit with the node's next state: only the newer one is

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from core.deadlines import Expiring
 from host.graph.executor.ready import ReadySet, RunFlags
 from host.graph.model import NodeState
 from host.graph.records import GroupFlush
@@ -66,17 +67,14 @@ class NodeBook:
         # Decided but not yet committed: the newest record of each such node.
         self._decided: dict[str, NodeRecord] = {}
         self._completing: dict[str, Artifact] = {}
-        # Nodes whose newest decision nobody waits for, and when it is due at the latest
-        # (loop time, in the order decided).
-        self._deferred: dict[str, float] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._defer_seconds = defer_seconds
         # Makes the run's journal durable; a batch holding a record that points into the
         # journal (a completed node's output) runs it first, in the same batch.
         self._sync = sync
         self._synced_first: set[str] = set()
         # Node ids whose newest decided record is to be committed.
         self._writes = GroupFlush[str](self._write_batch, name=f"commits:{run_id}")
+        # Nodes whose newest decision nobody waits for, committed by their deadline.
+        self._deferred = Expiring[str](defer_seconds, self._writes.add)
         # Set after every applied batch (waiters clear it).
         self.changed = asyncio.Event()
 
@@ -129,18 +127,13 @@ class NodeBook:
         with the node's next decision, or `defer_seconds` from now at the latest. A short
         node's `running` and `completed` are then one row write, whatever else commits."""
         self._decided[node_id] = self.current(node_id).with_fields(state=state, **fields)
-        if node_id in self._deferred:
-            return
-        loop = asyncio.get_running_loop()
-        self._deferred[node_id] = due = loop.time() + self._defer_seconds
-        if self._timer is None:
-            self._timer = loop.call_at(due, self._write_due)
+        self._deferred.add(node_id)
 
     def queue(self, record: NodeRecord) -> None:
         """Queue `record` as decided for the next commit."""
         node_id = record.node_id
         self._decided[node_id] = record
-        self._deferred.pop(node_id, None)
+        self._deferred.discard(node_id)
         self._writes.add(node_id)
 
     async def flushed(self) -> None:
@@ -153,24 +146,8 @@ class NodeBook:
         self._write_deferred()
         await self._writes.drain()
 
-    def _write_due(self) -> None:
-        """The timer: deferred decisions whose time came are committed now."""
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for node_id, due in list(self._deferred.items()):
-            if due > now:
-                self._timer = loop.call_at(due, self._write_due)
-                return
-            del self._deferred[node_id]
-            self._writes.add(node_id)
-
     def _write_deferred(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        deferred, self._deferred = self._deferred, {}
-        for node_id in deferred:
+        for node_id in self._deferred.take_all():
             self._writes.add(node_id)
 
     def _skip_below(self, root: str) -> None:

@@ -21,7 +21,7 @@ from core.store import Store
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
 from host.graph.report_loader import load_report
-from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.graph.run_store import RunRecord, RunStore
 from host.graph.runs import RunSettings, Submitted
 from host.runtime.run_snapshot import RunSnapshot
 from tests.fakes.graph_kit import (
@@ -37,6 +37,7 @@ from tests.fakes.graph_kit import (
     node,
     open_kit,
     open_kit_parts,
+    pending_node,
     settle,
 )
 from tests.helpers import eventually
@@ -890,29 +891,6 @@ def _crash_run(run_id: str, state: str = "running") -> RunRecord:
     )
 
 
-def _crash_node(run_id: str, node_id: str) -> NodeRecord:
-    from tests.fakes.graph_kit import CONV
-
-    return NodeRecord(
-        conversation_id=CONV.id,
-        node_id=node_id,
-        run_id=run_id,
-        agent="research",
-        instance=None,
-        summary="",
-        template=f"Task <{node_id}>.",
-        deps=(),
-        state="pending",
-        attempts=0,
-        max_attempts=3,
-        continuation=None,
-        output_path=None,
-        error=None,
-        verdict=None,
-        deadline=None,
-    )
-
-
 async def test_interrupt_unfinished_after_a_crash(tmp_path: Path) -> None:
     kit = await open_kit_parts(tmp_path)
     conv_id = kit.conv.id
@@ -920,15 +898,15 @@ async def test_interrupt_unfinished_after_a_crash(tmp_path: Path) -> None:
     out.parent.mkdir(parents=True)
     out.write_text("kept result")
     rs = kit.run_store
-    await rs.create_run(_crash_run("run_crash"), [_crash_node("run_crash", n) for n in "rpxc"])
+    await rs.create_run(_crash_run("run_crash"), [pending_node("run_crash", n) for n in "rpxc"])
     await rs.update_node(conv_id, "r", state="running", attempts=1)
     await rs.update_node(conv_id, "x", state="exception", attempts=1, deadline=1.0, error="e")
     await rs.update_node(conv_id, "c", state="completed", attempts=1, output_path=out)
     # A run whose nodes all settled but whose end was never recorded.
-    await rs.create_run(_crash_run("run_settled"), [_crash_node("run_settled", "s")])
+    await rs.create_run(_crash_run("run_settled"), [pending_node("run_settled", "s")])
     await rs.update_node(conv_id, "s", state="completed", attempts=1, output_path=out)
     # A finished run is left alone.
-    await rs.create_run(_crash_run("run_done", "completed"), [_crash_node("run_done", "d")])
+    await rs.create_run(_crash_run("run_done", "completed"), [pending_node("run_done", "d")])
     await rs.update_node(conv_id, "d", state="completed", attempts=1, output_path=out)
     await kit.store.close()  # the crash: nothing else is written
 
@@ -967,7 +945,7 @@ async def test_a_node_started_before_its_running_commit_counts_as_interrupted_wo
     # queued) in SQLite, but the attempt was recorded as started before its agent began.
     kit = await open_kit_parts(tmp_path)
     rs = kit.run_store
-    await rs.create_run(_crash_run("run_begun"), [_crash_node("run_begun", n) for n in "wvu"])
+    await rs.create_run(_crash_run("run_begun"), [pending_node("run_begun", n) for n in "wvu"])
     await rs.update_node(kit.conv.id, "v", state="queued")
     started = kit.files.started_path("run_begun")
     started.parent.mkdir(parents=True, exist_ok=True)
@@ -1074,7 +1052,7 @@ async def test_dispatch_budget_counts_nodes_per_conversation_and_hour(tmp_path: 
 def test_a_node_record_copy_changes_only_what_is_asked() -> None:
     import dataclasses
 
-    record = _crash_node("run_copy", "a")
+    record = pending_node("run_copy", "a")
     running = record.with_fields(state="running", attempts=1, started_at=5.0)
     assert running == dataclasses.replace(record, state="running", attempts=1, started_at=5.0)
     assert record.state == "pending" and record.attempts == 0  # the original is untouched

@@ -9,7 +9,7 @@ from typing import cast
 from host.graph.executor.commits import NodeBook
 from host.graph.executor.ready import ReadySet, RunFlags
 from host.graph.run_store import NodeRecord, RunStore
-from tests.fakes.graph_kit import guarded
+from tests.fakes.graph_kit import guarded, pending_node
 from tests.helpers import eventually
 
 
@@ -23,29 +23,8 @@ class RecordingStore:
         self.batches.append([(r.node_id, r.state) for r in records])
 
 
-def _node(node_id: str) -> NodeRecord:
-    return NodeRecord(
-        conversation_id="conv",
-        node_id=node_id,
-        run_id="run_1",
-        agent="research",
-        instance=None,
-        summary="",
-        template=f"Task {node_id}.",
-        deps=(),
-        state="pending",
-        attempts=0,
-        max_attempts=3,
-        continuation=None,
-        output_path=None,
-        error=None,
-        verdict=None,
-        deadline=None,
-    )
-
-
 def _book(store: RecordingStore, defer_seconds: float) -> NodeBook:
-    nodes = {n: _node(n) for n in ("a", "b", "c")}
+    nodes = {n: pending_node("run_1", n) for n in ("a", "b", "c")}
     return NodeBook(
         "run_1",
         nodes,
