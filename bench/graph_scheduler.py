@@ -50,6 +50,7 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from bench.lib.figures import goal
+from bot.app import GC_THRESHOLDS, SWITCH_INTERVAL_SECONDS, tune_interpreter_for_serving
 from bot.schema import all_migrations
 from core.files import atomic_write
 from core.ids import ConversationRef
@@ -842,6 +843,7 @@ class Plan:
     full: bool
     announce: bool
     scratch: Path | None = None
+    serving_interpreter: bool = True
 
     def runs(self) -> list[tuple[int, str, int | None, bool]]:
         """(size, dist, C or None for unbounded, durations scaled) in run order. A big
@@ -899,6 +901,16 @@ async def bench(plan: Plan) -> None:
             "fsync (a completed node writes two: output and memory record)"
         )
         print(f"journal append probe: {append_probe(scratch):.3f} ms per append + fdatasync")
+        # What users run: the runtime serves under the bot's collector and lock settings.
+        if plan.serving_interpreter:
+            tune_interpreter_for_serving()
+            print(
+                "interpreter: the serving bot's settings (start-up objects frozen, collector "
+                f"thresholds {'/'.join(map(str, GC_THRESHOLDS))}, switch interval "
+                f"{SWITCH_INTERVAL_SECONDS * 1000:g} ms)"
+            )
+        else:
+            print("interpreter: Python's default settings (--plain-interpreter)")
         print(
             "progress announcements: "
             + (
@@ -1017,6 +1029,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
         "channel, or none (default: %(default)s)",
     )
     parser.add_argument(
+        "--plain-interpreter",
+        action="store_true",
+        help="keep Python's default collector and switch interval instead of the serving "
+        "bot's (tune_interpreter_for_serving)",
+    )
+    parser.add_argument(
         "--full",
         action="store_true",
         help=f"above {LIGHT_ABOVE} nodes, also run every C and the zero-duration run (slow)",
@@ -1040,6 +1058,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
         full=bool(args.full),
         announce=args.events == "conversation",
         scratch=args.scratch,
+        serving_interpreter=not args.plain_interpreter,
     )
 
 

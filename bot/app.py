@@ -557,6 +557,21 @@ async def open_core(runtime: Runtime) -> None:
         log.warning("%d graph run(s) were interrupted by the last shutdown", len(interrupted_runs))
 
 
+def tune_interpreter_for_serving() -> None:
+    """The collector and interpreter-lock settings a serving bot runs under (the benchmarks
+    measure the runtime under them too)."""
+    # Everything built so far (the embedder's model too) lives as long as the process: keep
+    # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
+    gc.collect()
+    gc.freeze()
+    # Fewer, cheaper collections: at 200 Slack events/s the defaults ran 330 collections in
+    # 3 s (550 ms stopped, 54 ms at most); these ran 9 (65 ms, 14 ms at most).
+    gc.set_threshold(*GC_THRESHOLDS)
+    # A thread waiting for the interpreter lock (the Slack edge answering a POST) gets it
+    # within this, not the default 5 ms: its ack p99 at 200 events/s fell from 65 to 15-24 ms.
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+
+
 async def start_serving(runtime: Runtime) -> None:
     """Recover, start the scheduler, then let every adapter receive."""
     await runtime.broker.recover()
@@ -573,16 +588,7 @@ async def start_serving(runtime: Runtime) -> None:
     await runtime.broker.schedule_expiries()
     for feature in runtime.features:
         await feature.start(runtime.lifecycle)
-    # Everything built so far (the embedder's model too) lives as long as the process: keep
-    # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
-    gc.collect()
-    gc.freeze()
-    # Fewer, cheaper collections: at 200 Slack events/s the defaults ran 330 collections in
-    # 3 s (550 ms stopped, 54 ms at most); these ran 9 (65 ms, 14 ms at most).
-    gc.set_threshold(*GC_THRESHOLDS)
-    # A thread waiting for the interpreter lock (the Slack edge answering a POST) gets it
-    # within this, not the default 5 ms: its ack p99 at 200 events/s fell from 65 to 15-24 ms.
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    tune_interpreter_for_serving()
     ingress = Ingress(runtime.service, runtime.broker)
     runtime.serving.update(
         asyncio.create_task(a.serve(ingress), name=f"serve-{a.platform}") for a in runtime.adapters
