@@ -50,7 +50,7 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.models.types import Message, ModelReply, ToolCall, ToolSpec, Usage
 from agents.registry import AgentEntry, default_registry
 from bench.lib.figures import goal
-from bot.app import GC_THRESHOLDS, SWITCH_INTERVAL_SECONDS, tune_interpreter_for_serving
+from bot.app import GC_THRESHOLDS, tune_interpreter_for_serving
 from bot.schema import all_migrations
 from core.files import atomic_write
 from core.ids import ConversationRef
@@ -906,8 +906,7 @@ async def bench(plan: Plan) -> None:
             tune_interpreter_for_serving()
             print(
                 "interpreter: the serving bot's settings (start-up objects frozen, collector "
-                f"thresholds {'/'.join(map(str, GC_THRESHOLDS))}, switch interval "
-                f"{SWITCH_INTERVAL_SECONDS * 1000:g} ms)"
+                f"thresholds {'/'.join(map(str, GC_THRESHOLDS))})"
             )
         else:
             print("interpreter: Python's default settings (--plain-interpreter)")
@@ -1031,8 +1030,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
     parser.add_argument(
         "--plain-interpreter",
         action="store_true",
-        help="keep Python's default collector and switch interval instead of the serving "
-        "bot's (tune_interpreter_for_serving)",
+        help="keep Python's default collector settings instead of the serving bot's "
+        "(tune_interpreter_for_serving)",
     )
     parser.add_argument(
         "--full",

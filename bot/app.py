@@ -14,7 +14,6 @@ import gc
 import logging
 import os
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -100,9 +99,8 @@ from oncall.engine import CampaignEngine
 
 log = logging.getLogger(__name__)
 
-# The collector and interpreter-lock settings of a serving bot (see `start_serving`).
+# The collector settings of a serving bot (see `tune_interpreter_for_serving`).
 GC_THRESHOLDS = (10_000, 20, 20)
-SWITCH_INTERVAL_SECONDS = 0.0002
 
 __all__ = ["AdapterFactory", "Runtime", "build_runtime", "serve", "shutdown"]
 
@@ -558,8 +556,8 @@ async def open_core(runtime: Runtime) -> None:
 
 
 def tune_interpreter_for_serving() -> None:
-    """The collector and interpreter-lock settings a serving bot runs under (the benchmarks
-    measure the runtime under them too)."""
+    """The collector settings a serving bot runs under (the benchmarks measure the runtime
+    under them too)."""
     # Everything built so far (the embedder's model too) lives as long as the process: keep
     # it out of the cyclic collector, whose full passes over it stalled the loop 130–290 ms.
     gc.collect()
@@ -567,9 +565,11 @@ def tune_interpreter_for_serving() -> None:
     # Fewer, cheaper collections: at 200 Slack events/s the defaults ran 330 collections in
     # 3 s (550 ms stopped, 54 ms at most); these ran 9 (65 ms, 14 ms at most).
     gc.set_threshold(*GC_THRESHOLDS)
-    # A thread waiting for the interpreter lock (the Slack edge answering a POST) gets it
-    # within this, not the default 5 ms: its ack p99 at 200 events/s fell from 65 to 15-24 ms.
-    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    # The interpreter's switch interval stays at its default (5 ms). A 0.2 ms one served the
+    # Slack endpoint while it was a thread of this process; in its own process since, its
+    # ack p99 at 200 events/s is the same either way (8.9 / 8.3 ms), and the short interval
+    # cost this process CPU (92 % against 77 % at 200 events/s; the graph runtime's kernel
+    # time per node tripled) and loop lag (p99 35.5 against 17.8 ms).
 
 
 async def start_serving(runtime: Runtime) -> None:
