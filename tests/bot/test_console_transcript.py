@@ -221,14 +221,22 @@ async def test_piped_answers_wait_for_their_question_and_eof_does_not_wait_for_a
     script = b"s1: shell: echo one\n\n1\ns2: shell: echo two\n\n"
     code, out, err = await _run("chat", stdin=script, env=_env(isolated_env))
     assert code == 0, err
-    # The run status is edited as the run goes (running while it waits for its approval,
-    # then completed); a pipe shows each version, marked.
-    assert re.search(r"^raven \(updated status\)> Run `run_\w+`", out, re.MULTILINE), out
     first, second = out.split("Output of `s1`:", 1)
     # The `1` was an answer, not a message (which would get the offline notice).
     assert "Answered prompt" in first and not re.search(r"I'm (running )?in offline mode", first)
     assert second.lstrip().startswith("one")
     assert re.search(r"Input ended with a question unanswered \(prompt `[0-9a-f]{8}`\)", second)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
+async def test_piped_status_updates_are_printed_marked(isolated_env: Path) -> None:
+    # The status is posted once `a1` settled; `a2` asks for its approval after that, so the
+    # status is edited after other output: a pipe shows the new version, marked.
+    script = b"a1: shell: echo one\na2: shell: echo two [after a1]\n\n1\n1\n"
+    code, out, err = await _run("chat", stdin=script, env=_env(isolated_env))
+    assert code == 0, err
+    assert re.search(r"^raven \(updated status\)> Run `run_\w+`", out, re.MULTILINE), out
+    assert "raven (update console-" not in out
 
 
 class _Tty(io.StringIO):
