@@ -77,7 +77,9 @@ async def test_a_guard_entered_after_the_timer_was_armed_gets_its_own_full_time(
 
     async with asyncio.timeout(HANG_GUARD):
         first = asyncio.create_task(hangs())
-        await asyncio.sleep(0.1)  # the second starts while the first one's timer is armed
+        # The second starts once the first is guarded: its deadline is later than the one
+        # the timer was armed for, so the timer re-arms for it instead of expiring it early.
+        await eventually(lambda: len(deadlines.live) == 1)
         second = asyncio.create_task(hangs())
         waited = await asyncio.gather(first, second)
     # Deadlines are measured from each block's start, never cut short.
