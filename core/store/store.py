@@ -60,6 +60,7 @@ class _Unit:
     fn: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
     priority: WritePriority
+    prepare: Callable[[], None] | None = None
     # Its batch's `done`, set once taken into a batch: from then on it runs whatever its
     # caller does. Not the batch itself: a unit <-> batch cycle per write would be garbage
     # only the cyclic GC frees, and its pauses stop the whole event loop.
@@ -201,9 +202,14 @@ class Store:
         fn: Callable[[sqlite3.Connection], T],
         *,
         priority: WritePriority = WritePriority.NORMAL,
+        prepare: Callable[[], None] | None = None,
     ) -> T:
         """Run `fn(conn)` on the writer's thread in the next batch; return its result once
         that batch COMMITTED. Raises what `fn` raised (only `fn`'s changes are rolled back).
+
+        `prepare()` runs on the same thread first, before the batch's transaction begins
+        (slow work such as an fsync does not hold SQLite's write lock, and needs no thread
+        hop of its own); when it raises, `fn` does not run and the caller gets its error.
 
         `fn` must not BEGIN, COMMIT or ROLLBACK (it runs inside the batch's transaction) and
         must return plain values, not cursors. Cancelled while queued, the unit is dropped
@@ -218,7 +224,7 @@ class Store:
             raise StoreClosed("the store's writer is not running; this write was not run")
         if self._txn_owner is not None and self._txn_owner is asyncio.current_task():
             raise RuntimeError("Store.write() inside Store.transaction() would wait for itself")
-        unit = _Unit(fn, asyncio.get_running_loop().create_future(), priority)
+        unit = _Unit(fn, asyncio.get_running_loop().create_future(), priority, prepare)
         queue = self._queues[priority]
         queue.append(unit)
         self._wake.set()
@@ -284,7 +290,7 @@ class Store:
 
     async def _run_batch(self, db: aiosqlite.Connection, batch: _Batch) -> None:
         loop = asyncio.get_running_loop()
-        fns = [unit.fn for unit in batch.units]
+        fns = [(unit.prepare, unit.fn) for unit in batch.units]
 
         def run(conn: sqlite3.Connection) -> None:
             # On the writer's thread. The outcome goes straight to the event loop from
@@ -423,18 +429,24 @@ _SAVEPOINT = "raven_write_unit"
 
 
 def _run_units(
-    fns: Sequence[Callable[[sqlite3.Connection], Any]], conn: sqlite3.Connection
+    fns: Sequence[tuple[Callable[[], None] | None, Callable[[sqlite3.Connection], Any]]],
+    conn: sqlite3.Connection,
 ) -> list[_Outcome]:
-    """On the writer's thread: one BEGIN IMMEDIATE … COMMIT, each unit in its own SAVEPOINT.
+    """On the writer's thread: each unit's `prepare` first, then one BEGIN IMMEDIATE …
+    COMMIT, each unit in its own SAVEPOINT (a unit whose `prepare` raised is left out).
 
     A unit that raises is rolled back to its savepoint alone. Raises (after a ROLLBACK) only
     when the transaction as a whole is lost: BEGIN or COMMIT failed, or SQLite itself rolled
     everything back (disk full, I/O error), so then no unit of the batch committed.
     """
+    unprepared = _prepare_units([prepare for prepare, _ in fns])
     outcomes: list[_Outcome] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for fn in fns:
+        for position, (_, fn) in enumerate(fns):
+            if position in unprepared:
+                outcomes.append((False, unprepared[position]))
+                continue
             conn.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
                 value = fn(conn)
@@ -453,6 +465,18 @@ def _run_units(
             conn.execute("ROLLBACK")
         raise
     return outcomes
+
+
+def _prepare_units(prepares: Sequence[Callable[[], None] | None]) -> dict[int, Exception]:
+    """Run each unit's `prepare`; what raised, by the unit's position."""
+    unprepared: dict[int, Exception] = {}
+    for position, prepare in enumerate(prepares):
+        if prepare is not None:
+            try:
+                prepare()
+            except Exception as exc:
+                unprepared[position] = exc
+    return unprepared
 
 
 async def _on_connection_thread(

@@ -84,11 +84,12 @@ class GroupFlush(Generic[T]):
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = False  # something queued is waited for (or its deadline passed)
+        self._claimed = False  # a caller flushes a claimed batch itself
 
     @property
     def idle(self) -> bool:
         """Nothing queued and no flush running."""
-        return self._task is None and not self._items
+        return self._task is None and not self._claimed and not self._items
 
     def add(self, item: T) -> None:
         """Queue one item for the next flush (started now if none is running)."""
@@ -118,8 +119,38 @@ class GroupFlush(Generic[T]):
         """Wait until nothing is queued and no flush runs (errors were given to waiters)."""
         if self._items:
             self._start()
-        while self._task is not None:
+        while self._task is not None or self._claimed:
+            if self._task is None:
+                # The claim's release starts what was queued meanwhile; errors are the
+                # waiters'.
+                with contextlib.suppress(Exception):
+                    await self.flushed()
+                continue
             await asyncio.wait({self._task})
+
+    def claim(self) -> Claim[T] | None:
+        """Take everything queued, for a caller that flushes it itself as part of other work
+        (one thread hop instead of two): None while a flush runs. Nothing else is flushed
+        until the claim is released, so flushes keep their order."""
+        if self._task is not None or self._claimed:
+            return None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        items, self._items = self._items, []
+        self._claimed = True
+        self._due = False
+        return Claim(items, self._added, self._release)
+
+    def _release(self, upto: int, error: Exception | None) -> None:
+        self._claimed = False
+        self._flushed = upto
+        self._resolve(upto, error)
+        if self._items:
+            if self._due:
+                self._start()
+            else:
+                self._timer = asyncio.get_running_loop().call_later(self._defer, self._start)
 
     def _start(self) -> None:
         """What is queued is due: flush it now (or after the flush that runs)."""
@@ -127,7 +158,7 @@ class GroupFlush(Generic[T]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._task is None and self._items:
+        if self._task is None and not self._claimed and self._items:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
@@ -176,6 +207,24 @@ class GroupFlush(Generic[T]):
             log.error("%s: a flush failed", self._name, exc_info=error)
 
 
+class Claim(Generic[T]):
+    """A batch a caller took from a `GroupFlush` to flush itself: `release` it once flushed,
+    with the error when that failed (its waiters get it), exactly once."""
+
+    def __init__(
+        self, items: list[T], upto: int, release: Callable[[int, Exception | None], None]
+    ) -> None:
+        self.items = items
+        self._upto = upto
+        self._release: Callable[[int, Exception | None], None] | None = release
+
+    def release(self, error: Exception | None = None) -> None:
+        """The batch is flushed (or failed with `error`); later ones may go."""
+        if self._release is not None:
+            release, self._release = self._release, None
+            release(self._upto, error)
+
+
 @dataclass(frozen=True)
 class _Line:
     record: dict[str, Any]
@@ -218,6 +267,15 @@ class RunJournal:
         """Wait until every record queued so far is on disk (fsynced)."""
         self._now.add(_Barrier())
         await self._now.flushed()
+
+    def claim_sync(self) -> JournalSync | None:
+        """What `sync` does, for a caller to run on a thread of its own as part of other work
+        (a SQLite commit): None while a batch is being written (then `sync`)."""
+        claim = self._now.claim()
+        if claim is None:
+            return None
+        lines = [i.record for i in claim.items if isinstance(i, _Line)]
+        return JournalSync(lambda: self._append(lines, durable=True), claim)
 
     async def close(self) -> None:
         """Write and sync what is queued, then close the file (idempotent)."""
@@ -266,6 +324,31 @@ class RunJournal:
                 finally:
                     os.close(folder)
         return self._handle
+
+
+class JournalSync:
+    """A claimed journal sync: `write` it on any thread (raises OSError when the journal
+    could not be written), then `release` it on the event loop, exactly once, whether or not
+    `write` ran."""
+
+    def __init__(self, write: Callable[[], None], claim: Claim[_Line | _Barrier]) -> None:
+        self._write = write
+        self._claim = claim
+        self._outcome: Exception | None = RuntimeError("the journal batch was not written")
+
+    def write(self) -> None:
+        """Append the claimed lines and fsync the journal."""
+        try:
+            self._write()
+        except Exception as exc:
+            self._outcome = exc
+            raise
+        self._outcome = None
+
+    def release(self) -> None:
+        """Tell the journal's waiters how the write went (lines never written are lost, as
+        when a batch fails)."""
+        self._claim.release(self._outcome)
 
 
 @dataclass

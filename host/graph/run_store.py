@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -213,39 +214,45 @@ class RunStore:
                 [(*encoded.values(), conversation_id, nid) for nid in ids],
             )
 
-    async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
+    async def commit_nodes(
+        self, records: Sequence[NodeRecord], *, first: Callable[[], None] | None = None
+    ) -> None:
         """Write the changing columns of several nodes in one statement (one transaction).
 
         Whole rows, not field deltas: a batch then needs a single statement whatever mix of
         changes it holds (queued, running, settled, skipped), so the runtime commits every
-        change that piled up during the previous commit together (group commit)."""
+        change that piled up during the previous commit together (group commit). `first`
+        runs on the writer's thread before the transaction (what it raises is raised here,
+        and nothing is written)."""
         if not records:
             return
-        await self._store.executemany(
-            _NODE_ROW_UPDATE,
-            [
-                (
-                    r.state,
-                    r.attempts,
-                    r.continuation,
-                    str(r.output_path) if r.output_path is not None else None,
-                    r.error,
-                    json.dumps(r.verdict) if r.verdict is not None else None,
-                    r.deadline,
-                    r.model_calls,
-                    r.input_tokens,
-                    r.output_tokens,
-                    r.judge_calls,
-                    r.judge_tokens,
-                    r.seconds,
-                    r.started_at,
-                    r.finished_at,
-                    r.conversation_id,
-                    r.node_id,
-                )
-                for r in records
-            ],
-        )
+        rows = [
+            (
+                r.state,
+                r.attempts,
+                r.continuation,
+                str(r.output_path) if r.output_path is not None else None,
+                r.error,
+                json.dumps(r.verdict) if r.verdict is not None else None,
+                r.deadline,
+                r.model_calls,
+                r.input_tokens,
+                r.output_tokens,
+                r.judge_calls,
+                r.judge_tokens,
+                r.seconds,
+                r.started_at,
+                r.finished_at,
+                r.conversation_id,
+                r.node_id,
+            )
+            for r in records
+        ]
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.executemany(_NODE_ROW_UPDATE, rows)
+
+        await self._store.write(write, prepare=first)
 
     async def run(self, run_id: str) -> RunRecord | None:
         """One run by id."""

@@ -434,3 +434,37 @@ async def test_writes_leave_no_cyclic_garbage(store: Store) -> None:
     finally:
         gc.enable()
     assert garbage < 50, f"{garbage} objects of cyclic garbage after 600 writes"
+
+
+async def test_a_units_prepare_runs_on_the_writers_thread_before_its_transaction(
+    store: Store,
+) -> None:
+    """`prepare` (an fsync of another file, say) runs first, outside SQLite's write lock."""
+    main = threading.current_thread()
+    on_main: list[bool] = []
+    commits = await count_commits(store)
+
+    def prepare() -> None:
+        # Another connection takes the write lock at once: no transaction is open.
+        with sqlite3.connect(store.path, timeout=0) as other:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        on_main.append(threading.current_thread() is main)
+
+    await store.write(insert("prepared"), prepare=prepare)
+    assert on_main == [False]
+    assert await keys(store, "prepared") == {"prepared"} and len(commits) == 1
+
+
+async def test_a_failed_prepare_skips_its_unit_alone(store: Store) -> None:
+    def broken() -> None:
+        raise OSError("journal disk full")
+
+    async with writer_held(store):  # both units go into one batch
+        failing = asyncio.ensure_future(store.write(insert("skipped"), prepare=broken))
+        fine = asyncio.ensure_future(store.write(insert("kept")))
+        await eventually(lambda: store.pending_writes == 2)
+    with pytest.raises(OSError, match="journal disk full"):
+        await failing
+    await fine
+    assert await keys(store) >= {"kept"} and "skipped" not in await keys(store)

@@ -363,10 +363,12 @@ class TrackingRunStore(RunStore):
         states = [(n, str(fields["state"])) for n in ids] if "state" in fields else []
         await self._tracked(states, super().update_nodes(conversation_id, ids, **fields))
 
-    async def commit_nodes(self, records: Sequence[NodeRecord]) -> None:
+    async def commit_nodes(
+        self, records: Sequence[NodeRecord], *, first: Callable[[], None] | None = None
+    ) -> None:
         """Commit a batch of rows, then note their states."""
         states = [(r.node_id, r.state) for r in records]
-        await self._tracked(states, super().commit_nodes(records))
+        await self._tracked(states, super().commit_nodes(records, first=first))
 
 
 class RecordingEvents:

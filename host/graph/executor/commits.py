@@ -9,13 +9,13 @@ are successors submitted and the change announced.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from core.deadlines import Expiring
 from host.graph.executor.ready import ReadySet, RunFlags
 from host.graph.model import NodeState
-from host.graph.records import GroupFlush
+from host.graph.records import GroupFlush, JournalSync
 from host.graph.render import Artifact
 from host.graph.run_store import NodeRecord, RunStore
 
@@ -36,6 +36,19 @@ class CommitListener(Protocol):
         ...
 
 
+class JournalSyncs(Protocol):
+    """Makes the run's journal durable: claimed into a commit's own SQLite unit when no
+    journal batch is being written (one thread hop for both), else waited for."""
+
+    def claim_sync(self) -> JournalSync | None:
+        """The sync for the commit to write, or None (then `sync`)."""
+        ...
+
+    async def sync(self) -> None:
+        """Wait until the journal is durable."""
+        ...
+
+
 class NodeBook:
     """Committed and decided node records of one run, and the artifacts of completed ones."""
 
@@ -49,7 +62,7 @@ class NodeBook:
         ready: ReadySet,
         flags: RunFlags,
         clock: Callable[[], float],
-        sync: Callable[[], Awaitable[None]] | None = None,
+        journal: JournalSyncs | None = None,
         defer_seconds: float = DEFER_SECONDS,
     ) -> None:
         self.nodes = dict(nodes)
@@ -69,7 +82,7 @@ class NodeBook:
         self._completing: dict[str, Artifact] = {}
         # Makes the run's journal durable; a batch holding a record that points into the
         # journal (a completed node's output) runs it first, in the same batch.
-        self._sync = sync
+        self._journal = journal
         self._synced_first: set[str] = set()
         # Node ids whose newest decided record is to be committed.
         self._writes = GroupFlush[str](self._write_batch, name=f"commits:{run_id}")
@@ -170,10 +183,13 @@ class NodeBook:
         latest = [decided[n] for n in dict.fromkeys(node_ids) if n in decided]
         synced_first = self._synced_first.intersection(node_ids)
         self._synced_first -= synced_first
+        claimed = None
         try:
-            if synced_first and self._sync is not None:
-                await self._sync()
-            await self._store.commit_nodes(latest)
+            if synced_first and self._journal is not None:
+                claimed = self._journal.claim_sync() if latest else None
+                if claimed is None:
+                    await self._journal.sync()
+            await self._store.commit_nodes(latest, first=claimed.write if claimed else None)
         except BaseException:
             # Not committed: these decisions are void (their waiters get the error).
             for record in latest:
@@ -181,6 +197,9 @@ class NodeBook:
                     del decided[record.node_id]
                     self._completing.pop(record.node_id, None)
             raise
+        finally:
+            if claimed is not None:
+                claimed.release()
         self._apply(latest)
 
     def _apply(self, records: list[NodeRecord]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from agents.backends.base import AgentOutcome
 from core.fence import Markers
-from host.graph.records import RunFiles, RunJournal, write_view
+from host.graph.records import JournalSync, RunFiles, RunJournal, write_view
 from host.graph.render import Artifact
 from host.graph.run_store import NodeRecord, RunRecord
 
@@ -122,6 +122,10 @@ class RunWriter:
         except OSError:
             log.exception("run %s: the journal could not be written", self._run_id)
             raise
+
+    def claim_sync(self) -> JournalSync | None:
+        """`sync`, to be written by the caller's SQLite unit (see `RunJournal.claim_sync`)."""
+        return self._journal.claim_sync()
 
     async def write_manifest(self, record: RunRecord, nodes: Iterable[NodeRecord]) -> None:
         """A snapshot of states, paths and accounting (SQLite is the live record)."""

@@ -51,7 +51,7 @@ class GraphRun:
             ready=ready,
             flags=self._flags,
             clock=clock,
-            sync=self._writer.sync,
+            journal=self._writer,
         )
         settler = Settler(
             self._book, self._writer, deps.judge, deps.policy, suspended=self._suspended

@@ -64,6 +64,77 @@ async def test_group_flush_gives_a_failed_batch_to_its_waiters() -> None:
     await guarded(group.flushed())  # the next batch is unaffected
 
 
+async def test_a_claimed_batch_is_flushed_by_its_claimer_and_keeps_the_order() -> None:
+    batches: list[tuple[list[int], bool]] = []  # each flush, and whether a claim was out
+    running, release = asyncio.Event(), asyncio.Event()
+    claimed = False
+
+    async def flush(items: list[int]) -> None:
+        batches.append((items, claimed))
+        running.set()
+        await release.wait()
+
+    group = GroupFlush[int](flush, name="test", defer=3600)
+    group.add(1)
+    await guarded(running.wait())
+    assert group.claim() is None  # a flush runs: the caller waits for it instead
+    release.set()
+    await guarded(group.flushed())
+    group.defer(2)
+    claim = group.claim()
+    claimed = True
+    assert claim is not None and claim.items == [2] and group.claim() is None
+    waiter = asyncio.ensure_future(group.flushed())  # resolved by the claim's release
+    group.add(3)  # due meanwhile: flushed once the claim is released, not during it
+    draining = asyncio.ensure_future(group.drain())
+    await asyncio.sleep(0)  # a flush started now would run its first step here
+    claimed = False
+    claim.release()
+    await guarded(waiter)
+    await guarded(draining)
+    assert batches == [([1], False), ([3], False)] and group.idle
+
+
+async def test_a_failed_claim_gives_its_error_to_the_waiters() -> None:
+    async def flush(items: list[str]) -> None:
+        pass
+
+    group = GroupFlush[str](flush, name="test", defer=3600)
+    group.defer("line")
+    claim = group.claim()
+    assert claim is not None
+    waiter = asyncio.ensure_future(group.flushed())
+    await asyncio.sleep(0)  # the waiter asks while the claim is out
+    claim.release(OSError("disk full"))
+    claim.release()  # once only
+    with pytest.raises(OSError, match="disk full"):
+        await guarded(waiter)
+    assert group.idle
+
+
+async def test_a_claimed_journal_sync_writes_and_fsyncs_on_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    from host.graph.records import RunJournal
+
+    journal = RunJournal(tmp_path / "journal.jsonl")
+    journal.record("output", "a", 1, text="alpha")
+    claimed = journal.claim_sync()
+    assert claimed is not None
+    await asyncio.to_thread(claimed.write)
+    claimed.release()
+    assert [r["text"] for r in read_journal(journal.path)] == ["alpha"]
+    # Released unwritten (the commit was dropped): the lines are reported lost, not kept.
+    journal.record("output", "b", 1, text="beta")
+    unwritten = journal.claim_sync()
+    assert unwritten is not None
+    waiter = asyncio.ensure_future(journal.sync())
+    unwritten.release()
+    await guarded(waiter)  # the next sync is its own batch
+    await journal.close()
+    assert [r["text"] for r in read_journal(journal.path)] == ["alpha"]
+
+
 async def test_deferred_items_share_the_next_flush_somebody_waits_for() -> None:
     batches: list[list[int]] = []
 
