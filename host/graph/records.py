@@ -84,12 +84,13 @@ class GroupFlush(Generic[T]):
         self._task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = False  # something queued is waited for (or its deadline passed)
-        self._claimed = False  # a caller flushes a claimed batch itself
+        # Set while a caller flushes a claimed batch itself; resolved at its release.
+        self._claim: asyncio.Future[None] | None = None
 
     @property
     def idle(self) -> bool:
         """Nothing queued and no flush running."""
-        return self._task is None and not self._claimed and not self._items
+        return self._task is None and self._claim is None and not self._items
 
     def add(self, item: T) -> None:
         """Queue one item for the next flush (started now if none is running)."""
@@ -119,37 +120,37 @@ class GroupFlush(Generic[T]):
         """Wait until nothing is queued and no flush runs (errors were given to waiters)."""
         if self._items:
             self._start()
-        while self._task is not None or self._claimed:
-            if self._task is None:
-                # The claim's release starts what was queued meanwhile; errors are the
-                # waiters'.
-                with contextlib.suppress(Exception):
-                    await self.flushed()
-                continue
-            await asyncio.wait({self._task})
+        while True:
+            # A claim's release starts what was queued meanwhile.
+            running = self._task or self._claim
+            if running is None:
+                return
+            await asyncio.wait({running})
 
     def claim(self) -> Claim[T] | None:
         """Take everything queued, for a caller that flushes it itself as part of other work
         (one thread hop instead of two): None while a flush runs. Nothing else is flushed
         until the claim is released, so flushes keep their order."""
-        if self._task is not None or self._claimed:
+        if self._task is not None or self._claim is not None:
             return None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         items, self._items = self._items, []
-        self._claimed = True
+        self._claim = asyncio.get_running_loop().create_future()
         self._due = False
         return Claim(items, self._added, self._release)
 
     def _release(self, upto: int, error: Exception | None) -> None:
-        self._claimed = False
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.set_result(None)
         self._flushed = upto
         self._resolve(upto, error)
         if self._items:
             if self._due:
                 self._start()
-            else:
+            elif self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(self._defer, self._start)
 
     def _start(self) -> None:
@@ -158,7 +159,7 @@ class GroupFlush(Generic[T]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._task is None and not self._claimed and self._items:
+        if self._task is None and self._claim is None and self._items:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:

@@ -112,6 +112,21 @@ async def test_a_failed_claim_gives_its_error_to_the_waiters() -> None:
     assert group.idle
 
 
+async def test_drain_waits_for_an_empty_claim_to_be_released() -> None:
+    async def flush(items: list[int]) -> None:
+        pass
+
+    group = GroupFlush[int](flush, name="test")
+    claim = group.claim()  # nothing queued: a sync of what was written without one
+    assert claim is not None and claim.items == [] and not group.idle
+    draining = asyncio.ensure_future(group.drain())
+    await asyncio.sleep(0)
+    assert not draining.done()
+    claim.release()
+    await guarded(draining)
+    assert group.idle
+
+
 async def test_a_claimed_journal_sync_writes_and_fsyncs_on_the_callers_thread(
     tmp_path: Path,
 ) -> None:
