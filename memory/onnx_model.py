@@ -17,9 +17,10 @@ from numpy.typing import NDArray
 
 IR_VERSION = 8
 # TensorProto.DataType
-FLOAT, INT8, INT64, FLOAT16 = 1, 3, 7, 10
+FLOAT, UINT8, INT8, INT64, FLOAT16 = 1, 2, 3, 7, 10
 _DTYPES = {np.dtype(np.float32): FLOAT, np.dtype(np.int8): INT8, np.dtype(np.int64): INT64}
 _DTYPES[np.dtype(np.float16)] = FLOAT16
+_DTYPES[np.dtype(np.uint8)] = UINT8
 # AttributeProto.AttributeType
 _ATTR_FLOAT, _ATTR_INT, _ATTR_INTS = 1, 2, 7
 
