@@ -215,13 +215,13 @@ class RunStore:
             )
 
     async def commit_nodes(
-        self, records: Sequence[NodeRecord], *, first: Callable[[], None] | None = None
+        self, records: Sequence[NodeRecord], *, prepare: Callable[[], None] | None = None
     ) -> None:
         """Write the changing columns of several nodes in one statement (one transaction).
 
         Whole rows, not field deltas: a batch then needs a single statement whatever mix of
         changes it holds (queued, running, settled, skipped), so the runtime commits every
-        change that piled up during the previous commit together (group commit). `first`
+        change that piled up during the previous commit together (group commit). `prepare`
         runs on the writer's thread before the transaction (what it raises is raised here,
         and nothing is written)."""
         if not records:
@@ -252,7 +252,7 @@ class RunStore:
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany(_NODE_ROW_UPDATE, rows)
 
-        await self._store.write(write, prepare=first)
+        await self._store.write(write, prepare=prepare)
 
     async def run(self, run_id: str) -> RunRecord | None:
         """One run by id."""

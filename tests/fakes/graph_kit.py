@@ -364,11 +364,11 @@ class TrackingRunStore(RunStore):
         await self._tracked(states, super().update_nodes(conversation_id, ids, **fields))
 
     async def commit_nodes(
-        self, records: Sequence[NodeRecord], *, first: Callable[[], None] | None = None
+        self, records: Sequence[NodeRecord], *, prepare: Callable[[], None] | None = None
     ) -> None:
         """Commit a batch of rows, then note their states."""
         states = [(r.node_id, r.state) for r in records]
-        await self._tracked(states, super().commit_nodes(records, first=first))
+        await self._tracked(states, super().commit_nodes(records, prepare=prepare))
 
 
 class RecordingEvents:

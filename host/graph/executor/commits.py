@@ -189,7 +189,7 @@ class NodeBook:
                 claimed = self._journal.claim_sync() if latest else None
                 if claimed is None:
                     await self._journal.sync()
-            await self._store.commit_nodes(latest, first=claimed.write if claimed else None)
+            await self._store.commit_nodes(latest, prepare=claimed.write if claimed else None)
         except BaseException:
             # Not committed: these decisions are void (their waiters get the error).
             for record in latest:

@@ -22,10 +22,10 @@ class RecordingStore:
         self.events = events if events is not None else []
 
     async def commit_nodes(
-        self, records: Sequence[NodeRecord], *, first: Callable[[], None] | None = None
+        self, records: Sequence[NodeRecord], *, prepare: Callable[[], None] | None = None
     ) -> None:
-        if first is not None:
-            first()  # on the writer's thread, before the statement
+        if prepare is not None:
+            prepare()  # on the writer's thread, before the statement
         self.batches.append([(r.node_id, r.state) for r in records])
         self.events.append("commit")
 
