@@ -1,5 +1,6 @@
 """Persistence: the SQLite store and the runner of the migrations each package registers."""
 
+from core.store.checkpoints import BeforeCheckpoint, Checkpoints
 from core.store.migrations import Migration, MigrationError
 from core.store.store import (
     Row,
@@ -10,6 +11,8 @@ from core.store.store import (
 )
 
 __all__ = [
+    "BeforeCheckpoint",
+    "Checkpoints",
     "Migration",
     "MigrationError",
     "Row",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 
+from core.store.checkpoints import Checkpoints, Mode
 from core.store.migrations import LEDGER_TABLE, Migration, check_order, migrate
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class WriteStats:
     ingress_units: int = 0  # of those, queued with WritePriority.INGRESS
     failed_units: int = 0  # units whose caller got an exception
     batches: int = 0  # batches committed (one BEGIN IMMEDIATE … COMMIT each)
+    checkpoints: int = 0  # checkpoints the writer ran (see `core.store.checkpoints`)
     failed_batches: int = 0  # batches rolled back as a whole (every unit failed)
     largest_batch: int = 0
     transactions: int = 0  # `transaction()` blocks entered
@@ -92,6 +94,7 @@ class Store:
         migrations: Sequence[Migration],
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
@@ -100,6 +103,7 @@ class Store:
         # Every package's tables, collected by whoever assembles the application.
         self.migrations = tuple(migrations)
         self.max_batch = max_batch
+        self.checkpoints = checkpoints or Checkpoints()
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         # Held by a running batch or a running transaction(): they never overlap.
@@ -149,6 +153,9 @@ class Store:
             await conn.execute("PRAGMA foreign_keys=ON")
             await conn.execute("PRAGMA busy_timeout=5000")
             await conn.execute("PRAGMA synchronous=NORMAL")
+            # The writer checkpoints itself, after the fsyncs registered with
+            # `before_checkpoint` (see `core.store.checkpoints`).
+            await conn.execute("PRAGMA wal_autocheckpoint=0")
         except BaseException:
             await conn.close()
             raise
@@ -173,6 +180,9 @@ class Store:
             await asyncio.wait([task])
             self._writer_task = None
         async with self._txn_lock, self._write_lock:
+            if self._writer is not None and self.checkpoints.owed:
+                # SQLite checkpoints as the last connection closes: the fsyncs owed first.
+                await self._checkpoint(self._writer)
             for conn in (self._reader, self._writer):
                 if conn is not None:
                     await conn.close()
@@ -266,15 +276,44 @@ class Store:
             if not self.pending_writes:
                 if self._closing:
                     return
+                if self.checkpoints.due(idle=True):
+                    async with self._write_lock:
+                        await self._checkpoint(db)
+                    continue
                 self._wake.clear()
-                await self._wake.wait()
+                with contextlib.suppress(TimeoutError):
+                    # Until a write arrives, or a checkpoint is due (None: no limit).
+                    async with asyncio.timeout(self.checkpoints.idle_wait()):
+                        await self._wake.wait()
                 continue
             async with self._write_lock:
+                if self.checkpoints.due(idle=False):
+                    await self._checkpoint(db)
                 # Taken only now: units queued while a transaction held the lock (ingress
                 # claims first) all go into this batch.
                 batch = self._take_batch()
                 if batch is not None:
                     await self._run_batch(db, batch)
+
+    async def _checkpoint(self, db: aiosqlite.Connection, mode: Mode = "PASSIVE") -> None:
+        # Holding the write lock: no commit lands between the registered fsyncs and the
+        # log's sync.
+        try:
+            await run_to_completion(_on_connection_thread(db, self.checkpoints.job(mode)))
+        except Exception:
+            log.exception("checkpointing %s failed; it is tried again later", self.path)
+            self.checkpoints.failed()
+            if mode != "PASSIVE":
+                raise
+        else:
+            self.checkpoints.done()
+            self._stats.checkpoints += 1
+
+    def before_checkpoint(self, sync: Callable[[], None]) -> Callable[[], None]:
+        """Run `sync` (an fsync of a file that commits point at) on the writer's thread
+        before every checkpoint, until the returned function is called (see
+        `core.store.checkpoints`)."""
+        return self.checkpoints.before(sync)
 
     def _take_batch(self) -> _Batch | None:
         units: list[_Unit] = []
@@ -317,6 +356,8 @@ class Store:
         stats.ingress_units += sum(1 for u in batch.units if u.priority is WritePriority.INGRESS)
         stats.largest_batch = max(stats.largest_batch, len(batch.units))
         stats.batches += committed
+        if committed:
+            self.checkpoints.committed()
         stats.failed_batches += not committed
         for unit, (ok, value) in zip(batch.units, outcomes, strict=True):
             stats.failed_units += not ok
@@ -371,6 +412,7 @@ class Store:
                 except BaseException:
                     await _rollback(db)
                     raise
+                self.checkpoints.committed()
             finally:
                 self._txn_owner = None
 
@@ -379,8 +421,7 @@ class Store:
         erasure, the log's older frames would still hold what was erased."""
         self._require(self._writer)
         async with self._txn_lock, self._write_lock:
-            db = self._require(self._writer)
-            await run_to_completion(db.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
+            await self._checkpoint(self._require(self._writer), "TRUNCATE")
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one write statement as a write unit; return rows changed."""

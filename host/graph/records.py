@@ -7,9 +7,11 @@
   and `memory/<node>.md` (its memory record, paper Eq. 32).
 
 The journal replaces a set of small fsynced files per node (and a directory per node, the
-costliest part): lines are written and synced in batches (one fsync per batch, off the event
-loop), and a batch is synced before the SQLite commit that settles the attempts it holds, so
-whatever was announced survives a kill -9 (SQLite is the source of truth). The per-node files
+costliest part): lines are written in batches (off the event loop), and a batch is written
+before the SQLite commit that settles the attempts it holds, so whatever was announced
+survives a kill -9 (SQLite is the source of truth). The journal is fsynced just before the
+store's checkpoint syncs SQLite's log (`core.store.checkpoints`), so after a power loss too
+it holds whatever a surviving commit points at (without a store: at each `sync`). The per-node files
 are views of the journal, written when the run ends, before its report (or earlier for an
 agent that reads them from disk): readers fall back to the journal when one is missing.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
 from core.files import atomic_write
+from core.store import BeforeCheckpoint
 
 log = logging.getLogger(__name__)
 
@@ -240,16 +243,22 @@ class RunJournal:
 
     `record` queues a line and returns at once (written with the next sync, or within
     JOURNAL_DEFER_SECONDS, in a worker thread); `sync` waits until everything queued so far
-    is written and fsynced — the syncs of nodes settling
-    together share one write and one fsync. `close` writes and syncs what is left.
+    is written — the syncs of nodes settling together share one write. It is fsynced before
+    each of `checkpoints`' checkpoints (without them: at each `sync`). `close` writes and
+    fsyncs what is left.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, checkpoints: BeforeCheckpoint | None = None) -> None:
         self.path = path
         self._handle: IO[bytes] | None = None
         # Guards the file handle: a batch thread may still run while `close` is called.
         self._io = threading.Lock()
         self._closed = False
+        self._unsynced = False  # written since the last fsync
+        self._fsync_each_sync = checkpoints is None
+        self._stop_syncing = (
+            None if checkpoints is None else checkpoints.before_checkpoint(self._fsync)
+        )
         # Built once: `json.dumps` with options builds an encoder per call.
         self._encoder = json.JSONEncoder(ensure_ascii=False, default=str)
         # Lines nobody waits for share the next synced batch (a prompt, the answer and the
@@ -265,7 +274,7 @@ class RunJournal:
         self._now.defer(_Line({"kind": kind, "node": node_id, "attempt": attempt, **data}))
 
     async def sync(self) -> None:
-        """Wait until every record queued so far is on disk (fsynced)."""
+        """Wait until every record queued so far is written (see the class)."""
         self._now.add(_Barrier())
         await self._now.flushed()
 
@@ -286,17 +295,29 @@ class RunJournal:
         if not self._closed:
             self._closed = True
             await asyncio.to_thread(self._close_handle)
+            if self._stop_syncing is not None:
+                self._stop_syncing()
 
     def _close_handle(self) -> None:
         with self._io:
             if self._handle is not None:
+                if self._unsynced:
+                    os.fdatasync(self._handle.fileno())
+                    self._unsynced = False
                 self._handle.close()
                 self._handle = None
 
+    def _fsync(self) -> None:
+        """Before a checkpoint, on the store's writer thread: fsync what was written."""
+        with self._io:
+            if self._handle is not None and self._unsynced:
+                os.fdatasync(self._handle.fileno())
+                self._unsynced = False
+
     async def _write(self, items: list[_Line | _Barrier]) -> None:
         lines = [i.record for i in items if isinstance(i, _Line)]
-        # Written lines survive a kill -9 already; the fsync (for a power loss) is paid only
-        # when somebody waits for it.
+        # Written lines survive a kill -9 already; the fsync (for a power loss) is paid
+        # before the store's next checkpoint, or (without a store) when somebody waits.
         durable = any(isinstance(i, _Barrier) for i in items)
         await asyncio.to_thread(self._append, lines, durable)
 
@@ -307,8 +328,10 @@ class RunJournal:
                 encode = self._encoder.encode
                 handle.write(b"".join(encode(r).encode() + b"\n" for r in lines))
                 handle.flush()
-            if durable and self._handle is not None:
+                self._unsynced = True
+            if durable and self._fsync_each_sync and self._handle is not None:
                 os.fdatasync(self._handle.fileno())
+                self._unsynced = False
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
@@ -338,7 +361,7 @@ class JournalSync:
         self._outcome: Exception | None = RuntimeError("the journal batch was not written")
 
     def write(self) -> None:
-        """Append the claimed lines and fsync the journal."""
+        """Append the claimed lines (fsynced as `RunJournal.sync` says)."""
         try:
             self._write()
         except Exception as exc:
@@ -473,9 +496,9 @@ class RunFiles:
             return f"{memory_dir}{os.sep}{node_ids[0]}.md"
         return f"{memory_dir}{os.sep}<id>.md for each <id> in: {', '.join(node_ids)}"
 
-    def open_journal(self, run_id: str) -> RunJournal:
+    def open_journal(self, run_id: str, checkpoints: BeforeCheckpoint | None = None) -> RunJournal:
         """The run's journal (appended to, also after a restart)."""
-        return RunJournal(self.journal_path(run_id))
+        return RunJournal(self.journal_path(run_id), checkpoints)
 
     def records(self, run_id: str) -> dict[str, NodeRecords]:
         """Everything the run's journal holds, by node and attempt."""

@@ -112,6 +112,10 @@ class RunStore:
         self._store = store
         self._clock = clock
 
+    def before_checkpoint(self, sync: Callable[[], None]) -> Callable[[], None]:
+        """A run's journal is fsynced before the store's checkpoints (see `Store`)."""
+        return self._store.before_checkpoint(sync)
+
     async def create_run(
         self,
         run: RunRecord,

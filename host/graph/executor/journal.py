@@ -1,9 +1,9 @@
 """A run's files as it executes: journal lines, output and memory record files, manifest.
 
 The run journal is one group commit (prompts, outputs, transcripts, memory records; one
-write and one fsync per batch, off the loop). A settling node waits for its journal lines to
-be on disk before its state is committed, so SQLite (the source of truth) never points at a
-record the journal does not hold; a node only starting never waits behind an fsync.
+write per batch, off the loop; fsynced before the store's checkpoints). A settling node
+waits for its journal lines to be written before its state is committed, so SQLite (the
+source of truth) never points at a record the journal does not hold.
 
 The per-node files (`outputs/<node>.md`, `memory/<node>.md`) are views of the journal,
 written when the run ends (before its report) or before an agent that reads them from disk
@@ -22,6 +22,7 @@ from typing import Any
 
 from agents.backends.base import AgentOutcome
 from core.fence import Markers
+from core.store import BeforeCheckpoint
 from host.graph.records import JournalSync, RunFiles, RunJournal, write_view
 from host.graph.render import Artifact
 from host.graph.run_store import NodeRecord, RunRecord
@@ -33,10 +34,12 @@ class RunWriter:
     """Writes one run's records: what each attempt was asked and answered, completed
     nodes' outputs and memory records, and the manifest at decision points and the end."""
 
-    def __init__(self, run_id: str, files: RunFiles) -> None:
+    def __init__(
+        self, run_id: str, files: RunFiles, checkpoints: BeforeCheckpoint | None = None
+    ) -> None:
         self._run_id = run_id
         self._files = files
-        self._journal: RunJournal = files.open_journal(run_id)
+        self._journal: RunJournal = files.open_journal(run_id, checkpoints)
         self._markers = Markers()
         self._outputs_dir = files.outputs_dir(run_id)
         self._memory_dir = files.memory_dir(run_id)
@@ -115,8 +118,8 @@ class RunWriter:
         return lines
 
     async def sync(self) -> None:
-        """Wait until every journal line queued so far is on disk: one write and one fsync
-        for every node settling meanwhile (raises OSError when they failed)."""
+        """Wait until every journal line queued so far is written: one write for every
+        node settling meanwhile (raises OSError when it failed)."""
         try:
             await self._journal.sync()
         except OSError:

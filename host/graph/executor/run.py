@@ -42,7 +42,7 @@ class GraphRun:
         self._flags = RunFlags()
         ready = ReadySet(nodes, graph.order)
         clock = deps.policy.clock
-        self._writer = RunWriter(run.id, deps.files)
+        self._writer = RunWriter(run.id, deps.files, deps.store)
         self._book = NodeBook(
             run.id,
             nodes,

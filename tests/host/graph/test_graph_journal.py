@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,12 @@ import pytest
 
 from agents.backends.base import AgentOutcome
 from agents.models.types import Usage
+from core.store import Store
 from host.graph.executor.journal import RunWriter
 from host.graph.records import (
     GroupFlush,
     RunFiles,
+    RunJournal,
     journal_records,
     read_journal,
     read_memory,
@@ -130,8 +133,6 @@ async def test_drain_waits_for_an_empty_claim_to_be_released() -> None:
 async def test_a_claimed_journal_sync_writes_and_fsyncs_on_the_callers_thread(
     tmp_path: Path,
 ) -> None:
-    from host.graph.records import RunJournal
-
     journal = RunJournal(tmp_path / "journal.jsonl")
     journal.record("output", "a", 1, text="alpha")
     claimed = journal.claim_sync()
@@ -148,6 +149,55 @@ async def test_a_claimed_journal_sync_writes_and_fsyncs_on_the_callers_thread(
     await guarded(waiter)  # the next sync is its own batch
     await journal.close()
     assert [r["text"] for r in read_journal(journal.path)] == ["alpha"]
+
+
+@pytest.fixture
+def journal_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The file name of every `os.fdatasync` from now on (a journal's, here)."""
+    synced: list[str] = []
+    fdatasync = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    return synced
+
+
+async def test_with_a_store_the_journal_is_fsynced_before_its_checkpoints_not_per_sync(
+    tmp_path: Path, store: Store, journal_fsyncs: list[str]
+) -> None:
+    """SQLite syncs its log only at a checkpoint: the journal lines its commits point at are
+    fsynced just before, and a sync (a node settling) only writes them."""
+    journal = RunJournal(tmp_path / "journal.jsonl", store)
+    assert store.checkpoints.registered == 1
+    journal.record("output", "a", 1, text="alpha")
+    await guarded(journal.sync())
+    claimed = journal.claim_sync() or pytest.fail("no batch is being written")
+    journal.record("output", "b", 1, text="beta")
+    await asyncio.to_thread(claimed.write)
+    claimed.release()
+    assert journal_fsyncs == []
+    await store.checkpoint()
+    assert journal_fsyncs == ["journal.jsonl"]
+    await store.checkpoint()  # nothing written since: no fsync
+    journal.record("output", "c", 1, text="gamma")
+    await guarded(journal.close())  # written and fsynced: nothing registered any more
+    assert journal_fsyncs == ["journal.jsonl"] * 2 and store.checkpoints.registered == 0
+    assert [r["text"] for r in read_journal(journal.path)] == ["alpha", "beta", "gamma"]
+
+
+async def test_a_graph_runs_journal_is_fsynced_at_its_end_not_per_settled_node(
+    tmp_path: Path, journal_fsyncs: list[str]
+) -> None:
+    async with open_kit(tmp_path) as kit:
+        run = await kit.submit(node("a"), node("b", deps=["a"]), node("c", deps=["b"]))
+        await kit.finished(run)
+        await eventually(lambda: kit.store.checkpoints.registered == 0)
+        # One fsync when the journal closed, and one before each checkpoint that ran.
+        assert 1 <= journal_fsyncs.count("journal.jsonl") <= 1 + kit.store.stats.checkpoints
+        assert kit.files.records(run.id)["c"].latest.output == "output of c"
 
 
 async def test_deferred_items_share_the_next_flush_somebody_waits_for() -> None:

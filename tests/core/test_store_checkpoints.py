@@ -1,0 +1,180 @@
+"""The store's writer checkpoints SQLite's log itself, after the fsyncs files registered
+(a graph run's journal): whatever a synced log holds, those files hold too."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from bot.schema import all_migrations
+from core.store import Checkpoints, Store
+from tests.core.test_store_writer import insert, keys
+from tests.helpers import eventually
+
+NEVER = 3600.0  # seconds: no idle checkpoint during a test
+
+
+def digest(path: Path) -> str:
+    """The main database file's bytes (a checkpoint copies the log into them)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Syncs:
+    """A registered fsync that records what the database file held when it ran."""
+
+    def __init__(self, store: Store, *, fail: bool = False) -> None:
+        self.store = store
+        self.fail = fail
+        self.seen: list[str] = []  # the main file's digest at each call
+        self.threads: list[str] = []
+        self.ran = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self.remove = store.before_checkpoint(self)
+
+    def __call__(self) -> None:
+        self.seen.append(digest(self.store.path))
+        self.threads.append(threading.current_thread().name)
+        self._loop.call_soon_threadsafe(self.ran.set)
+        if self.fail:
+            raise OSError("the journal's disk is gone")
+
+
+async def open_store(path: Path, checkpoints: Checkpoints) -> Store:
+    store = Store(path, all_migrations(), checkpoints=checkpoints)
+    await store.open()
+    return store
+
+
+@pytest.fixture
+async def counted(tmp_path: Path) -> AsyncIterator[Store]:
+    """A store checkpointing after every 3 commits, never for being idle."""
+    store = await open_store(
+        tmp_path / "raven.db", Checkpoints(every_batches=3, idle_seconds=NEVER)
+    )
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_sqlite_never_checkpoints_on_its_own(counted: Store) -> None:
+    """Its automatic checkpoint would sync the log without the registered files."""
+
+    def setting(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    assert await counted.write(setting) == 0
+    row = await counted.fetchone("PRAGMA wal_autocheckpoint")
+    assert row is not None and row[0] == 0
+
+
+async def test_the_registered_fsyncs_run_before_the_log_is_checkpointed(counted: Store) -> None:
+    await counted.checkpoint()  # the migrations' commits: start from a checkpointed log
+    syncs = Syncs(counted)
+    before = counted.stats.checkpoints
+    for key in ("a", "b"):
+        await counted.write(insert(key))
+    unchanged = digest(counted.path)
+    await counted.write(insert("c"))  # the third commit: a checkpoint is due
+    await syncs.ran.wait()
+    await eventually(lambda: counted.stats.checkpoints == before + 1)
+    # The fsync ran on the writer's thread while the file still lacked the three commits;
+    # the checkpoint copied them in afterwards.
+    assert syncs.seen == [unchanged] and syncs.threads != [threading.current_thread().name]
+    assert digest(counted.path) != unchanged
+    assert await keys(counted) >= {"a", "b", "c"}
+
+
+async def test_an_idle_writer_checkpoints_soon_after_a_commit(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "raven.db", Checkpoints(idle_seconds=0.05))
+    try:
+        syncs = Syncs(store)
+        await store.write(insert("alone"))
+        await syncs.ran.wait()  # no other write: the idle writer's timer ran it
+        await eventually(lambda: not store.checkpoints.owed)
+    finally:
+        await store.close()
+
+
+async def test_a_failed_fsync_keeps_the_log_unsynced_and_writes_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_store(
+        tmp_path / "raven.db", Checkpoints(every_batches=1, idle_seconds=NEVER)
+    )
+    try:
+        await store.checkpoint()
+        syncs = Syncs(store, fail=True)
+        unchanged = digest(store.path)
+        with caplog.at_level(logging.ERROR, logger="core.store.store"):
+            await store.write(insert("first"))
+            await syncs.ran.wait()
+            await eventually(lambda: "checkpointing" in caplog.text)
+        assert digest(store.path) == unchanged  # SQLite did not checkpoint either
+        await store.write(insert("second"))  # the writer goes on
+        syncs.fail = False
+        syncs.ran.clear()
+        before = store.stats.checkpoints
+        await store.write(insert("third"))
+        await eventually(lambda: store.stats.checkpoints > before)
+        assert digest(store.path) != unchanged
+        assert await keys(store) >= {"first", "second", "third"}
+    finally:
+        await store.close()
+
+
+async def test_closing_runs_the_fsyncs_before_sqlite_checkpoints(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "raven.db", Checkpoints(idle_seconds=NEVER))
+    await store.checkpoint()
+    syncs = Syncs(store)
+    await store.write(insert("last"))
+    assert not syncs.seen
+    await store.close()
+    assert len(syncs.seen) == 1
+
+
+async def test_an_erasures_checkpoint_runs_the_fsyncs_too(counted: Store) -> None:
+    syncs = Syncs(counted)
+    await counted.write(insert("erased"))
+    await counted.checkpoint()
+    assert len(syncs.seen) == 1 and not counted.checkpoints.owed
+
+
+async def test_a_removed_fsync_no_longer_runs(counted: Store) -> None:
+    kept, removed = Syncs(counted), Syncs(counted)
+    removed.remove()
+    assert counted.checkpoints.registered == 1
+    await counted.checkpoint()
+    assert len(kept.seen) == 1 and not removed.seen
+
+
+@pytest.mark.parametrize(
+    ("every_batches", "idle_seconds"), [(0, 1.0), (1, -1.0)], ids=["no batches", "negative"]
+)
+def test_a_bad_policy_is_refused(every_batches: int, idle_seconds: float) -> None:
+    with pytest.raises(ValueError, match="every_batches"):
+        Checkpoints(every_batches=every_batches, idle_seconds=idle_seconds)
+
+
+def test_the_policy_counts_commits_and_idle_time() -> None:
+    now = [100.0]
+    clock: Callable[[], float] = lambda: now[0]  # noqa: E731
+    policy = Checkpoints(every_batches=2, idle_seconds=1.0, clock=clock)
+    assert not policy.owed and policy.idle_wait() is None and not policy.due(idle=True)
+    policy.committed()
+    assert policy.idle_wait() == 1.0 and not policy.due(idle=True)
+    now[0] += 1.0
+    assert policy.due(idle=True) and not policy.due(idle=False)
+    policy.committed()
+    assert policy.due(idle=False)  # busy: after every_batches commits
+    policy.failed()
+    assert policy.owed and not policy.due(idle=True)  # tried again after idle_seconds
+    policy.done()
+    assert not policy.owed
