@@ -301,10 +301,10 @@ class Store:
         try:
             await run_to_completion(_on_connection_thread(db, self.checkpoints.job(mode)))
         except Exception:
-            log.exception("checkpointing %s failed; it is tried again later", self.path)
             self.checkpoints.failed()
             if mode != "PASSIVE":
-                raise
+                raise  # asked for (an erasure): its caller reports it
+            log.exception("checkpointing %s failed; it is tried again later", self.path)
         else:
             self.checkpoints.done()
             self._stats.checkpoints += 1
