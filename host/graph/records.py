@@ -11,9 +11,10 @@ costliest part): lines are written in batches (off the event loop), and a batch 
 before the SQLite commit that settles the attempts it holds, so whatever was announced
 survives a kill -9 (SQLite is the source of truth). The journal is fsynced just before the
 store's checkpoint syncs SQLite's log (`core.store.checkpoints`), so after a power loss too
-it holds whatever a surviving commit points at (without a store: at each `sync`). The per-node files
-are views of the journal, written when the run ends, before its report (or earlier for an
-agent that reads them from disk): readers fall back to the journal when one is missing.
+it holds whatever a surviving commit points at (without a store: at each `sync`). The
+per-node files are views of the journal, written when the run ends, before its report (or
+earlier for an agent that reads them from disk): readers fall back to the journal when one
+is missing.
 """
 
 from __future__ import annotations
@@ -294,18 +295,20 @@ class RunJournal:
         await self._now.drain()
         if not self._closed:
             self._closed = True
-            await asyncio.to_thread(self._close_handle)
-            if self._stop_syncing is not None:
-                self._stop_syncing()
+            try:
+                await asyncio.to_thread(self._close_handle)
+            finally:
+                if self._stop_syncing is not None:
+                    self._stop_syncing()
 
     def _close_handle(self) -> None:
         with self._io:
-            if self._handle is not None:
-                if self._unsynced:
-                    os.fdatasync(self._handle.fileno())
-                    self._unsynced = False
-                self._handle.close()
-                self._handle = None
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                with handle:
+                    if self._unsynced:
+                        os.fdatasync(handle.fileno())
+                        self._unsynced = False
 
     def _fsync(self) -> None:
         """Before a checkpoint, on the store's writer thread: fsync what was written."""
