@@ -6,8 +6,10 @@ loss only once the log is synced, which SQLite does at each checkpoint. Files th
 points at (a graph run's journal) are written before that commit and fsynced here, just
 before the checkpoint: whatever a synced log holds, those files hold too, and the commit
 path pays no fsync of its own. SQLite's automatic checkpoint (which would sync the log
-without them) is off on the store's connections; the writer runs this one instead, after
-`every_batches` commits, or once it has been idle for `idle_seconds` after a commit.
+without them) is off on the store's connections; the writer runs this one instead: when the
+log has grown by `wal_bytes` (SQLite's own default), or once no commit came for
+`quiet_seconds`, and at the latest `max_seconds` after the first commit it has not synced,
+when the writer is idle. Quiet periods take most of them, off every caller's path.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Literal, Protocol
 
-DEFAULT_EVERY_BATCHES = 200
-DEFAULT_IDLE_SECONDS = 1.0
+# SQLite's own default: 1,000 pages of 4 KiB. A checkpoint costs two fsyncs, so more often
+# than SQLite would slow sequential writes (measured: 0.25 → 0.39 ms per insert at every
+# 200 commits).
+DEFAULT_WAL_BYTES = 4 << 20
+DEFAULT_QUIET_SECONDS = 1.0
+DEFAULT_MAX_SECONDS = 30.0
 
 Mode = Literal["PASSIVE", "TRUNCATE"]
 
@@ -39,19 +45,25 @@ class Checkpoints:
     def __init__(
         self,
         *,
-        every_batches: int = DEFAULT_EVERY_BATCHES,
-        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        wal_bytes: int = DEFAULT_WAL_BYTES,
+        quiet_seconds: float = DEFAULT_QUIET_SECONDS,
+        max_seconds: float = DEFAULT_MAX_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if every_batches < 1 or idle_seconds < 0:
-            raise ValueError("every_batches must be at least 1 and idle_seconds not negative")
-        self.every_batches = every_batches
-        self.idle_seconds = idle_seconds
+        if wal_bytes < 1 or quiet_seconds < 0 or max_seconds < 0:
+            raise ValueError(
+                "wal_bytes must be at least 1, quiet_seconds and max_seconds not negative"
+            )
+        self.wal_bytes = wal_bytes
+        self.quiet_seconds = quiet_seconds
+        self.max_seconds = max_seconds
         self._clock = clock
         self._syncs: dict[int, Callable[[], None]] = {}
         self._keys = itertools.count()
-        self._batches = 0
-        self._owed_since: float | None = None  # the first commit not checkpointed yet
+        self._first: float | None = None  # when the first commit not checkpointed came
+        self._last = 0.0  # when the last commit came
+        self._size = 0  # the log's size after the last commit
+        self._base = 0  # its size when the last checkpoint ran
 
     def before(self, sync: Callable[[], None]) -> Callable[[], None]:
         """See `BeforeCheckpoint.before_checkpoint`."""
@@ -71,28 +83,32 @@ class Checkpoints:
     @property
     def owed(self) -> bool:
         """Whether a commit was made since the last checkpoint."""
-        return self._owed_since is not None
+        return self._first is not None
 
-    def committed(self) -> None:
-        """A transaction committed: a checkpoint is owed."""
-        self._batches += 1
-        if self._owed_since is None:
-            self._owed_since = self._clock()
+    def committed(self, wal_size: int) -> None:
+        """A transaction committed; the log is now `wal_size` bytes long."""
+        self._last = self._clock()
+        if self._first is None:
+            self._first = self._last
+        if wal_size < self._base:
+            self._base = 0  # the log restarted from its beginning after the checkpoint
+        self._size = wal_size
 
     def due(self, *, idle: bool) -> bool:
-        """Whether to checkpoint now: after `every_batches` commits, or when idle for
-        `idle_seconds` since the first commit not checkpointed."""
-        if self._owed_since is None:
+        """Whether to checkpoint now: the log grew by `wal_bytes`, or the writer is `idle`
+        and the quiet period (or the longest wait) is over."""
+        if self._first is None:
             return False
-        if self._batches >= self.every_batches:
+        if self._size - self._base >= self.wal_bytes:
             return True
-        return idle and self._clock() - self._owed_since >= self.idle_seconds
+        return idle and self.idle_wait() == 0
 
     def idle_wait(self) -> float | None:
         """How long an idle writer may sleep before a checkpoint is due (None: none owed)."""
-        if self._owed_since is None:
+        if self._first is None:
             return None
-        return max(0.0, self._owed_since + self.idle_seconds - self._clock())
+        due = min(self._last + self.quiet_seconds, self._first + self.max_seconds)
+        return max(0.0, due - self._clock())
 
     def job(self, mode: Mode = "PASSIVE") -> Callable[[sqlite3.Connection], None]:
         """The checkpoint, to run on the writer's thread: every registered fsync, then
@@ -108,10 +124,10 @@ class Checkpoints:
 
     def done(self) -> None:
         """The checkpoint ran: nothing is owed."""
-        self._batches = 0
-        self._owed_since = None
+        self._first = None
+        self._base = self._size
 
     def failed(self) -> None:
-        """The checkpoint failed: try again after `idle_seconds` (not at once, in a loop)."""
-        self._batches = 0
-        self._owed_since = self._clock()
+        """The checkpoint failed: try again after the quiet period (not at once, in a loop)."""
+        self._first = self._last = self._clock()
+        self._base = self._size

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import os
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -104,6 +105,7 @@ class Store:
         self.migrations = tuple(migrations)
         self.max_batch = max_batch
         self.checkpoints = checkpoints or Checkpoints()
+        self._wal_path = f"{path}-wal"
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         # Held by a running batch or a running transaction(): they never overlap.
@@ -154,8 +156,10 @@ class Store:
             await conn.execute("PRAGMA busy_timeout=5000")
             await conn.execute("PRAGMA synchronous=NORMAL")
             # The writer checkpoints itself, after the fsyncs registered with
-            # `before_checkpoint` (see `core.store.checkpoints`).
+            # `before_checkpoint` (see `core.store.checkpoints`); the log is cut back to
+            # nothing when it restarts, so its size says how much it holds.
             await conn.execute("PRAGMA wal_autocheckpoint=0")
+            await conn.execute("PRAGMA journal_size_limit=0")
         except BaseException:
             await conn.close()
             raise
@@ -309,6 +313,13 @@ class Store:
             self.checkpoints.done()
             self._stats.checkpoints += 1
 
+    def _wal_size(self) -> int:
+        # A stat, on the loop: the metadata is cached, and a hop would cost more.
+        try:
+            return os.stat(self._wal_path).st_size
+        except FileNotFoundError:
+            return 0
+
     def before_checkpoint(self, sync: Callable[[], None]) -> Callable[[], None]:
         """Run `sync` (an fsync of a file that commits point at) on the writer's thread
         before every checkpoint, until the returned function is called (see
@@ -357,7 +368,7 @@ class Store:
         stats.largest_batch = max(stats.largest_batch, len(batch.units))
         stats.batches += committed
         if committed:
-            self.checkpoints.committed()
+            self.checkpoints.committed(self._wal_size())
         stats.failed_batches += not committed
         for unit, (ok, value) in zip(batch.units, outcomes, strict=True):
             stats.failed_units += not ok
@@ -412,7 +423,7 @@ class Store:
                 except BaseException:
                     await _rollback(db)
                     raise
-                self.checkpoints.committed()
+                self.checkpoints.committed(self._wal_size())
             finally:
                 self._txn_owner = None
 

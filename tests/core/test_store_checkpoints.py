@@ -54,14 +54,16 @@ async def open_store(path: Path, checkpoints: Checkpoints) -> Store:
 
 @pytest.fixture
 async def counted(tmp_path: Path) -> AsyncIterator[Store]:
-    """A store checkpointing after every 3 commits, never for being idle."""
-    store = await open_store(
-        tmp_path / "raven.db", Checkpoints(every_batches=3, idle_seconds=NEVER)
-    )
+    """A store checkpointing once its log grew by 64 KiB, never for a quiet period."""
+    store = await open_store(tmp_path / "raven.db", never_quiet(wal_bytes=64 << 10))
     try:
         yield store
     finally:
         await store.close()
+
+
+def never_quiet(*, wal_bytes: int = 1 << 30) -> Checkpoints:
+    return Checkpoints(wal_bytes=wal_bytes, quiet_seconds=NEVER, max_seconds=NEVER)
 
 
 async def test_sqlite_never_checkpoints_on_its_own(counted: Store) -> None:
@@ -78,22 +80,33 @@ async def test_sqlite_never_checkpoints_on_its_own(counted: Store) -> None:
 async def test_the_registered_fsyncs_run_before_the_log_is_checkpointed(counted: Store) -> None:
     await counted.checkpoint()  # the migrations' commits: start from a checkpointed log
     syncs = Syncs(counted)
-    before = counted.stats.checkpoints
-    for key in ("a", "b"):
-        await counted.write(insert(key))
-    unchanged = digest(counted.path)
-    await counted.write(insert("c"))  # the third commit: a checkpoint is due
-    await syncs.ran.wait()
+    unchanged, before = digest(counted.path), counted.stats.checkpoints
+    written = 0
+    while not syncs.seen:  # until the log has grown by 64 KiB
+        await counted.write(insert(f"k{written}"))
+        written += 1
+        if not syncs.seen:
+            assert not syncs.ran.is_set()
     await eventually(lambda: counted.stats.checkpoints == before + 1)
-    # The fsync ran on the writer's thread while the file still lacked the three commits;
-    # the checkpoint copied them in afterwards.
+    # The fsync ran on the writer's thread while the file still lacked the commits; the
+    # checkpoint copied them in afterwards. One insert is about two pages of the log.
+    assert 4 < written < 32
     assert syncs.seen == [unchanged] and syncs.threads != [threading.current_thread().name]
     assert digest(counted.path) != unchanged
-    assert await keys(counted) >= {"a", "b", "c"}
+    assert len(await keys(counted)) == written
+
+
+async def test_a_checkpointed_log_restarts_empty_so_its_size_counts_again(counted: Store) -> None:
+    syncs = Syncs(counted)
+    for key in range(40):
+        await counted.write(insert(f"k{key}"))
+    await eventually(lambda: len(syncs.seen) >= 1)
+    await counted.write(insert("after"))  # the first commit after a checkpoint restarts it
+    assert counted.path.with_name("raven.db-wal").stat().st_size < 64 << 10
 
 
 async def test_an_idle_writer_checkpoints_soon_after_a_commit(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "raven.db", Checkpoints(idle_seconds=0.05))
+    store = await open_store(tmp_path / "raven.db", Checkpoints(quiet_seconds=0.05))
     try:
         syncs = Syncs(store)
         await store.write(insert("alone"))
@@ -106,9 +119,7 @@ async def test_an_idle_writer_checkpoints_soon_after_a_commit(tmp_path: Path) ->
 async def test_a_failed_fsync_keeps_the_log_unsynced_and_writes_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = await open_store(
-        tmp_path / "raven.db", Checkpoints(every_batches=1, idle_seconds=NEVER)
-    )
+    store = await open_store(tmp_path / "raven.db", never_quiet(wal_bytes=1))
     try:
         await store.checkpoint()
         syncs = Syncs(store, fail=True)
@@ -131,7 +142,7 @@ async def test_a_failed_fsync_keeps_the_log_unsynced_and_writes_go_on(
 
 
 async def test_closing_runs_the_fsyncs_before_sqlite_checkpoints(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "raven.db", Checkpoints(idle_seconds=NEVER))
+    store = await open_store(tmp_path / "raven.db", never_quiet())
     await store.checkpoint()
     syncs = Syncs(store)
     await store.write(insert("last"))
@@ -156,25 +167,38 @@ async def test_a_removed_fsync_no_longer_runs(counted: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("every_batches", "idle_seconds"), [(0, 1.0), (1, -1.0)], ids=["no batches", "negative"]
+    "policy",
+    [{"wal_bytes": 0}, {"quiet_seconds": -1.0}, {"max_seconds": -1.0}],
+    ids=["no bytes", "negative quiet", "negative max"],
 )
-def test_a_bad_policy_is_refused(every_batches: int, idle_seconds: float) -> None:
-    with pytest.raises(ValueError, match="every_batches"):
-        Checkpoints(every_batches=every_batches, idle_seconds=idle_seconds)
+def test_a_bad_policy_is_refused(policy: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="wal_bytes must be at least 1"):
+        Checkpoints(**policy)  # type: ignore[arg-type]
 
 
-def test_the_policy_counts_commits_and_idle_time() -> None:
+def test_the_policy_follows_the_logs_size_and_the_quiet_periods() -> None:
     now = [100.0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
-    policy = Checkpoints(every_batches=2, idle_seconds=1.0, clock=clock)
+    policy = Checkpoints(wal_bytes=1000, quiet_seconds=1.0, max_seconds=3.0, clock=clock)
     assert not policy.owed and policy.idle_wait() is None and not policy.due(idle=True)
-    policy.committed()
+    policy.committed(400)
     assert policy.idle_wait() == 1.0 and not policy.due(idle=True)
-    now[0] += 1.0
-    assert policy.due(idle=True) and not policy.due(idle=False)
-    policy.committed()
-    assert policy.due(idle=False)  # busy: after every_batches commits
-    policy.failed()
-    assert policy.owed and not policy.due(idle=True)  # tried again after idle_seconds
+    now[0] += 0.5
+    policy.committed(800)  # a commit restarts the quiet period
+    now[0] += 0.75
+    assert not policy.due(idle=True) and policy.idle_wait() == 0.25
+    now[0] += 0.25
+    assert policy.due(idle=True) and not policy.due(idle=False)  # busy: only the size
+    policy.committed(1000)
+    assert policy.due(idle=False)
     policy.done()
     assert not policy.owed
+    policy.committed(1500)  # grown by 500 since the checkpoint
+    assert not policy.due(idle=False)
+    policy.committed(600)  # the log restarted: 600 new bytes
+    for _ in range(3):  # commits every 0.9 s: never quiet, but at most 3 s
+        now[0] += 0.9
+        policy.committed(700)
+    assert policy.idle_wait() == pytest.approx(0.3)
+    policy.failed()
+    assert policy.owed and not policy.due(idle=True)  # tried again after a quiet period
