@@ -174,13 +174,15 @@ class _AddAwareScheduler(AsyncIOScheduler):  # type: ignore[misc]
 
     def _wake(self) -> None:
         self._stop_timer()  # clears the armed time before the pass reads the store
-        self._start_timer(self._process_jobs())
-
-    def _start_timer(self, wait_seconds: float | None) -> None:
-        super()._start_timer(wait_seconds)
-        self._armed_until = (
-            None if wait_seconds is None else datetime.now(UTC) + timedelta(seconds=wait_seconds)
-        )
+        started = datetime.now(UTC)
+        wait_seconds = self._process_jobs()
+        self._start_timer(wait_seconds)
+        # The pass read its clock after `started`, so the timer's target (the next job's
+        # due time) is no earlier than this. The clock read after the pass came later than
+        # the target by the pass's length: jobs stored for the target itself (tasks sharing
+        # a schedule and an anchor) then each woke a needless pass over the store.
+        if wait_seconds is not None:
+            self._armed_until = started + timedelta(seconds=wait_seconds)
 
     def _stop_timer(self) -> None:
         super()._stop_timer()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -54,16 +55,16 @@ async def open_store(path: Path, checkpoints: Checkpoints) -> Store:
 
 @pytest.fixture
 async def counted(tmp_path: Path) -> AsyncIterator[Store]:
-    """A store checkpointing once its log grew by 64 KiB, never for a quiet period."""
-    store = await open_store(tmp_path / "raven.db", never_quiet(wal_bytes=64 << 10))
+    """A store checkpointing once its log grew by 16 pages, never for a quiet period."""
+    store = await open_store(tmp_path / "raven.db", never_quiet(wal_frames=16))
     try:
         yield store
     finally:
         await store.close()
 
 
-def never_quiet(*, wal_bytes: int = 1 << 30) -> Checkpoints:
-    return Checkpoints(wal_bytes=wal_bytes, quiet_seconds=NEVER, max_seconds=NEVER)
+def never_quiet(*, wal_frames: int = 1 << 30) -> Checkpoints:
+    return Checkpoints(wal_frames=wal_frames, quiet_seconds=NEVER, max_seconds=NEVER)
 
 
 async def test_sqlite_never_checkpoints_on_its_own(counted: Store) -> None:
@@ -82,7 +83,7 @@ async def test_the_registered_fsyncs_run_before_the_log_is_checkpointed(counted:
     syncs = Syncs(counted)
     unchanged, before = digest(counted.path), counted.stats.checkpoints
     written = 0
-    while not syncs.seen:  # until the log has grown by 64 KiB
+    while not syncs.seen:  # until the log has grown by 16 pages
         await counted.write(insert(f"k{written}"))
         written += 1
         if not syncs.seen:
@@ -96,13 +97,35 @@ async def test_the_registered_fsyncs_run_before_the_log_is_checkpointed(counted:
     assert len(await keys(counted)) == written
 
 
-async def test_a_checkpointed_log_restarts_empty_so_its_size_counts_again(counted: Store) -> None:
-    syncs = Syncs(counted)
-    for key in range(40):
-        await counted.write(insert(f"k{key}"))
-    await eventually(lambda: len(syncs.seen) >= 1)
-    await counted.write(insert("after"))  # the first commit after a checkpoint restarts it
-    assert counted.path.with_name("raven.db-wal").stat().st_size < 64 << 10
+async def test_the_logs_length_is_read_from_its_index(tmp_path: Path) -> None:
+    """The frames SQLite itself reports for the log (a checkpoint's result) are what the
+    store reads from the log's index, before and after the log restarts."""
+    store = await open_store(tmp_path / "raven.db", never_quiet())
+    try:
+        await store.checkpoint()
+        for key in range(5):
+            await store.write(insert(f"k{key}"))
+        frames = store._wal_frames()
+        with contextlib.closing(sqlite3.connect(store.path)) as other:
+            busy, log, _ = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert busy == 0 and log == frames >= 5
+        await store.write(insert("restarted"))  # the first commit after it restarts the log
+        assert 0 < store._wal_frames() < frames
+    finally:
+        await store.close()
+
+
+async def test_after_a_checkpoint_the_log_must_grow_again(counted: Store) -> None:
+    await counted.checkpoint()  # the migrations' commits: start from a checkpointed log
+    syncs, before = Syncs(counted), counted.stats.checkpoints
+    written = 0
+    while not syncs.seen:
+        await counted.write(insert(f"k{written}"))
+        written += 1
+    await eventually(lambda: counted.stats.checkpoints == before + 1)
+    for key in range(3):  # a checkpoint due after the first two would run before the third
+        await counted.write(insert(f"again{key}"))
+    assert len(syncs.seen) == 1
 
 
 async def test_an_idle_writer_checkpoints_soon_after_a_commit(tmp_path: Path) -> None:
@@ -119,7 +142,7 @@ async def test_an_idle_writer_checkpoints_soon_after_a_commit(tmp_path: Path) ->
 async def test_a_failed_fsync_keeps_the_log_unsynced_and_writes_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = await open_store(tmp_path / "raven.db", never_quiet(wal_bytes=1))
+    store = await open_store(tmp_path / "raven.db", never_quiet(wal_frames=1))
     try:
         await store.checkpoint()
         syncs = Syncs(store, fail=True)
@@ -168,18 +191,18 @@ async def test_a_removed_fsync_no_longer_runs(counted: Store) -> None:
 
 @pytest.mark.parametrize(
     "policy",
-    [{"wal_bytes": 0}, {"quiet_seconds": -1.0}, {"max_seconds": -1.0}],
+    [{"wal_frames": 0}, {"quiet_seconds": -1.0}, {"max_seconds": -1.0}],
     ids=["no bytes", "negative quiet", "negative max"],
 )
 def test_a_bad_policy_is_refused(policy: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match="wal_bytes must be at least 1"):
+    with pytest.raises(ValueError, match="wal_frames must be at least 1"):
         Checkpoints(**policy)  # type: ignore[arg-type]
 
 
 def test_the_policy_follows_the_logs_size_and_the_quiet_periods() -> None:
     now = [100.0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
-    policy = Checkpoints(wal_bytes=1000, quiet_seconds=1.0, max_seconds=3.0, clock=clock)
+    policy = Checkpoints(wal_frames=1000, quiet_seconds=1.0, max_seconds=3.0, clock=clock)
     assert not policy.owed and policy.idle_wait() is None and not policy.due(idle=True)
     policy.committed(400)
     assert policy.idle_wait() == 1.0 and not policy.due(idle=True)

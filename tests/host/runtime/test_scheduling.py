@@ -148,6 +148,30 @@ async def test_a_job_due_after_the_armed_wake_up_needs_no_pass_over_the_store(
     )
 
 
+async def test_jobs_due_at_the_armed_wake_up_need_no_pass_over_the_store(
+    rec_scheduler: tuple[ApschedulerScheduler, Recorder],
+) -> None:
+    # Tasks approved with one schedule and anchor share their first fire time: each woke a
+    # pass (the armed time was read after the pass, later than the job it waits for).
+    scheduler, _ = rec_scheduler
+    when = _soon(3600)
+    assert await scheduler.schedule_at("first", when, "ping", {})
+    statements: list[str] = []
+    engine = scheduler._scheduler._jobstores["default"].engine
+
+    def seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
+        statements.append(sql)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for n in range(5):
+            assert await scheduler.schedule_at(f"same{n}", when, "ping", {})
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert not [s for s in statements if s.lstrip().startswith("SELECT")]
+    assert len(await scheduler.pending_job_ids()) == 6
+
+
 async def test_a_stored_job_is_the_job_apscheduler_would_store(
     rec_scheduler: tuple[ApschedulerScheduler, Recorder],
 ) -> None:
