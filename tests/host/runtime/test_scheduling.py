@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +47,24 @@ class Recorder:
 
     def ids(self) -> list[str]:
         return [j.job_id for j in self.fired]
+
+
+@contextlib.contextmanager
+def store_reads(scheduler: ApschedulerScheduler) -> Iterator[list[str]]:
+    """The SELECTs run on the job store meanwhile (its reads go through SQLAlchemy, its
+    inserts are raw sqlite3): each is a pass over the store."""
+    selects: list[str] = []
+    engine = scheduler._scheduler._jobstores["default"].engine
+
+    def seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
+        if sql.lstrip().startswith("SELECT"):
+            selects.append(sql)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        yield selects
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
 
 
 def _adapter(path: Path, handlers: dict[str, JobHandler]) -> ApschedulerScheduler:
@@ -125,23 +144,13 @@ async def test_a_job_due_after_the_armed_wake_up_needs_no_pass_over_the_store(
     # pass that timer makes anyway; an earlier one still re-arms at once.
     scheduler, recorder = rec_scheduler
     assert await scheduler.schedule_at("first", _soon(3600), "ping", {})
-    statements: list[str] = []
-    engine = scheduler._scheduler._jobstores["default"].engine
-
-    def seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
-        statements.append(sql)
-
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
+    with store_reads(scheduler) as selects:
         for n in range(5):
             # Each add's wake-up callback runs before its call returns (queued first).
             assert await scheduler.schedule_at(f"later{n}", _soon(7200 + n), "ping", {})
-        # The store's reads go through SQLAlchemy (its inserts are raw sqlite3): none ran.
-        assert not [s for s in statements if s.lstrip().startswith("SELECT")]
+        assert not selects
         assert await scheduler.schedule_at("sooner", _soon(0.05), "ping", {})
         await recorder.until(lambda fired: len(fired) == 1)
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
     assert recorder.ids() == ["sooner"]
     assert sorted(await scheduler.pending_job_ids()) == sorted(
         ["first", *(f"later{n}" for n in range(5))]
@@ -156,19 +165,10 @@ async def test_jobs_due_at_the_armed_wake_up_need_no_pass_over_the_store(
     scheduler, _ = rec_scheduler
     when = _soon(3600)
     assert await scheduler.schedule_at("first", when, "ping", {})
-    statements: list[str] = []
-    engine = scheduler._scheduler._jobstores["default"].engine
-
-    def seen(_conn: object, _cursor: object, sql: str, *_rest: object) -> None:
-        statements.append(sql)
-
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
+    with store_reads(scheduler) as selects:
         for n in range(5):
             assert await scheduler.schedule_at(f"same{n}", when, "ping", {})
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
-    assert not [s for s in statements if s.lstrip().startswith("SELECT")]
+    assert not selects
     assert len(await scheduler.pending_job_ids()) == 6
 
 
