@@ -256,7 +256,7 @@ class RunJournal:
         self._io = threading.Lock()
         self._closed = False
         self._unsynced = False  # written since the last fsync
-        self._fsync_each_sync = checkpoints is None
+        # None: no store's checkpoints, so each `sync` fsyncs.
         self._stop_syncing = (
             None if checkpoints is None else checkpoints.before_checkpoint(self._fsync)
         )
@@ -303,19 +303,23 @@ class RunJournal:
 
     def _close_handle(self) -> None:
         with self._io:
-            handle, self._handle = self._handle, None
-            if handle is not None:
-                with handle:
-                    if self._unsynced:
-                        os.fdatasync(handle.fileno())
-                        self._unsynced = False
+            try:
+                self._fsync_written()
+            finally:
+                if self._handle is not None:
+                    self._handle.close()
+                    self._handle = None
 
     def _fsync(self) -> None:
         """Before a checkpoint, on the store's writer thread: fsync what was written."""
         with self._io:
-            if self._handle is not None and self._unsynced:
-                os.fdatasync(self._handle.fileno())
-                self._unsynced = False
+            self._fsync_written()
+
+    def _fsync_written(self) -> None:
+        # Holding `_io`.
+        if self._handle is not None and self._unsynced:
+            os.fdatasync(self._handle.fileno())
+            self._unsynced = False
 
     async def _write(self, items: list[_Line | _Barrier]) -> None:
         lines = [i.record for i in items if isinstance(i, _Line)]
@@ -332,9 +336,8 @@ class RunJournal:
                 handle.write(b"".join(encode(r).encode() + b"\n" for r in lines))
                 handle.flush()
                 self._unsynced = True
-            if durable and self._fsync_each_sync and self._handle is not None:
-                os.fdatasync(self._handle.fileno())
-                self._unsynced = False
+            if durable and self._stop_syncing is None:
+                self._fsync_written()
 
     def _open(self) -> IO[bytes]:
         if self._handle is None:
