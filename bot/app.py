@@ -440,7 +440,9 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
     provider = build_provider(settings)
-    store = Store(home / "raven.db", all_migrations())
+    # The bot owns the log's checkpoints: its run journals are fsynced before each one, and
+    # one-shot commands leave them to it while it runs.
+    store = Store(home / "raven.db", all_migrations(), log_owner=True)
     conversation_log = ConversationLog(store)
     bus = EventBus()
     # People never see fence markers: every post and edit is unfenced on its way out.

@@ -42,11 +42,17 @@ def check_home(home: Path) -> None:
 
 
 def check_database(path: Path, home: Path) -> None:
-    """Raise `HomeError` unless `path` opens as an SQLite database in WAL mode."""
+    """Raise `HomeError` unless `path` (when it exists: the store creates it) opens as an
+    SQLite database.
+
+    Read-only: a writable connection closing as the log's last one checkpoints it, which
+    could sync the commits of a bot that died before it synced the files they point at
+    (the store that opens next syncs them first: `core.store.log_lock`)."""
+    if not path.exists():
+        return
     try:
-        conn = sqlite3.connect(path, timeout=5)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", timeout=5, uri=True)
         try:
-            conn.execute("PRAGMA journal_mode=WAL").fetchone()
             conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         finally:
             conn.close()

@@ -63,6 +63,7 @@ class Checkpoints:
         self._last = 0.0  # when the last commit came
         self._frames = 0  # the log's length after the last commit
         self._base = 0  # its length when the last checkpoint ran
+        self._retry_at = 0.0  # not due before (another process owns the log)
 
     def before(self, sync: Callable[[], None]) -> Callable[[], None]:
         """See `BeforeCheckpoint.before_checkpoint`."""
@@ -98,7 +99,7 @@ class Checkpoints:
         and the quiet period (or the longest wait) is over."""
         if self._first is None:
             return False
-        if self._frames - self._base >= self.wal_frames:
+        if self._frames - self._base >= self.wal_frames and self._clock() >= self._retry_at:
             return True
         return idle and self.idle_wait() == 0
 
@@ -107,12 +108,15 @@ class Checkpoints:
         if self._first is None:
             return None
         due = min(self._last + self.quiet_seconds, self._first + self.max_seconds)
-        return max(0.0, due - self._clock())
+        return max(0.0, due - self._clock(), self._retry_at - self._clock())
 
-    def job(self, mode: Mode = "PASSIVE") -> Callable[[sqlite3.Connection], None]:
-        """The checkpoint, to run on the writer's thread: every registered fsync, then
-        SQLite's. The fsyncs are taken now, on the event loop, where they are registered."""
-        syncs = tuple(self._syncs.values())
+    def job(
+        self, mode: Mode = "PASSIVE", *, first: Callable[[], None] | None = None
+    ) -> Callable[[sqlite3.Connection], None]:
+        """The checkpoint, to run on the writer's thread: `first` (a sync of every file),
+        every registered fsync, then SQLite's. The fsyncs are taken now, on the event loop,
+        where they are registered."""
+        syncs = tuple(self._syncs.values()) if first is None else (first, *self._syncs.values())
 
         def checkpoint(conn: sqlite3.Connection) -> None:
             for sync in syncs:
@@ -130,3 +134,9 @@ class Checkpoints:
         """The checkpoint failed: try again after the quiet period (not at once, in a loop)."""
         self._first = self._last = self._clock()
         self._base = self._frames
+
+    def deferred(self) -> None:
+        """Another process owns the log (`core.store.log_lock`): its checkpoints take this
+        store's commits too; try again after the longest wait, not at every commit."""
+        self.failed()
+        self._retry_at = self._clock() + self.max_seconds

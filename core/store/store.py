@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 import aiosqlite
 
 from core.store.checkpoints import Checkpoints, Mode
+from core.store.log_lock import LogLock
 from core.store.migrations import LEDGER_TABLE, Migration, check_order, migrate
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,12 @@ class Store:
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
         checkpoints: Checkpoints | None = None,
+        log_owner: bool = False,
+        sync_files: Callable[[], None] = os.sync,
     ) -> None:
+        """`log_owner`: this process registers fsyncs before checkpoints (the bot's run
+        journals), and other processes leave the log's checkpoints to it while it runs
+        (`core.store.log_lock`). `sync_files` syncs every file (tests count it)."""
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         check_order(migrations)
@@ -106,6 +112,7 @@ class Store:
         self.migrations = tuple(migrations)
         self.max_batch = max_batch
         self.checkpoints = checkpoints or Checkpoints()
+        self.log_lock = LogLock(path, owner=log_owner, sync_files=sync_files)
         self._shm_path = f"{path}-shm"
         self._shm: int | None = None  # the log index's file, read for its length
         self._checkpoint_timer: asyncio.TimerHandle | None = None
@@ -136,6 +143,7 @@ class Store:
         self._closing = False
         self._stats = WriteStats()
         try:
+            await self.log_lock.open()
             self._writer = await self._connect()
             await self._writer.execute("PRAGMA journal_mode=WAL")
             await self.migrate()
@@ -188,13 +196,14 @@ class Store:
             self._checkpoint_timer.cancel()
             self._checkpoint_timer = None
         async with self._txn_lock, self._write_lock:
-            if self._writer is not None and self.checkpoints.owed:
-                # SQLite checkpoints as the last connection closes: the fsyncs owed first.
+            if self._writer is not None and (self.checkpoints.owed or self.log_lock.inherited):
+                # SQLite checkpoints as the last connection closes: the syncs owed first.
                 await self._checkpoint(self._writer)
             for conn in (self._reader, self._writer):
                 if conn is not None:
                     await conn.close()
             self._close_shm()
+            self.log_lock.close()
             self._reader = self._writer = None
         # Nothing is left unless the writer died; never leave a caller waiting forever.
         self._fail_queued(StoreClosed("the store closed before this write ran"))
@@ -320,8 +329,17 @@ class Store:
     async def _checkpoint(self, db: aiosqlite.Connection, mode: Mode = "PASSIVE") -> None:
         # Holding the write lock: no commit lands between the registered fsyncs and the
         # log's sync.
+        lock = self.log_lock
+        claimed = lock.claim()
+        if not claimed and mode == "PASSIVE":
+            self.checkpoints.deferred()  # the owner's next checkpoint takes these commits
+            return
+        # An erasure's checkpoint runs in any case (it scrubs the log): without the claim,
+        # after syncing every file, the owner's journals too.
+        first = lock.inherited_sync() if claimed else lock.sync_files
         try:
-            await run_to_completion(_on_connection_thread(db, self.checkpoints.job(mode)))
+            job = self.checkpoints.job(mode, first=first)
+            await run_to_completion(_on_connection_thread(db, job))
         except Exception:
             self.checkpoints.failed()
             if mode != "PASSIVE":
@@ -330,6 +348,8 @@ class Store:
         else:
             self.checkpoints.done()
             self._stats.checkpoints += 1
+        finally:
+            lock.release()
 
     def _wal_frames(self) -> int:
         """The frames in the write-ahead log: `mxFrame` of its index's header (SQLite's

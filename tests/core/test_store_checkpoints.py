@@ -225,3 +225,19 @@ def test_the_policy_follows_the_logs_size_and_the_quiet_periods() -> None:
     assert policy.idle_wait() == pytest.approx(0.3)
     policy.failed()
     assert policy.owed and not policy.due(idle=True)  # tried again after a quiet period
+
+
+def test_a_store_that_does_not_own_the_log_tries_again_after_the_longest_wait() -> None:
+    now = [100.0]
+    clock: Callable[[], float] = lambda: now[0]  # noqa: E731
+    policy = Checkpoints(wal_frames=10, quiet_seconds=1.0, max_seconds=30.0, clock=clock)
+    policy.committed(50)
+    assert policy.due(idle=False)
+    policy.deferred()  # another process owns the log
+    for _ in range(29):  # neither its size nor quiet periods make it due before then
+        now[0] += 1.0
+        policy.committed(50 + int(now[0]))
+        assert not policy.due(idle=False) and not policy.due(idle=True)
+    assert policy.idle_wait() == pytest.approx(1.0)
+    now[0] += 1.0
+    assert policy.due(idle=False) and policy.due(idle=True)
