@@ -48,7 +48,7 @@ class LogLock:
         self.owner = owner
         self._wal = Path(f"{db_path}-wal")
         # Syncs every file (the owner's journals too, whichever process wrote them).
-        self.sync_files = sync_files
+        self._sync_files = sync_files
         self._wait_seconds = wait_seconds
         self._fd: int | None = None
         self._held = False  # exclusively, around one checkpoint (never for an owner)
@@ -90,13 +90,14 @@ class LogLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._held = False
 
-    def inherited_sync(self) -> Callable[[], None] | None:
-        """The file system's sync, owed once before the first checkpoint of a log that held
-        frames at open (None when nothing is owed)."""
-        if not self.inherited:
+    def sync_first(self, *, claimed: bool) -> Callable[[], None] | None:
+        """The sync of every file owed before a checkpoint (None when none is): once after
+        open when the log held frames, and always without the claim (an erasure's
+        checkpoint, which runs anyway: the owner's journals are synced with everything)."""
+        if claimed and not self.inherited:
             return None
         self.inherited = False
-        return self.sync_files
+        return self._sync_files
 
     def close(self) -> None:
         """Drop the lock (closing the file releases it)."""

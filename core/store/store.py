@@ -334,11 +334,9 @@ class Store:
         if not claimed and mode == "PASSIVE":
             self.checkpoints.deferred()  # the owner's next checkpoint takes these commits
             return
-        # An erasure's checkpoint runs in any case (it scrubs the log): without the claim,
-        # after syncing every file, the owner's journals too.
-        first = lock.inherited_sync() if claimed else lock.sync_files
+        # An erasure's checkpoint runs in any case (it scrubs the log).
         try:
-            job = self.checkpoints.job(mode, first=first)
+            job = self.checkpoints.job(mode, first=lock.sync_first(claimed=claimed))
             await run_to_completion(_on_connection_thread(db, job))
         except Exception:
             self.checkpoints.failed()
