@@ -31,6 +31,7 @@ from bot.logging_setup import log_file
 from bot.schema import all_migrations
 from bot.settings import Settings, unknown_variables
 from bot.skill_forge import USER_SKILLS_DIR, local_catalog
+from core.serving_lock import serving_holder
 from core.store import Store
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
@@ -77,6 +78,14 @@ async def _check_data_dir(settings: Settings) -> Check:
     except OSError as exc:
         return Check("data dir", "fail", f"{home}: not writable ({exc.strerror}); set RAVEN_HOME")
     return Check("data dir", "ok", f"{home} (writable); logs: {log_file(home)}")
+
+
+async def _check_serving(settings: Settings) -> Check:
+    """Whether a bot serves this data dir (`run` and `chat` refuse to start beside one)."""
+    holder = serving_holder(settings.home)
+    if holder is None:
+        return Check("serving", "ok", "not running")
+    return Check("serving", "ok", holder.describe())
 
 
 async def _check_database(settings: Settings) -> Check:
@@ -330,6 +339,7 @@ async def _check_nudges(settings: Settings) -> Check:
 
 CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_data_dir,
+    _check_serving,
     _check_database,
     _check_scheduler_store,
     _check_agents,

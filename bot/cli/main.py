@@ -184,14 +184,20 @@ def _configure_logging(settings: Settings, command: str) -> None:
 
 
 def _run_bot(settings: Settings, command: str) -> int:
-    from bot.home import HomeError
+    from bot.home import HomeError, check_home
+    from core.serving_lock import LockError, ServingLock
 
     try:
-        return asyncio.run(_serve(settings, command))
+        check_home(settings.home)
+        # Before anything is recovered: a second bot's recovery would call the first one's
+        # running work interrupted (`core.serving_lock`).
+        with ServingLock(settings.home) as lock:
+            lock.acquire(f"raven-bot {command}")
+            return asyncio.run(_serve(settings, command))
     except KeyboardInterrupt:
         return 130
-    except HomeError as exc:
-        # A configuration problem, like an invalid setting.
+    except (HomeError, LockError) as exc:
+        # A configuration problem, like an invalid setting, or another bot serving here.
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
