@@ -7,6 +7,7 @@ only gets warnings and errors, said briefly (the file has the details).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Iterable
@@ -75,6 +76,63 @@ class _Brief(logging.Formatter):
         return text
 
 
+class _WarnsOnce(logging.Handler):
+    """A handler whose write failures are said once, in one line, then silenced: logging's
+    default prints a traceback to stderr for every record (a full disk made hundreds)."""
+
+    _failed = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self._failed:
+            return
+        self._failed = True
+        error = sys.exc_info()[1]
+        reason = f": {error}" if error is not None else ""
+        with contextlib.suppress(Exception):  # stderr itself may be what fails
+            sys.stderr.write(
+                f"raven-bot error: cannot write {self.describe()}{reason} (its later errors"
+                " are not shown)\n"
+            )
+            sys.stderr.flush()
+
+    def describe(self) -> str:
+        """What this handler writes to, for its one line."""
+        return "the log"
+
+
+class _LogFile(_WarnsOnce, RotatingFileHandler):
+    def describe(self) -> str:
+        return f"the log file {self.baseFilename}"
+
+    def close(self) -> None:
+        # Lines the full disk could not take are lost either way (and were said once); the
+        # file is closed all the same.
+        with contextlib.suppress(OSError):
+            super().close()
+
+
+class _Stderr(_WarnsOnce, logging.StreamHandler):  # type: ignore[type-arg]
+    def describe(self) -> str:
+        return "to stderr"
+
+
+class _SaidOnce(logging.Filter):
+    """At a terminal, a line already shown is not shown again (the log file has every
+    occurrence): a failure that recurs, such as a full disk, is one line, not one a
+    second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, record.getMessage())
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
 def configure_logging(
     level: str, secrets: Iterable[str], *, file: Path | None = None, console: bool = False
 ) -> None:
@@ -88,10 +146,11 @@ def configure_logging(
     if written is not None:
         written.setFormatter(logging.Formatter(LOG_FORMAT))
         handlers.append(written)
-    stderr = logging.StreamHandler(sys.stderr)
+    stderr = _Stderr(sys.stderr)
     if console and written is not None:
         stderr.setLevel(logging.WARNING)
         stderr.setFormatter(_Brief(file))
+        stderr.addFilter(_SaidOnce())
     else:
         stderr.setFormatter(logging.Formatter(LOG_FORMAT))
     handlers.append(stderr)
@@ -112,8 +171,6 @@ def configure_logging(
 def _file_handler(path: Path) -> logging.Handler | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return RotatingFileHandler(
-            path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
-        )
+        return _LogFile(path, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8")
     except OSError:
         return None
