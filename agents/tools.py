@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agents.models.types import ToolCall, ToolResult, ToolSpec
+from agents.tool_failures import failed_text
 from core.errors import describe_validation_error
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class ToolRegistry(Generic[Ctx]):
             output = await tool.handler(ctx, args)
         except Exception as exc:
             log.exception("tool %s failed", call.name)
-            return _error(call, f"`{call.name}` failed: {type(exc).__name__}: {exc}")
+            return _error(call, failed_text(call.name, f"{type(exc).__name__}: {exc}"))
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n…[output truncated]"
         return ToolResult(tool_use_id=call.id, content=output)

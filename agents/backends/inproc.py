@@ -10,6 +10,7 @@ from agents.loop import AgentLoop, EventSink
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError, Usage
 from agents.specialists import Specialist
+from agents.tool_failures import failed_text
 from agents.workspace_tools import ASK_REQUESTER, ToolContext
 
 PROGRESS_PREVIEW_CHARS = 160
@@ -96,7 +97,7 @@ def _progress_events(on_progress: Progress | None) -> EventSink | None:
         elif kind == "tool_start":
             await report(_short(f"`{event['name']}` {event.get('input', '')}"))
         elif kind == "tool_end" and event.get("is_error"):
-            await report(_short(f"`{event['name']}` failed: {event.get('output', '')}"))
+            await report(_short(failed_text(str(event["name"]), str(event.get("output", "")))))
 
     return sink
 

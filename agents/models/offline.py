@@ -19,6 +19,7 @@ from agents.models.types import (
     Usage,
 )
 from agents.plan_syntax import parse_plan
+from agents.tool_failures import failed_text
 
 OFFLINE_NOTICE = (
     "I'm running in **offline mode**: no `ANTHROPIC_API_KEY` is set, so I can't answer "
@@ -101,8 +102,10 @@ def _describe_results(results: list[ToolResult], messages: Sequence[Message]) ->
     parts = []
     for result in results:
         tool = names.get(result.tool_use_id, "tool")
-        prefix = f"`{tool}` failed" if result.is_error else f"`{tool}`"
-        parts.append(f"{prefix}: {result.content}")
+        if result.is_error:
+            parts.append(failed_text(tool, result.content))
+        else:
+            parts.append(f"`{tool}`: {result.content}")
     return "Offline mode (no model): here is what the tools returned.\n\n" + "\n\n".join(parts)
 
 
