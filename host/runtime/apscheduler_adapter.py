@@ -27,6 +27,7 @@ from apscheduler.util import datetime_to_utc_timestamp
 from sqlalchemy import Engine, create_engine, event
 
 from host.runtime.events import EventBus, WakeUp
+from host.runtime.job_store_health import SetAside, set_aside_if_damaged
 from host.runtime.scheduling import FiredJob, JobPayload, JSONValue
 
 log = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ class ApschedulerScheduler:
         ).__getstate__()
         self._inflight: set[asyncio.Task[Any]] = set()
         self._started = False
+        # The damaged job store the last start moved out of the way, if it did.
+        self.set_aside: SetAside | None = None
 
     @property
     def running(self) -> bool:
@@ -255,6 +258,17 @@ class ApschedulerScheduler:
         if other is not None and other is not self:
             raise RuntimeError(f"a scheduler named {self._name!r} is already running")
         self._db_path.parent.mkdir(parents=True, exist_ok=True)
+        # Found now, not at a firing: a damaged store is derived data, set aside and rebuilt
+        # (each feature's start re-arms its jobs from raven.db).
+        set_aside = await asyncio.to_thread(set_aside_if_damaged, self._db_path, datetime.now(UTC))
+        if set_aside is not None:
+            self.set_aside = set_aside
+            log.warning(
+                "%s was damaged (%s); moved aside to %s and rebuilt from raven.db",
+                self._db_path.name,
+                set_aside.reason,
+                set_aside.moved_to,
+            )
         # Registered before starting: overdue jobs fire on the first wake-up after start.
         _RUNNING[self._name] = self
         try:
