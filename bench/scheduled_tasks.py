@@ -90,6 +90,7 @@ from host.features.schedules.tasks import (
 from host.features.schedules.timing import fire_times
 from host.features.schedules.work import Check, task_work
 from host.prompts.broker import PromptBroker
+from host.runtime.admission import Admission
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.events import EventBus, TurnRequested, subscribe_job
 from host.runtime.roles import Roles
@@ -224,11 +225,11 @@ class TimedChecks:
     def refusal(self, check: Check, owner: str, roles: tuple[str, ...]) -> str | None:
         return self.inner.refusal(check, owner, roles)
 
-    async def run(self, task: ScheduledTask, check: Check) -> ProbeResult:
+    async def run(self, task: ScheduledTask, check: Check, roles: tuple[str, ...]) -> ProbeResult:
         """Run the check in the sandbox, timed."""
         started = time.perf_counter()
         try:
-            return await self.inner.run(task, check)
+            return await self.inner.run(task, check, roles)
         finally:
             self.took.append(time.perf_counter() - started)
 
@@ -283,6 +284,8 @@ async def build_rig(tmp: Path, sandbox: Sandbox) -> Rig:
             cast(Outbox, outbox),
             bus,
             Roles(),
+            # The bench's platform is served and judges nobody, as the console's does.
+            Admission(store, {}, served=["bench"]),
             checks,
         ),
         ScheduleLimits(),

@@ -40,6 +40,7 @@ from bot.home import HomeError, check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings
+from bot.wind_down import wind_down
 from core.lifecycle import TimedExitStack
 from core.store import Store
 from host.agent.host_agent import HostAgent
@@ -81,6 +82,7 @@ from host.nudges.quiet import parse_quiet_hours
 from host.nudges.status import proactive_status
 from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
 from host.prompts.clarify import Clarifier
+from host.runtime.admission import AccessDirectory, Admission
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import (
@@ -282,6 +284,12 @@ def people_directories(adapters: Sequence[ChannelAdapter]) -> dict[str, PeopleDi
         elif adapter.platform == CONSOLE_PLATFORM:
             directories[adapter.platform] = ConsolePeople()
     return directories
+
+
+def access_directories(adapters: Sequence[ChannelAdapter]) -> dict[str, AccessDirectory]:
+    """Each platform whose ingress applies the access policy, judging people the same way
+    for the work the bot's own timers start (the console's ingress judges nobody)."""
+    return {a.platform: a for a in adapters if isinstance(a, AccessDirectory)}
 
 
 def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter, ...]:
@@ -504,6 +512,13 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,
+        # Firings, checks, wake-ups and releases pass the policy live messages pass.
+        admission=Admission(
+            store,
+            access_directories(adapters),
+            served=[a.platform for a in adapters],
+            admins=settings.admins,
+        ),
     )
 
 
@@ -602,21 +617,40 @@ async def serve(runtime: Runtime) -> int:
 
     Returns the process exit code: 0 after a clean stop, 1 when an adapter crashed.
     """
-    stop = asyncio.Event()
+    stop, now = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:
+        # The first stop gives running work its grace; the second stops at once.
+        (now if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     stopper = asyncio.create_task(stop.wait(), name="stop-signal")
     try:
         await start_serving(runtime)
         return await _until_stopped(runtime, stopper)
     finally:
         stopper.cancel()
-        await asyncio.shield(shutdown(runtime))
+        await asyncio.shield(_wind_down_then_shutdown(runtime, now))
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+async def _wind_down_then_shutdown(runtime: Runtime, now: asyncio.Event) -> None:
+    try:
+        await wind_down(
+            lanes=runtime.lanes,
+            runs=runtime.runs,
+            service=runtime.service,
+            scheduler=runtime.scheduler,
+            grace=runtime.settings.shutdown_grace,
+            now=now,
+        )
+    finally:
+        await shutdown(runtime)
 
 
 async def _until_stopped(runtime: Runtime, stopper: asyncio.Task[bool]) -> int:

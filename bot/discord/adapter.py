@@ -19,6 +19,7 @@ import discord
 
 from bot.access import AccessPolicy
 from bot.channel import ChannelFeatures, Ingress
+from bot.discord.access import MemberAccess
 from bot.discord.client import ClientHooks, RavenClient
 from bot.discord.config import DiscordConfig, intents, point_at
 from bot.discord.ingress import MessageIngress, readable_text
@@ -30,12 +31,14 @@ from bot.discord.posting import Poster
 from bot.discord.prompts import PromptMessages
 from bot.discord.threads import Threads
 from core.ids import ConversationRef
+from host.runtime.admission import Standing
 from host.runtime.messages import InboundMessage, OutboundMessage
 from host.runtime.prompt_record import Prompt
 
 
 class DiscordAdapter:
-    """One Discord bot connection (a `ChannelAdapter` and a `PromptSurface`)."""
+    """One Discord bot connection (a `ChannelAdapter`, a `PromptSurface` and an
+    `AccessDirectory`)."""
 
     def __init__(
         self,
@@ -52,6 +55,7 @@ class DiscordAdapter:
         self._ingress = MessageIngress(self._link, threads, policy, workspace)
         self._poster = Poster(self._link, threads, held)
         self._prompts = PromptMessages(self._link, threads, self._names, held)
+        self._access = MemberAccess(self._link, policy, clock=clock)
 
     @property
     def config(self) -> DiscordConfig:
@@ -128,6 +132,10 @@ class DiscordAdapter:
         await self._link.idle()
 
     # -- the channel -------------------------------------------------------------------
+
+    async def standing(self, user_id: str, conv: ConversationRef) -> Standing:
+        """Whether work may start for `user_id` in `conv` now (roles fetched, not stored)."""
+        return await self._access.standing(user_id, conv)
 
     async def enrich(self, msg: InboundMessage) -> InboundMessage:
         """Before a turn: the thread re-read on a mention, shared files downloaded."""

@@ -35,6 +35,7 @@ from bot.slack.outgoing import SlackOutgoing
 from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
 from core.ids import ConversationRef
+from host.runtime.admission import Standing
 from host.runtime.messages import InboundMessage, OutboundMessage
 from host.runtime.prompt_record import Prompt
 
@@ -48,8 +49,8 @@ _DRAIN_SECONDS = 5.0
 
 class SlackAdapter:
     """One Slack workspace connection (a `ChannelAdapter`, a `PromptSurface`, a
-    `PeopleDirectory` and `SupportsEnrichment`). `config` is read again when serving
-    starts (tests shorten the connect backoff on a built adapter)."""
+    `PeopleDirectory`, an `AccessDirectory` and `SupportsEnrichment`). `config` is read
+    again when serving starts (tests shorten the connect backoff on a built adapter)."""
 
     def __init__(
         self,
@@ -94,6 +95,12 @@ class SlackAdapter:
     def features(self) -> ChannelFeatures:
         """Threads, buttons, modals, ephemeral notes and in-place edits."""
         return ChannelFeatures.full(threads=self.config.thread_replies)
+
+    async def standing(self, user_id: str, conv: ConversationRef) -> Standing:
+        """Whether work may start for `user_id` in `conv` now: the policy messages pass at
+        ingress (Slack has no roles to look up)."""
+        is_dm = conv.channel.startswith("D")
+        return Standing(self._policy.reason(user_id, conv.channel, is_dm=is_dm))
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from host.graph.executor import DispatchContext
 from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import CommandGrants
+from host.runtime.admission import Admission
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
@@ -71,6 +72,8 @@ class HostParts:
     # What no sandboxed command may see (the data dir, the bot's own directory).
     hidden: tuple[Path, ...]
     unsandboxed: bool
+    # The one access rule for work the bot starts on someone's behalf (firings, wake-ups).
+    admission: Admission
 
 
 class Feature(Protocol):

@@ -85,4 +85,22 @@ ALTER TABLE turns ADD COLUMN remembered INTEGER NOT NULL DEFAULT 1;
 CREATE INDEX turns_unremembered ON turns(remembered) WHERE remembered = 0
 """,
     ),
+    Migration(
+        package="conversations",
+        version=4,
+        name="admission_audit: work the bot's own timers would start, refused for its owner",
+        sql="""
+CREATE TABLE admission_audit (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    at              REAL NOT NULL,
+    origin          TEXT NOT NULL,
+    subject         TEXT NOT NULL,
+    owner           TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    outcome         TEXT NOT NULL CHECK (outcome IN ('refused', 'skipped')),
+    reason          TEXT NOT NULL
+);
+CREATE INDEX admission_audit_by_subject ON admission_audit(subject, at)
+""",
+    ),
 )

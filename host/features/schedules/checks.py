@@ -69,8 +69,9 @@ class Checks:
         who = Requester(owner, roles, admin=owner in self._roles.admins)
         return machine_refusal(machine.spec, who)
 
-    async def run(self, task: ScheduledTask, check: Check) -> ProbeResult:
-        refusal = self.refusal(check, task.owner, task.owner_roles)
+    async def run(self, task: ScheduledTask, check: Check, roles: tuple[str, ...]) -> ProbeResult:
+        # The owner's roles as the platform reports them now (the firing's admission).
+        refusal = self.refusal(check, task.owner, roles)
         if refusal is not None:
             return ProbeResult(None, "", error=refusal)
         if check.machine is None:

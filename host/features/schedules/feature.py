@@ -80,6 +80,7 @@ class SchedulesFeature(BaseFeature):
                 parts.outbox,
                 parts.bus,
                 parts.roles,
+                parts.admission,
                 Checks(
                     parts.sandbox,
                     parts.workspace,

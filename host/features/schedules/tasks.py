@@ -44,6 +44,7 @@ from host.features.schedules.timing import (
 from host.features.schedules.work import Check, parse_check, task_work
 from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
+from host.runtime.admission import Admission, MachineRule, Origin, Verdict
 from host.runtime.events import EventBus, TurnRequested
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
@@ -58,6 +59,8 @@ SCHEDULED_TASK_JOB = "scheduled_task"
 SCHEDULE_APPROVAL = "schedule_approval"
 # A firing later than this is said to be late (a restart, a long stall).
 LATE_GRACE_SECONDS = 120.0
+# A firing whose owner's platform did not say whether they may is tried again after this.
+ADMISSION_RETRY = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,9 @@ class CheckRunner(Protocol):
         """Why `owner` may not run `check` where it says (an unknown or closed machine)."""
         ...
 
-    async def run(self, task: ScheduledTask, check: Check) -> ProbeResult:
-        """Run the check's command once: on its machine, else where the task's
-        conversation's work runs."""
+    async def run(self, task: ScheduledTask, check: Check, roles: tuple[str, ...]) -> ProbeResult:
+        """Run the check's command once for its owner, who has `roles` now: on its machine,
+        else where the task's conversation's work runs."""
         ...
 
 
@@ -104,6 +107,8 @@ class TaskDeps:
     outbox: Outbox
     bus: EventBus
     roles: Roles
+    # Every firing, check and run-now passes the access policy for its owner now.
+    admission: Admission
     checks: CheckRunner | None = None
     # Whose zone a schedule without `tz:` is in (a Slack profile's), before the default.
     people: People = field(default_factory=People)
@@ -303,15 +308,25 @@ class ScheduledTasks:
                 # Quiet hours: the firing waits for their end (its due time is kept).
                 await self._arm(task.id, due, at=held_until)
                 return
+            check = parse_check(task.schedule.what)
+            verdict = await self._admitted(task, check, "check" if check else "firing", due=due)
+            if not verdict.admitted:
+                return
             times, total, last = _overdue(task, due, now)
             next_due = next(
                 fire_times(task.schedule, task.anchor, max(now, last), fired=task.fired + total),
                 None,
             )
-            check = parse_check(task.schedule.what)
             if check is not None:
                 due_times = [*dict.fromkeys([*times, last])]
-                await self._check(task, check, due_times, now, next_due, fired=task.fired + total)
+                await self._check(
+                    replace(task, owner_roles=verdict.roles),
+                    check,
+                    due_times,
+                    now,
+                    next_due,
+                    fired=task.fired + total,
+                )
                 return
             held = quiet is not None and quiet.end_after(due, zone) is not None
             late = (
@@ -322,11 +337,51 @@ class ScheduledTasks:
                 else None
             )
             runs, notice = _catch_up(task, times, total, last, now, late=late)
+            # The firing runs with the owner's roles as they are now, never as proposed.
+            task = replace(task, owner_roles=verdict.roles)
             firing = _Firing(task, [*dict.fromkeys([*times, last])], total, now, runs, notice)
             # One channel's firings are counted and recorded one at a time: concurrent firings
             # must not all pass the hourly limit before any of them is recorded.
             async with self._channels.hold(task.conversation.channel_key):
                 await self._fire(firing, next_due)
+
+    async def _admitted(
+        self, task: ScheduledTask, check: Check | None, origin: Origin, *, due: datetime
+    ) -> Verdict:
+        """The one admission rule, for this task's owner now. Refused: the task is paused
+        (not deleted) and its thread told once who may resume it; the platform not
+        answering: this firing waits a minute and is tried again."""
+        verdict = await self._deps.admission.admit(
+            origin,
+            task.owner,
+            task.conversation,
+            subject=task.id,
+            owner_name=task.owner_name,
+            machine=self._machine_rule(task, check),
+        )
+        if verdict.admitted:
+            return verdict
+        if verdict.standing.transient:
+            log.warning("task %s: %s", task.id, verdict.notice)
+            if origin in ("firing", "check"):
+                await self._arm(task.id, due, at=self.clock() + ADMISSION_RETRY)
+            return verdict
+        if await self.store.transition(task.id, ["active"], state="paused"):
+            await self._deps.scheduler.cancel(job_id(task.id))
+            # Said whatever the nudge caps: the owner and admins must learn why it stopped.
+            await self._say(
+                task.conversation,
+                f"{verdict.notice} (`schedule: resume {task.id}`)",
+                key=f"task:{task.id}:{iso(due)}:access",
+            )
+        return verdict
+
+    def _machine_rule(self, task: ScheduledTask, check: Check | None) -> MachineRule | None:
+        """A check on a machine also needs that machine to admit its owner's current roles."""
+        runner = self._deps.checks
+        if check is None or check.machine is None or runner is None:
+            return None
+        return lambda roles: runner.refusal(check, task.owner, roles)
 
     async def _fire(self, firing: _Firing, next_due: datetime | None) -> None:
         task, now, runs, notice = firing.task, firing.now, firing.runs, firing.notice
@@ -376,8 +431,8 @@ class ScheduledTasks:
         things are now), and speak only when it trips or passes again."""
         if self._deps.checks is None:
             raise RuntimeError("standing checks need a check runner")
-        result = await self._deps.checks.run(task, check)
-        verdict, why = check.verdict(result)
+        result = await self._deps.checks.run(task, check, task.owner_roles)
+        verdict, why = await check.judge(result)
         previous = task.last_digest or "passing"
         # Muted or snoozed: nothing is said, and the state it would have said is not taken
         # in, so a check still tripped when the snooze ends says so then.
@@ -522,18 +577,47 @@ class ScheduledTasks:
                 return f"Task `{task_id}` is {task.state}; only an active task can run now."
             now = self.clock()
             check = parse_check(task.schedule.what)
+            verdict = await self._admitted(task, check, "run-now", due=now)
+            if not verdict.admitted:
+                return verdict.notice
+            task = replace(task, owner_roles=verdict.roles)
             if check is not None:
+                if refusal := await self._too_soon(task, now):
+                    return refusal
                 await self._check(task, check, [now], now, task.next_due, fired=task.fired)
                 return f"Check `{task_id}` ran now (its schedule is unchanged)."
-            if not await self._start_turn(task, now, now=True):
-                return f"Task `{task_id}` could not be started; try again."
-            await self.store.record_firings(
-                task,
-                [Firing(task.id, now, "ran", 0.0, now.timestamp())],
-                next_due=task.next_due,
-                fired=task.fired,
-            )
+            # Counted and recorded under the channel's lock, as a scheduled firing is.
+            async with self._channels.hold(task.conversation.channel_key):
+                if await self._over_channel_limit(task, now):
+                    return (
+                        f"⚠️ Task `{task_id}` did not run now: this channel had "
+                        f"{self.limits.channel_firings_per_hour} scheduled firings in the last "
+                        "hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
+                    )
+                if not await self._start_turn(task, now, now=True):
+                    return f"Task `{task_id}` could not be started; try again."
+                await self.store.record_firings(
+                    task,
+                    [Firing(task.id, now, "ran", 0.0, now.timestamp())],
+                    next_due=task.next_due,
+                    fired=task.fired,
+                )
             return f"Task `{task_id}` runs now (its schedule is unchanged)."
+
+    async def _too_soon(self, task: ScheduledTask, now: datetime) -> str | None:
+        """A check run now must keep the minimum interval after its last run, as its
+        schedule must (else `run` would poll as often as someone types it)."""
+        latest = await self.store.firings(task.id, limit=1)
+        interval = self.limits.min_interval_seconds
+        if not latest or now.timestamp() - latest[0].fired_at >= interval:
+            return None
+        ready = datetime.fromtimestamp(latest[0].fired_at + interval, UTC)
+        return (
+            f"⚠️ Check `{task.id}` did not run now: it ran "
+            f"{format_duration(now.timestamp() - latest[0].fired_at)} ago, and a check runs at "
+            f"most every {format_duration(interval)} (RAVEN_SCHEDULE_MIN_INTERVAL). Try again "
+            f"after {for_readers(ready, task.schedule.zone)}."
+        )
 
     # ----------------------------------------------------------- restart and other processes
 
@@ -607,6 +691,21 @@ class ScheduledTasks:
         return f"Task `{task.id}` is paused; `resume` it to fire again."
 
     async def _resume(self, task: ScheduledTask) -> str:
+        if task.state == "paused":
+            # Its owner must pass again, whoever resumes it: it would run on their behalf.
+            verdict = await self._deps.admission.admit(
+                "resume",
+                task.owner,
+                task.conversation,
+                subject=task.id,
+                owner_name=task.owner_name,
+                machine=self._machine_rule(task, parse_check(task.schedule.what)),
+            )
+            if not verdict.admitted:
+                return (
+                    f"Task `{task.id}` stays paused: {task.owner_name} does not pass this bot's "
+                    f"access rules here ({verdict.standing.refusal})."
+                )
         # Fire times passed while paused are not missed runs: the task resumes from now.
         nxt = next(fire_times(task.schedule, task.anchor, self.clock(), fired=task.fired), None)
         if nxt is None:
