@@ -116,6 +116,8 @@ class Store:
         self._shm_path = f"{path}-shm"
         self._shm: int | None = None  # the log index's file, read for its length
         self._checkpoint_timer: asyncio.TimerHandle | None = None
+        # The failure the last checkpoint had, said once: a full disk fails every retry.
+        self._checkpoint_fault: str | None = None
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         # Held by a running batch or a running transaction(): they never overlap.
@@ -338,16 +340,28 @@ class Store:
         try:
             job = self.checkpoints.job(mode, first=lock.sync_first(claimed=claimed))
             await run_to_completion(_on_connection_thread(db, job))
-        except Exception:
+        except Exception as exc:
             self.checkpoints.failed()
             if mode != "PASSIVE":
                 raise  # asked for (an erasure): its caller reports it
-            log.exception("checkpointing %s failed; it is tried again later", self.path)
+            self._checkpoint_failed(exc)
         else:
             self.checkpoints.done()
             self._stats.checkpoints += 1
+            if self._checkpoint_fault is not None:
+                self._checkpoint_fault = None
+                log.info("checkpointing %s works again", self.path)
         finally:
             lock.release()
+
+    def _checkpoint_failed(self, exc: Exception) -> None:
+        """One line per distinct failure: the retries of the same one go to debug."""
+        fault = f"{type(exc).__name__}: {exc}"
+        if fault == self._checkpoint_fault:
+            log.debug("checkpointing %s failed again: %s", self.path, fault)
+            return
+        self._checkpoint_fault = fault
+        log.error("checkpointing %s failed; it is tried again later", self.path, exc_info=exc)
 
     def _wal_frames(self) -> int:
         """The frames in the write-ahead log: `mxFrame` of its index's header (SQLite's

@@ -33,6 +33,7 @@ class Syncs:
     def __init__(self, store: Store, *, fail: bool = False) -> None:
         self.store = store
         self.fail = fail
+        self.fail_with = "the journal's disk is gone"
         self.seen: list[str] = []  # the main file's digest at each call
         self.threads: list[str] = []
         self.ran = asyncio.Event()
@@ -44,7 +45,7 @@ class Syncs:
         self.threads.append(threading.current_thread().name)
         self._loop.call_soon_threadsafe(self.ran.set)
         if self.fail:
-            raise OSError("the journal's disk is gone")
+            raise OSError(self.fail_with)
 
 
 async def open_store(path: Path, checkpoints: Checkpoints) -> Store:
@@ -160,6 +161,46 @@ async def test_a_failed_fsync_keeps_the_log_unsynced_and_writes_go_on(
         await eventually(lambda: store.stats.checkpoints > before)
         assert digest(store.path) != unchanged
         assert await keys(store) >= {"first", "second", "third"}
+    finally:
+        await store.close()
+
+
+async def test_a_checkpoint_failing_again_the_same_way_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk fails every retry: one line for it, one for a different failure, and
+    one in the log file when checkpoints work again."""
+    store = await open_store(tmp_path / "raven.db", never_quiet(wal_frames=1))
+    try:
+        await store.checkpoint()
+        syncs = Syncs(store, fail=True)
+
+        async def attempt(key: str) -> None:
+            syncs.ran.clear()
+            await store.write(insert(key))
+            await syncs.ran.wait()  # the checkpoint that commit made due was tried
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+
+        with caplog.at_level(logging.INFO, logger="core.store.store"):
+            for key in range(4):
+                await attempt(f"full{key}")
+            await eventually(lambda: store.checkpoints.owed and len(said()) >= 1)
+            syncs.fail_with = "the disk is read-only now"
+            before = store.stats.checkpoints
+            await attempt("other")
+            await eventually(lambda: len(said()) >= 2)
+            syncs.fail = False
+            await attempt("fine")
+            await eventually(lambda: store.stats.checkpoints > before)
+        failed = f"checkpointing {store.path} failed; it is tried again later"
+        assert said() == [failed, failed, f"checkpointing {store.path} works again"]
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert [str(r.exc_info[1]) for r in errors if r.exc_info] == [
+            "the journal's disk is gone",
+            "the disk is read-only now",
+        ]
     finally:
         await store.close()
 
