@@ -79,8 +79,9 @@ class Inbox(Protocol):
         """True the first time an event that is not a message (a click) is seen."""
         ...
 
-    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str]]:
-        """Conversations active since `since`, each with its newest inbound message id."""
+    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str | None]]:
+        """Conversations active since `since`, each with the id of its newest message from a
+        person (None: only the core's own turns, e.g. a firing's thread)."""
         ...
 
     async def quiesce(self, conv: ConversationRef) -> None:

@@ -5,6 +5,7 @@ the bot was down is read back, and a turn gets its thread context and files."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,13 @@ from host.runtime.ports import ChannelError
 log = logging.getLogger(__name__)
 
 CATCH_UP_MESSAGES = 100
+# A Discord snowflake: the core's own turns (firings, checks) are logged under keys instead.
+_SNOWFLAKE = re.compile(r"[0-9]+")
+
+
+def snowflake(value: str | None) -> int | None:
+    """`value` as a Discord id when it is one, else None."""
+    return int(value) if value is not None and _SNOWFLAKE.fullmatch(value) else None
 
 
 class MessageIngress:
@@ -115,23 +123,28 @@ class MessageIngress:
 
     async def _catch_up(self) -> None:
         since = time.time() - CATCH_UP_SECONDS
-        starts: dict[str, int] = {}  # channel id → oldest "after" id to read from
+        starts: dict[int, int] = {}  # channel id → oldest "after" id to read from
         for conv, last_id in await self._link.inbox.recent(PLATFORM, since):
-            if not last_id.isdigit():
+            thread = None if conv.thread == MAIN_THREAD else snowflake(conv.thread)
+            # Where nobody but the core spoke yet (a firing's own thread), from its start.
+            start = snowflake(last_id) or thread
+            if start is None:
                 continue
-            where = conv.channel if conv.thread == MAIN_THREAD else conv.thread
-            targets = [where] if conv.workspace == DM_WORKSPACE else [where, conv.channel]
+            channel = snowflake(conv.channel)
+            targets = [thread or channel] if conv.workspace == DM_WORKSPACE else [thread, channel]
             for target in targets:
-                starts[target] = min(starts.get(target, int(last_id)), int(last_id))
+                if target is not None:
+                    starts[target] = min(starts.get(target, start), start)
         found = 0
         for channel_id, after in starts.items():
-            found += await self._read_back(int(channel_id), after)
+            found += await self._read_back(channel_id, after)
         if found:
             log.info("discord: %d message(s) sent while the bot was down were read back", found)
 
     async def _read_back(self, channel_id: int, after: int) -> int:
         """Feed a channel's messages since `after` through normal ingestion (duplicates are
-        dropped there); returns how many were fed."""
+        dropped there); returns how many were fed. A channel that cannot be read is logged
+        once and skipped: the others are still read back."""
         try:
             channel = await self._link.channel(channel_id)
             history = getattr(channel, "history", None)
@@ -144,7 +157,10 @@ class MessageIngress:
                 )
             ]
         except (discord.HTTPException, ChannelError) as exc:
-            log.warning("discord: reading back channel %s failed: %s", channel_id, exc)
+            log.warning("discord: reading back channel %s failed, skipped: %s", channel_id, exc)
+            return 0
+        except Exception:  # one bad channel must not cost the others their read-back
+            log.exception("discord: reading back channel %s failed, skipped", channel_id)
             return 0
         for message in messages:
             self.on_message(message)

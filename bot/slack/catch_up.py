@@ -4,11 +4,12 @@ delivery for minutes, not for an outage)."""
 from __future__ import annotations
 
 import logging
+import re
 import time
-
-from slack_sdk.errors import SlackApiError
+from collections.abc import Awaitable
 
 from bot.channel import CATCH_UP_SECONDS, Inbox
+from bot.slack.config import UNREACHABLE, unreachable_reason
 from bot.slack.history import SlackHistory
 from bot.slack.identity import SlackIdentity
 from bot.slack.ingress import SlackIngress
@@ -17,11 +18,20 @@ from core.ids import ConversationRef
 
 log = logging.getLogger(__name__)
 
+# A Slack message ts: the core's own turns (firings, checks) are logged under keys instead.
+_TS = re.compile(r"\d+\.\d+")
+
+
+def slack_ts(value: str | None) -> str | None:
+    """`value` when it is a Slack message ts, else None."""
+    return value if value is not None and _TS.fullmatch(value) else None
+
 
 class SlackCatchUp:
     """Replies in the bot's recent threads, then new mentions and DM messages in their
     channels, fed through `ingress` like live events. Duplicates are dropped by the
-    message-level dedup key, whichever way a message arrives."""
+    message-level dedup key, whichever way a message arrives. Each thread and channel is
+    read back on its own: one that fails is logged and skipped, the others still are."""
 
     def __init__(
         self, inbox: Inbox, ingress: SlackIngress, history: SlackHistory, identity: SlackIdentity
@@ -36,27 +46,41 @@ class SlackCatchUp:
         recent = await self._inbox.recent("slack", time.time() - CATCH_UP_SECONDS)
         found = 0
         newest: dict[tuple[str, str], str] = {}
-        for conv, last_ts in recent:
-            if conv.thread != DM_THREAD:  # a DM's history is a channel read
-                found += await self._read_back_thread(conv, last_ts)
+        for conv, last_id in recent:
+            thread = slack_ts(conv.thread) if conv.thread != DM_THREAD else None
+            # Where nobody but the core spoke yet (a firing's own thread), from its root.
+            start = slack_ts(last_id) or thread
+            if start is None:
+                continue
+            if thread is not None:  # a DM's history is a channel read
+                what = f"thread {thread} in {conv.channel}"
+                found += await self._isolated(what, self._read_back_thread(conv, start))
             key = (conv.workspace, conv.channel)
-            if float(last_ts or 0) > float(newest.get(key, 0)):
-                newest[key] = last_ts
+            if float(start) > float(newest.get(key, "0")):
+                newest[key] = start
         for (workspace, channel), oldest in newest.items():
-            found += await self._read_back_channel(workspace, channel, oldest)
+            read = self._read_back_channel(workspace, channel, oldest)
+            found += await self._isolated(f"channel {channel}", read)
         if found:
             log.info("slack: %d message(s) from the downtime read back", found)
 
-    async def _read_back_thread(self, conv: ConversationRef, last_ts: str) -> int:
-        """The thread's replies after `last_ts`, taken in as events; how many."""
+    @staticmethod
+    async def _isolated(what: str, read: Awaitable[int]) -> int:
+        """`read`'s count; 0 and one log line naming `what` when it fails."""
         try:
-            replies = await self._history.thread(conv.channel, conv.thread)
-        except SlackApiError as exc:
-            log.warning("slack: reading back thread %s failed: %s", conv.thread, exc)
-            return 0
+            return await read
+        except UNREACHABLE as exc:
+            log.warning("slack: reading back %s failed, skipped: %s", what, unreachable_reason(exc))
+        except Exception:  # one bad conversation must not cost the others their read-back
+            log.exception("slack: reading back %s failed, skipped", what)
+        return 0
+
+    async def _read_back_thread(self, conv: ConversationRef, after: str) -> int:
+        """The thread's replies after `after`, taken in as events; how many."""
+        replies = await self._history.thread(conv.channel, conv.thread)
         found = 0
         for item in replies:
-            if float(item.get("ts", 0)) <= float(last_ts or 0):
+            if float(item.get("ts", 0)) <= float(after):
                 continue
             event = {**item, "channel": conv.channel, "thread_ts": conv.thread}
             body = {"team_id": conv.workspace, "event_id": f"read-back:{item.get('ts')}"}
@@ -68,11 +92,7 @@ class SlackCatchUp:
     async def _read_back_channel(self, workspace: str, channel: str, oldest: str) -> int:
         """The channel's top-level messages after `oldest` that are meant for the bot (a
         mention, each starting a thread; in a DM, every message), in order; how many."""
-        try:
-            messages = await self._history.channel(channel, oldest)
-        except SlackApiError as exc:
-            log.warning("slack: reading back channel %s failed: %s", channel, exc)
-            return 0
+        messages = await self._history.channel(channel, oldest)
         found = 0
         for item in reversed(messages):  # Slack pages newest first
             dm = channel.startswith("D")

@@ -292,9 +292,9 @@ class ConversationService:
         task = self._ingress.spawn(msg.conversation.id, lambda: self._dispatch(msg, message_id))
         return await asyncio.shield(task)
 
-    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str]]:
-        """Conversations active since `since` with their newest inbound message id (for an
-        adapter catching up on what arrived while the bot was down)."""
+    async def recent(self, platform: str, since: float) -> list[tuple[ConversationRef, str | None]]:
+        """Conversations active since `since` with their newest message id from a person (for
+        an adapter catching up on what arrived while the bot was down; None: none yet)."""
         return await self._log.recent_conversations(platform, since=since)
 
     async def claim(self, platform: str, event_id: str) -> bool:

@@ -115,24 +115,31 @@ class ConversationLog:
 
     async def recent_conversations(
         self, platform: str, *, since: float
-    ) -> list[tuple[ConversationRef, str]]:
-        """The platform's conversations with a message since `since`, each with the platform
-        id of its newest inbound message (where a catch-up after downtime starts)."""
+    ) -> list[tuple[ConversationRef, str | None]]:
+        """The platform's conversations with an inbound message and activity since `since`,
+        each with the platform id of its newest message from a person (where a catch-up after
+        downtime starts); None where only the core spoke (a firing's own thread).
+
+        The core's own turns (firings, checks, run reports) carry keys, not platform ids: a
+        read-back must never start from one."""
         rows = await self._store.fetchall(
             "SELECT c.workspace, c.channel, c.thread,"
-            " json_extract(m.payload, '$.message_id') AS last_id FROM conversations c"
-            " JOIN messages m ON m.id = (SELECT MAX(id) FROM messages"
-            "   WHERE conversation_id = c.id AND direction = 'in' AND payload IS NOT NULL)"
-            " WHERE c.platform = ? AND c.updated_at >= ?",
+            " (SELECT json_extract(m.payload, '$.message_id') FROM messages m"
+            "   WHERE m.conversation_id = c.id AND m.direction = 'in'"
+            "   AND m.payload IS NOT NULL"
+            "   AND COALESCE(json_extract(m.payload, '$.origin'), 'user') = 'user'"
+            "   ORDER BY m.id DESC LIMIT 1) AS last_id"
+            " FROM conversations c"
+            " WHERE c.platform = ? AND c.updated_at >= ? AND EXISTS (SELECT 1 FROM messages m"
+            "   WHERE m.conversation_id = c.id AND m.direction = 'in' AND m.payload IS NOT NULL)",
             (platform, since),
         )
         return [
             (
                 ConversationRef(platform, r["workspace"], r["channel"], r["thread"]),
-                str(r["last_id"]),
+                str(r["last_id"]) if r["last_id"] else None,
             )
             for r in rows
-            if r["last_id"]
         ]
 
     async def claim_key(self, key: str, *, ttl_seconds: float) -> bool:

@@ -25,6 +25,8 @@ from bot.slack.adapter import SlackAdapter, SlackConfig
 from bot.slack.doctor import check_slack, required_scopes
 from bot.slack.factory import slack_adapter
 from bot.slack.normalize import plain_text
+from core.ids import ConversationRef
+from host.runtime.events import TurnRequested
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
 from tests.helpers import db_rows, eventually, write_agents
@@ -1218,3 +1220,75 @@ async def test_mentions_and_dms_sent_while_the_bot_was_down_are_read_back_once(
                 root,
                 missed,
             }
+
+
+def _firing(conv: ConversationRef, key: str) -> TurnRequested:
+    """A scheduled task's firing, published the way the schedules feature does."""
+    return TurnRequested(
+        conversation=conv, text="check the queue", key=key, author_id="U1", author_name="alice"
+    )
+
+
+async def test_a_mention_sent_while_the_bot_was_down_is_answered_after_a_firing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 38: a firing is logged under its key (`task:t_…`), not a Slack ts; catch-up
+    # once failed on it (`could not convert string to float`) and read nothing back.
+    caplog.set_level(logging.WARNING, "bot.slack.catch_up")
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            root, _ = await bot.mention("check the queue every morning")
+            await bot.replies_in(root)
+            conv = bot.conversation(root)
+            await bot.runtime.bus.publish(_firing(conv, "task:t_1:2026-01-05T09:00:00Z"))
+            # A `post: channel` firing runs in a real thread its headline starts.
+            channel = bot.adapter.channel_level(conv)
+            assert channel is not None
+            headline = await bot.runtime.service.notify(
+                channel, "⏰ Scheduled task", idempotency_key="task:t_2:2026-01-05T09:00:00Z:thread"
+            )
+            assert headline is not None
+            own = replace(conv, thread=headline)
+            await bot.runtime.bus.publish(_firing(own, "task:t_2:2026-01-05T09:00:00Z"))
+            await bot.replies_in(root, 2)
+            await bot.replies_in(headline)
+            await bot.settle(root)
+            await bot.settle(headline)
+        # Down: a new mention, and replies in the task's thread and in the firing's own one.
+        missed = fake.add_channel_message(CHANNEL, "U2", "<@UBOT> help")
+        fake.add_thread_message(CHANNEL, root, "U1", "help")
+        fake.add_thread_message(CHANNEL, headline, "U1", "help")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            (reply,) = await bot.replies_in(missed)
+            assert "`stop`" in reply["text"]
+            assert "`stop`" in (await bot.replies_in(root, 3))[-1]["text"]
+            assert "`stop`" in (await bot.replies_in(headline, 2))[-1]["text"]
+            await bot.adapter.idle()
+        assert [r.getMessage() for r in caplog.records if r.name == "bot.slack.catch_up"] == []
+
+
+async def test_a_conversation_that_cannot_be_read_back_is_skipped_with_one_log_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One conversation failing (here the network drops on its reads) once stopped the whole
+    # catch-up: every other conversation's downtime went unanswered too.
+    caplog.set_level(logging.WARNING, "bot.slack.catch_up")
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            await bot.send(
+                payloads.event_callback(payloads.message_im("D0DM", "U1", "hi", bot.ts()))
+            )
+            await eventually(lambda: len(fake.posted_texts("D0DM")) == 1)
+            root, _ = await bot.mention("hello")
+            await bot.replies_in(root)
+        # Down: a DM and a mention; reading the DM back fails.
+        fake.add_channel_message("D0DM", "U1", "help")
+        missed = fake.add_channel_message(CHANNEL, "U2", "<@UBOT> help")
+        fake.drop_reads("D0DM")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            (reply,) = await bot.replies_in(missed)
+            assert "`stop`" in reply["text"]
+            await bot.adapter.idle()
+            assert len(fake.posted_texts("D0DM")) == 1
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "bot.slack.catch_up"]
+        assert "reading back channel D0DM failed, skipped" in line

@@ -59,6 +59,7 @@ DEFAULT_SCOPES: tuple[str, ...] = (
 _POLL_INTERVAL = 0.005
 # Arguments that arrive as JSON strings when a client sends a form instead of a JSON body.
 _JSON_ARGS = frozenset({"blocks", "attachments", "view", "metadata"})
+_READS = frozenset({"conversations.history", "conversations.replies"})
 _FIRST_TS_MICROS = 1_700_000_000_000_100
 _TS_STEP_MICROS = 100
 
@@ -258,6 +259,7 @@ class FakeSlack:
         self._faults: dict[str, deque[_Fault]] = {}
         self._custom: dict[str, MethodResponder] = {}
         self._holds: list[Hold] = []
+        self._unreadable: set[str] = set()  # channels whose reads drop the connection
         self._tickets: set[str] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._last_ts = _FIRST_TS_MICROS - _TS_STEP_MICROS
@@ -478,6 +480,12 @@ class FakeSlack:
         for _ in range(times):
             queue.append(_Fault(kind, retry_after, error))
 
+    def drop_reads(self, channel: str) -> None:
+        """Drop the connection, unanswered, on every `conversations.history` and
+        `conversations.replies` call for `channel` (the client sees a network error, not an
+        `ok: false`); recorded with the error `connection_dropped`."""
+        self._unreadable.add(channel)
+
     def hold(self, method: str, when: Callable[[dict[str, Any]], bool] | None = None) -> Hold:
         """Hold back responses to calls of `method` (those whose args satisfy `when`) until
         the returned `Hold` is released; see `Hold`."""
@@ -628,7 +636,8 @@ class FakeSlack:
             self.api_peers.add((str(peer[0]), int(peer[1])))
         args = await self._read_args(request)
         token = self._bearer(request) or (str(args["token"]) if args.get("token") else None)
-        reply = self._dispatch(method, args, token)
+        dropped = method in _READS and str(args.get("channel")) in self._unreadable
+        reply = _error("connection_dropped") if dropped else self._dispatch(method, args, token)
         self.calls.append(
             Call(
                 method=method,
@@ -645,6 +654,8 @@ class FakeSlack:
             if hold.matches(method, args):
                 hold.calls.append(self.calls[-1])
                 await hold.wait()
+        if dropped and request.transport is not None:
+            request.transport.close()
         headers = dict(reply.headers)
         if token and token.startswith("xoxb-"):
             headers["X-OAuth-Scopes"] = ",".join(self.scopes)

@@ -23,7 +23,7 @@ from host.conversation.service import (
     control_word,
 )
 from host.runtime.conversation_log import ConversationLog
-from host.runtime.events import EventBus
+from host.runtime.events import EventBus, TurnRequested
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
 from tests.fakes.providers import TestProvider
@@ -298,3 +298,26 @@ async def test_dedup_keys_expire_after_their_ttl(store: Store) -> None:
     assert await claim("k3", "k2") is not None
     # ... but the message log still remembers the first event itself.
     assert await claim("k1") is None
+
+
+async def test_recent_conversations_start_from_a_person_s_message_never_a_firing(
+    conversation_log: ConversationLog,
+) -> None:
+    # Issue 38: a firing is logged under its key (`task:t_…`), not a platform id; handed to
+    # an adapter's catch-up as "the newest message", it stopped the read-back.
+    channel = RecordingChannel()
+    service, lanes = _service(conversation_log, channel, GatedProvider())
+    turn = await service.accept(_msg("every morning, check the queue", "1700.0001"))
+    assert turn is not None
+    await turn
+    asked = ConversationRef("test", "W", "C", "t1")
+    fired = ConversationRef("test", "W", "C", "1700.0002")  # a firing's thread of its own
+    for conv, key in ((asked, "task:t_1:0900"), (fired, "task:t_2:0900")):
+        await service.requested_turn(
+            TurnRequested(conversation=conv, text="check", key=key, author_id="U1", author_name="u")
+        )
+    await service.system_turn(asked, "run report", key="run:r1:report")
+    await lanes.drain(1)
+    assert sorted(await service.recent("test", 0), key=str) == sorted(
+        [(asked, "1700.0001"), (fired, None)], key=str
+    )
