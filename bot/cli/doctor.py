@@ -35,6 +35,7 @@ from core.serving_lock import serving_holder
 from core.store import Store
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
+from host.runtime.job_store_health import damaged_copies, job_store_damage
 from memory.embeddings import semantic_unavailable_reason
 from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
@@ -107,18 +108,35 @@ async def _check_database(settings: Settings) -> Check:
 
 
 async def _check_scheduler_store(settings: Settings) -> Check:
+    """scheduler.db read (read-only) as the next start reads it: sound, damaged (the start
+    rebuilds it, so a warning), or rebuilt after damage (its damaged copy still kept)."""
     path = settings.home / "scheduler.db"
     try:
-        from sqlalchemy import create_engine, text
-
-        engine = create_engine(f"sqlite:///{path}")
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        engine.dispose()
-    except Exception as exc:
-        return Check("scheduler store", "fail", f"{path}: {exc}")
+        damage = await asyncio.to_thread(job_store_damage, path)
+    except sqlite3.Error as exc:
+        return Check("scheduler store", "warn", f"{path}: could not be read ({exc})")
+    if damage is not None:
+        return Check(
+            "scheduler store",
+            "warn",
+            f"{path}: damaged ({damage}); the next start moves it aside and rebuilds it "
+            "from raven.db",
+        )
+    copies = await asyncio.to_thread(damaged_copies, path)
+    if copies:
+        return Check(
+            "scheduler store",
+            "warn",
+            f"{path}: rebuilt from raven.db after damage; the damaged file is kept as "
+            f"{copies[0].name}{f' (and {len(copies) - 1} older)' if copies[1:] else ''}: "
+            "delete it once looked at",
+        )
+    state = "sound" if path.exists() else "not made yet (the first start makes it)"
     return Check(
-        "scheduler store", "ok", f"{path} opens (prompt expiry, wake-up and scheduled-task jobs)"
+        "scheduler store",
+        "ok",
+        f"{path} {state} (prompt expiry, wake-up and scheduled-task jobs, rebuilt from "
+        "raven.db if damaged)",
     )
 
 

@@ -1,5 +1,6 @@
 """`raven-bot chat` over a damaged `scheduler.db` starts: one line says it was moved aside
-and rebuilt, no traceback, exit 0 (issue 38: it stopped with SQLAlchemy's traceback)."""
+and rebuilt, no traceback, exit 0 (issue 38: it stopped with SQLAlchemy's traceback); `doctor`
+says it is damaged before, and rebuilt after."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _truncated(path: Path) -> None:
 
 DAMAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "garbage": (_garbage, "file is not a database"),
-    "truncated": (_truncated, "malformed"),
+    "truncated": (_truncated, "database disk image is malformed"),
 }
 
 
@@ -38,6 +39,11 @@ async def test_chat_over_a_damaged_job_store_says_it_once_and_starts(
     store = isolated_env / "scheduler.db"
     damage, reason = DAMAGES[kind]
     damage(store)
+    # `doctor` reads it (read-only) as the next start will, and says what that start does.
+    _, out, _ = await _run("doctor", env=env)
+    line = _doctor_line(out)
+    assert line.startswith("  [WARN]") and f"damaged ({reason}" in line, line
+    assert line.endswith("the next start moves it aside and rebuilds it from raven.db"), line
 
     code, out, err = await _run("chat", stdin=b"status\n", env=env)
     assert code == 0, err
@@ -55,3 +61,11 @@ async def test_chat_over_a_damaged_job_store_says_it_once_and_starts(
     assert code == 0, err
     assert "scheduler.db" not in err, err
     assert damaged_copies(store) == [copy]
+    _, out, _ = await _run("doctor", env=env)
+    line = _doctor_line(out)
+    assert line.startswith("  [WARN]") and "rebuilt from raven.db after damage" in line, line
+    assert f"kept as {copy.name}: delete it once looked at" in line, line
+
+
+def _doctor_line(out: str) -> str:
+    return next(line for line in out.splitlines() if line[9:].startswith("scheduler store "))
