@@ -4,16 +4,21 @@ mentions, threads, DMs, dedup across reconnects, egress rules and access policy.
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.ids import ConversationRef
+from host.runtime.events import TurnRequested
 from tests.discord_harness import ALICE, BOB, GENERAL, DiscordBot, discord_bot, shared_fake
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.discord import payloads
 
 BOT_SENDS = ("POST", "/channels/{channel_id}/messages")
+RANDOM = "700000000000000002"  # the fake guild's second channel
 
 
 async def _online(monkeypatch: pytest.MonkeyPatch, fake: FakeAnthropic) -> None:
@@ -421,3 +426,64 @@ async def test_messages_sent_while_the_bot_was_down_are_read_back_once(
             await bot.settle(thread)
             await bot.settle(mention["id"])
             assert len(bot.texts(thread)) == 2 and len(bot.texts(mention["id"])) == 1
+
+
+def _firing(conv: ConversationRef, key: str) -> TurnRequested:
+    """A scheduled task's firing, published the way the schedules feature does."""
+    return TurnRequested(
+        conversation=conv, text="check the queue", key=key, author_id=ALICE, author_name="alice"
+    )
+
+
+async def test_messages_sent_while_the_bot_was_down_are_read_back_after_a_firing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 38: a firing is logged under its key (`task:t_…`), not a snowflake; catch-up
+    # took it for the conversation's newest message and read that conversation and its
+    # channel back no more, so a mention sent while the bot was down got no reply.
+    async with shared_fake() as fake:
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            thread = await _turn(bot, "check the queue every morning")
+            conv = bot.conversation(thread)
+            await bot.runtime.bus.publish(_firing(conv, "task:t_1:2026-01-05T09:00:00Z"))
+            # A `post: channel` firing runs in a real thread its headline starts.
+            channel = bot.adapter.channel_level(conv)
+            assert channel is not None
+            headline = await bot.runtime.service.notify(
+                channel, "Scheduled task", idempotency_key="task:t_2:2026-01-05T09:00:00Z:thread"
+            )
+            assert headline is not None
+            own = replace(conv, thread=headline)
+            await bot.runtime.bus.publish(_firing(own, "task:t_2:2026-01-05T09:00:00Z"))
+            await bot.wait_texts(thread, 2)
+            await bot.wait_texts(headline)
+            await bot.settle(thread)
+            await bot.settle(headline)
+        # Down: replies in the task's thread and in the firing's own one, and a new mention.
+        fake.build_message(thread, ALICE, "help")
+        fake.build_message(headline, ALICE, "help")
+        mention = fake.build_message(GENERAL, BOB, f"<@{fake.bot_id}> status", mention_bot=True)
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            assert "Status" in (await bot.wait_texts(mention["id"]))[0]
+            assert "stop" in (await bot.wait_texts(thread, 3))[-1]
+            assert "stop" in (await bot.wait_texts(headline, 2))[-1]
+
+
+async def test_a_channel_that_cannot_be_read_back_is_skipped_with_one_log_line(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "bot.discord.ingress")
+    async with shared_fake() as fake:
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            await _turn(bot, "hello")
+            other = await bot.mention("hello", channel=RANDOM)
+            await bot.settle(other["id"], RANDOM)
+        # Down: mentions in both channels; reading #general back is refused.
+        fake.build_message(GENERAL, BOB, f"<@{fake.bot_id}> status", mention_bot=True)
+        missed = fake.build_message(RANDOM, BOB, f"<@{fake.bot_id}> status", mention_bot=True)
+        fake.fail("GET", f"/channels/{GENERAL}/messages", status=403, code=50001, times=99)
+        async with discord_bot(monkeypatch, fake=fake) as bot:
+            assert "Status" in (await bot.wait_texts(missed["id"]))[0]
+            await bot.adapter.idle()
+        (line,) = [r.getMessage() for r in caplog.records if r.name == "bot.discord.ingress"]
+        assert f"reading back channel {GENERAL} failed, skipped" in line
