@@ -8,9 +8,9 @@ a UTF-8 sequence split across them decodes correctly. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+from core.patterns import UserPattern
 from oncall.model import MetricSpec
 
 # A metric line longer than this is not a metric line; keeping it whole would let one
@@ -108,9 +108,10 @@ class MetricReader:
         max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self._spec = spec
-        self._regex: re.Pattern[str] | None = None
+        self._regex: UserPattern | None = None
         if spec.json_key is None or spec.pattern is not None:
-            self._regex = re.compile(spec.default_pattern())
+            # RE2, bounded: the pattern may be a person's (SPEC §9), matched on the event loop.
+            self._regex = UserPattern(spec.default_pattern())
         self._max = max_line_bytes
         self._pending = pending
         self._truncated = truncated
@@ -204,10 +205,11 @@ class MetricReader:
 
     def _parse_regex(self, text: str) -> ParsedValue | None:
         assert self._regex is not None
-        match = self._regex.search(text)
-        if match is None or match.group(1) is None:
+        match = self._regex.search(text, "head")  # a capped line keeps its head
+        raw = None if match is None else match.group(1)
+        if match is None or raw is None:
             return None
-        value = parse_number(match.group(1))
+        value = parse_number(raw)
         if value is None:
             return None
         return ParsedValue(self._spec.name, value, clip_line(text, match.start(1), match.end(1)))

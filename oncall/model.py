@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from core.patterns import PatternError, UserPattern
 from oncall.workdirs import BotPaths, workdir_problem
 
 # `approval`: its command awaits a person's approval; nothing has run.
@@ -70,9 +71,9 @@ class MetricSpec(BaseModel):
         if value is None:
             return None
         try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression ({exc})") from None
+            compiled = UserPattern(value)
+        except PatternError as exc:
+            raise ValueError(f"the pattern `{value}`: {exc}") from None
         if compiled.groups < 1:
             raise ValueError("the pattern needs one capture group around the value, e.g. (\\S+)")
         return value

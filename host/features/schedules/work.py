@@ -8,6 +8,7 @@ at that firing (the prompt is posted instead of the work running).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -18,6 +19,7 @@ from agents.campaign_syntax import parse_campaign
 from agents.plan_syntax import parse_plan
 from agents.workspace_tools import denied_reason
 from core.markdown import code_block
+from core.patterns import PatternError, UserPattern
 from host.features.schedules.line import ScheduleError, is_schedule_line
 from oncall.metrics import MetricReader, parse_number
 from oncall.model import MetricSpec
@@ -74,7 +76,7 @@ class Check:
 
     command: str
     # None: a failed command (non-zero exit, timeout) trips it; else output matching it.
-    pattern: re.Pattern[str] | None
+    pattern: UserPattern | None
     machine: str | None = None
     threshold: Threshold | None = None
 
@@ -104,7 +106,7 @@ class Check:
         if result.timed_out:
             return "tripped", "its command timed out"
         if self.pattern is not None:
-            if self.pattern.search(result.output):
+            if self.pattern.matches(result.output):
                 return "tripped", f"its output matched `{self.pattern.pattern}`"
             return "passing", ""
         if result.exit_code != 0:
@@ -118,6 +120,11 @@ class Check:
             if self.threshold.crossed(last):
                 return "tripped", f"{self.threshold.metric.name} is {last:g} ({self.threshold})"
         return "passing", ""
+
+    async def judge(self, result: ProbeResult) -> tuple[CheckState, str]:
+        """`verdict` in a worker thread: RE2 releases the GIL while it matches, so however
+        costly a person's pattern (bounded, linear), the event loop goes on meanwhile."""
+        return await asyncio.to_thread(self.verdict, result)
 
 
 CheckState = Literal["passing", "tripped", "broken"]
@@ -150,19 +157,14 @@ def parse_check(what: str) -> Check | None:
     return Check(command, pattern, machine, threshold)
 
 
-def _condition(
-    condition: str, metric: str | None
-) -> tuple[re.Pattern[str] | None, Threshold | None]:
+def _condition(condition: str, metric: str | None) -> tuple[UserPattern | None, Threshold | None]:
     """What `when:` (and `metric:`) say trips the check."""
     output = _OUTPUT_MATCH.match(condition)
     if output is not None and metric is None:
         try:
-            return re.compile(output["pattern"].strip()), None
-        except re.error as exc:
-            raise ScheduleError(
-                f"`when: {condition}`: the pattern is not a regular expression ({exc}). "
-                f"Write {CHECK_SYNTAX}."
-            ) from None
+            return UserPattern(output["pattern"].strip()), None
+        except PatternError as exc:
+            raise ScheduleError(f"`when: {condition}`: {exc}. Write {CHECK_SYNTAX}.") from None
     if condition.lower() == "fails" and metric is None:
         return None, None
     threshold = _THRESHOLD.match(condition)
@@ -190,7 +192,7 @@ def _metric(declared: str | None, named: str) -> MetricSpec:
     try:
         return MetricSpec(name=name, pattern=pattern or None)
     except ValidationError as exc:
-        why = "; ".join(str(e["msg"]) for e in exc.errors())
+        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
         raise ScheduleError(
             f"`metric: {declared or named}`: {why}. Write {CHECK_SYNTAX}."
         ) from None
