@@ -18,6 +18,7 @@ import getpass
 import itertools
 import logging
 import re
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -184,7 +185,13 @@ class ConsoleAdapter:
                 "⚠️ That line had bytes that are not valid UTF-8; they were replaced "
                 "with � before sending."
             )
-        accepted = await self._inbox.accept(self._message(text))
+        try:
+            accepted = await self._inbox.accept(self._message(text))
+        except (OSError, sqlite3.Error) as exc:
+            # A full disk or a lost database: this message is refused, the session goes on.
+            log.info("recording a console message failed: %s", exc)
+            self._screen.say(f"⚠️ That message could not be recorded ({exc}); nothing was sent.")
+            return None
         if control_word(text) == "help":
             self._screen.say(
                 f"In the console, `new` starts a fresh conversation (this one is "
