@@ -7,6 +7,7 @@ import asyncio
 import functools
 import json
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -226,9 +227,15 @@ class RunManager:
             )
             for spec in submission.nodes
         }
-        await self._store.create_run(record, nodes.values())
-        # fsynced: off the event loop.
-        await asyncio.to_thread(self._files.write_graph, run_id, record.submission)
+        try:
+            # Written (fsynced, off the loop) before the commit that records the run: a full
+            # disk stops the submission here, with nothing recorded or announced, so no later
+            # start reports a run that never started as interrupted.
+            await asyncio.to_thread(self._files.write_graph, run_id, record.submission)
+            await self._store.create_run(record, nodes.values())
+        except Exception:
+            await asyncio.to_thread(shutil.rmtree, record.run_dir, ignore_errors=True)
+            raise
         external = await self._external_artifacts(conv, graph)
         deps = RunDeps(
             store=self._store,
