@@ -84,6 +84,23 @@ class CommandApproval:
     reason: str = ""
 
 
+class OwnerAccess(Protocol):
+    """Whether a campaign's owner still passes the bot's access rules (the host's admission
+    satisfies it): checked at each wake-up and resubmit, as a live message would be."""
+
+    async def refusal(
+        self,
+        campaign_id: str,
+        owner: str,
+        conversation: ConversationRef,
+        machine: MachineSpec,
+        origin: Literal["wake-up", "resubmit"],
+    ) -> str | None:
+        """Why the owner may no longer have the campaign go on (their access, or the
+        machine's for their current roles); None while they may."""
+        ...
+
+
 class CommandApprovals(Protocol):
     """Asks people to approve a campaign's command (the host's prompt broker satisfies it);
     the decision comes back through `CampaignEngine.approved` / `not_approved`."""

@@ -26,6 +26,7 @@ from host.conversation.lanes import LaneManager, LanesClosed
 from host.conversation.outbox import DeliveryError, Outbox
 from host.nudges.held import HeldPosts
 from host.nudges.policy import Nudge, NudgePolicy
+from host.runtime.admission import Admission
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.scheduling import FiredJob
 from oncall.ports import PostedHook
@@ -45,6 +46,7 @@ class LaneNotifier:
         *,
         nudges: NudgePolicy | None = None,
         held: HeldPosts | None = None,
+        admission: Admission | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self._log = conversation_log
@@ -52,6 +54,8 @@ class LaneNotifier:
         self._lanes = lanes
         self._nudges = nudges
         self._held = held
+        # A held notice is released only while its recipient still passes the access rules.
+        self._admission = admission
         self._clock = clock
 
     async def send(
@@ -105,8 +109,20 @@ class LaneNotifier:
 
     async def _release(self, key: str, nudge: Nudge) -> None:
         assert self._held is not None
-        await self._record_and_queue(nudge.conversation, nudge.text, key, None)
+        if await self._admitted(nudge):
+            await self._record_and_queue(nudge.conversation, nudge.text, key, None)
         await self._held.released(key)
+
+    async def _admitted(self, nudge: Nudge) -> bool:
+        """Whether the recipient, whose work the notice is about, still passes (a refusal is
+        audited and the notice dropped; a platform that did not answer lets it through:
+        saying a notice is no new work)."""
+        if self._admission is None or not nudge.recipient:
+            return True
+        verdict = await self._admission.admit(
+            "release", nudge.recipient, nudge.conversation, subject=nudge.source
+        )
+        return verdict.admitted or verdict.standing.transient
 
     async def _record_and_queue(
         self, conv: ConversationRef, text: str, idempotency_key: str, on_posted: PostedHook | None

@@ -18,7 +18,7 @@ from oncall.machines.registry import Allocator
 from oncall.model import JobHandle, Machine
 from oncall.monitor import RoundWatch
 from oncall.policy import Decision, DecisionContext
-from oncall.ports import CampaignNotifier, CommandApprovals, WakeScheduler
+from oncall.ports import CampaignNotifier, CommandApprovals, OwnerAccess, WakeScheduler
 from oncall.store import CampaignStore
 from oncall.workdirs import BotPaths
 
@@ -63,6 +63,9 @@ class EngineDeps:
     # None (`raven-bot campaigns run`): the operator typed the command in their own shell,
     # which is the approval, and a changed command cannot be asked about.
     approvals: CommandApprovals | None = None
+    # None (`campaigns run`): the operator acting directly; else the bot's access rules,
+    # which the owner must still pass at each wake-up and resubmit.
+    owners: OwnerAccess | None = None
 
 
 def _new_campaign_id() -> str:

@@ -96,6 +96,8 @@ class Wakes:
 
     async def _wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
         core = self._core
+        if await self._rooms.closing.owner_refused(record, "wake-up"):
+            return  # stopped, and said: a removed owner's campaign decides nothing more
         async with core.locks.hold(record.id):
             current = await core.store.get(record.id)
             if current is None or current.state in FINAL_STATES or current.round != round_no:

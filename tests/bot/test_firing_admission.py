@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from host.features.oncall.feature import OncallFeature
 from host.features.schedules.feature import SchedulesFeature
 from host.features.schedules.store import ScheduledTask
 from host.features.schedules.tasks import ScheduledTasks
@@ -197,3 +198,55 @@ async def test_a_check_on_a_role_gated_machine_does_not_outlive_the_role_on_disc
             assert "machine `box`" in notice, notice
             (row,) = await _audit(bot)
             assert (row["origin"], row["outcome"]) == ("check", "refused"), row
+
+
+CAMPAIGN = (
+    "campaign: watch the loss | machine: local | run: echo loss 0.5; sleep 600 | "
+    "metric: loss min | budget: 2h | wake: 1h"
+)
+
+
+async def test_a_removed_persons_campaign_stops_at_its_next_wake_up_on_slack(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    fake = FakeSlack()
+    await fake.start()
+    try:
+        async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_USERS": "U1,U2"}, fake=fake) as bot:
+            thread, _ = await bot.mention(CAMPAIGN, user="U2")
+            broker = bot.runtime.broker
+
+            async def asked() -> bool:
+                return bool(await broker.pending())
+
+            await eventually(asked, 30, what="the campaign's command was never shown")
+            (prompt,) = await broker.pending()
+            outcome = await broker.answer(prompt.id, prompt.nonce, "U2", "Approve")
+            assert outcome.status == "accepted", outcome.message
+            engine = bot.runtime.feature(OncallFeature).engine
+
+            async def running() -> bool:
+                (record,) = await engine.store.recent()
+                return record.state in ("running", "waiting")
+
+            await eventually(running, 60, what="the campaign's round never started")
+            await bot.settle(thread)
+        async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_USERS": "U1"}, fake=fake) as bot:
+            engine = bot.runtime.feature(OncallFeature).engine
+            (record,) = await engine.store.recent()
+            (wake,) = await engine.store.pending_wakes()
+            wake_id = wake.id
+            await engine.on_wake_job(record.id, wake_id)
+            await bot.settle(thread)
+            (after,) = await engine.store.recent()
+            assert after.state == "cancelled", after
+            notices = [t for t in _runs_of(fake) if "no longer passes" in t]
+            assert len(notices) == 1, _runs_of(fake)
+            (row,) = await _audit(bot)
+            assert (row["origin"], row["subject"], row["outcome"]) == (
+                "wake-up",
+                record.id,
+                "refused",
+            )
+    finally:
+        await fake.stop()

@@ -18,6 +18,7 @@ from host.features.oncall.approval import (
     handle_campaign_command,
 )
 from host.features.oncall.decider import ModelDecider
+from host.features.oncall.owners import CampaignOwners
 from host.features.oncall.site import CampaignSite, Wiring
 from host.features.oncall.tools import build_campaign_tools
 from host.nudges.held import HELD_POST_RELEASE, HeldPosts
@@ -67,6 +68,7 @@ class OncallFeature(BaseFeature):
             parts.lanes,
             nudges=parts.nudges,
             held=HeldPosts(parts.store, parts.scheduler),
+            admission=parts.admission,
         )
         self.engine = site.engine(
             {name: machine.spec for name, machine in parts.machines.items()},
@@ -76,6 +78,7 @@ class OncallFeature(BaseFeature):
                 self.notifier,
                 ModelDecider(parts.provider),
                 PromptCommandApprovals(parts.broker),
+                CampaignOwners(parts.admission, admins=parts.roles.admins),
             ),
             EngineSettings(
                 report_tolerance=section.campaign_report_tolerance,

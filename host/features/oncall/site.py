@@ -12,7 +12,7 @@ from core.ids import ConversationRef
 from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, EngineSettings
 from oncall.machines.registry import Allocator, Confinement, build_machines, load_machines
 from oncall.model import Machine, MachineSpec
-from oncall.ports import CampaignNotifier, CommandApprovals, WakeScheduler
+from oncall.ports import CampaignNotifier, CommandApprovals, OwnerAccess, WakeScheduler
 from oncall.store import CampaignStore
 from oncall.workdirs import BotPaths
 
@@ -36,6 +36,8 @@ class Wiring:
     decider: Decider
     # None for `campaigns run`: the operator typed the command, which is the approval.
     approvals: CommandApprovals | None = None
+    # None for `campaigns run`: the operator acting directly.
+    owners: OwnerAccess | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class CampaignSite:
             wiring.notifier,
             wiring.decider,
             wiring.approvals,
+            wiring.owners,
         )
         config = EngineConfig(
             root=self.home / "campaigns",
