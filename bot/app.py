@@ -462,6 +462,13 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
     scheduler = ApschedulerScheduler(
         home / "scheduler.db", bus, misfire_grace_seconds=settings.scheduler_misfire_grace_seconds
     )
+    # Clicks, firings, checks, wake-ups and releases pass the policy live messages pass.
+    admission = Admission(
+        store,
+        access_directories(adapters),
+        served=[a.platform for a in adapters],
+        admins=settings.admins,
+    )
     broker = PromptBroker(
         store,
         surfaces=MappingProxyType(
@@ -475,6 +482,7 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         ),
         scheduler=scheduler,
         people=people,
+        admission=admission,
     )
     # Where campaign rounds and standing checks run (reads machines.toml: assembly).
     site = campaign_site(settings, sandbox, one_shot=False)
@@ -512,13 +520,7 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
         ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,
-        # Firings, checks, wake-ups and releases pass the policy live messages pass.
-        admission=Admission(
-            store,
-            access_directories(adapters),
-            served=[a.platform for a in adapters],
-            admins=settings.admins,
-        ),
+        admission=admission,
     )
 
 

@@ -35,6 +35,7 @@ from host.prompts.responders import PromptPolicy, Responders
 from host.prompts.typed import TypedAnswers
 from host.prompts.upkeep import PromptUpkeep
 from host.prompts.wording import MAX_ANSWER_CHARS, TYPED_ANSWER_HELP, gist, short_ids
+from host.runtime.admission import Admission
 from host.runtime.events import ConversationStopped, EventBus, StoppedItem
 from host.runtime.people import People
 from host.runtime.ports import PromptSurface
@@ -69,10 +70,13 @@ class PromptBroker:
         policy: PromptPolicy | None = None,
         scheduler: Scheduler | None = None,
         people: People | None = None,
+        admission: Admission | None = None,
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] | None = None,
     ) -> None:
         self._records = PromptStore(store)
+        # A click passes the access rules a message passes (a removed requester's included).
+        self._admission = admission
         self._policy = policy = policy or PromptPolicy()
         self._clock = clock
         self._new_id = new_id or (lambda: uuid.uuid4().hex)
@@ -160,6 +164,17 @@ class PromptBroker:
         prompt = await self._records.get(prompt_id)
         if prompt is None or not hmac.compare_digest(prompt.nonce, nonce):
             return AnswerOutcome("unknown", "This request is no longer known.")
+        if self._admission is not None:
+            verdict = await self._admission.admit(
+                "click", responder_id, prompt.conversation, subject=prompt.id
+            )
+            if not verdict.admitted:
+                return AnswerOutcome(
+                    "not_allowed",
+                    "You can't answer this: this bot's access rules do not admit you here "
+                    f"({verdict.standing.refusal}).",
+                    prompt,
+                )
         return await self._decider.answer(prompt, responder_id, answer, message_id=message_id)
 
     async def answer_typed(

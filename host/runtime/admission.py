@@ -24,7 +24,7 @@ from core.store import Store
 
 log = logging.getLogger(__name__)
 
-Origin = Literal["firing", "check", "run-now", "resume", "wake-up", "resubmit", "release", "turn"]
+Origin = Literal["firing", "check", "run-now", "resume", "wake-up", "resubmit", "release", "click"]
 
 # Why a machine refuses someone, given their current roles (None: it admits them).
 MachineRule = Callable[[tuple[str, ...]], str | None]

@@ -250,3 +250,29 @@ async def test_a_removed_persons_campaign_stops_at_its_next_wake_up_on_slack(
             )
     finally:
         await fake.stop()
+
+
+async def test_a_click_by_someone_the_rules_no_longer_admit_is_refused_on_discord(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    env = {"RAVEN_DISCORD_ALLOWED_ROLES": ALLOWED_ROLE}
+    async with shared_fake() as fake:
+        fake.add_role(ALLOWED_ROLE, "raven-users")
+        fake.add_user(BOB, "bob", global_name="Bob", roles=[ALLOWED_ROLE])
+        async with discord_bot(monkeypatch, env=env, fake=fake) as bot:
+            await bot.mention(PLAN, user=BOB)
+            broker = bot.runtime.broker
+
+            async def asked() -> bool:
+                return bool(await broker.pending())
+
+            await eventually(asked, 30, what="the command's approval was never asked")
+            (prompt,) = await broker.pending()
+            # Bob loses the role that admitted him while his approval waits.
+            fake.add_user(BOB, "bob", global_name="Bob", roles=[])
+            outcome = await broker.answer(prompt.id, prompt.nonce, BOB, "Approve")
+            assert outcome.status == "not_allowed", outcome
+            assert "access rules" in outcome.message, outcome.message
+            assert [p.id for p in await broker.pending()] == [prompt.id]
+            (row,) = await _audit(bot)
+            assert (row["origin"], row["owner"]) == ("click", BOB), row
