@@ -71,6 +71,15 @@ class KeyedSerial:
         while (tail := self._tails.get(key)) is not None:
             await asyncio.wait({tail})
 
+    def busy(self) -> bool:
+        """Whether anything spawned (for any key) is queued or running."""
+        return bool(self._tasks)
+
+    async def settled(self) -> None:
+        """Wait until nothing spawned (for any key) is left."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
     async def close(self) -> None:
         """Cancel whatever is still queued or running and wait for it to unwind."""
         tasks = list(self._tasks)

@@ -118,6 +118,8 @@ class LaneManager:
         self._bus = bus
         self._lanes: dict[str, _Lane] = {}
         self._closed = False
+        # Shutdown's grace: people's new turns are refused, the bot's own still run.
+        self._people_closed = False
 
     @property
     def closed(self) -> bool:
@@ -139,7 +141,7 @@ class LaneManager:
         privileged cancels only its typist's turns. Cancelling the future cancels the job.
         Raises `LaneBusy` or `LanesClosed` immediately.
         """
-        if self._closed:
+        if self._closed or (kind == "user" and self._people_closed):
             raise LanesClosed()
         if kind not in self._pools:
             raise ValueError(f"unknown lane kind {kind!r}")
@@ -233,6 +235,30 @@ class LaneManager:
         queued = sum(1 for job in lane.queue if not job.future.done())
         return LaneStatus(running=running, queued=queued)
 
+    def close_to_people(self) -> None:
+        """Refuse people's new turns (`LanesClosed`) while what runs gets its grace; the
+        bot's own (the report of a run that ends meanwhile) are still taken."""
+        self._people_closed = True
+
+    def running(self) -> list[str]:
+        """The labels of the turns running now and waiting, one per turn."""
+        return [
+            job.label or job.kind
+            for lane in self._lanes.values()
+            for job in ([lane.running] if lane.running is not None else []) + list(lane.queue)
+            if not job.future.done()
+        ]
+
+    async def idle(self) -> None:
+        """Wait until no lane runs or holds a turn (a lane opened meanwhile too)."""
+        while busy := [lane for lane in self._lanes.values() if not lane.idle.is_set()]:
+            waits = [asyncio.ensure_future(lane.idle.wait()) for lane in busy]
+            try:
+                await asyncio.wait(waits)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+
     def active_keys(self) -> list[str]:
         """Keys of lanes that currently exist (busy, or idle but not yet reaped)."""
         return list(self._lanes)
@@ -248,7 +274,13 @@ class LaneManager:
                     await lane.idle.wait()
         except TimeoutError:
             busy = sum(1 for lane in lanes if not lane.idle.is_set())
-            log.warning("drain: %gs grace ran out; cancelling work in %d lane(s)", grace, busy)
+            # No grace: the caller already waited (and said so), this only cancels.
+            log.log(
+                logging.WARNING if grace > 0 else logging.INFO,
+                "drain: %gs grace ran out; cancelling work in %d lane(s)",
+                grace,
+                busy,
+            )
         finally:
             workers = [lane.worker for lane in lanes if lane.worker is not None]
             for worker in workers:

@@ -335,6 +335,14 @@ class ConversationService:
             log.info("duplicate event %s dropped", msg.event_id)
         return message_id
 
+    def dispatching(self) -> bool:
+        """Whether a received message (or the bot's own turn) is still being dispatched."""
+        return self._ingress.busy()
+
+    async def dispatched(self) -> None:
+        """Wait until every received message was dispatched (queued, answered or refused)."""
+        await self._ingress.settled()
+
     async def close(self) -> None:
         """Cancel dispatches still queued (their messages stay unhandled and resume later) and
         stop retrying failed posts (they stay recorded and go out at the next start)."""

@@ -417,6 +417,16 @@ class RunManager:
                 return
             await asyncio.wait(tasks)
 
+    def executing(self) -> list[GraphRun]:
+        """Every run still executing in this process."""
+        return list(self._runs.values())
+
+    async def cancel_all(self, reason: str) -> None:
+        """Cancel every executing run, recording `reason` on the nodes it stops (shutdown
+        once its grace is over: a clean stop is never reported as a crash)."""
+        for run in list(self._runs.values()):
+            await run.cancel(reason=reason)
+
     async def shutdown(self) -> None:
         """Stop every live run without rewriting its records: the next start marks running
         nodes interrupted and reports them, the same path as after a crash."""

@@ -473,3 +473,23 @@ async def test_invalid_arguments() -> None:
     with pytest.raises(ValueError):
         lanes.submit("c1", Gate().job("x"), kind="bogus")  # type: ignore[arg-type]
     assert lanes.active_keys() == []
+
+
+async def test_shutdown_grace_refuses_people_and_still_runs_the_bots_own_turns() -> None:
+    lanes = LaneManager(EventBus())
+    release = asyncio.Event()
+    running = lanes.submit("c1", release.wait, label="a request by alice")
+    lanes.close_to_people()
+    with pytest.raises(LanesClosed):
+        lanes.submit("c1", release.wait, kind="user")
+    # A run that ends during the grace still reports: the bot's own turn is taken.
+    report = lanes.submit("c2", release.wait, kind="system", label="a report of mine")
+    await settle()
+    assert sorted(lanes.running()) == ["a report of mine", "a request by alice"]
+    idle = asyncio.ensure_future(lanes.idle())
+    await settle()
+    assert not idle.done()
+    release.set()
+    await idle
+    assert running.done() and report.done() and lanes.running() == []
+    await lanes.drain(0)
