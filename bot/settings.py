@@ -214,6 +214,11 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_SKILLS_HUB_TOKEN",
         description="Bearer token for the skill hub, if it needs one.",
     )
+    skills_hub_allow_unscored: bool = Field(
+        default=False,
+        validation_alias="RAVEN_SKILLS_HUB_ALLOW_UNSCORED",
+        description="Admit hub skills that carry no safety verdict (false: they are left out).",
+    )
     dedup_ttl_seconds: float = Field(
         default=7 * 24 * 3600.0,
         gt=0,

@@ -12,6 +12,11 @@ One departure from the paper: a local (bundled or user) skill is never shadowed.
 compared by `skills.names.name_key` (case, spacing, punctuation and look-alike letters
 ignored); a hub or experience skill named like any local skill is dropped before fusion, and
 in a fused group a local hit is always the representative, whatever the native scores.
+
+Hub skills fail closed: a hub entry without a readable safety verdict (`metadata.safety`, a
+number from 0 to 1) is dropped before fusion too, unless `allow_unscored_hub` admits entries
+with no verdict at all (one the bot cannot read is never admitted); each left-out entry is
+reported with why (`Selection.left_out`, `SkillRouter.ranking`).
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class RouterSettings:
     rewriter_enabled: bool = False
     blocked_names: frozenset[str] = frozenset()
     min_safety: float = 0.3
+    allow_unscored_hub: bool = False  # hub entries without a safety verdict take part
     excerpt_chars: int = 600
     description_chars: int = 300
     source_timeout: float = 3.0
@@ -98,6 +104,29 @@ class FusedCandidate:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """An entry the policy kept from the pool, and why (for the operator)."""
+
+    hit: SkillHit
+    reason: str
+
+    @property
+    def qid(self) -> str:
+        """The entry's qualified id."""
+        return self.hit.qid
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """`skills search`: every fused name, the entries left out (before fusion for want of
+    a hub verdict, after it by policy) and the sources that failed."""
+
+    fused: list[FusedCandidate]
+    left_out: list[LeftOut]
+    source_errors: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Selection:
     """What the router decided for one request, with enough detail to explain it."""
 
@@ -109,6 +138,7 @@ class Selection:
     gate_failed: bool = False  # the gate call or its parsing failed: k_fb fallback
     source_errors: dict[str, str] = field(default_factory=dict)
     plan: str = ""  # the gate's explanatory plan (not an executable graph)
+    left_out: list[LeftOut] = field(default_factory=list)
 
 
 # --- fusion (Eqs. 71-72) -------------------------------------------------------------------
@@ -242,19 +272,61 @@ def parse_number(value: object) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _safety(value: object) -> float | None:
-    """A parseable safety score, or None (missing or malformed scores never reject)."""
-    return parse_number(value)
+NO_HUB_VERDICT = (
+    "no safety verdict from the hub; "
+    "set RAVEN_SKILLS_HUB_ALLOW_UNSCORED=true to admit unscored hub skills"
+)
+
+
+def hub_verdict_problem(hit: SkillHit, settings: RouterSettings) -> str | None:
+    """Why a hub entry may not take part for want of a usable safety verdict, or None (also
+    for other sources: local skills are the operator's, experience skills the bot's own)."""
+    if hit.source != "hub" and hit.skill.origin != "hub":
+        return None
+    if "safety" not in hit.skill.metadata:
+        return None if settings.allow_unscored_hub else NO_HUB_VERDICT
+    raw = hit.skill.metadata["safety"]
+    safety = parse_number(raw)
+    if safety is None or not 0.0 <= safety <= 1.0:
+        # The hub said something, but not a score: admitting it would trust an unknown verdict.
+        return f"unreadable safety verdict from the hub ({str(raw)[:40]!r})"
+    return None
+
+
+def left_out_reason(hit: SkillHit, settings: RouterSettings) -> str | None:
+    """Runtime admission, None when admitted: not blocked (by qualified id, or by a name that
+    reads alike: `name_key`), a hub entry with a usable verdict, safety not too low (a
+    missing or malformed score rejects no local or experience skill)."""
+    blocked_keys = {name_key(name) for name in settings.blocked_names}
+    if hit.qid in settings.blocked_names or name_key(hit.name) in blocked_keys:
+        return "blocked (RAVEN_SKILLS_BLOCKED)"
+    problem = hub_verdict_problem(hit, settings)
+    if problem is not None:
+        return problem
+    safety = parse_number(hit.skill.metadata.get("safety"))
+    if safety is not None and safety < settings.min_safety:
+        return f"safety {safety:g} below {settings.min_safety:g}"
+    return None
 
 
 def admitted(hit: SkillHit, settings: RouterSettings) -> bool:
-    """Runtime admission: not blocked (by qualified id, or by a name that reads alike:
-    `name_key`), safety not too low."""
-    blocked_keys = {name_key(name) for name in settings.blocked_names}
-    if hit.qid in settings.blocked_names or name_key(hit.name) in blocked_keys:
-        return False
-    safety = _safety(hit.skill.metadata.get("safety"))
-    return safety is None or safety >= settings.min_safety
+    """Runtime admission (`left_out_reason` finds nothing against the hit)."""
+    return left_out_reason(hit, settings) is None
+
+
+def _verdicted(
+    hits: list[SkillHit], settings: RouterSettings, left_out: list[LeftOut]
+) -> list[SkillHit]:
+    """The hits that may take part in fusion as far as hub verdicts go; the others are
+    appended to `left_out` (fail closed: they never reach the gate or the Host)."""
+    kept = []
+    for hit in hits:
+        problem = hub_verdict_problem(hit, settings)
+        if problem is None:
+            kept.append(hit)
+        else:
+            left_out.append(LeftOut(hit, problem))
+    return kept
 
 
 def _unshadowed(
@@ -306,10 +378,18 @@ class SkillRouter:
         need, query = await self._rewrite(request, history)
         if not need:
             return Selection(query=query, candidates=[], pool=[], selected=[], skipped=True)
-        fused, errors, local = await self._retrieve(query, history)
+        fused, errors, local, left_out = await self._retrieve(query, history)
         candidates = fused[: self._settings.k_pool]
         # Filtering happens after Take_k_pool: a removed entry is not replaced (no refill).
-        pool = [c.hit for c in candidates if admitted(c.hit, self._settings)]
+        pool = []
+        for candidate in candidates:
+            reason = left_out_reason(candidate.hit, self._settings)
+            if reason is None:
+                pool.append(candidate.hit)
+            else:
+                left_out.append(LeftOut(candidate.hit, reason))
+        if left_out:
+            log.info("skills left out: %s", "; ".join(f"{e.qid}: {e.reason}" for e in left_out))
         selected, plan, failed = await self._gate(query, pool, tools, specialists, local)
         return Selection(
             query=query,
@@ -319,14 +399,29 @@ class SkillRouter:
             gate_failed=failed,
             source_errors=errors,
             plan=plan,
+            left_out=left_out,
         )
 
     async def search(self, query: str) -> list[FusedCandidate]:
-        """Fusion only (no rewriter, filter or gate), every fused name: for `skills search`."""
-        fused, errors, _ = await self._retrieve(query, ())
-        for source, error in errors.items():
+        """Fusion only (no rewriter, filter or gate), every fused name."""
+        ranking = await self.ranking(query)
+        for source, error in ranking.source_errors.items():
             log.warning("skill source %s failed: %s", source, error)
-        return fused
+        return ranking.fused
+
+    async def ranking(self, query: str) -> Ranking:
+        """Fusion without rewriter or gate, every fused name, and every entry left out
+        (a fused one the policy filter would drop too): for `skills search`."""
+        fused, errors, _, left_out = await self._retrieve(query, ())
+        for candidate in fused:
+            reason = left_out_reason(candidate.hit, self._settings)
+            if reason is not None:
+                left_out.append(LeftOut(candidate.hit, reason))
+        return Ranking(fused, left_out, errors)
+
+    def left_out_reason(self, hit: SkillHit) -> str | None:
+        """Why this router's policy would leave `hit` out, or None (for `skills list`)."""
+        return left_out_reason(hit, self._settings)
 
     async def _rewrite(self, request: str, history: Sequence[str]) -> tuple[bool, str]:
         if not self._settings.rewriter_enabled or self._completer is None:
@@ -347,8 +442,9 @@ class SkillRouter:
 
     async def _retrieve(
         self, query: str, history: Sequence[str]
-    ) -> tuple[list[FusedCandidate], dict[str, str], list[Skill]]:
-        """(fused candidates, source errors, every local skill: [] when not listable)."""
+    ) -> tuple[list[FusedCandidate], dict[str, str], list[Skill], list[LeftOut]]:
+        """(fused candidates, source errors, every local skill: [] when not listable, the
+        hub entries left out for want of a usable verdict)."""
         k = self._settings.over_fetch * self._settings.k_pool
         history = tuple(history)
         searches = asyncio.gather(
@@ -358,12 +454,14 @@ class SkillRouter:
         local_keys = None if local is None else frozenset(name_key(s.name) for s in local)
         lists: list[tuple[str, float, Sequence[SkillHit]]] = []
         errors: dict[str, str] = {}
+        left_out: list[LeftOut] = []
         for source, (hits, error) in zip(self._sources, results, strict=True):
             if error is not None:
                 errors[source.name] = error
             kept = _unshadowed(source.name, hits, local_keys, errors)
+            kept = _verdicted(kept, self._settings, left_out)
             lists.append((source.name, self._settings.weights.get(source.name, 1.0), kept))
-        return rrf_fuse(lists, self._settings.c_rrf), errors, local or []
+        return rrf_fuse(lists, self._settings.c_rrf), errors, local or [], left_out
 
     async def _local_skills(self) -> list[Skill] | None:
         """Every local skill (retrieved or not), or None when a local catalog cannot be
@@ -431,9 +529,12 @@ class SkillRouter:
 
 __all__ = [
     "GATE_SYSTEM",
+    "NO_HUB_VERDICT",
     "REWRITER_SYSTEM",
     "Completer",
     "FusedCandidate",
+    "LeftOut",
+    "Ranking",
     "RouterSettings",
     "Selection",
     "SkillRouter",
@@ -442,6 +543,8 @@ __all__ = [
     "excerpt",
     "extract_json",
     "gate_prompt",
+    "hub_verdict_problem",
+    "left_out_reason",
     "parse_gate",
     "parse_number",
     "parse_rewrite",

@@ -3,47 +3,22 @@ entry dropped, errors raised for the router to isolate, and a slow hub cut off."
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from skills.hub import HubError, HubSource
-
-
-class Hub:
-    def __init__(self) -> None:
-        self.answer: Any = {"skills": []}
-        self.status = 200
-        self.delay = 0.0
-        self.queries: list[dict[str, str]] = []
-        self.release = asyncio.Event()
-
-    async def search(self, request: web.Request) -> web.Response:
-        self.queries.append({**request.query, "auth": request.headers.get("Authorization", "")})
-        if self.delay:
-            await self.release.wait()
-        return web.json_response(self.answer, status=self.status)
+from tests.fakes.skill_hub import FakeHub, serving_hub
 
 
 @pytest.fixture
-async def hub() -> AsyncIterator[tuple[Hub, str]]:
-    state = Hub()
-    app = web.Application()
-    app.router.add_get("/search", state.search)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield state, f"http://127.0.0.1:{port}"
-    state.release.set()
-    await runner.cleanup()
+async def hub() -> AsyncIterator[tuple[FakeHub, str]]:
+    async with serving_hub() as state:
+        yield state, state.url
 
 
-async def test_hits_are_validated_and_ranked_as_sent(hub: tuple[Hub, str]) -> None:
+async def test_hits_are_validated_and_ranked_as_sent(hub: tuple[FakeHub, str]) -> None:
     state, url = hub
     state.answer = {
         "skills": [
@@ -60,15 +35,15 @@ async def test_hits_are_validated_and_ranked_as_sent(hub: tuple[Hub, str]) -> No
 
 
 @pytest.mark.parametrize(("status", "answer"), [(500, {}), (200, {"nope": 1}), (200, [1, 2])])
-async def test_unusable_answers_raise(hub: tuple[Hub, str], status: int, answer: Any) -> None:
+async def test_unusable_answers_raise(hub: tuple[FakeHub, str], status: int, answer: Any) -> None:
     state, url = hub
     state.status, state.answer = status, answer
     with pytest.raises(HubError):
         await HubSource(url).search("q", 3)
 
 
-async def test_a_slow_hub_times_out(hub: tuple[Hub, str]) -> None:
+async def test_a_slow_hub_times_out(hub: tuple[FakeHub, str]) -> None:
     state, url = hub
-    state.delay = 1.0
+    state.delay = True
     with pytest.raises(TimeoutError):
         await HubSource(url, timeout=0.2).search("q", 3)

@@ -13,6 +13,7 @@ import pytest
 
 from skills.model import Skill, SkillHit, SourceName
 from skills.router import (
+    NO_HUB_VERDICT,
     FusedCandidate,
     RouterSettings,
     SkillRouter,
@@ -281,22 +282,66 @@ async def test_a_qualified_id_can_be_blocked_too() -> None:
 
 
 async def test_safety_below_the_threshold_is_filtered_and_malformed_scores_are_not() -> None:
+    # Experience skills are the bot's own: a missing or malformed score rejects none of them.
     hits = [
+        hit("memory", "low", 0.9, metadata={"safety": 0.1}),
+        hit("memory", "edge", 0.8, metadata={"safety": 0.3}),
+        hit("memory", "low-text", 0.7, metadata={"safety": "0.05"}),
+        hit("memory", "malformed", 0.6, metadata={"safety": "high"}),
+        hit("memory", "boolean", 0.5, metadata={"safety": False}),
+        hit("memory", "missing", 0.4),
+        hit("memory", "nan", 0.3, metadata={"safety": float("nan")}),
+    ]
+    selection = await router(FakeSource("memory", hits), gate_enabled=False, k_pool=7).select("q")
+    assert names(selection.pool) == ["edge", "malformed", "boolean", "missing", "nan"]
+    assert {e.hit.name: e.reason for e in selection.left_out} == {
+        "low": "safety 0.1 below 0.3",
+        "low-text": "safety 0.05 below 0.3",
+    }
+
+
+def hub_verdicts() -> list[SkillHit]:
+    return [
         hit("hub", "low", 0.9, metadata={"safety": 0.1}),
         hit("hub", "edge", 0.8, metadata={"safety": 0.3}),
-        hit("hub", "low-text", 0.7, metadata={"safety": "0.05"}),
-        hit("hub", "malformed", 0.6, metadata={"safety": "high"}),
-        hit("hub", "boolean", 0.5, metadata={"safety": False}),
-        hit("hub", "missing", 0.4),
-        hit("hub", "nan", 0.3, metadata={"safety": float("nan")}),
+        hit("hub", "malformed", 0.7, metadata={"safety": "high"}),
+        hit("hub", "boolean", 0.6, metadata={"safety": False}),
+        hit("hub", "missing", 0.5),
+        hit("hub", "nan", 0.4, metadata={"safety": float("nan")}),
+        hit("hub", "too-high", 0.3, metadata={"safety": 7}),
+        hit("hub", "safe", 0.2, metadata={"safety": "0.95"}),
     ]
-    selection = await router(FakeSource("hub", hits), gate_enabled=False, k_pool=7).select("q")
-    assert names(selection.pool) == ["edge", "malformed", "boolean", "missing", "nan"]
+
+
+async def test_hub_skills_fail_closed_without_a_readable_verdict() -> None:
+    gate = FakeCompleter(gate_answer("hub/missing", "hub/malformed", "hub/edge"))
+    selection = await router(
+        FakeSource("hub", hub_verdicts()), completer=gate, k_pool=3, over_fetch=3
+    ).select("q")
+    # Left out before fusion: they take no pool place (k_pool 3 holds the three scored ones).
+    assert [c.name for c in selection.candidates] == ["low", "edge", "safe"]
+    assert names(selection.pool) == ["edge", "safe"]
+    assert names(selection.selected) == ["edge"]
+    ((_, prompt),) = gate.calls
+    assert "hub/edge" in prompt and "hub/missing" not in prompt and "hub/nan" not in prompt
+    why = {e.hit.name: e.reason for e in selection.left_out}
+    assert why["missing"] == NO_HUB_VERDICT
+    assert "RAVEN_SKILLS_HUB_ALLOW_UNSCORED=true" in why["missing"]
+    for name in ("malformed", "boolean", "nan", "too-high"):
+        assert why[name].startswith("unreadable safety verdict from the hub"), why
+    assert why["low"] == "safety 0.1 below 0.3"
+
+
+async def test_allowing_unscored_hub_skills_admits_only_those_without_a_verdict() -> None:
+    selection = await router(
+        FakeSource("hub", hub_verdicts()), gate_enabled=False, k_pool=8, allow_unscored_hub=True
+    ).select("q")
+    assert names(selection.pool) == ["edge", "missing", "safe"]
 
 
 async def test_a_stricter_safety_threshold_filters_more() -> None:
-    hits = [hit("hub", "a", 0.9, metadata={"safety": 0.5}), hit("hub", "b", 0.8)]
-    selection = await router(FakeSource("hub", hits), gate_enabled=False, min_safety=0.6).select(
+    hits = [hit("memory", "a", 0.9, metadata={"safety": 0.5}), hit("memory", "b", 0.8)]
+    selection = await router(FakeSource("memory", hits), gate_enabled=False, min_safety=0.6).select(
         "q"
     )
     assert names(selection.pool) == ["b"]

@@ -30,6 +30,7 @@ class SkillsSection:
     skills_blocked: list[str]
     skills_hub_url: str | None
     skills_hub_token: SecretStr | None
+    skills_hub_allow_unscored: bool
 
 
 def local_catalog(home: Path) -> LocalCatalog:
@@ -70,5 +71,6 @@ def skill_router(
             gate_enabled=section.skills_gate,
             rewriter_enabled=section.skills_rewriter,
             blocked_names=frozenset(section.skills_blocked),
+            allow_unscored_hub=section.skills_hub_allow_unscored,
         ),
     )
