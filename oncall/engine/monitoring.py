@@ -90,7 +90,9 @@ class Monitor:
                 )
             return None
         live.unreachable_told = False
-        observation = live.watch.observe(core.now(), chunk, status)
+        # In a worker thread: the metric's pattern may be a person's, and RE2 (linear, bounded,
+        # releasing the GIL) still costs its program size times the output's length.
+        observation = await asyncio.to_thread(live.watch.observe, core.now(), chunk, status)
         if observation.values or chunk:
             values = [(v.name, v.value, v.line) for v in observation.values]
             recorded = await core.store.record_measurements(
