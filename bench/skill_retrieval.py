@@ -121,7 +121,8 @@ async def measure(n: int) -> None:
     router = SkillRouter(
         [IndexSource("local", index), IndexSource("memory", index), IndexSource("hub", index)],
         completer=None,
-        settings=RouterSettings(gate_enabled=False),
+        # The stand-in hub sends no safety verdicts: admitted, so three sources are fused.
+        settings=RouterSettings(gate_enabled=False, allow_unscored_hub=True),
     )
     routed: list[float] = []
     for _, query in queries:
