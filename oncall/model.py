@@ -93,13 +93,21 @@ class MetricSpec(BaseModel):
         return rf"\b{name}\b\s*[=:]?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf|-inf))"
 
 
+# The longest campaign fields anyone may ask for (chat, the Host's tool, the CLI); the
+# operator's own limit on budgets (RAVEN_CAMPAIGN_MAX_BUDGET_HOURS) is at most this one.
+MAX_BUDGET_SECONDS = 90 * 86400.0
+MAX_WAKE_SECONDS = 86400.0
+MAX_POLL_SECONDS = 3600.0
+MAX_ROUNDS = 1000
+
+
 class Budget(BaseModel):
     """Limits of one campaign: wall clock, compute minutes (slot-minutes), rounds."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    wall_seconds: float = Field(gt=0, le=90 * 86400, description="whole campaign, seconds")
+    wall_seconds: float = Field(gt=0, le=MAX_BUDGET_SECONDS, description="whole campaign, seconds")
     compute_minutes: float | None = Field(default=None, gt=0)
-    rounds: int = Field(default=5, ge=1, le=1000)
+    rounds: int = Field(default=5, ge=1, le=MAX_ROUNDS)
 
 
 class CampaignSpec(BaseModel):
@@ -113,8 +121,8 @@ class CampaignSpec(BaseModel):
     direction: Direction = "min"
     baseline: float | None = None
     budget: Budget
-    wake_every_seconds: float = Field(default=300.0, ge=1, le=86400)
-    poll_seconds: float = Field(default=5.0, gt=0, le=3600)
+    wake_every_seconds: float = Field(default=300.0, ge=1, le=MAX_WAKE_SECONDS)
+    poll_seconds: float = Field(default=5.0, gt=0, le=MAX_POLL_SECONDS)
     stall_seconds: float = Field(default=600.0, gt=0)
     divergence_margin: float | None = Field(
         default=None, ge=0, description="wake when worse than baseline by more than this"

@@ -6,6 +6,7 @@ measurement; `campaign_report` closes a campaign only through the report gate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,14 +18,25 @@ from host.runtime.people import People
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
 from oncall.access import Requester
-from oncall.durations import parse_duration
+from oncall.durations import DAY_SECONDS, TooLong, parse_duration, shortened
 from oncall.engine import CampaignEngine, CampaignError
-from oncall.model import Budget, CampaignSpec, MetricSpec, check_partition
+from oncall.model import (
+    MAX_BUDGET_SECONDS,
+    MAX_POLL_SECONDS,
+    MAX_ROUNDS,
+    MAX_WAKE_SECONDS,
+    Budget,
+    CampaignSpec,
+    MetricSpec,
+    check_partition,
+)
 from oncall.store import CampaignRecord
 
 MAX_CPUS = 1024
 # The monitor reads a round's output at most this often: a faster poll only burns a core.
 MIN_POLL_SECONDS = 1.0
+# A round silent for longer than this is stalled whatever was asked (a week of no output).
+MAX_STALL_SECONDS = 7 * DAY_SECONDS
 CAMPAIGN_SYNTAX = (
     "campaign: <goal> | machine: local | run: <command> | metric: <name> <min|max> | budget: 2h"
 )
@@ -115,23 +127,34 @@ def campaign_spec(
     if not args.run:
         problems.append("`run:` is missing: the command one round runs")
     name, direction = _metric(args.metric, problems)
-    budget = _duration("budget", args.budget, problems)
+    budget = _duration("budget", args.budget, problems, most=MAX_BUDGET_SECONDS)
+    # A wake-up or a round's time limit longer than the budget would never come.
+    within = budget or MAX_BUDGET_SECONDS
+    wake_most = min(MAX_WAKE_SECONDS, within)
     optional = {
-        "wake_every_seconds": _duration("wake", args.wake, problems, required=False),
-        "stall_seconds": _duration("stall", args.stall, problems, required=False),
-        "poll_seconds": _duration("poll", args.poll, problems, required=False),
+        "wake_every_seconds": _duration(
+            "wake", args.wake, problems, most=wake_most, required=False, why=_why(budget, wake_most)
+        ),
+        "stall_seconds": _duration(
+            "stall", args.stall, problems, most=MAX_STALL_SECONDS, required=False
+        ),
+        "poll_seconds": _duration(
+            "poll", args.poll, problems, most=MAX_POLL_SECONDS, required=False
+        ),
         "baseline": _number("baseline", args.baseline, problems),
         "divergence_margin": _number("margin", args.margin, problems),
-        "round_time_limit_seconds": _duration("time", args.time, problems, required=False),
+        "round_time_limit_seconds": _duration(
+            "time", args.time, problems, most=within, required=False, why=_why(budget, within)
+        ),
         "cpus": _cpus(args.cpus, problems),
         "partition": _partition(args.partition, problems),
     }
-    rounds = _number("rounds", args.rounds, problems)
+    rounds = _rounds(args.rounds, problems)
     poll = optional["poll_seconds"]
     if isinstance(poll, float) and poll < min_poll_seconds:
         problems.append(
-            f"`poll: {args.poll}`: at least {min_poll_seconds:g}s (the monitor reads output at "
-            "most once a second)"
+            f"`poll: {shortened(args.poll or '')}`: at least {min_poll_seconds:g}s (the monitor "
+            "reads output at most once a second)"
         )
     if problems:
         raise ValueError(_problems(problems))
@@ -142,7 +165,7 @@ def campaign_spec(
             command=str(args.run),
             metric=MetricSpec(name=name, pattern=args.pattern, json_key=_text(args.json_key)),
             direction=direction,
-            budget=Budget(wall_seconds=budget or 0, rounds=int(rounds) if rounds else 5),
+            budget=Budget(wall_seconds=budget or 0, rounds=rounds or 5),
             **{k: v for k, v in optional.items() if v is not None},
         )
     except ValidationError as exc:
@@ -166,27 +189,62 @@ def _metric(raw: str | None, problems: list[str]) -> tuple[str, str]:
 
 
 def _duration(
-    field: str, raw: str | None, problems: list[str], *, required: bool = True
+    field: str,
+    raw: str | None,
+    problems: list[str],
+    *,
+    most: float,
+    required: bool = True,
+    why: str = "",
 ) -> float | None:
+    """The seconds of a duration field, at most `most` (`why`: what that maximum is)."""
     if raw is None or not raw.strip():
         if required:
             problems.append(f"`{field}:` is missing: a duration like 2h or 90m")
         return None
     try:
-        return parse_duration(raw)
+        return parse_duration(raw, most=most, name=f"{field}:")
+    except TooLong as exc:
+        problems.append(f"{exc}{why}")
     except ValueError as exc:
         problems.append(f"`{field}:` {exc}")
-        return None
+    return None
+
+
+def _why(budget: float | None, most: float) -> str:
+    """What a maximum taken from the budget is, for its refusal."""
+    return " (the campaign's budget)" if budget is not None and most == budget else ""
 
 
 def _number(field: str, raw: str | None, problems: list[str]) -> float | None:
     if raw is None or not raw.strip():
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        problems.append(f"`{field}: {raw}` is not a number")
+        problems.append(f"`{field}: {shortened(raw)}` is not a number")
         return None
+    if not math.isfinite(value):
+        problems.append(f"`{field}: {shortened(raw)}` is not a finite number")
+        return None
+    return value
+
+
+def _rounds(raw: str | None, problems: list[str]) -> int | None:
+    """`rounds:` as a whole number from 1 to MAX_ROUNDS."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = float(raw)  # a 400-digit number is infinity here, and out of bounds
+    except ValueError:
+        value = math.nan
+    if math.isnan(value) or (math.isfinite(value) and not value.is_integer()):
+        problems.append(f"`rounds: {shortened(raw)}` is not a whole number of rounds, e.g. 3")
+        return None
+    if not 1 <= value <= MAX_ROUNDS:
+        problems.append(f"`rounds: {shortened(raw)}`: between 1 and {MAX_ROUNDS}")
+        return None
+    return int(value)
 
 
 def _cpus(raw: str | None, problems: list[str]) -> int | None:
@@ -195,10 +253,10 @@ def _cpus(raw: str | None, problems: list[str]) -> int | None:
     try:
         cpus = int(raw)
     except ValueError:
-        problems.append(f"`cpus: {raw}` is not a whole number of cpus, e.g. 4")
+        problems.append(f"`cpus: {shortened(raw)}` is not a whole number of cpus, e.g. 4")
         return None
     if not 1 <= cpus <= MAX_CPUS:
-        problems.append(f"`cpus: {raw}`: between 1 and {MAX_CPUS}")
+        problems.append(f"`cpus: {shortened(raw)}`: between 1 and {MAX_CPUS}")
         return None
     return cpus
 
@@ -282,7 +340,9 @@ class CampaignTools:
         if refusal := await self._refusal(ctx, args.campaign_id, "decide on"):
             return refusal
         try:
-            seconds = parse_duration(args.until)
+            seconds = parse_duration(args.until, most=MAX_BUDGET_SECONDS, name="until:")
+        except TooLong as exc:
+            return f"Refused: {exc} (the longest budget)"
         except ValueError as exc:
             return f"Refused: `until`: {exc}"
         return await self._refusing(

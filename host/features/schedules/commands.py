@@ -11,7 +11,10 @@ from host.features.schedules.tasks import Proposer, ScheduledTasks
 from host.features.schedules.work import CHECK_SYNTAX
 from host.runtime.messages import InboundMessage
 from host.runtime.roles import Roles
-from oncall.durations import parse_duration
+from oncall.durations import DAY_SECONDS, parse_duration
+
+# The longest snooze: for longer, `mute` (until `unmute`) says what is meant.
+MAX_SNOOZE_SECONDS = 30 * DAY_SECONDS
 
 _ACTION = re.compile(
     r"^\s*schedule\s*:\s*(?P<action>list|pause|resume|cancel|delete|run)\b\s*(?P<arg>\S*)\s*$",
@@ -78,10 +81,14 @@ class ScheduleCommands:
         if hush["mute"]:
             muted = hush["mute"].lower() == "mute"
             return await self._tasks.hush(conv, by, task, muted=muted)
+        written = hush["snooze"].replace(" ", "")
         try:
-            seconds = parse_duration(hush["snooze"].replace(" ", ""))
+            seconds = parse_duration(written, most=MAX_SNOOZE_SECONDS, name="snooze")
         except ValueError as exc:
-            return f"⚠️ {exc}: write `snooze 2h` (or `snooze 30m t_…`)."
+            return (
+                f"⚠️ {exc}. Write it like `snooze 2h` (or `snooze 30m t_…`); `mute` silences "
+                "a task until `unmute`."
+            )
         until = self._tasks.clock() + timedelta(seconds=seconds)
         return await self._tasks.hush(conv, by, task, muted=False, until=until)
 

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import FieldError, field_errors
+from oncall.durations import DAY_SECONDS, shortened
 
 Kind = Literal["in", "at", "every", "cron"]
 Missed = Literal["skip", "once", "all"]
@@ -36,17 +37,25 @@ SYNTAX = (
     "by `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`, `| missed: skip|once|all`, "
     "`| notify: always|changes|failures`, `| post: thread|channel`"
 )
+# How far ahead a schedule may reach, from when it is proposed: a firing (`in`, `at`) or an
+# interval (`every`) within a year, an end (`until`) within five years, and so many firings.
+YEAR_SECONDS = 365 * DAY_SECONDS
+MAX_AHEAD_SECONDS = YEAR_SECONDS
+MAX_UNTIL_SECONDS = 5 * YEAR_SECONDS
+MAX_COUNT = 100_000
 # The trailing fields that belong to the schedule, with what each accepts (for errors).
 FIELDS: Mapping[str, str] = MappingProxyType(
     {
         "tz": "an IANA time zone such as Europe/Paris",
         "until": "a date or date and time (2027-01-31 or 2027-01-31 18:00)",
-        "count": "a whole number of firings, at least 1",
+        "count": f"a whole number of firings, from 1 to {MAX_COUNT}",
         "missed": "skip, once or all",
         "notify": "always, changes or failures",
         "post": "thread or channel",
     }
 )
+# A date whose year has five digits or more (`99999-01-01`): too far ahead, not misspelt.
+_FAR_YEAR = re.compile(r"^\s*\d{5,}-")
 _START = re.compile(
     r"^\s*schedule\s*:\s*(?P<kind>in|at|every|cron)\s+(?P<when>[^|]+?)\s*\|(?P<rest>.*)$",
     re.IGNORECASE,
@@ -130,6 +139,9 @@ def parse_schedule(text: str, *, default_tz: str = "UTC") -> TaskSchedule:
     except ValidationError as exc:
         problems.extend(_problem(err) for err in field_errors(exc))
         raise ScheduleError(refusal(problems)) from None
+    if schedule.count is not None and schedule.count > MAX_COUNT:
+        count = shortened(str(schedule.count))
+        problems.append(f"`count: {count}` is too many: at most {MAX_COUNT} firings")
     if problems:
         raise ScheduleError(refusal(problems))
     return schedule
@@ -139,7 +151,10 @@ def _until(text: str, tz: str, problems: list[str]) -> object:
     try:
         value = local_datetime(text, end_of_day=True)
     except ValueError:
-        problems.append(f"`until: {text}` is not {FIELDS['until']}")
+        if far_year(text):
+            problems.append(too_far(f"until: {text}", MAX_UNTIL_SECONDS))
+        else:
+            problems.append(f"`until: {text}` is not {FIELDS['until']}")
         return None
     try:
         return value.replace(tzinfo=zone(tz))
@@ -158,6 +173,20 @@ def local_datetime(text: str, *, end_of_day: bool = False) -> datetime:
     return parsed
 
 
+def too_far(written: str, most: float) -> str:
+    """The refusal of a time later than `most` seconds from now (`written` as typed)."""
+    years = most / YEAR_SECONDS
+    return (
+        f"`{written}` is too far ahead: at most {years:g} year{'s' if years != 1 else ''} "
+        f"({most / DAY_SECONDS:g}d) from now"
+    )
+
+
+def far_year(text: str) -> bool:
+    """Whether `text` is a date with a year of five digits or more (past what dates hold)."""
+    return _FAR_YEAR.match(text) is not None
+
+
 def _problem(err: FieldError) -> str:
     name = err.name or ""
     if name == "what":
@@ -165,7 +194,7 @@ def _problem(err: FieldError) -> str:
     if name == "tz":
         return err.message
     if name in FIELDS:
-        return f"`{name}: {err.value}` is not {FIELDS[name]}"
+        return f"`{name}: {shortened(str(err.value))}` is not {FIELDS[name]}"
     return err.message
 
 

@@ -11,8 +11,9 @@ Cron lines use the standard crontab weekday numbers (0 or 7 = Sunday, 1 = Monday
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import NamedTuple
 
 from apscheduler.triggers.base import BaseTrigger
@@ -22,11 +23,15 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from core.reader_time import reader_mark
 from host.features.schedules.line import (
+    MAX_AHEAD_SECONDS,
+    MAX_UNTIL_SECONDS,
     ScheduleError,
     TaskSchedule,
+    far_year,
     local_datetime,
     parse_schedule,
     refusal,
+    too_far,
     zone,
 )
 from oncall.durations import parse_duration
@@ -46,25 +51,32 @@ def trigger(schedule: TaskSchedule, anchor: datetime) -> BaseTrigger:
     ValueError, in words for people, when the schedule's time part is not valid.
     """
     tz = schedule.zone
-    if schedule.kind == "in":
-        return DateTrigger(anchor + timedelta(seconds=parse_duration(schedule.when)), tz)
     if schedule.kind == "at":
-        try:
-            local = local_datetime(schedule.when)
-        except ValueError:
-            raise ValueError(
-                f"`at {schedule.when}` is not a date and time: write it like 2026-12-24 09:00"
-            ) from None
-        return DateTrigger(local.replace(tzinfo=tz), tz)
-    if schedule.kind == "every":
-        seconds = parse_duration(schedule.when)
-        return IntervalTrigger(
-            seconds=seconds,
-            start_date=anchor + timedelta(seconds=seconds),
-            end_date=schedule.until,
-            timezone=tz,
-        )
-    return _cron(schedule.when, schedule.tz, schedule.until)
+        return DateTrigger(_at(schedule.when).replace(tzinfo=tz), tz)
+    if schedule.kind == "cron":
+        return _cron(schedule.when, schedule.tz, schedule.until)
+    # Unbounded here: the bounds hold when a task is proposed, and one stored before them
+    # still fires (a date past year 9999 is refused below rather than overflowing).
+    seconds = parse_duration(schedule.when, most=math.inf)
+    try:
+        first = anchor + timedelta(seconds=seconds)
+    except OverflowError:  # past year 9999: a date cannot hold it
+        raise ValueError(too_far(f"{schedule.kind} {schedule.when}", MAX_AHEAD_SECONDS)) from None
+    if schedule.kind == "in":
+        return DateTrigger(first, tz)
+    return IntervalTrigger(seconds=seconds, start_date=first, end_date=schedule.until, timezone=tz)
+
+
+def _at(when: str) -> datetime:
+    """The local date and time of `at WHEN`; ValueError saying how to write it."""
+    try:
+        return local_datetime(when)
+    except ValueError:
+        if far_year(when):
+            raise ValueError(too_far(f"at {when}", MAX_AHEAD_SECONDS)) from None
+        raise ValueError(
+            f"`at {when}` is not a date and time: write it like 2026-12-24 09:00"
+        ) from None
 
 
 # A cron trigger depends on its line, zone and end only, and computing a fire time does not
@@ -232,6 +244,9 @@ def checked_schedule(
 def timing_problems(schedule: TaskSchedule, anchor: datetime, *, min_interval: float) -> list[str]:
     """What keeps `schedule`, created at `anchor`, from firing as asked (empty when nothing)."""
     try:
+        beyond = _reach_problems(schedule, anchor)
+        if beyond:
+            return beyond
         first = next(fire_times(schedule, anchor, anchor), None)
     except ValueError as exc:
         return [str(exc)]
@@ -244,3 +259,27 @@ def timing_problems(schedule: TaskSchedule, anchor: datetime, *, min_interval: f
         when = "is in the past" if schedule.kind == "at" else "ends before its first firing"
         return [f"this schedule never fires: `{schedule.kind} {schedule.when}` {when}"]
     return []
+
+
+def _reach_problems(schedule: TaskSchedule, anchor: datetime) -> list[str]:
+    """What in `schedule` reaches further ahead of `anchor` than a schedule may."""
+    problems: list[str] = []
+    if schedule.kind in ("in", "every"):
+        try:
+            parse_duration(schedule.when, most=MAX_AHEAD_SECONDS, name=schedule.kind)
+        except ValueError as exc:
+            problems.append(str(exc))
+    if schedule.kind == "at":
+        at = _at(schedule.when).replace(tzinfo=schedule.zone)
+        if at - anchor > timedelta(seconds=MAX_AHEAD_SECONDS):
+            problems.append(too_far(f"at {schedule.when}", MAX_AHEAD_SECONDS))
+    until = schedule.until
+    if until is not None and until - anchor > timedelta(seconds=MAX_UNTIL_SECONDS):
+        problems.append(too_far(f"until: {_written(until, schedule)}", MAX_UNTIL_SECONDS))
+    return problems
+
+
+def _written(until: datetime, schedule: TaskSchedule) -> str:
+    """`until` as its author wrote it: the date alone when they gave no time."""
+    local = until.astimezone(schedule.zone)
+    return f"{local:%Y-%m-%d}" if local.time() == time.max else f"{local:%Y-%m-%d %H:%M}"
