@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from bot.app import Runtime
+from core.ids import ConversationRef
+from host.features.oncall.tools import CampaignTools, WaitInput
+from host.runtime.turn import TurnContext
 from oncall.durations import parse_duration
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import inbound
@@ -49,6 +52,26 @@ async def test_a_campaign_field_over_its_maximum_is_refused_with_it(
     assert refusal in chat.texts[-1], chat.texts[-1]
     assert "The syntax is:" in chat.texts[-1]
     assert await rt.campaigns.store.recent() == []
+
+
+@pytest.mark.parametrize(
+    ("until", "refusal"),
+    [
+        ("99999999d", "Refused: `until: 99999999d` is too long: at most 90d (the longest budget)"),
+        ("nan", "Refused: `until`: 'nan' is not a duration: write it like 90s"),
+    ],
+)
+async def test_campaign_wait_refuses_a_wait_over_the_longest_budget(
+    bot: tuple[Runtime, FakeChatAdapter], until: str, refusal: str
+) -> None:
+    rt, _ = bot
+    turn = await rt.service.accept(inbound(LINE, "e1"))
+    assert turn is not None
+    await turn
+    (record,) = await rt.campaigns.store.recent()  # waiting for its command's approval
+    owner = TurnContext(ConversationRef("test", "W", "C", "T"), "t1", "U1", "user-U1")
+    wait = WaitInput(campaign_id=record.id, until=until, cite=1)
+    assert (await CampaignTools(rt.campaigns).campaign_wait(owner, wait)).startswith(refusal)
 
 
 @pytest.mark.parametrize("text", ["nan", "NaN", "-inf"])
