@@ -1,11 +1,11 @@
 """Whether a person may have work started for them in a Discord conversation now: the access
-policy messages pass at ingress, with their roles fetched from the server (cached briefly),
-never the roles they had when the work was proposed."""
+policy messages pass at ingress, with their roles fetched from the server at that moment
+(concurrent lookups for one person share a request), never the roles they had when the work
+was proposed."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import asyncio
 
 import discord
 
@@ -15,27 +15,17 @@ from bot.discord.link import DiscordLink
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
 
-# Roles change rarely; a minute's cache keeps a burst of firings to one lookup per person.
-ROLES_TTL_SECONDS = 60.0
-
 
 class MemberAccess:
     """Judges a person in a conversation by the live policy and their current roles."""
 
-    def __init__(
-        self,
-        link: DiscordLink,
-        policy: AccessPolicy,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        ttl: float = ROLES_TTL_SECONDS,
-    ) -> None:
+    def __init__(self, link: DiscordLink, policy: AccessPolicy) -> None:
         self._link = link
         self._policy = policy
-        self._clock = clock
-        self._ttl = ttl
-        # (guild, user) → (roles, or None when not a member; when fetched)
-        self._roles: dict[tuple[str, str], tuple[tuple[str, ...] | None, float]] = {}
+        # In-flight lookups by (guild, user): a burst of firings for one owner shares one
+        # request, and nothing older than that request is ever used (roles can change at
+        # any moment; a cached role would outlive its removal).
+        self._lookups: dict[tuple[str, str], asyncio.Future[tuple[str, ...] | None]] = {}
 
     async def standing(self, user_id: str, conv: ConversationRef) -> Standing:
         """The person's standing in `conv` now (raises when Discord cannot say)."""
@@ -59,10 +49,15 @@ class MemberAccess:
 
     async def _member_roles(self, guild_id: str, user_id: str) -> tuple[str, ...] | None:
         key = (guild_id, user_id)
-        now = self._clock()
-        cached = self._roles.get(key)
-        if cached is not None and now - cached[1] < self._ttl:
-            return cached[0]
+        pending = self._lookups.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch_roles(guild_id, user_id))
+            self._lookups[key] = pending
+            pending.add_done_callback(lambda _: self._lookups.pop(key, None))
+        # Shielded: one waiter cancelled must not cancel the lookup the others share.
+        return await asyncio.shield(pending)
+
+    async def _fetch_roles(self, guild_id: str, user_id: str) -> tuple[str, ...] | None:
         client = self._link.connected
         if client is None or not guild_id.isdigit() or not user_id.isdigit():
             raise RuntimeError("Discord is not connected")
@@ -70,8 +65,5 @@ class MemberAccess:
         try:
             member = await guild.fetch_member(int(user_id))
         except discord.NotFound:
-            roles: tuple[str, ...] | None = None
-        else:
-            roles = tuple(str(r.id) for r in member.roles)  # as ingress reads them
-        self._roles[key] = (roles, now)
-        return roles
+            return None
+        return tuple(str(r.id) for r in member.roles)  # as ingress reads them

@@ -55,7 +55,7 @@ class DiscordAdapter:
         self._ingress = MessageIngress(self._link, threads, policy, workspace)
         self._poster = Poster(self._link, threads, held)
         self._prompts = PromptMessages(self._link, threads, self._names, held)
-        self._access = MemberAccess(self._link, policy, clock=clock)
+        self._access = MemberAccess(self._link, policy)
 
     @property
     def config(self) -> DiscordConfig:
