@@ -75,7 +75,7 @@ from host.features.skills.feature import SkillsFeature
 from host.features.skills.prefetch import DispatchContexts
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
-from host.graph.run_store import RunStore
+from host.graph.run_store import UNSTARTED, RunStore
 from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
 from host.nudges.policy import NudgeLimits, NudgePolicy
 from host.nudges.quiet import parse_quiet_hours
@@ -677,10 +677,18 @@ async def report_interrupted_runs(runtime: Runtime, platform: str) -> None:
         if run.conversation.platform != platform:
             continue
         report = await runtime.runs.report(run.id)
-        text = (
-            f"⚠️ A restart interrupted run `{run.id}`. Completed nodes are kept and can be "
-            f"reused by id; nodes that were running are marked interrupted.\n\n{report}"
-        )
+        nodes = await runtime.runs.store.nodes_of_run(run.id)
+        if nodes and all(n.error == UNSTARTED for n in nodes):
+            # Nothing of it ran: said as a run that never started, not as interrupted work.
+            text = (
+                f"⚠️ Run `{run.id}` did not start: the bot stopped before any of its nodes "
+                f"began, so nothing ran. Ask again to run it.\n\n{report}"
+            )
+        else:
+            text = (
+                f"⚠️ A restart interrupted run `{run.id}`. Completed nodes are kept and can "
+                f"be reused by id; nodes that were running are marked interrupted.\n\n{report}"
+            )
         try:
             await runtime.service.notify(
                 run.conversation, text, idempotency_key=f"run:{run.id}:interrupted"

@@ -30,6 +30,12 @@ RunState = Literal[
 ]
 
 
+# Why a node that never began was skipped by a restart: its run was under way, or no node of
+# its run had begun (the run itself never started; nothing ran).
+INTERRUPTED_BEFORE = "not started: the run was interrupted by a restart"
+UNSTARTED = "not started: the bot stopped before any node of the run began"
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One graph run as stored."""
@@ -351,11 +357,18 @@ class RunStore:
                     " WHERE run_id = ? AND state = 'exception'",
                     (now, run_id),
                 )
-                await db.execute(
-                    "UPDATE graph_nodes SET state = 'skipped', error = 'not started: the run was"
-                    " interrupted by a restart', finished_at = ? WHERE run_id = ? AND state IN"
+                cur = await db.execute(
+                    "SELECT COUNT(*) FROM graph_nodes WHERE run_id = ? AND state NOT IN"
                     " ('pending', 'queued')",
-                    (now, run_id),
+                    (run_id,),
+                )
+                row = await cur.fetchone()
+                # No node of the run ever began: it did not start, it was not interrupted.
+                why = UNSTARTED if row is not None and row[0] == 0 else INTERRUPTED_BEFORE
+                await db.execute(
+                    "UPDATE graph_nodes SET state = 'skipped', error = ?, finished_at = ?"
+                    " WHERE run_id = ? AND state IN ('pending', 'queued')",
+                    (why, now, run_id),
                 )
             if run_ids:
                 marks = ",".join("?" * len(run_ids))
