@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
@@ -112,8 +112,27 @@ class _LogFile(_WarnsOnce, RotatingFileHandler):
 
 
 class _Stderr(_WarnsOnce, logging.StreamHandler):  # type: ignore[type-arg]
+    # Set while a person chats at this terminal: writes a line around the input prompt.
+    aside: Callable[[Callable[[], None]], None] | None = None
+
     def describe(self) -> str:
         return "to stderr"
+
+    def emit(self, record: logging.LogRecord) -> None:
+        aside = self.aside
+        if aside is None:
+            super().emit(record)
+        else:
+            aside(lambda: super(_Stderr, self).emit(record))
+
+
+def show_beside(aside: Callable[[Callable[[], None]], None]) -> None:
+    """Terminal log lines go through `aside` (the console's screen, which takes the input
+    prompt off its line first and shows it again after): a warning never lands after
+    `you> `."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _Stderr):
+            handler.aside = aside
 
 
 class _SaidOnce(logging.Filter):

@@ -62,9 +62,11 @@ def _early_terminal(settings: Settings, command: str) -> Terminal | None:
         return None
     from bot.console.terminal import Terminal
     from bot.console.thread import CONSOLE_STATE_FILE
+    from bot.logging_setup import show_beside
 
     terminal = Terminal(state_file=settings.home / CONSOLE_STATE_FILE)
     terminal.greet()
+    show_beside(terminal.screen.aside)
     return terminal
 
 

@@ -104,6 +104,16 @@ class Screen:
             self._prompt, self._prompt_gap = text, gap
             self._started = True
 
+    def aside(self, write: Callable[[], None]) -> None:
+        """Run `write` (a line on another stream of this terminal, such as a warning) with
+        the input prompt taken off its line and shown again below it."""
+        prompt = self._prompt if self._terminal else None
+        if prompt is not None:
+            self._write(_ERASE_LINE)
+        write()
+        if prompt is not None:
+            self._write(prompt)
+
     def entered(self) -> None:
         """The person pressed Enter: the prompt's line is theirs now, the cursor below it."""
         self._prompt = None

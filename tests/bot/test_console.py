@@ -25,11 +25,16 @@ _STYLE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 class PtyChat:
     """`raven-bot chat` with its terminal on a pty: type lines, wait for output."""
 
-    def __init__(self, env: dict[str, str], errors: Path) -> None:
+    def __init__(self, env: dict[str, str], errors: Path | None) -> None:
+        """`errors`: where stderr goes (None: the terminal too, as for a person)."""
         self._master, slave = pty.openpty()
-        self._errors = errors.open("wb")
+        self._errors = errors.open("wb") if errors is not None else None
         self.proc = subprocess.Popen(
-            [RAVEN, "chat"], stdin=slave, stdout=slave, stderr=self._errors, env=env
+            [RAVEN, "chat"],
+            stdin=slave,
+            stdout=slave,
+            stderr=self._errors if self._errors is not None else slave,
+            env=env,
         )
         os.close(slave)
         self._raw = ""
@@ -93,7 +98,8 @@ class PtyChat:
             self.proc.kill()
             self.proc.wait()
         os.close(self._master)
-        self._errors.close()
+        if self._errors is not None:
+            self._errors.close()
 
 
 @pytest.fixture
@@ -334,5 +340,30 @@ def test_pty_a_start_that_fails_says_so_before_any_prompt(tmp_path: Path) -> Non
         errors = (tmp_path / "stderr.log").read_text(encoding="utf-8")
         assert "is not a directory" in errors
         assert "you> " not in chat.raw, repr(chat.raw[-40:])
+    finally:
+        chat.close()
+
+
+def test_pty_a_warning_logged_after_the_prompt_shows_does_not_land_on_its_line(
+    isolated_env: Path,
+) -> None:
+    """Start-up warnings come while the prompt already shows (the runtime loads after it):
+    on the person's terminal, the prompt is taken off its line, the warning printed, and the
+    prompt shown again below it."""
+    env = _env(isolated_env)
+    done = subprocess.run([RAVEN, "chat"], input=b"hello\n", env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    # As a crash leaves it: a turn recorded as running, which the next start interrupts.
+    with sqlite3.connect(isolated_env / "raven.db") as db:
+        db.execute("UPDATE turns SET status = 'running'")
+    chat = PtyChat(env, None)
+    try:
+        chat.expect("were interrupted by the last shutdown")
+        chat.expect("you> ")
+        raw = chat.raw
+        warning = raw.index("raven-bot warning")
+        assert "you> raven-bot" not in raw, repr(raw[warning - 40 : warning + 20])
+        assert "you> " in raw[warning:], repr(raw[warning:])
+        assert chat.end() == 0
     finally:
         chat.close()
