@@ -351,8 +351,10 @@ def test_pty_a_warning_logged_after_the_prompt_shows_does_not_land_on_its_line(
     on the person's terminal, the prompt is taken off its line, the warning printed, and the
     prompt shown again below it."""
     env = _env(isolated_env)
-    done = subprocess.run([RAVEN, "chat"], input=b"hello\n", env=env, capture_output=True)
-    assert done.returncode == 0, done.stderr
+    done = subprocess.run(
+        [RAVEN, "chat"], input=b"hello\n", env=env, capture_output=True, check=True, timeout=60
+    )
+    assert done.stdout, done.stderr
     # As a crash leaves it: a turn recorded as running, which the next start interrupts.
     with sqlite3.connect(isolated_env / "raven.db") as db:
         db.execute("UPDATE turns SET status = 'running'")
