@@ -308,7 +308,11 @@ class ScheduledTasks:
                 # Quiet hours: the firing waits for their end (its due time is kept).
                 await self._arm(task.id, due, at=held_until)
                 return
-            check = parse_check(task.schedule.what)
+            try:
+                check = parse_check(task.schedule.what)
+            except ScheduleError as exc:
+                await self._unreadable(task, exc, due)
+                return
             verdict = await self._admitted(task, check, "check" if check else "firing", due=due)
             if not verdict.admitted:
                 return
@@ -375,6 +379,18 @@ class ScheduledTasks:
                 key=f"task:{task.id}:{iso(due)}:access",
             )
         return verdict
+
+    async def _unreadable(self, task: ScheduledTask, exc: ScheduleError, due: datetime) -> str:
+        """A stored task its bot can no longer read (a check's pattern from before patterns
+        ran on RE2): paused, and said once, rather than failing at every firing."""
+        text = (
+            f"⏸️ Task `{task.id}` is paused: it can no longer be read ({exc}). Propose it "
+            f"again, then `schedule: cancel {task.id}`."
+        )
+        if await self.store.transition(task.id, ["active"], state="paused"):
+            await self._deps.scheduler.cancel(job_id(task.id))
+            await self._say(task.conversation, text, key=f"task:{task.id}:{iso(due)}:unreadable")
+        return text
 
     def _machine_rule(self, task: ScheduledTask, check: Check | None) -> MachineRule | None:
         """A check on a machine also needs that machine to admit its owner's current roles."""
@@ -576,7 +592,10 @@ class ScheduledTasks:
             if task.state != "active":
                 return f"Task `{task_id}` is {task.state}; only an active task can run now."
             now = self.clock()
-            check = parse_check(task.schedule.what)
+            try:
+                check = parse_check(task.schedule.what)
+            except ScheduleError as exc:
+                return await self._unreadable(task, exc, now)
             verdict = await self._admitted(task, check, "run-now", due=now)
             if not verdict.admitted:
                 return verdict.notice

@@ -48,3 +48,24 @@ async def test_a_checks_run_now_keeps_the_minimum_interval(bot: Bot) -> None:
     assert "ran 2m ago" in refused, refused
     bot.clock.advance(minutes=3)
     assert "ran now" in await _run(bot, task.id)
+
+
+async def test_a_stored_check_the_bot_can_no_longer_read_is_paused_and_said_once(
+    bot: Bot,
+) -> None:
+    """A check stored before patterns ran on RE2, with a pattern RE2 refuses (a lookahead):
+    its firing pauses it and says why once, instead of failing at every firing."""
+    await bot.say("watch: every 30m | check: echo fine | when: output ~ ok")
+    await bot.approve()
+    task = await bot.only_task()
+    await bot.rt.store.execute(
+        "UPDATE scheduled_tasks SET schedule = replace(schedule, '~ ok', '~ (?=ok)') WHERE id = ?",
+        (task.id,),
+    )
+    bot.clock.advance(minutes=30)
+    await bot.fire_due()
+    stored = await bot.tasks.store.get(task.id)
+    assert stored is not None and stored.state == "paused", stored
+    said = [t for t in bot.chat.texts if "can no longer be read" in t]
+    assert len(said) == 1, bot.chat.texts
+    assert "lookahead" in said[0], said[0]
