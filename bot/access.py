@@ -64,27 +64,6 @@ class AccessPolicy:
         )
         return None if rule is None else _TO_PERSON[rule]
 
-    def reason(
-        self,
-        user_id: str,
-        channel_id: str,
-        *,
-        is_dm: bool,
-        workspace: str | None = None,
-        roles: Collection[str] = (),
-        parent_channel: str | None = None,
-    ) -> str | None:
-        """Like `refusal`, said about the person to others (a paused task's thread)."""
-        rule = self.broken_rule(
-            user_id,
-            channel_id,
-            is_dm=is_dm,
-            workspace=workspace,
-            roles=roles,
-            parent_channel=parent_channel,
-        )
-        return None if rule is None else _ABOUT_PERSON[rule]
-
     def broken_rule(
         self,
         user_id: str,
@@ -128,6 +107,14 @@ _TO_PERSON: Final[Mapping[Rule, str]] = {
     "workspace": "I'm not enabled on this server; ask an admin to allow it.",
     "channel": "I'm not enabled in this channel; ask an admin, or use an allowed channel.",
 }
+
+
+def said_about(rule: Rule | None) -> str | None:
+    """A broken rule said about the person to others (a paused task's thread); None when
+    no rule is broken."""
+    return None if rule is None else _ABOUT_PERSON[rule]
+
+
 _ABOUT_PERSON: Final[Mapping[Rule, str]] = {
     "dm": "direct messages are off",
     "person": "not among the allowed users or roles",

@@ -9,7 +9,7 @@ import asyncio
 
 import discord
 
-from bot.access import AccessPolicy
+from bot.access import AccessPolicy, said_about
 from bot.discord.keys import DM_WORKSPACE
 from bot.discord.link import DiscordLink
 from core.ids import ConversationRef
@@ -31,12 +31,11 @@ class MemberAccess:
         """The person's standing in `conv` now (raises when Discord cannot say)."""
         if conv.workspace == DM_WORKSPACE:
             # A DM's author has no server roles, as at ingress.
-            reason = self._policy.reason(user_id, conv.channel, is_dm=True)
-            return Standing(reason)
+            return Standing(said_about(self._policy.broken_rule(user_id, conv.channel, is_dm=True)))
         roles = await self._member_roles(conv.workspace, user_id)
         if roles is None:
             return Standing("no longer a member of this server")
-        reason = self._policy.reason(
+        rule = self._policy.broken_rule(
             user_id,
             conv.channel,
             is_dm=False,
@@ -45,7 +44,7 @@ class MemberAccess:
             # A conversation in a thread keys by its parent channel: the channel is judged.
             parent_channel=conv.channel,
         )
-        return Standing(reason, roles)
+        return Standing(said_about(rule), roles)
 
     async def _member_roles(self, guild_id: str, user_id: str) -> tuple[str, ...] | None:
         key = (guild_id, user_id)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.access import AccessPolicy
+from bot.access import AccessPolicy, said_about
 from bot.channel import ChannelFeatures, Ingress
 from bot.slack.background import Background
 from bot.slack.catch_up import SlackCatchUp
@@ -100,7 +100,7 @@ class SlackAdapter:
         """Whether work may start for `user_id` in `conv` now: the policy messages pass at
         ingress (Slack has no roles to look up)."""
         is_dm = conv.channel.startswith("D")
-        return Standing(self._policy.reason(user_id, conv.channel, is_dm=is_dm))
+        return Standing(said_about(self._policy.broken_rule(user_id, conv.channel, is_dm=is_dm)))
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from host.features.oncall.feature import OncallFeature
 from host.features.schedules.feature import SchedulesFeature
 from host.features.schedules.store import ScheduledTask
 from host.features.schedules.tasks import ScheduledTasks
+from host.runtime.prompt_record import Prompt
 from tests.discord_harness import BOB, DiscordBot, discord_bot, shared_fake
 from tests.fakes.slack import FakeSlack
 from tests.helpers import eventually
@@ -34,16 +35,23 @@ def _tasks(bot: SlackBot | DiscordBot) -> ScheduledTasks:
     return bot.runtime.feature(SchedulesFeature).tasks
 
 
-async def _approve_task(bot: SlackBot | DiscordBot, by: str) -> ScheduledTask:
-    """Approve the one pending schedule prompt as `by`; the task once it is active."""
+async def _asked(bot: SlackBot | DiscordBot, what: str) -> Prompt:
+    """The one prompt waiting in the bot, once it is asked (`what`: what it asks about)."""
     broker = bot.runtime.broker
 
     async def asked() -> bool:
-        return any(p.purpose == "schedule_approval" for p in await broker.pending())
+        return bool(await broker.pending())
 
-    await eventually(asked, 30, what="no schedule approval was asked")
-    (prompt,) = [p for p in await broker.pending() if p.purpose == "schedule_approval"]
-    outcome = await broker.answer(prompt.id, prompt.nonce, by, "Approve")
+    await eventually(asked, 30, what=f"{what} was never asked")
+    (prompt,) = await broker.pending()
+    return prompt
+
+
+async def _approve_task(bot: SlackBot | DiscordBot, by: str) -> ScheduledTask:
+    """Approve the one pending schedule prompt as `by`; the task once it is active."""
+    prompt = await _asked(bot, "the schedule's approval")
+    assert prompt.purpose == "schedule_approval", prompt
+    outcome = await bot.runtime.broker.answer(prompt.id, prompt.nonce, by, "Approve")
     assert outcome.status == "accepted", outcome.message
     (task,) = await _tasks(bot).store.listed()
     assert task.state == "active", task
@@ -214,14 +222,8 @@ async def test_a_removed_persons_campaign_stops_at_its_next_wake_up_on_slack(
     try:
         async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_USERS": "U1,U2"}, fake=fake) as bot:
             thread, _ = await bot.mention(CAMPAIGN, user="U2")
-            broker = bot.runtime.broker
-
-            async def asked() -> bool:
-                return bool(await broker.pending())
-
-            await eventually(asked, 30, what="the campaign's command was never shown")
-            (prompt,) = await broker.pending()
-            outcome = await broker.answer(prompt.id, prompt.nonce, "U2", "Approve")
+            prompt = await _asked(bot, "the campaign's command")
+            outcome = await bot.runtime.broker.answer(prompt.id, prompt.nonce, "U2", "Approve")
             assert outcome.status == "accepted", outcome.message
             engine = bot.runtime.feature(OncallFeature).engine
 
@@ -262,12 +264,7 @@ async def test_a_click_by_someone_the_rules_no_longer_admit_is_refused_on_discor
         async with discord_bot(monkeypatch, env=env, fake=fake) as bot:
             await bot.mention(PLAN, user=BOB)
             broker = bot.runtime.broker
-
-            async def asked() -> bool:
-                return bool(await broker.pending())
-
-            await eventually(asked, 30, what="the command's approval was never asked")
-            (prompt,) = await broker.pending()
+            prompt = await _asked(bot, "the command's approval")
             # Bob loses the role that admitted him while his approval waits.
             fake.add_user(BOB, "bob", global_name="Bob", roles=[])
             outcome = await broker.answer(prompt.id, prompt.nonce, BOB, "Approve")
