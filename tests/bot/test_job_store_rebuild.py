@@ -110,6 +110,8 @@ async def test_every_kind_of_job_comes_back_after_scheduler_db_is_damaged(
     async with chat_runtime(again, settings, serving=True) as rt:
         try:
             assert rt.scheduler.set_aside is not None
+            # Tasks and checks are re-armed in the background while the bot serves.
+            await rt.feature(SchedulesFeature).caught_up.wait()
             pending = set(await rt.scheduler.pending_job_ids())
             missing = {kind for kind, job in made.items() if job not in pending}
             assert not missing, f"not re-armed from raven.db: {sorted(missing)}"

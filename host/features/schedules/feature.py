@@ -72,6 +72,8 @@ class SchedulesFeature(BaseFeature):
     def __init__(self, parts: HostParts, section: SchedulesSection) -> None:
         self._parts = parts
         self.nudges = parts.nudges
+        # Set once what came due while the bot was down has fired and every job is armed.
+        self.caught_up = asyncio.Event()
         self.tasks = ScheduledTasks(
             TaskStore(parts.store),
             TaskDeps(
@@ -131,8 +133,9 @@ class SchedulesFeature(BaseFeature):
         await self.tasks.fire(str(job.payload["task_id"]), due)
 
     async def start(self, stack: AsyncExitStack) -> None:
-        # What came due while the bot was down fires now (once, as each task's `missed` says).
-        await self.tasks.start()
+        # In the background, owned by the watcher: what came due while the bot was down
+        # fires now (once, as each task's `missed` says) while the bot already serves, so
+        # overdue checks (up to a minute each, five on a machine) never keep it deaf.
         watcher = asyncio.create_task(self._watch(), name="scheduled-tasks-watch")
 
         async def stop() -> None:
@@ -143,7 +146,15 @@ class SchedulesFeature(BaseFeature):
         stack.push_async_callback(stop)
 
     async def _watch(self) -> None:
-        """Pick up what the operator changed (pause, resume, run now from the CLI)."""
+        """Fire what is overdue after a restart, then pick up what the operator changed
+        (pause, resume, run now from the CLI)."""
+        try:
+            await self.tasks.start()
+        except Exception:
+            # Each task's job is still armed or overdue: the scheduler fires it in time.
+            log.exception("firing scheduled tasks overdue after the restart failed")
+        finally:
+            self.caught_up.set()
         while True:
             await asyncio.sleep(RECONCILE_SECONDS)
             try:
