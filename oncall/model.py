@@ -24,6 +24,8 @@ CampaignState = Literal[
     "waiting",
     "deciding",
     "reporting",
+    # Its owner no longer passes the access rules: no round runs until it is resumed.
+    "paused",
     "closed",
     "failed",
     "cancelled",

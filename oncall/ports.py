@@ -94,7 +94,7 @@ class OwnerAccess(Protocol):
         owner: str,
         conversation: ConversationRef,
         machine: MachineSpec,
-        origin: Literal["wake-up", "resubmit"],
+        origin: Literal["wake-up", "resubmit", "resume"],
     ) -> str | None:
         """Why the owner may no longer have the campaign go on (their access, or the
         machine's for their current roles); None while they may."""

@@ -205,8 +205,8 @@ class Admission:
                 await self._rooms.slots.begin_or_queue(record)
                 return f"Campaign `{record.id}` started."
         # The owner, on whose behalf the round runs, must still pass (not only the approver).
-        if await self._rooms.closing.owner_refused(record, "resubmit"):
-            return f"Campaign `{campaign_id}` was stopped (its owner's access); nothing ran."
+        if await self._rooms.holding.owner_refused(record, "resubmit"):
+            return f"Campaign `{campaign_id}` is paused (its owner's access); nothing ran."
         return await self._rooms.operations.resubmit(
             record, cite, reason or "approved change", command, by, approved=True
         )

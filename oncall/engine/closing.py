@@ -3,7 +3,7 @@ wake-ups cancelled and its slot freed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from oncall.engine.core import EngineCore
 from oncall.model import FINAL_STATES
@@ -20,25 +20,16 @@ class Closing:
         self._core = core
         self._rooms = rooms
 
-    async def stop(
-        self,
-        campaign_id: str,
-        *,
-        by: str,
-        by_name: str | None = None,
-        notice: str | None = None,
-    ) -> bool:
+    async def stop(self, campaign_id: str, *, by: str, by_name: str | None = None) -> bool:
         """Cancel a campaign: terminate its job, cancel its wake-ups; False if it had ended.
-        The notice names `by_name` (the stopper's display name) when given, else `by`
-        (`notice`: what to say instead)."""
+        The notice names `by_name` (the stopper's display name) when given, else `by`."""
         core = self._core
         async with core.locks.hold(campaign_id):
             record = await core.store.get(campaign_id)
             if record is None or record.state in FINAL_STATES:
                 return False
-            why = f"stopped by {by}" if notice is None else notice
             await core.store.record_decision(
-                record.id, record.round, "cancel", None, why, {"by": by}
+                record.id, record.round, "cancel", None, f"stopped by {by}", {"by": by}
             )
             # Committed before the job is signalled: a monitor (here or in another process)
             # must not see the round die and take it for a crash to resubmit.
@@ -47,35 +38,9 @@ class Closing:
             await self.close(record, "cancelled")
         await core.notify(
             record,
-            notice or f"🛑 Campaign `{record.id}` cancelled by {by_name or by}.",
+            f"🛑 Campaign `{record.id}` cancelled by {by_name or by}.",
             key=f"campaign:{record.id}:cancelled",
             essential=True,
-        )
-        return True
-
-    async def owner_refused(
-        self, record: CampaignRecord, origin: Literal["wake-up", "resubmit"]
-    ) -> bool:
-        """The bot's access rules, for the owner now, before a wake-up decides or a resubmit
-        starts a round: refused, the campaign stops (its records kept) and the thread says
-        why. A campaign's budget runs on the wall clock, so it is stopped, not held."""
-        owners = self._core.deps.owners
-        machine = self._core.deps.machines.get(record.spec.machine)
-        if owners is None or machine is None:
-            return False
-        why = await owners.refusal(
-            record.id, record.owner, record.conversation, machine.spec, origin
-        )
-        if why is None:
-            return False
-        await self.stop(
-            record.id,
-            by="access",
-            notice=(
-                f"🛑 Campaign `{record.id}` was stopped: its owner no longer passes this bot's "
-                f"access rules here ({why}). Its rounds and measurements are kept; an admin, "
-                "or its owner once admitted again, can start it anew."
-            ),
         )
         return True
 

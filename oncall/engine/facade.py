@@ -130,6 +130,11 @@ class CampaignEngine:
         The notice names `by_name` (the stopper's display name) when given, else `by`."""
         return await self._rooms.closing.stop(campaign_id, by=by, by_name=by_name)
 
+    async def resume(self, campaign_id: str) -> str:
+        """Resume a campaign paused because its owner no longer passed the access rules (the
+        caller checked who may): they must pass again."""
+        return await self._rooms.holding.resume(campaign_id)
+
     async def stop_conversation(
         self,
         conversation_id: str,

@@ -8,6 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from oncall.engine.core import EngineCore
+from oncall.engine.holding import PAUSED
 from oncall.monitor import RoundWatch
 from oncall.store import CampaignRecord
 
@@ -27,7 +28,7 @@ class Recovery:
         core = self._core
         active = await core.store.recent(active_only=True, limit=10_000)
         for record in active:
-            if record.state not in ("planning", "approval"):
+            if record.state not in ("planning", "approval", PAUSED):
                 core.deps.allocator.restore([(record.spec.machine, record.id)])
         for record in active:
             await self._reattach(record)
@@ -50,6 +51,8 @@ class Recovery:
         if record.state == "planning":
             await self._rooms.slots.begin_or_queue(record)
             return
+        if record.state == PAUSED:
+            return  # no round runs; it waits for a resume
         current = await core.store.round(record.id, record.round)
         if current is None or current.state != "running" or current.handle is None:
             return

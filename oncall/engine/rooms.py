@@ -6,6 +6,7 @@ from oncall.engine.admission import Admission
 from oncall.engine.closing import Closing
 from oncall.engine.core import EngineCore
 from oncall.engine.decisions import Decisions
+from oncall.engine.holding import Holding
 from oncall.engine.monitoring import Monitor
 from oncall.engine.operations import Operations
 from oncall.engine.recovery import Recovery
@@ -28,4 +29,5 @@ class Rooms:
         self.decisions = Decisions(core, self)
         self.operations = Operations(core, self)
         self.closing = Closing(core, self)
+        self.holding = Holding(core, self)
         self.recovery = Recovery(core, self)

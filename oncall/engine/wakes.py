@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from core.markdown import code_block
 from oncall.engine.core import EngineCore
+from oncall.engine.holding import PAUSED
 from oncall.engine.parts import CRASHES, REASON_TEXT
 from oncall.model import FINAL_STATES, WakeReason
 from oncall.ports import CAMPAIGN_WAKE
@@ -76,8 +77,8 @@ class Wakes:
         """The monitor saw the round end, stall or diverge: wake the campaign now."""
         core = self._core
         current = await core.store.get(record.id)
-        if current is None or current.state in FINAL_STATES:
-            if current is not None:
+        if current is None or current.state in FINAL_STATES or current.state == PAUSED:
+            if current is not None and current.state != PAUSED:
                 await self._rooms.slots.closed_elsewhere(current)
             return  # stopped meanwhile: nothing to wake
         text = f"🔔 Campaign `{record.id}` woke early: round {round_no} {REASON_TEXT[reason]}."
@@ -96,11 +97,16 @@ class Wakes:
 
     async def _wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:
         core = self._core
-        if await self._rooms.closing.owner_refused(record, "wake-up"):
+        if await self._rooms.holding.owner_refused(record, "wake-up"):
             return  # stopped, and said: a removed owner's campaign decides nothing more
         async with core.locks.hold(record.id):
             current = await core.store.get(record.id)
-            if current is None or current.state in FINAL_STATES or current.round != round_no:
+            if (
+                current is None
+                or current.state in FINAL_STATES
+                or current.state == PAUSED
+                or current.round != round_no
+            ):
                 return
             await core.store.update(record.id, state="deciding")
             await self._rooms.decisions.decide(current, reason)

@@ -214,7 +214,7 @@ CAMPAIGN = (
 )
 
 
-async def test_a_removed_persons_campaign_stops_at_its_next_wake_up_on_slack(
+async def test_a_removed_persons_campaign_is_paused_at_its_next_wake_up_on_slack(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
     fake = FakeSlack()
@@ -241,15 +241,33 @@ async def test_a_removed_persons_campaign_stops_at_its_next_wake_up_on_slack(
             await engine.on_wake_job(record.id, wake_id)
             await bot.settle(thread)
             (after,) = await engine.store.recent()
-            assert after.state == "cancelled", after
+            assert after.state == "paused", after
             notices = [t for t in _runs_of(fake) if "no longer passes" in t]
             assert len(notices) == 1, _runs_of(fake)
+            assert f"campaign: resume {record.id}" in notices[0], notices[0]
             (row,) = await _audit(bot)
             assert (row["origin"], row["subject"], row["outcome"]) == (
                 "wake-up",
                 record.id,
                 "refused",
             )
+            # Nobody can resume it for him while he is refused; a restart keeps it paused.
+            assert "stays paused" in await engine.resume(record.id)
+        async with slack_bot(monkeypatch, env={"RAVEN_ALLOWED_USERS": "U1,U2"}, fake=fake) as bot:
+            engine = bot.runtime.feature(OncallFeature).engine
+            (kept,) = await engine.store.recent()
+            assert kept.state == "paused", kept
+            # Admitted again, he resumes it from its thread: its next round starts.
+            await bot.mention(f"campaign: resume {record.id}", user="U2", thread_ts=thread)
+            await bot.settle(thread)
+            assert any("is resumed" in t for t in _runs_of(fake)), _runs_of(fake)
+
+            async def next_round() -> bool:
+                (now,) = await engine.store.recent()
+                return now.round == 2 and now.state in ("running", "waiting")
+
+            await eventually(next_round, 60, what="the resumed campaign's next round")
+            await engine.stop(record.id, by="U2")
     finally:
         await fake.stop()
 

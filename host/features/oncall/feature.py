@@ -11,12 +11,14 @@ from typing import ClassVar
 
 from agents.tools import Tool
 from core.ids import ConversationRef
+from host.conversation.service import CommandHandler
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.oncall.approval import (
     CAMPAIGN_COMMAND,
     PromptCommandApprovals,
     handle_campaign_command,
 )
+from host.features.oncall.commands import CampaignCommands
 from host.features.oncall.decider import ModelDecider
 from host.features.oncall.owners import CampaignOwners
 from host.features.oncall.site import CampaignSite, Wiring
@@ -101,6 +103,9 @@ class OncallFeature(BaseFeature):
 
     def status_sources(self) -> Sequence[StatusSource]:
         return (self.engine.status,)
+
+    def commands(self) -> CommandHandler | None:
+        return CampaignCommands(self.engine, self._parts.roles)
 
     def subscribe(self, bus: EventBus) -> None:
         p = self._parts

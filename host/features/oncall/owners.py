@@ -29,7 +29,7 @@ class CampaignOwners:
         owner: str,
         conversation: ConversationRef,
         machine: MachineSpec,
-        origin: Literal["wake-up", "resubmit"],
+        origin: Literal["wake-up", "resubmit", "resume"],
     ) -> str | None:
         """Why the owner may no longer have the campaign go on; None while they may."""
         admin = owner in self._admins
