@@ -18,7 +18,7 @@ from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, Eng
 from oncall.machines.local import LocalMachine
 from oncall.machines.registry import Allocator
 from oncall.model import FINAL_STATES, Budget, CampaignSpec, Machine, MachineSpec, MetricSpec
-from oncall.ports import JSONScalar, PostedHook
+from oncall.ports import JSONScalar, OwnerAccess, PostedHook
 from oncall.store import CampaignRecord, CampaignStore
 from tests.helpers import eventually
 from tests.sandboxing import real_sandbox
@@ -160,6 +160,7 @@ async def oncall_kit(
     machine: Machine | None = None,
     decider: Decider | None = None,
     settings: EngineSettings | None = None,
+    owners: OwnerAccess | None = None,
 ) -> AsyncIterator[OncallKit]:
     """An engine on a fresh database with one machine named `local`: by default the local
     machine of `slots` slots in the real sandbox."""
@@ -185,6 +186,7 @@ async def oncall_kit(
             scheduler=scheduler,
             notifier=notifier,
             decider=decider or RuleBasedDecider(),
+            owners=owners,
         )
         return CampaignEngine(deps, EngineConfig(root=tmp / "campaigns", **options))  # type: ignore[arg-type]
 
