@@ -120,7 +120,7 @@ class Admission:
         await self._audit(origin, subject, owner, conv, standing)
         who = owner_name or owner
         if standing.transient:
-            notice = f"`{subject}` did not start: {standing.refusal}. It is tried again later."
+            notice = f"`{subject}` did not start now: {standing.refusal}."
         else:
             notice = (
                 f"⏸️ `{subject}` of {who} is paused: {who} no longer passes this bot's access "
