@@ -41,8 +41,8 @@ EXAMPLE = (
 )
 # For `help`, from the fields above so it lists every field the parser splits on.
 HELP = (
-    f"`{EXAMPLE}` runs a long job and watches its metric (`min` or `max`) round after "
-    "round, within the budget; its commands ask for approval first. Optional fields: "
+    f"`{EXAMPLE}` runs a job round by round on its metric (`min`/`max`) within the budget "
+    "after you approve it; `campaign: resume ID` resumes a paused one. Options: "
     + ", ".join(f"`| {name}: {value}`" for name, value in OPTIONAL_FIELDS.items())
     + " (Slurm only: `partition`, `cpus`, `time`)."
 )

@@ -22,10 +22,9 @@ class CampaignCommands:
 
     @property
     def help(self) -> str:
-        return (
-            "**Campaigns**: `campaign: resume ID` resumes a campaign paused because its owner "
-            "no longer passed the access rules (once they pass again)."
-        )
+        # Said in `help`'s one Campaigns line (agents/campaign_syntax.py), which must keep
+        # the whole message within one Discord message.
+        return ""
 
     async def handle(self, msg: InboundMessage) -> str | None:
         """The reply to `campaign: resume ID`, None for anything else."""
