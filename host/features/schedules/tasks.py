@@ -711,6 +711,10 @@ class ScheduledTasks:
 
     async def _resume(self, task: ScheduledTask) -> str:
         if task.state == "paused":
+            try:
+                check = parse_check(task.schedule.what)
+            except ScheduleError as exc:
+                return f"Task `{task.id}` stays paused: it can no longer be read ({exc})."
             # Its owner must pass again, whoever resumes it: it would run on their behalf.
             verdict = await self._deps.admission.admit(
                 "resume",
@@ -718,7 +722,7 @@ class ScheduledTasks:
                 task.conversation,
                 subject=task.id,
                 owner_name=task.owner_name,
-                machine=self._machine_rule(task, parse_check(task.schedule.what)),
+                machine=self._machine_rule(task, check),
             )
             if not verdict.admitted:
                 return (

@@ -69,3 +69,6 @@ async def test_a_stored_check_the_bot_can_no_longer_read_is_paused_and_said_once
     said = [t for t in bot.chat.texts if "can no longer be read" in t]
     assert len(said) == 1, bot.chat.texts
     assert "lookahead" in said[0], said[0]
+    # Nor can it be resumed until it is proposed again in a form the bot reads.
+    reply = await bot.tasks.act(task.id, "resume", by="U1", conversation=CONV)
+    assert "stays paused" in reply and "lookahead" in reply, reply
