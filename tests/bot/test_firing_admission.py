@@ -9,6 +9,8 @@ loopback fakes, restarted with the new access settings as an operator would."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from host.features.schedules.store import ScheduledTask
 from host.features.schedules.tasks import ScheduledTasks
 from host.runtime.prompt_record import Prompt
 from tests.discord_harness import BOB, DiscordBot, discord_bot, shared_fake
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack
 from tests.helpers import eventually
 from tests.slack_harness import SlackBot, slack_bot
@@ -156,26 +159,34 @@ ALLOWED_ROLE = "900000000000000001"
 BOX_ROLE = "900000000000000002"
 
 
+@asynccontextmanager
+async def _bob_admitted_by_role(
+    monkeypatch: pytest.MonkeyPatch, fake: FakeDiscord
+) -> AsyncIterator[DiscordBot]:
+    """The bot on Discord admitting the members of one role, Bob among them."""
+    fake.add_role(ALLOWED_ROLE, "raven-users")
+    fake.add_user(BOB, "bob", global_name="Bob", roles=[ALLOWED_ROLE])
+    env = {"RAVEN_DISCORD_ALLOWED_ROLES": ALLOWED_ROLE}
+    async with discord_bot(monkeypatch, env=env, fake=fake) as bot:
+        yield bot
+
+
 async def test_a_removed_role_pauses_a_task_on_discord(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    env = {"RAVEN_DISCORD_ALLOWED_ROLES": ALLOWED_ROLE}
-    async with shared_fake() as fake:
-        fake.add_role(ALLOWED_ROLE, "raven-users")
-        fake.add_user(BOB, "bob", global_name="Bob", roles=[ALLOWED_ROLE])
-        async with discord_bot(monkeypatch, env=env, fake=fake) as bot:
-            await bot.mention(f"schedule: in 30m | {PLAN}", user=BOB)
-            task = await _approve_task(bot, BOB)
-            # Bob loses the role that admitted him: nothing restarts, the firing asks Discord.
-            fake.add_user(BOB, "bob", global_name="Bob", roles=[])
-            after = await _fire(bot, task.id)
-            await bot.settle(task.conversation.thread)
-            assert after.state == "paused", after
-            texts = bot.texts()
-            assert not any(RAN in t for t in texts), texts
-            assert sum("is paused" in t for t in texts) == 1, texts
-            (row,) = await _audit(bot)
-            assert row["outcome"] == "refused", row
+    async with shared_fake() as fake, _bob_admitted_by_role(monkeypatch, fake) as bot:
+        await bot.mention(f"schedule: in 30m | {PLAN}", user=BOB)
+        task = await _approve_task(bot, BOB)
+        # Bob loses the role that admitted him: nothing restarts, the firing asks Discord.
+        fake.add_user(BOB, "bob", global_name="Bob", roles=[])
+        after = await _fire(bot, task.id)
+        await bot.settle(task.conversation.thread)
+        assert after.state == "paused", after
+        texts = bot.texts()
+        assert not any(RAN in t for t in texts), texts
+        assert sum("is paused" in t for t in texts) == 1, texts
+        (row,) = await _audit(bot)
+        assert row["outcome"] == "refused", row
 
 
 async def test_a_check_on_a_role_gated_machine_does_not_outlive_the_role_on_discord(
@@ -275,19 +286,15 @@ async def test_a_removed_persons_campaign_is_paused_at_its_next_wake_up_on_slack
 async def test_a_click_by_someone_the_rules_no_longer_admit_is_refused_on_discord(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
-    env = {"RAVEN_DISCORD_ALLOWED_ROLES": ALLOWED_ROLE}
-    async with shared_fake() as fake:
-        fake.add_role(ALLOWED_ROLE, "raven-users")
-        fake.add_user(BOB, "bob", global_name="Bob", roles=[ALLOWED_ROLE])
-        async with discord_bot(monkeypatch, env=env, fake=fake) as bot:
-            await bot.mention(PLAN, user=BOB)
-            broker = bot.runtime.broker
-            prompt = await _asked(bot, "the command's approval")
-            # Bob loses the role that admitted him while his approval waits.
-            fake.add_user(BOB, "bob", global_name="Bob", roles=[])
-            outcome = await broker.answer(prompt.id, prompt.nonce, BOB, "Approve")
-            assert outcome.status == "not_allowed", outcome
-            assert "access rules" in outcome.message, outcome.message
-            assert [p.id for p in await broker.pending()] == [prompt.id]
-            (row,) = await _audit(bot)
-            assert (row["origin"], row["owner"]) == ("click", BOB), row
+    async with shared_fake() as fake, _bob_admitted_by_role(monkeypatch, fake) as bot:
+        await bot.mention(PLAN, user=BOB)
+        broker = bot.runtime.broker
+        prompt = await _asked(bot, "the command's approval")
+        # Bob loses the role that admitted him while his approval waits.
+        fake.add_user(BOB, "bob", global_name="Bob", roles=[])
+        outcome = await broker.answer(prompt.id, prompt.nonce, BOB, "Approve")
+        assert outcome.status == "not_allowed", outcome
+        assert "access rules" in outcome.message, outcome.message
+        assert [p.id for p in await broker.pending()] == [prompt.id]
+        (row,) = await _audit(bot)
+        assert (row["origin"], row["owner"]) == ("click", BOB), row
