@@ -124,6 +124,7 @@ class MessageIngress:
     async def _catch_up(self) -> None:
         since = time.time() - CATCH_UP_SECONDS
         starts: dict[int, int] = {}  # channel id → oldest "after" id to read from
+        threads: set[int] = set()
         for conv, last_id in await self._link.inbox.recent(PLATFORM, since):
             thread = None if conv.thread == MAIN_THREAD else snowflake(conv.thread)
             # Where nobody but the core spoke yet (a firing's own thread), from its start.
@@ -135,16 +136,20 @@ class MessageIngress:
             for target in targets:
                 if target is not None:
                     starts[target] = min(starts.get(target, start), start)
+            if thread is not None:
+                threads.add(thread)
         found = 0
         for channel_id, after in starts.items():
-            found += await self._read_back(channel_id, after)
+            found += await self._read_back(channel_id, after, thread=channel_id in threads)
         if found:
             log.info("discord: %d message(s) sent while the bot was down were read back", found)
 
-    async def _read_back(self, channel_id: int, after: int) -> int:
+    async def _read_back(self, channel_id: int, after: int, *, thread: bool) -> int:
         """Feed a channel's messages since `after` through normal ingestion (duplicates are
         dropped there); returns how many were fed. A channel that cannot be read is logged
-        once and skipped: the others are still read back."""
+        once and skipped: the others are still read back. A conversation's thread that
+        does not exist yet (made by the first reply, which has not gone out: a mention that
+        came in just now) has nothing to read."""
         try:
             channel = await self._link.channel(channel_id)
             history = getattr(channel, "history", None)
@@ -156,6 +161,12 @@ class MessageIngress:
                     limit=CATCH_UP_MESSAGES, after=discord.Object(id=after), oldest_first=True
                 )
             ]
+        except discord.NotFound as exc:
+            if thread:
+                log.info("discord: thread %s does not exist yet; nothing to read back", channel_id)
+            else:
+                log.warning("discord: reading back channel %s failed, skipped: %s", channel_id, exc)
+            return 0
         except (discord.HTTPException, ChannelError) as exc:
             log.warning("discord: reading back channel %s failed, skipped: %s", channel_id, exc)
             return 0
