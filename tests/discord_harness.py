@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from asyncio.subprocess import Process
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from bot.discord.adapter import DiscordAdapter
 from bot.discord.factory import discord_adapter
 from bot.settings import load_settings
 from core.ids import ConversationRef
+from tests.bot_process import bot_process
 from tests.fakes.discord import FakeDiscord
 
 TOKEN = "discord-test-token.abcdefghijklmnop"
@@ -153,13 +156,39 @@ async def discord_bot(
             await fake.stop()
 
 
+ECHO_AGENT = """
+[agents.echo]
+backend = "cli"
+description = "Echoes its prompt (test agent)."
+command = ["cat"]
+"""
+
+
+def buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The buttons of a message the fake holds."""
+    return [c for row in message.get("components") or [] for c in row.get("components", [])]
+
+
+def discord_bot_process(fake: FakeDiscord, home: Path) -> AbstractAsyncContextManager[Process]:
+    """The real `raven-bot run` process, served by the fake Discord."""
+    return bot_process(
+        home,
+        DISCORD_TOKEN=TOKEN,
+        RAVEN_DISCORD_API_URL=fake.base_url,
+        RAVEN_DISCORD_GATEWAY_URL=fake.gateway_url,
+    )
+
+
 __all__ = [
     "ALICE",
     "BOB",
+    "ECHO_AGENT",
     "GENERAL",
     "TOKEN",
     "DiscordBot",
     "add_people",
+    "buttons",
     "discord_bot",
+    "discord_bot_process",
     "shared_fake",
 ]
