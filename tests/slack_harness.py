@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -113,9 +114,30 @@ class SlackBot:
         await self.runtime.service.quiesce(self.conversation(thread))
         await self.adapter.idle()
 
+    async def click(self, button: dict[str, Any], user: str, thread: str, prompt_ts: str) -> None:
+        """`user` clicks `button` of the prompt posted as `prompt_ts` in `thread`."""
+        body = payloads.block_actions(
+            button["action_id"],
+            button["value"],
+            user,
+            CHANNEL,
+            prompt_ts,
+            thread_ts=thread,
+            response_url=self.fake.response_url("r1"),
+        )
+        assert await self.send(body, form=True) == 200
+
     def posts(self, thread: str | None = None) -> list[dict[str, Any]]:
         calls = [c for c in self.fake.calls_to("chat.postMessage") if c.ok]
         return [c.args for c in calls if thread is None or c.args.get("thread_ts") == thread]
+
+
+def buttons(post: dict[str, Any]) -> list[dict[str, Any]]:
+    """The buttons of a post (its blocks as the Web API got them; none without blocks)."""
+    blocks = post.get("blocks") or []
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    actions = [b for b in blocks if b["type"] == "actions"]
+    return list(actions[0]["elements"]) if actions else []
 
 
 @asynccontextmanager
@@ -164,4 +186,4 @@ async def slack_bot(
             await fake.stop()
 
 
-__all__ = ["APP_TOKEN", "BOT_TOKEN", "CHANNEL", "SECRET", "SlackBot", "slack_bot"]
+__all__ = ["APP_TOKEN", "BOT_TOKEN", "CHANNEL", "SECRET", "SlackBot", "buttons", "slack_bot"]

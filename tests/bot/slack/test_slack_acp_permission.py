@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.slack import payloads
 from tests.helpers import eventually, write_agents
-from tests.slack_harness import CHANNEL, SlackBot, slack_bot
+from tests.slack_harness import SlackBot, buttons, slack_bot
 
 FAKE_AGENT = Path(__file__).resolve().parents[2] / "fakes" / "acp_agent.py"
 # Redirected, so smart mode asks before it runs.
@@ -35,17 +34,10 @@ def _written(home: Path) -> list[str]:
     return [path.read_text() for path in home.glob("workspaces/*/hello.txt")]
 
 
-def _buttons(post: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = post.get("blocks") or []
-    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
-    actions = [b for b in blocks if b["type"] == "actions"]
-    return list(actions[0]["elements"]) if actions else []
-
-
 def _prompt(bot: SlackBot, thread: str) -> tuple[dict[str, Any], str] | None:
     """The thread's permission prompt (its post and ts), once posted."""
     for call in bot.fake.calls_to("chat.postMessage"):
-        if call.ok and call.args.get("thread_ts") == thread and _buttons(call.args):
+        if call.ok and call.args.get("thread_ts") == thread and buttons(call.args):
             return call.args, str(call.response["ts"])
     return None
 
@@ -54,17 +46,8 @@ async def _click(bot: SlackBot, thread: str, label: str, user: str) -> None:
     found = _prompt(bot, thread)
     assert found is not None
     post, prompt_ts = found
-    button = next(b for b in _buttons(post) if b["text"]["text"] == label)
-    body = payloads.block_actions(
-        button["action_id"],
-        button["value"],
-        user,
-        CHANNEL,
-        prompt_ts,
-        thread_ts=thread,
-        response_url=bot.fake.response_url("r1"),
-    )
-    assert await bot.send(body, form=True) == 200
+    button = next(b for b in buttons(post) if b["text"]["text"] == label)
+    await bot.click(button, user, thread, prompt_ts)
 
 
 async def test_a_bystanders_allow_on_an_acp_permission_prompt_is_refused(

@@ -30,7 +30,7 @@ from host.runtime.events import TurnRequested
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, form_body, json_body, payloads, sign
 from tests.helpers import db_rows, eventually, write_agents
-from tests.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, SECRET, SlackBot, slack_bot
+from tests.slack_harness import APP_TOKEN, BOT_TOKEN, CHANNEL, SECRET, SlackBot, buttons, slack_bot
 
 ECHO_AGENTS = """
 [agents.echo]
@@ -74,27 +74,10 @@ def _prompt_post(bot: SlackBot, thread: str) -> dict[str, Any]:
     return posts[-1]
 
 
-def _buttons(post: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = post["blocks"]
-    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
-    actions = [b for b in blocks if b["type"] == "actions"]
-    return list(actions[0]["elements"]) if actions else []
-
-
 async def _click(
     bot: SlackBot, post: dict[str, Any], index: int, user: str, thread: str, prompt_ts: str
 ) -> None:
-    button = _buttons(post)[index]
-    body = payloads.block_actions(
-        button["action_id"],
-        button["value"],
-        user,
-        CHANNEL,
-        prompt_ts,
-        thread_ts=thread,
-        response_url=bot.fake.response_url("r1"),
-    )
-    assert await bot.send(body, form=True) == 200
+    await bot.click(buttons(post)[index], user, thread, prompt_ts)
 
 
 async def _plan(bot: SlackBot, plan: str) -> tuple[str, dict[str, Any], str]:
@@ -521,7 +504,7 @@ async def test_approval_by_requester_starts_the_graph(
     write_agents(isolated_env, ECHO_AGENTS)
     async with slack_bot(monkeypatch) as bot:
         thread, post, prompt_ts = await _plan(bot, "a: echo: hello world\nconfirm")
-        labels = [b["text"]["text"] for b in _buttons(post)]
+        labels = [b["text"]["text"] for b in buttons(post)]
         assert labels == ["Approve", "Deny"]
         await _click(bot, post, 0, "U1", thread, prompt_ts)
         update = (await bot.fake.wait_for_call("chat.update"))[0]
@@ -669,7 +652,7 @@ async def test_free_text_answer_through_modal(monkeypatch: pytest.MonkeyPatch) -
             purpose="clarification",
         )
         post = _prompt_post(bot, root)
-        (button,) = _buttons(post)
+        (button,) = buttons(post)
         assert button["text"]["text"] == "Answer…"
         await bot.send(
             payloads.block_actions(
@@ -758,7 +741,7 @@ async def test_doctor_checks_token_and_scopes() -> None:
 # -- races, acks and pings (issue #7: 3, 4, 10) ----------------------------------------------
 
 
-def _has_buttons(blocks: Any) -> bool:
+def _hasbuttons(blocks: Any) -> bool:
     blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
     return any(b["type"] == "actions" for b in blocks or [])
 
@@ -790,13 +773,13 @@ async def test_click_before_the_prompt_post_returns_closes_the_clicked_message(
         update = (await bot.fake.wait_for_call("chat.update"))[0]
         assert not held.released
         assert update.args["ts"] == prompt_ts and update.args["channel"] == CHANNEL
-        assert not _has_buttons(update.args["blocks"])
+        assert not _hasbuttons(update.args["blocks"])
         assert "answered by alice" in json.dumps(update.args["blocks"])
         held.release()
         await eventually(lambda: _completed(bot, thread))
         await bot.settle(thread)
         (message,) = [m for m in bot.fake.thread(CHANNEL, thread) if m["ts"] == prompt_ts]
-        assert not _has_buttons(message["blocks"])
+        assert not _hasbuttons(message["blocks"])
         stored = await bot.runtime.broker.get(prompt.id)
         assert stored is not None and stored.message_id == prompt_ts
 
@@ -829,7 +812,7 @@ async def test_typed_answer_before_the_prompt_post_returns_still_closes_it(
         await eventually(lambda: _completed(bot, thread))
         await bot.settle(thread)
         (message,) = [m for m in bot.fake.thread(CHANNEL, thread) if m["ts"] == prompt_ts]
-        assert not _has_buttons(message["blocks"])
+        assert not _hasbuttons(message["blocks"])
 
 
 @pytest.mark.parametrize("transport", ["http", "socket"])
@@ -985,7 +968,7 @@ async def test_prompts_never_ping_in_text_blocks_modals_or_notes(
             requester="U1",
             purpose="clarification",
         )
-        (button,) = _buttons(_prompt_post(bot, root))
+        (button,) = buttons(_prompt_post(bot, root))
         await bot.send(
             payloads.block_actions(
                 button["action_id"],
