@@ -171,6 +171,17 @@ async def _bob_admitted_by_role(
         yield bot
 
 
+async def _paused_once_roles_are_gone(
+    bot: DiscordBot, fake: FakeDiscord, task: ScheduledTask
+) -> list[str]:
+    """Bob loses every role, then the task fires: it is paused; what the bot said."""
+    fake.add_user(BOB, "bob", global_name="Bob", roles=[])
+    after = await _fire(bot, task.id)
+    await bot.settle(task.conversation.thread)
+    assert after.state == "paused", after
+    return bot.texts()
+
+
 async def test_a_removed_role_pauses_a_task_on_discord(
     monkeypatch: pytest.MonkeyPatch, isolated_env: Path
 ) -> None:
@@ -178,11 +189,7 @@ async def test_a_removed_role_pauses_a_task_on_discord(
         await bot.mention(f"schedule: in 30m | {PLAN}", user=BOB)
         task = await _approve_task(bot, BOB)
         # Bob loses the role that admitted him: nothing restarts, the firing asks Discord.
-        fake.add_user(BOB, "bob", global_name="Bob", roles=[])
-        after = await _fire(bot, task.id)
-        await bot.settle(task.conversation.thread)
-        assert after.state == "paused", after
-        texts = bot.texts()
+        texts = await _paused_once_roles_are_gone(bot, fake, task)
         assert not any(RAN in t for t in texts), texts
         assert sum("is paused" in t for t in texts) == 1, texts
         (row,) = await _audit(bot)
@@ -207,11 +214,7 @@ async def test_a_check_on_a_role_gated_machine_does_not_outlive_the_role_on_disc
             )
             task = await _approve_task(bot, BOB)
             # The machine's role is taken away after the check was approved.
-            fake.add_user(BOB, "bob", global_name="Bob", roles=[])
-            after = await _fire(bot, task.id)
-            await bot.settle(task.conversation.thread)
-            assert after.state == "paused", after
-            texts = bot.texts()
+            texts = await _paused_once_roles_are_gone(bot, fake, task)
             assert not any(marker in t for t in texts), texts
             (notice,) = [t for t in texts if "is paused" in t]
             assert "machine `box`" in notice, notice
