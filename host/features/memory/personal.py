@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from core.fence import fence, new_marker, untrusted_preface
 from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
+from host.features.memory.said import persons_words
 from host.prompts.broker import PromptBroker
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, PromptDecided, TurnCompleted
@@ -147,15 +148,18 @@ class MemoryWriter:
         task.add_done_callback(self._tasks.discard)
 
     async def _record(self, w: _Written) -> None:
+        # Plan, campaign and schedule lines are instructions, not memory of the person.
+        words = persons_words(w.request)
         try:
-            await self._memory.record_turn(
-                owner_of(w.conversation, w.author_id),
-                w.author_name,
-                w.request,
-                conversation_id=w.conversation.id,
-                turn_id=w.turn_id,
-                dm=w.is_dm,
-            )
+            if words:
+                await self._memory.record_turn(
+                    owner_of(w.conversation, w.author_id),
+                    w.author_name,
+                    words,
+                    conversation_id=w.conversation.id,
+                    turn_id=w.turn_id,
+                    dm=w.is_dm,
+                )
             await self._turns.mark_remembered(w.turn_id)
         except Exception:
             log.exception("writing the memory of turn %s failed", w.turn_id)

@@ -161,6 +161,38 @@ async def test_a_completed_turn_becomes_an_episode_recalled_later(rig: Rig) -> N
     assert len(rig.channel.texts) == len(answer) + 1
 
 
+async def test_commands_never_become_episodes_or_facts_but_sentences_do(rig: Rig) -> None:
+    owner = owner_of(_conv(), "U1")
+    # Each is an instruction to the bot, read by the bot's own parsers, not about U1.
+    await rig.say('s1: shell: echo "hello from my sandbox" && uname -a\nconfirm', "U1", "e1")
+    await rig.say(
+        "campaign: lower my loss | machine: local | run: python train.py "
+        "| metric: loss min | budget: 2h",
+        "U1",
+        "e2",
+    )
+    await rig.say("campaign: resume cmp_0123456789", "U1", "e3")
+    assert await rig.memory.archive.episodes(owner) == []
+    # A sentence about the person still becomes a fact; the command lines beside it do not.
+    await rig.say(
+        "I run my nightly checks on the billing service.\n"
+        "watch: every 30m | check: curl -fsS http://localhost:8080/health\n"
+        "schedule: every 2h | s1: shell: df -h /\n"
+        "s2: shell: echo my disk [after s1]",
+        "U1",
+        "e4",
+    )
+    episodes = await rig.memory.archive.episodes(owner)
+    assert [f.text for e in episodes for f in e.facts] == [
+        "I run my nightly checks on the billing service."
+    ]
+    assert [e.narrative for e in episodes] == [
+        "user-U1 said: I run my nightly checks on the billing service."
+    ]
+    described = await rig.memory.describe(owner, dm=False)
+    assert described.endswith("\n- I run my nightly checks on the billing service.")
+
+
 async def test_forget_removes_records_and_their_index_entries(rig: Rig) -> None:
     owner = owner_of(_conv(), "U1")
     await rig.say("remember I use vim", "U1", "e1")
