@@ -310,4 +310,7 @@ def _add_skills(sub: _Commands) -> None:
         "search", help="fused ranking", description="The fused ranking before the gate."
     )
     search.add_argument("--json", action="store_true", help="a JSON list")
-    search.add_argument("query", help="the request to find skills for")
+    # `skills search svg chart from csv` works unquoted, as `memory search` does.
+    search.add_argument(
+        "query", nargs="+", help="the request to find skills for (the rest of the line)"
+    )

@@ -36,7 +36,7 @@ async def _run(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
         experience = ExperienceStore(store)
         if args.skills_command == "list":
             return await _list(settings, experience, args.json, out)
-        return await _search(settings, experience, args.query, args.json, out)
+        return await _search(settings, experience, " ".join(args.query), args.json, out)
     finally:
         await store.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from bot.cli.parsers import parser
 from bot.cli.skills import skills_command
 from bot.settings import load_settings
+from tests.bot.cli.test_cli_end_to_end import _env, _run
 from tests.fakes.skill_hub import FakeHub, serving_hub
 
 UNSCORED_HINT = "set RAVEN_SKILLS_HUB_ALLOW_UNSCORED=true to admit unscored hub skills"
@@ -84,3 +86,17 @@ async def test_skills_list_says_why_an_entry_is_left_out(monkeypatch: pytest.Mon
     assert line.endswith("(left out: blocked (RAVEN_SKILLS_BLOCKED))")
     (hub_line,) = [ln for ln in text.splitlines() if ln.startswith("hub:")]
     assert "without a safety verdict is left out" in hub_line and UNSCORED_HINT in hub_line
+
+
+@pytest.mark.slow
+async def test_skills_search_takes_the_rest_of_the_line_unquoted(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As `memory search` does: `raven-bot skills search svg chart from csv` without quotes.
+    async with serving_hub() as hub:
+        await _with_hub(monkeypatch, hub)
+        env = _env(isolated_env, RAVEN_SKILLS_HUB_URL=hub.url)
+        code, out, err = await _run("skills", "search", "svg", "chart", "from", "csv", env=env)
+    assert code == 0, err
+    assert [q["q"] for q in hub.queries] == ["svg chart from csv"]
+    assert "left out chart-wizard (hub/h-unscored)" in out
