@@ -2,6 +2,13 @@
 
 It lets anyone build a graph without a model (the offline provider turns such a message into a
 `submit_graph` call). A line `confirm` asks for approval before the graph runs.
+
+A plan is all or nothing. A message is a plan once one of its lines is a node line; then every
+other non-empty line must be a node line or `confirm` (a line of three backticks, a Markdown
+fence, is ignored), else the whole plan is refused (`PlanSyntaxError`) naming each bad line,
+what is wrong with it and the syntax: a plan never runs with a line left out. A message with no
+node line is not a plan at all, so a sentence with a colon ("note: the build is red") is never
+refused as one.
 """
 
 from __future__ import annotations
@@ -10,8 +17,9 @@ import re
 from typing import Any
 
 _ID = r"[a-z][a-z0-9_]{0,39}"
+# (`see: https://…` is a link, not the agent `https`.)
 _NODE_LINE = re.compile(
-    rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>.+?)\s*$"
+    rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:(?!//)\s*(?P<task>.+?)\s*$"
 )
 # `[after a, b]` and `[instance NAME]`, in any order, at the end of a node line.
 _BRACKET = re.compile(r"\[\s*(?P<kind>after|instance)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE)
@@ -30,6 +38,27 @@ HELP = (
 )
 
 
+SYNTAX = "`id: agent: task [after id, id]`"
+# A Markdown fence line around a pasted plan (three backticks, maybe a language): ignored.
+_FENCE_LINE = re.compile(r"^\s*```[\w+-]*\s*$")
+# Lines that read as a node with something wrong, most specific first (for the refusal).
+_NO_TASK = re.compile(rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:\s*$")
+_BAD_ID = re.compile(r"^\s*(?P<id>[^\s:]+)\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:\s*\S")
+_NO_ID_COLON = re.compile(
+    rf"^\s*(?P<id>{_ID})\s+(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>\S.*?)\s*$"
+)
+_ONE_COLON = re.compile(rf"^\s*{_ID}\s*:\s*[A-Za-z][\w-]*\s+\S")
+_OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance)\b[^\]]*$", re.IGNORECASE)
+_TRAILING_BRACKET = re.compile(r"\[\s*(?:after|instance)\b[^\]]*\]\s*$", re.IGNORECASE)
+_SHOWN_LINE_CHARS = 120
+_SHOWN_PROBLEMS = 5
+
+
+class PlanSyntaxError(ValueError):
+    """A plan with lines that are not nodes: nothing of it may run. The message names each bad
+    line (number, text, what is wrong) and gives the syntax."""
+
+
 def _split_deps(raw: str) -> list[str]:
     return [d for d in re.split(r"\s*(?:,|\band\b)\s*", raw.strip()) if d]
 
@@ -37,18 +66,23 @@ def _split_deps(raw: str) -> list[str]:
 def parse_plan(text: str) -> dict[str, Any] | None:
     """Return a graph submission for a message written in plan syntax, else None.
 
-    Lines that are not node lines (greetings, a `From:` header) are ignored; at least one node
-    line is needed. Dependencies in brackets are always taken; a bare trailing `after a, b`
-    is taken when every name in it is a valid node id.
+    A message is a plan once one line is a node line; then every non-empty line must be a node
+    line or `confirm` (or a Markdown fence line), else PlanSyntaxError names the bad lines:
+    a plan runs whole or not at all. Dependencies in brackets are always taken; a bare
+    trailing `after a, b` is taken when every name in it is a valid node id.
     """
     nodes: list[dict[str, Any]] = []
     confirm = False
-    for line in text.splitlines():
+    problems: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or _FENCE_LINE.match(line):
+            continue
         if _CONFIRM.match(line):
             confirm = True
             continue
         match = _NODE_LINE.match(line)
-        if match is None:
+        if match is None or _OPEN_BRACKET.search(match["task"]):
+            problems.append(_problem(number, line))
             continue
         task, groups = _trailing(match["task"])
         deps = [d for kind, value in groups if kind == "after" for d in _split_deps(value)]
@@ -66,6 +100,8 @@ def parse_plan(text: str) -> dict[str, Any] | None:
         )
     if not nodes:
         return None
+    if problems:
+        raise PlanSyntaxError(_refusal(problems))
     summary = "; ".join(f"{n['id']} ({n['agent']})" for n in nodes)
     return {
         "task_summary": f"Explicit plan: {summary}"[:200],
@@ -75,13 +111,68 @@ def parse_plan(text: str) -> dict[str, Any] | None:
     }
 
 
+def _problem(number: int, line: str) -> tuple[int, str]:
+    """A line of a plan that is not a node line: its number and what is wrong with it."""
+    if _NO_TASK.match(line):
+        why = "there is no task after the agent"
+    elif (bad := _BAD_ID.match(line)) is not None and not re.fullmatch(_ID, bad["id"]):
+        why = (
+            f"{_span(bad['id'])} is not a node id: an id is lower-case letters, digits and `_`, "
+            "starting with a letter (at most 40)"
+        )
+    elif (near := _NO_ID_COLON.match(line)) is not None:
+        fixed = f"{near['id']}: {near['agent']}: {near['task']}"
+        why = f"a `:` is missing after the id; write {_span(_shortened(fixed))}"
+    elif _ONE_COLON.match(line):
+        why = "a node line has a `:` after the id and another after the agent"
+    elif _OPEN_BRACKET.search(line) and not _TRAILING_BRACKET.search(line):
+        why = "its `[after …]` or `[instance …]` is not closed with `]`"
+    else:
+        why = "it is neither a node nor `confirm`"
+    return number, f"line {number}, {_span(_shortened(line.strip()))}: {why}"
+
+
+def _refusal(problems: list[tuple[int, str]]) -> str:
+    numbers = [str(n) for n, _ in problems]
+    if len(numbers) == 1:
+        heading = f"Nothing was run: line {numbers[0]} of this plan is not a node."
+    else:
+        which = ", ".join(numbers[:-1]) + f" and {numbers[-1]}"
+        heading = f"Nothing was run: lines {which} of this plan are not nodes."
+    lines = [f"- {said}" for _, said in problems[:_SHOWN_PROBLEMS]]
+    if len(problems) > _SHOWN_PROBLEMS:
+        lines.append(f"- and {len(problems) - _SHOWN_PROBLEMS} more")
+    return "\n".join(
+        [
+            heading,
+            *lines,
+            f"Every line of a plan is a node, {SYNTAX}, or `confirm`. Send the whole plan "
+            "again once it is fixed.",
+        ]
+    )
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= _SHOWN_LINE_CHARS else text[: _SHOWN_LINE_CHARS - 1] + "…"
+
+
+def _span(text: str) -> str:
+    """`text` as inline code, whatever backticks it holds."""
+    if "`" not in text:
+        return f"`{text}`"
+    return f"`` {text} ``" if "``" not in text else f"`{text.replace('`', chr(0x2035))}`"
+
+
 def with_id_suffix(text: str, suffix: str) -> str:
     """The plan `text` with every node id `x` renamed `x_<suffix>` where it names a node: a
     line's id, its `after` dependencies and `{{x.output}}` / `{{x.output_path}}`
     placeholders; everything else, commands included, is kept as written. (A plan run again,
     as each firing of a scheduled task does, needs fresh ids: ids are unique per
     conversation.) An id too long for the suffix is shortened."""
-    plan = parse_plan(text)
+    try:
+        plan = parse_plan(text)
+    except PlanSyntaxError:
+        return text  # refused as written, with its lines named, where it is read
     if plan is None:
         return text
     keep = 39 - len(suffix)
@@ -132,5 +223,21 @@ def _trailing(task: str) -> tuple[str, list[tuple[str, str]]]:
 
 
 def is_plan_line(line: str) -> bool:
-    """True for a node line or a `confirm` line (used to group a multi-line plan)."""
+    """True for a node line or a `confirm` line (a line that starts a multi-line plan)."""
     return bool(_NODE_LINE.match(line) or _CONFIRM.match(line))
+
+
+def is_confirm_line(line: str) -> bool:
+    """True for a `confirm` line (`confirm`, `please confirm`, `ask me first`)."""
+    return _CONFIRM.match(line) is not None
+
+
+def continues_plan(line: str) -> bool:
+    """True for a line that belongs to a plan being typed line by line: a node or `confirm`
+    line, or one that reads as a mistyped node (`a2 shell: echo two`, `a2: shell:`, an
+    unclosed `[after a1`), so the plan is refused naming it rather than run without it."""
+    return (
+        is_plan_line(line)
+        or any(p.match(line) for p in (_NO_TASK, _NO_ID_COLON, _BAD_ID))
+        or bool(_OPEN_BRACKET.search(line) or _TRAILING_BRACKET.search(line))
+    )

@@ -10,3 +10,10 @@ def failed_text(tool: str, detail: str) -> str:
     if detail == prefix or detail.startswith(f"{prefix}:"):
         return detail
     return f"{prefix}: {detail}"
+
+
+def failure_detail(tool: str, text: str) -> str:
+    """What went wrong, without the "`tool` failed: " prefix (for a sentence that says what
+    failed in its own words)."""
+    prefix = f"`{tool}` failed: "
+    return text[len(prefix) :] if text.startswith(prefix) else text

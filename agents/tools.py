@@ -22,13 +22,23 @@ MAX_TOOL_OUTPUT_CHARS = 20_000
 
 
 @dataclass(frozen=True)
+class ToolOutput:
+    """A tool's text for the model and, apart, what a person is told of it in plain words
+    (said when no model writes the answer: offline)."""
+
+    text: str
+    summary: str
+
+
+@dataclass(frozen=True)
 class Tool(Generic[Ctx]):
-    """A callable tool: `handler(ctx, validated_input)` returns text for the model."""
+    """A callable tool: `handler(ctx, validated_input)` returns text for the model (or a
+    ToolOutput with a people-facing summary too)."""
 
     name: str
     description: str
     input_model: type[BaseModel]
-    handler: Callable[[Ctx, Any], Awaitable[str]]
+    handler: Callable[[Ctx, Any], Awaitable[str | ToolOutput]]
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -78,13 +88,18 @@ class ToolRegistry(Generic[Ctx]):
         except ValidationError as exc:
             return _error(call, f"Invalid input for `{call.name}`: {describe_validation(exc)}")
         try:
-            output = await tool.handler(ctx, args)
+            returned = await tool.handler(ctx, args)
         except Exception as exc:
             log.exception("tool %s failed", call.name)
             return _error(call, failed_text(call.name, f"{type(exc).__name__}: {exc}"))
+        output, summary = (
+            (returned.text, returned.summary)
+            if isinstance(returned, ToolOutput)
+            else (returned, "")
+        )
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n…[output truncated]"
-        return ToolResult(tool_use_id=call.id, content=output)
+        return ToolResult(tool_use_id=call.id, content=output, summary=summary)
 
 
 def describe_validation(exc: ValidationError) -> str:

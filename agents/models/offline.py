@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.campaign_syntax import parse_campaign
+from agents.models.reminder_hint import reminder_hint
 from agents.models.requester_text import requester_text
 from agents.models.types import (
     Message,
@@ -18,8 +19,8 @@ from agents.models.types import (
     ToolSpec,
     Usage,
 )
-from agents.plan_syntax import parse_plan
-from agents.tool_failures import failed_text
+from agents.plan_syntax import PlanSyntaxError, parse_plan
+from agents.tool_failures import failure_detail
 
 OFFLINE_NOTICE = (
     "I'm running in **offline mode**: no `ANTHROPIC_API_KEY` is set, so I can't answer "
@@ -80,9 +81,12 @@ class OfflineProvider:
         campaign = parse_campaign(text)
         if campaign is not None and any(tool.name == START_CAMPAIGN for tool in tools):
             return _call(START_CAMPAIGN, campaign)
-        plan = parse_plan(text)
+        try:
+            plan = parse_plan(text)
+        except PlanSyntaxError as exc:
+            return _text(str(exc))
         if plan is None:
-            return _text(OFFLINE_NOTICE)
+            return _text(reminder_hint(text) or OFFLINE_NOTICE)
         if any(tool.name == SUBMIT_GRAPH for tool in tools):
             return _call(SUBMIT_GRAPH, plan)
         return _text(
@@ -91,7 +95,17 @@ class OfflineProvider:
         )
 
 
+# What each tool the offline provider calls is about, for a failure said in plain words.
+_WHAT_FAILED = {
+    SUBMIT_GRAPH: "The plan could not be started",
+    START_CAMPAIGN: "The campaign could not be started",
+}
+
+
 def _describe_results(results: list[ToolResult], messages: Sequence[Message]) -> str:
+    """What happened, in plain words: each result's people-facing summary, else its text
+    (a run report, a refusal that says what to fix); a failure as a sentence. Never the
+    tools' names: people asked for a plan or a campaign, not for `submit_graph`."""
     names = {
         b.id: b.name
         for m in messages
@@ -102,11 +116,14 @@ def _describe_results(results: list[ToolResult], messages: Sequence[Message]) ->
     parts = []
     for result in results:
         tool = names.get(result.tool_use_id, "tool")
-        if result.is_error:
-            parts.append(failed_text(tool, result.content))
+        if result.summary:
+            parts.append(result.summary)
+        elif result.is_error:
+            what = _WHAT_FAILED.get(tool, "That did not work")
+            parts.append(f"{what}: {failure_detail(tool, result.content)}")
         else:
-            parts.append(f"`{tool}`: {result.content}")
-    return "Offline mode (no model): here is what the tools returned.\n\n" + "\n\n".join(parts)
+            parts.append(result.content)
+    return "\n\n".join(parts)
 
 
 def _call(name: str, arguments: Mapping[str, Any]) -> ModelReply:

@@ -36,6 +36,9 @@ class ToolResult(BaseModel):
     tool_use_id: str
     content: str
     is_error: bool = False
+    # What a person is told of this result, in plain words, when no model writes the answer
+    # (the offline provider says it instead of `content`); never sent to a model.
+    summary: str = ""
 
 
 Block = TextBlock | ToolCall | ToolResult

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import TextIO
 
-from agents.plan_syntax import is_plan_line, parse_plan
+from agents.plan_syntax import continues_plan, is_confirm_line, is_plan_line
 from bot.channel import ChannelFeatures, InboundMessage, Inbox, Ingress, OutboundMessage
 from bot.console.stdin import Line
 from bot.console.terminal import USER_PROMPT, Terminal
@@ -277,7 +277,8 @@ class ConsoleAdapter:
             text = line.text.strip()
             if not text:
                 return "\n".join(lines), replaced, None
-            if not is_plan_line(text):
+            if not continues_plan(text):
+                # A mistyped node line stays in the plan, which is then refused naming it.
                 return "\n".join(lines), replaced, line
             lines.append(text)
             replaced = replaced or line.replaced
@@ -317,7 +318,7 @@ class ConsoleAdapter:
 
 
 def _is_confirm(line: str) -> bool:
-    return is_plan_line(line) and parse_plan(line) is None
+    return is_confirm_line(line)
 
 
 def _local_user() -> str:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from agents.registry import AgentRegistry
-from agents.tools import Tool
+from agents.tools import Tool, ToolOutput
 from host.features.memory.group import close_request
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
@@ -124,6 +124,11 @@ def _node_id_for(agent: str) -> str:
     return f"{base[:28]}_{uuid.uuid4().hex[:8]}"
 
 
+def _steps(count: int) -> str:
+    """`1 step`, `2 steps`: a graph's nodes as people count them."""
+    return f"{count} step{'' if count == 1 else 's'}"
+
+
 def approval_question(submission: GraphSubmission) -> str:
     """The question shown when a graph asks for approval: the nodes it will run."""
     lines = [f"Run this graph? {submission.task_summary}"]
@@ -141,8 +146,9 @@ class HostTools:
         self.runs = deps.runs
         self.broker = deps.broker
 
-    async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str:
-        """Admit and start a graph, or ask for approval when it needs one."""
+    async def submit(self, ctx: TurnContext, raw: dict[str, Any]) -> str | ToolOutput:
+        """Admit and start a graph, or ask for approval when it needs one (what happened is
+        also said in plain words, for when no model writes the answer)."""
         if ctx.origin == "scheduled":
             # A firing says its result once, when its work is done (what `notify:` decides
             # on), not a status message and a report per run.
@@ -166,16 +172,20 @@ class HostTools:
                     "submitted_by": ctx.author_id,
                 },
             )
-            return (
+            steps = _steps(len(result.submission.nodes))
+            return ToolOutput(
                 f"Approval requested from the user (prompt `{shown_id(prompt)}`); nothing runs "
-                "until they approve. The outcome will arrive as a new message."
+                "until they approve. The outcome will arrive as a new message.",
+                f"This plan of {steps} waits for approval (prompt `{shown_id(prompt)}`): "
+                "nothing runs until it is approved.",
             )
         run = result.run
         assert run is not None
         if run.record.background:
-            return (
+            return ToolOutput(
                 f"Run `{run.id}` started with {len(run.nodes)} node(s) in the background. "
-                "Progress, exceptions and the final report will arrive as messages."
+                "Progress, exceptions and the final report will arrive as messages.",
+                f"Started run `{run.id}` with {_steps(len(run.nodes))}; I'll post the report here.",
             )
         return await self.wait(run)
 
@@ -189,11 +199,11 @@ class HostTools:
             text = f"{text}\n\n---\n{close_request(run.id, agents)}"
         return text
 
-    async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str:
+    async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str | ToolOutput:
         """The `submit_graph` tool."""
         return await self.submit(ctx, args.root)
 
-    async def delegate(self, ctx: TurnContext, args: DelegateInput) -> str:
+    async def delegate(self, ctx: TurnContext, args: DelegateInput) -> str | ToolOutput:
         """The `delegate` tool: a single-node graph run in the foreground."""
         node: dict[str, Any] = {
             "id": args.id or _node_id_for(args.agent),

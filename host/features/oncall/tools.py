@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.tools import Tool
+from agents.tools import Tool, ToolOutput
 from core.errors import FieldError, describe_validation_error
 from core.ids import ConversationRef
 from host.runtime.people import People
@@ -306,8 +306,8 @@ class CampaignTools:
         self._private = private
         self._people = people or People()
 
-    async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str:
-        """The `start_campaign` tool."""
+    async def start_campaign(self, ctx: TurnContext, args: StartCampaignInput) -> str | ToolOutput:
+        """The `start_campaign` tool (what happened also in plain words, for people)."""
         # A person's message, or their approved scheduled task firing on their behalf.
         if ctx.origin == "system":
             return "Refused: a campaign starts only from a person's own message or task."
@@ -318,14 +318,18 @@ class CampaignTools:
         except (ValueError, CampaignError) as exc:
             return str(exc)
         if record.state == "approval":
-            return (
+            return ToolOutput(
                 f"Campaign `{record.id}` waits for approval: I showed its exact command in the "
                 f"thread, and nothing runs until {ctx.author_name}, an approver or an admin "
-                "approves it."
+                "approves it.",
+                f"Campaign `{record.id}` is waiting for approval: nothing runs until you, an "
+                "approver or an admin approve its command.",
             )
-        return (
+        return ToolOutput(
             f"Campaign `{record.id}` started on `{record.spec.machine}`; it is watched without "
-            "model calls and reports in this thread."
+            "model calls and reports in this thread.",
+            f"Started campaign `{record.id}` on `{record.spec.machine}`; I'll post its "
+            "progress and report here.",
         )
 
     async def campaign_status(self, ctx: TurnContext, args: CampaignRef) -> str:

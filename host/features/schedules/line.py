@@ -5,11 +5,13 @@
     schedule: every 2h | WHAT
     schedule: cron 0 9 * * 1-5 | WHAT
 
-with optional trailing fields `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`,
-`| missed: skip|once|all`, `| notify: always|changes|failures`, `| post: thread|channel`.
-WHAT is kept verbatim (it may itself hold `|` and `name:` fields, as a campaign line does):
-only trailing fields with one of the names above are the schedule's. Lines after the first
-continue WHAT (an explicit plan spans several lines).
+with optional fields `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`,
+`| missed: skip|once|all`, `| notify: always|changes|failures`, `| post: thread|channel`, in
+any order: before the time part, between it and WHAT, or after WHAT
+(`schedule: every 2h | post: channel | s1: shell: df -h /`). WHAT is kept verbatim (it may
+itself hold `|` and `name:` fields, as a campaign line does): only fields with one of the
+names above, before WHAT or trailing it, are the schedule's. Lines after the first continue
+WHAT (an explicit plan spans several lines).
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ Post = Literal["thread", "channel"]
 
 SYNTAX = (
     "`schedule: in 20m | WHAT`, `schedule: at 2026-12-24 09:00 | WHAT`, "
-    "`schedule: every 2h | WHAT` or `schedule: cron 0 9 * * 1-5 | WHAT`, optionally followed "
-    "by `| tz: Europe/Paris`, `| until: 2027-01-31`, `| count: 10`, `| missed: skip|once|all`, "
-    "`| notify: always|changes|failures`, `| post: thread|channel`"
+    "`schedule: every 2h | WHAT` or `schedule: cron 0 9 * * 1-5 | WHAT`, with optional "
+    "fields in any order, before or after WHAT: `| tz: Europe/Paris`, `| until: 2027-01-31`, "
+    "`| count: 10`, `| missed: skip|once|all`, `| notify: always|changes|failures`, "
+    "`| post: thread|channel`"
 )
 # How far ahead a schedule may reach, from when it is proposed: a firing (`in`, `at`) or an
 # interval (`every`) within a year, an end (`until`) within five years, and so many firings.
@@ -56,11 +59,16 @@ FIELDS: Mapping[str, str] = MappingProxyType(
 )
 # A date whose year has five digits or more (`99999-01-01`): too far ahead, not misspelt.
 _FAR_YEAR = re.compile(r"^\s*\d{5,}-")
-_START = re.compile(
-    r"^\s*schedule\s*:\s*(?P<kind>in|at|every|cron)\s+(?P<when>[^|]+?)\s*\|(?P<rest>.*)$",
+_BARE_START = re.compile(r"^\s*schedule\s*:", re.IGNORECASE)
+# The parts before WHAT, each ended by `|` (or by the end of the line when WHAT is on the
+# lines after): the time part, and fields.
+_TIMING = re.compile(
+    r"^\s*(?P<kind>in|at|every|cron)\s+(?P<when>[^|\n]+?)\s*(?:\||$)", re.IGNORECASE
+)
+_LEADING = re.compile(
+    r"^\s*(?P<key>" + "|".join(FIELDS) + r")\s*:\s*(?P<value>[^|\n]*?)\s*(?:\||$)",
     re.IGNORECASE,
 )
-_BARE_START = re.compile(r"^\s*schedule\s*:", re.IGNORECASE)
 _TRAILING = re.compile(
     r"\s*\|\s*(?P<key>" + "|".join(FIELDS) + r")\s*:\s*(?P<value>[^|]*?)\s*$", re.IGNORECASE
 )
@@ -115,23 +123,23 @@ def is_schedule_line(text: str) -> bool:
 def parse_schedule(text: str, *, default_tz: str = "UTC") -> TaskSchedule:
     """The task of a `schedule:` message; ScheduleError saying what is wrong and the syntax."""
     first, _, more = text.strip().partition("\n")
-    match = _START.match(first)
-    if match is None:
+    timing, fields, rest, problems = _head(_BARE_START.sub("", first, count=1), more=bool(more))
+    if timing is None:
         raise ScheduleError(f"I could not read this schedule. Write {SYNTAX}.")
-    rest = match["rest"]
-    fields: dict[str, str] = {}
+    trailing_fields: list[tuple[str, str]] = []
     while (trailing := _TRAILING.search(rest)) is not None:
-        fields.setdefault(trailing["key"].lower(), trailing["value"])
+        trailing_fields.insert(0, (trailing["key"].lower(), trailing["value"]))
         rest = rest[: trailing.start()]
+    for key, value in trailing_fields:
+        _add_field(fields, key, value, problems)
     what = "\n".join(part for part in (rest.strip(), more.strip()) if part)
     raw: dict[str, object] = {
-        "kind": match["kind"].lower(),
-        "when": match["when"].strip(),
+        "kind": timing["kind"].lower(),
+        "when": timing["when"].strip(),
         "what": what,
         "tz": fields.pop("tz", default_tz),
         **fields,
     }
-    problems: list[str] = []
     if "until" in fields:
         raw["until"] = _until(fields["until"], str(raw["tz"]), problems)
     try:
@@ -145,6 +153,34 @@ def parse_schedule(text: str, *, default_tz: str = "UTC") -> TaskSchedule:
     if problems:
         raise ScheduleError(refusal(problems))
     return schedule
+
+
+def _head(body: str, *, more: bool) -> tuple[re.Match[str] | None, dict[str, str], str, list[str]]:
+    """The time part and the fields before WHAT, in any order; the rest of the line (WHAT and
+    trailing fields); the problems (a field given twice). A part ended by the end of the line
+    instead of `|` counts only when WHAT follows on the next lines."""
+    timing: re.Match[str] | None = None
+    fields: dict[str, str] = {}
+    problems: list[str] = []
+    while True:
+        part = _TIMING.match(body) if timing is None else None
+        field = None if part is not None else _LEADING.match(body)
+        found = part or field
+        if found is None or (not more and not found[0].rstrip().endswith("|")):
+            return timing, fields, body, problems
+        if part is not None:
+            timing = part
+        else:
+            assert field is not None
+            _add_field(fields, field["key"].lower(), field["value"], problems)
+        body = body[found.end() :]
+
+
+def _add_field(fields: dict[str, str], key: str, value: str, problems: list[str]) -> None:
+    if key in fields:
+        problems.append(f"`{key}:` is given twice (`{fields[key]}` and `{value}`): keep one")
+        return
+    fields[key] = value
 
 
 def _until(text: str, tz: str, problems: list[str]) -> object:

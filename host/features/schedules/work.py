@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from agents.campaign_syntax import parse_campaign
-from agents.plan_syntax import parse_plan
+from agents.plan_syntax import PlanSyntaxError, parse_plan
 from agents.workspace_tools import denied_reason
 from core.markdown import code_block
 from core.patterns import PatternError, UserPattern
@@ -227,7 +227,10 @@ def task_work(what: str, *, offline: bool) -> TaskWork:
             "nothing is said and no model is called; when it trips, and when it passes again, "
             "it says so here.",
         )
-    plan = parse_plan(what)
+    try:
+        plan = parse_plan(what)
+    except PlanSyntaxError as exc:
+        raise ScheduleError(str(exc)) from None
     if plan is not None:
         # Approved now, so a firing does not ask for the whole plan again.
         text = "\n".join(line for line in what.splitlines() if not _CONFIRM.match(line))

@@ -52,6 +52,29 @@ def test_what_is_kept_verbatim_with_its_pipes_fields_and_lines() -> None:
     assert plan.what == "a: echo: hi\nb: echo: there\nconfirm"
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "schedule: every 2h | post: channel | s1: shell: df -h /",
+        "schedule: post: channel | every 2h | s1: shell: df -h /",
+        "schedule: every 2h | s1: shell: df -h / | post: channel",
+        "schedule: notify: failures | every 2h | post: channel | s1: shell: df -h /",
+        "schedule: every 2h | post: channel\ns1: shell: df -h /",
+    ],
+)
+def test_optional_fields_go_in_any_order_before_or_after_what(line: str) -> None:
+    # Issue 39, finding 4: fields before WHAT were read as WHAT, and refused offline with
+    # "I can schedule only … an explicit plan".
+    s = checked_schedule(line, now=NOW)
+    assert (s.kind, s.when, s.what, s.post) == ("every", "2h", "s1: shell: df -h /", "channel")
+
+
+def test_a_field_given_twice_is_refused() -> None:
+    with pytest.raises(ScheduleError) as refused:
+        parse_schedule("schedule: every 2h | post: thread | s1: shell: df | post: channel")
+    assert "`post:` is given twice (`thread` and `channel`): keep one" in str(refused.value)
+
+
 def test_is_schedule_line() -> None:
     assert is_schedule_line("  schedule: whenever")
     assert not is_schedule_line("please schedule: this")
