@@ -5,10 +5,12 @@
 Optional fields: `pattern: REGEX` (one group around the value), `json_key: KEY` (read the
 metric from JSON lines), `wake: 5m`, `baseline: 1.2`, `rounds: 3`, `stall: 10m`,
 `margin: 0.5`, `poll: 5s`, and for Slurm `partition: NAME`, `cpus: 4`, `time: 30m` (a
-round's time limit). The command may itself contain `|` (a pipe), but not `| word:`, which
-starts a field: an unknown field name (`| colour: red`) is kept as a field, so the tool refuses
-it by name and lists the valid ones instead of reading it as part of the previous value. Values
-are validated by the tool.
+round's time limit). Fields go in any order; the goal comes first, or anywhere as
+`| goal: …` (then the line may start with a field: `campaign: machine: local | goal: …`).
+The command may itself contain `|` (a pipe), but not `| word:`, which starts a field: an
+unknown field name (`| colour: red`) is kept as a field, so the tool refuses it by name and
+lists the valid ones instead of reading it as part of the previous value. Values are
+validated by the tool.
 """
 
 from __future__ import annotations
@@ -60,11 +62,17 @@ def parse_campaign(text: str) -> dict[str, str] | None:
         match = _START.match(line)
         if match is None:
             continue
-        goal, *parts = _SPLIT.split(match["rest"])
-        fields = {"goal": goal.strip()}
+        first, *parts = _SPLIT.split(match["rest"])
+        fields: dict[str, str] = {}
+        leading = _FIELD.match(first.strip())
+        if leading is not None and leading["key"].lower() in (*FIELDS, "goal"):
+            parts.insert(0, first)  # a field first: the goal is given as `goal:` (or missing)
+        else:
+            fields["goal"] = first.strip()
         for part in parts:
             field = _FIELD.match(part.strip())
             if field is not None:
                 fields[field["key"].lower()] = field["value"]
+        fields.setdefault("goal", "")
         return fields
     return None

@@ -46,6 +46,23 @@ def test_the_chat_syntax_sets_the_json_key_partition_cpus_and_time() -> None:
     assert spec.command == "python train.py"
 
 
+def test_fields_go_in_any_order_the_goal_too() -> None:
+    # Issue 39, finding 4: the goal had to come first; `campaign: machine: local | …` took
+    # `machine: local` as the goal and the machine's default.
+    spec = _chat(
+        "campaign: machine: local | budget: 2h | goal: tune it | metric: loss min "
+        "| run: python train.py"
+    )
+    assert (spec.goal, spec.machine, spec.command, spec.metric.name) == (
+        "tune it",
+        "local",
+        "python train.py",
+        "loss",
+    )
+    with pytest.raises(ValueError, match="the goal is missing"):
+        _chat("campaign: machine: local | run: x | metric: loss min | budget: 2h")
+
+
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [

@@ -121,6 +121,11 @@ def campaign_spec(
     `min_poll_seconds` bounds what people in a channel may ask for; the operator's own shell
     (`campaigns run`) passes 0."""
     problems: list[str] = []
+    if not args.goal.strip():
+        problems.append(
+            "the goal is missing: say what the campaign is for right after `campaign:` "
+            "(or as `| goal: …`)"
+        )
     for name in args.model_extra or {}:
         known = ", ".join(f"`{f}`" for f in StartCampaignInput.model_fields if f != "goal")
         problems.append(f"unknown field `{name}`: the fields are {known}")
