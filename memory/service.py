@@ -92,6 +92,10 @@ class MemoryService:
         """Open the derived index from its files, rebuilt from SQLite when they are missing,
         corrupt or built with another embedder (after the store is open)."""
         await self._load()
+        await self.finish_erasures()
+
+    async def finish_erasures(self) -> None:
+        """Finish the erasures a crash (or a live run) left unfinished."""
         if self._erasure is not None:
             # An erasure a crash (or a live run) left unfinished is finished before serving.
             for owner in await self._erasure.unfinished():
@@ -111,11 +115,16 @@ class MemoryService:
             await self._index.embedder.embed(["warm-up"])
 
     async def reindex(self) -> int:
-        """Rebuild the index from SQLite (`raven-bot memory reindex`); the documents count."""
+        """Rebuild the index from SQLite without reading its files (`raven-bot memory
+        reindex`, an erasure); the documents count. Asked for, it is no warning: no file can
+        be found missing or stale."""
         current = self._index
         assert current.directory is not None
         await asyncio.to_thread(shutil.rmtree, current.directory, True)
-        await self._load()
+        fresh = HybridIndex(current.embedder, current.directory, current.settings)
+        await fresh.add([doc async for doc in self._source()])
+        await fresh.save()
+        self._index = fresh
         return self._index.count()
 
     async def save_index(self) -> None:

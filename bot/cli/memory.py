@@ -49,7 +49,11 @@ async def _run(
             sources=(GroupStore(store),) if settings.group_memory else (),
             erasure=UserErasure(store, runs_root=settings.home / "runs"),
         )
-        await memory.load_index()
+        if args.memory_command == "reindex":
+            # It rebuilds from SQLite: the files are not read, so none is reported missing.
+            await memory.finish_erasures()
+        else:
+            await memory.load_index()
         code = await _ACTIONS[args.memory_command](memory, args, out)
         await memory.save_index()
         return code

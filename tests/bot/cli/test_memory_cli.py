@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.bot.cli.test_cli_end_to_end import _env, _run
+from tests.bot.cli.test_cli_end_to_end import RAVEN, _env, _run
 
 # Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -43,3 +45,28 @@ async def test_an_unknown_user_is_a_clear_error(isolated_env: Path) -> None:
     code, out, _ = await _run("memory", "show", "--user", "nobody", env=_env(isolated_env))
     assert code == 2
     assert "no memory for user 'nobody'" in out
+
+
+async def test_reindex_prints_one_line_and_no_warning_about_the_rebuild_it_was_asked_for(
+    isolated_env: Path,
+) -> None:
+    env = _env(isolated_env)
+    code, _, err = await _run("memory", "add", "--user", "U7", "I deploy on Fridays", env=env)
+    assert code == 0, err
+    shutil.rmtree(isolated_env / "index")  # gone, as after a disk cleanup
+    # What a person at the terminal sees: stdout and stderr in one stream.
+    proc = await asyncio.create_subprocess_exec(
+        RAVEN,
+        "memory",
+        "reindex",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    shown, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    assert re.fullmatch(
+        r"reindexed 1 document\(s\) from SQLite \((hybrid|keyword) recall\)\n", shown.decode()
+    ), shown
+    code, out, _ = await _run("memory", "search", "--user", "U7", "--json", "deploy", env=env)
+    assert [h["text"] for h in json.loads(out)] == ["I deploy on Fridays"]
