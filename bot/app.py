@@ -393,6 +393,7 @@ async def build_runtime(
             history_messages=settings.history_messages,
             admins=frozenset(settings.admins),
             approvers=frozenset(settings.approvers),
+            thread_replies=settings.thread_replies,
         ),
         ConversationExtras(
             broker=parts.broker,

@@ -98,6 +98,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_HISTORY_MESSAGES",
         description="How many earlier conversation messages a turn sees.",
     )
+    thread_replies: Literal["requester", "anyone", "mentions"] = Field(
+        default="requester",
+        validation_alias="RAVEN_THREAD_REPLIES",
+        description="In a thread, whose messages without a mention are answered: the "
+        "requester's, anyone's, or none (mentions only).",
+    )
 
     user_pool: int = Field(
         default=4, gt=0, validation_alias="RAVEN_USER_POOL", description="Concurrent user turns."

@@ -348,6 +348,20 @@ async def _check_sandbox(settings: Settings) -> Check:
     return Check("sandbox", "warn", f"{sandbox.description}. {INSTALL_HINT}")
 
 
+THREAD_REPLIES = {
+    "requester": "in a thread, only its requester's follow-ups need no mention; others' "
+    "chatter gets nothing",
+    "anyone": "in a thread the bot is part of, everyone's messages are answered",
+    "mentions": "in a thread, only messages that mention the bot are answered",
+}
+
+
+async def _check_thread_replies(settings: Settings) -> Check:
+    """Who the bot answers in its threads without a mention."""
+    mode = settings.thread_replies
+    return Check("thread replies", "ok", f"RAVEN_THREAD_REPLIES={mode}: {THREAD_REPLIES[mode]}")
+
+
 async def _check_nudges(settings: Settings) -> Check:
     """The nudge policy in force over what the bot says on its own."""
     limits = NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour)
@@ -366,6 +380,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_permissions,
     _check_skills,
     _check_settings,
+    _check_thread_replies,
     _check_nudges,
     _check_libraries,
     _check_embedder,

@@ -303,6 +303,8 @@ class ConsoleAdapter:
             author_name=self._user,
             text=text,
             event_id=event_id,
+            # Everything typed at the console is said to the bot.
+            addressed=True,
         )
 
     async def _readline(self, interactive: bool = False) -> Line | None:

@@ -87,7 +87,9 @@ class MessageIngress:
             return
         refusal = self._refusal(message)
         if refusal is not None:
-            self._link.spawn(_refuse(message, refusal), f"refuse:{message.id}")
+            # Someone who never addressed the bot (chatting in its thread) is told nothing.
+            if mentioned:
+                self._link.spawn(_refuse(message, refusal), f"refuse:{message.id}")
             return
         msg = _inbound(message, conv, me.id, mentioned=mentioned)
         if conv.thread == str(message.id):
@@ -258,6 +260,8 @@ def _inbound(
         timestamp=message.created_at.timestamp(),
         is_dm=message.guild is None,
         reread_thread=mentioned and isinstance(message.channel, discord.Thread),
+        # The core decides whether a thread message that does not mention the bot is answered.
+        addressed=mentioned,
         roles=tuple(str(r.id) for r in getattr(author, "roles", ())),
     )
 

@@ -84,6 +84,8 @@ class SlackCatchUp:
                 continue
             event = {**item, "channel": conv.channel, "thread_ts": conv.thread}
             body = {"team_id": conv.workspace, "event_id": f"read-back:{item.get('ts')}"}
+            # A reply that does not mention the bot is taken in as such (not addressed): the
+            # core decides, as for a live one, whether it is answered.
             mentioned = mentions(str(item.get("text", "")), self._identity.bot_user_id)
             await self._ingress.ingest(body, event, mentioned=mentioned)
             found += 1

@@ -62,7 +62,8 @@ class SlackIngress:
             await self.ingest(body, event, mentioned=False)
 
     async def ingest(self, body: dict[str, Any], event: dict[str, Any], *, mentioned: bool) -> None:
-        """One message event (live or read back) into the inbox, unless it is not for us."""
+        """One message event (live or read back) into the inbox, unless it is not for us.
+        `mentioned`: it addresses the bot (a mention or a DM)."""
         deps = self._deps
         ev = parse_event(body, event)
         if ev.subtype in IGNORED_SUBTYPES or not ev.user or not ev.ts:
@@ -74,15 +75,19 @@ class SlackIngress:
             return  # a thread the bot is not part of
         refusal = deps.policy.refusal(ev.user, ev.channel, is_dm=ev.is_dm)
         if refusal is not None:
-            deps.background.spawn(self._refuse(ev, refusal), f"refuse:{ev.ts}")
+            # Someone who never addressed the bot (chatting in its thread) is told nothing.
+            if mentioned:
+                deps.background.spawn(self._refuse(ev, refusal), f"refuse:{ev.ts}")
             return
         text = strip_bot_mention(ev.text, deps.identity.bot_user_id)
         if not text and not ev.files:
             text = "help"
         # No users.info here: the ack must not wait on Slack. `enrich` resolves the name.
         msg = to_inbound(ev, text=text, author_name=deps.identity.cached(ev.user))
-        if mentioned and ev.thread_ts:
-            msg = msg.model_copy(update={"reread_thread": True})
+        # The core decides whether a reply that does not mention the bot is answered.
+        msg = msg.model_copy(
+            update={"addressed": mentioned, "reread_thread": mentioned and bool(ev.thread_ts)}
+        )
         await self._inbox.receive(msg)
 
     async def _refuse(self, ev: SlackEvent, reason: str) -> None:

@@ -13,6 +13,7 @@ from agents.models.requester_text import answer_header
 from agents.models.types import Message, TextBlock
 from agents.tools import ToolRegistry
 from core.fence import fence, new_marker
+from host.agent.no_reply import NO_REPLY_NOTE, Silence
 from host.runtime.author_labels import author_label, quote_answer_headers, quote_header_lines
 from host.runtime.conversation_log import LoggedMessage
 from host.runtime.turn import TurnContext
@@ -77,6 +78,8 @@ class HostReply:
     loop: LoopResult
     # Attribution blocks the model appended (group memory); removed from `text`.
     attributions: tuple[Attribution, ...] = ()
+    # The Host chose to say nothing (`no_reply`): `text` is not posted.
+    no_reply: bool = False
 
 
 class HostAgent:
@@ -114,10 +117,17 @@ class HostAgent:
         text: str,
         history: Sequence[LoggedMessage] = (),
         thread_context: str = "",
+        may_stay_silent: bool = False,
     ) -> HostReply:
-        """Answer `text` from `ctx.author` given the earlier conversation."""
+        """Answer `text` from `ctx.author` given the earlier conversation. `may_stay_silent`
+        (a follow-up that did not mention the bot) offers the `no_reply` tool."""
         messages = build_messages(history, ctx, text, thread_context)
         blocks = [await source.context(ctx) for source in self._sources]
+        silence = Silence()
+        tools = self._tools
+        if may_stay_silent:
+            tools = tools.with_tools([silence.tool()])
+            blocks.append(NO_REPLY_NOTE)
         system = "\n".join([self._system, *filter(None, blocks)])
         loop: AgentLoop[TurnContext] = AgentLoop(
             self.provider,
@@ -125,10 +135,12 @@ class HostAgent:
             max_iterations=self._max_iterations,
             max_tokens=self._max_tokens,
         )
-        result = await loop.run(system=system, messages=messages, tools=self._tools, ctx=ctx)
+        result = await loop.run(system=system, messages=messages, tools=tools, ctx=ctx)
         visible, attributions = extract_attribution(result.text)
         if attributions or visible != result.text:
             strip_answer(result, visible)  # neither users nor the turn log see the blocks
+        if silence.chosen:
+            return HostReply(text="", loop=result, attributions=attributions, no_reply=True)
         answer = visible or "(The model returned an empty answer.)"
         return HostReply(text=answer, loop=result, attributions=attributions)
 

@@ -40,9 +40,14 @@ class TypedAnswerReplies:
         self._log = conversation_log
         self._outbox = outbox
 
-    async def take(self, msg: InboundMessage, message_id: int) -> bool:
-        """True when `msg` answered (or tried to answer) a prompt, so it starts no turn."""
-        outcome = await self._broker.answer_typed(msg.conversation, msg.author_id, msg.text)
+    async def take(
+        self, msg: InboundMessage, message_id: int, *, waiting_only: bool = False
+    ) -> bool:
+        """True when `msg` answered (or tried to answer) a prompt, so it starts no turn;
+        `waiting_only`: only a question waiting for its author counts (chatter otherwise)."""
+        outcome = await self._broker.answer_typed(
+            msg.conversation, msg.author_id, msg.text, waiting_only=waiting_only
+        )
         if outcome is None:
             return False
         await self._log.mark_handled(message_id)
@@ -56,6 +61,11 @@ class TypedAnswerReplies:
                 idempotency_key=f"prompt-reply:{message_id}",
             )
         return True
+
+    async def waiting_for(self, msg: InboundMessage) -> bool:
+        """True when a question of the conversation waits for the message's author."""
+        pending = await self._broker.pending(msg.conversation)
+        return any(msg.author_id in p.allowed_responders for p in pending)
 
 
 def subscribe_decision_handlers(

@@ -21,6 +21,12 @@ from core.ids import ConversationRef
 from core.keyed import KeyedSerial
 from host.agent.host_agent import HostAgent
 from host.conversation.lanes import LaneBusy, LaneManager, LanesClosed
+from host.conversation.near_misses import (
+    NO_QUESTION_WAITING,
+    did_you_mean_text,
+    is_bare_answer,
+    near_miss,
+)
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
@@ -34,6 +40,9 @@ from memory.group import Attribution
 log = logging.getLogger(__name__)
 
 ControlWord = Literal["stop", "status", "help"]
+# Which messages in a thread that do not mention the bot it answers: its requester's
+# (`requester`), everyone's (`anyone`), or none (`mentions`). See `_spoken_to`.
+ThreadReplies = Literal["requester", "anyone", "mentions"]
 # Each control word (a message that is just the word) and what it does, for `help`.
 CONTROL_WORDS: Mapping[ControlWord, str] = MappingProxyType(
     {
@@ -220,6 +229,8 @@ class ConversationConfig:
     # Their `stop` cancels everyone's work in a thread; anyone else's only their own.
     admins: frozenset[str] = frozenset()
     approvers: frozenset[str] = frozenset()
+    # Whose messages in a thread are answered without a mention (`RAVEN_THREAD_REPLIES`).
+    thread_replies: ThreadReplies = "requester"
 
 
 @dataclass(frozen=True)
@@ -275,6 +286,7 @@ class ConversationService:
         self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
         self._privileged = config.admins | config.approvers
+        self._thread_replies = config.thread_replies
         # (conversation, author) → when that author was last told the lane is full.
         self._busy_told: dict[tuple[str, str], float] = {}
         # What one conversation receives is dispatched in order, off the ingress path.
@@ -358,18 +370,8 @@ class ConversationService:
         if word is not None:
             await self._control(word, msg, message_id)
             return None
-        # A typed reply to a pending prompt answers it instead of starting a turn.
-        typed = self._typed_answers
-        if person and typed is not None and await typed.take(msg, message_id):
+        if person and await self._answered_without_turn(msg, message_id):
             return None
-        if person and self._commands is not None:
-            reply = await self._commands.handle(msg)
-            if reply is not None:
-                await self._log.mark_handled(message_id)
-                await self._outbox.send(
-                    msg.conversation, reply, idempotency_key=f"command:{message_id}"
-                )
-                return None
         turn_id = self._new_id()
         try:
             return self._lanes.submit(
@@ -388,6 +390,49 @@ class ConversationService:
             await self._log.mark_handled(message_id)
             await self._tell_busy(msg, exc, message_id)
             return None
+
+    async def _answered_without_turn(self, msg: InboundMessage, message_id: int) -> bool:
+        """A person's message that needs no Host turn, handled here: a typed answer, others'
+        chatter (recorded, said nothing to), a command, a near miss, a stray answer."""
+        spoken_to = await self._spoken_to(msg)
+        # A typed reply to a pending prompt answers it instead of starting a turn; without
+        # a mention, only a question waiting for its author is answered so.
+        typed = self._typed_answers
+        if typed is not None and await typed.take(msg, message_id, waiting_only=not spoken_to):
+            return True
+        if not spoken_to:
+            # Chatter between people: it stays in the log (context for later turns), and
+            # gets nothing, not even the offline notice or a busy note.
+            await self._log.mark_handled(message_id)
+            log.info(
+                "message %s is not for the bot (%s mode); not answered",
+                message_id,
+                self._thread_replies,
+            )
+            return True
+        reply = await self._commands.handle(msg) if self._commands is not None else None
+        key = f"command:{message_id}"
+        if reply is None and (meant := near_miss(msg.text, CONTROL_WORDS)) is not None:
+            reply, key = did_you_mean_text(meant), f"near-miss:{message_id}"
+        stray = reply is None and is_bare_answer(msg.text)
+        if stray and (typed is None or not await typed.waiting_for(msg)):
+            reply, key = NO_QUESTION_WAITING, f"stray-answer:{message_id}"
+        if reply is None:
+            return False
+        await self._log.mark_handled(message_id)
+        await self._outbox.send(msg.conversation, reply, idempotency_key=key)
+        return True
+
+    async def _spoken_to(self, msg: InboundMessage) -> bool:
+        """Whether a person's message is for the bot: it mentions the bot (or is a DM, or
+        the console); else, by `thread_replies`, it comes from the thread's requester (the
+        author of its first message that addressed the bot, or the owner of the scheduled
+        task that opened it), from anyone, or it is not."""
+        if msg.addressed or self._thread_replies == "anyone":
+            return True
+        if self._thread_replies == "mentions":
+            return False
+        return await self._log.thread_requester(msg.conversation.id) == msg.author_id
 
     async def _tell_busy(self, msg: InboundMessage, exc: LaneBusy, message_id: int) -> None:
         """Say "busy" to a flooding author once per window, not once per refused message."""
@@ -473,7 +518,12 @@ class ConversationService:
             return TurnOutcome(turn_id, "completed", msg.text)
         try:
             reply = await self._host.run_turn(
-                ctx, text=msg.text, history=history, thread_context=msg.context
+                ctx,
+                text=msg.text,
+                history=history,
+                thread_context=msg.context,
+                # A mention always gets a reply; a follow-up may need none.
+                may_stay_silent=msg.origin == "user" and not msg.addressed,
             )
         except Exception as exc:
             error = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
@@ -488,6 +538,18 @@ class ConversationService:
                 )
             raise
         loop = reply.loop
+        if reply.no_reply:
+            # Recorded in the turn log, nothing posted, nothing owed to memory.
+            await self._log.finish_turn(
+                turn_id,
+                status="completed",
+                model_calls=loop.model_calls,
+                input_tokens=loop.usage.input_tokens,
+                output_tokens=loop.usage.output_tokens,
+                transcript=loop.transcript,
+                no_reply=True,
+            )
+            return TurnOutcome(turn_id, "completed", "")
         text = await self._offline_once(conv, reply.text)
         await self._log.finish_turn(
             turn_id,

@@ -178,11 +178,16 @@ class PromptBroker:
         return await self._decider.answer(prompt, responder_id, answer, message_id=message_id)
 
     async def answer_typed(
-        self, conversation: ConversationRef, responder_id: str, text: str
+        self,
+        conversation: ConversationRef,
+        responder_id: str,
+        text: str,
+        *,
+        waiting_only: bool = False,
     ) -> AnswerOutcome | None:
         """Treat a typed reply as an answer to a prompt of the conversation, if it fits one
         (see `TypedAnswers.answer`); None means the text answers nothing."""
-        return await self._typed.answer(conversation, responder_id, text)
+        return await self._typed.answer(conversation, responder_id, text, waiting_only=waiting_only)
 
     async def notify_private(self, conv: ConversationRef, user_id: str, text: str) -> bool:
         """Tell one person something only they see; False when it could not be said."""

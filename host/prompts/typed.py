@@ -33,7 +33,12 @@ class TypedAnswers:
         self._clock = clock
 
     async def answer(
-        self, conversation: ConversationRef, responder_id: str, text: str
+        self,
+        conversation: ConversationRef,
+        responder_id: str,
+        text: str,
+        *,
+        waiting_only: bool = False,
     ) -> AnswerOutcome | None:
         """Treat a typed reply as an answer to a prompt of the conversation, if it fits one.
 
@@ -42,9 +47,21 @@ class TypedAnswers:
         fits several, the outcome (`ambiguous`) lists them instead of guessing. An accepted
         outcome's message names the prompt answered. None means the text answers nothing,
         so the caller handles it as a normal turn.
+
+        `waiting_only` (someone who did not address the bot): only a live prompt waiting for
+        the typer (a stored responder; an admin must mention the bot) is considered; anything
+        else is chatter and gets None.
         """
         pending = await self._records.pending(conversation, newest_first=True)
-        addressed = await self._addressed(conversation, pending, text)
+        if waiting_only:
+            pending = [
+                p
+                for p in pending
+                if responder_id in p.allowed_responders and self._clock() < p.expires_at
+            ]
+            if not pending:
+                return None
+        addressed = await self._addressed(conversation, pending, text, decided=not waiting_only)
         if addressed is not None:
             prompt, rest = addressed
             return _named(await self._decider.answer(prompt, responder_id, rest), pending)
@@ -73,10 +90,11 @@ class TypedAnswers:
         return _named(await self._decider.answer(target, responder_id, text), pending)
 
     async def _addressed(
-        self, conversation: ConversationRef, pending: Sequence[Prompt], text: str
+        self, conversation: ConversationRef, pending: Sequence[Prompt], text: str, *, decided: bool
     ) -> tuple[Prompt, str] | None:
         """The prompt a typed answer names by the start of its id (first or last word; only
-        first for free text), with the rest of the text as the answer."""
+        first for free text), with the rest of the text as the answer; `decided`: a decided
+        prompt too (the answer then hears that it was decided)."""
         words = text.split()
         if len(words) < 2:
             return None
@@ -90,7 +108,7 @@ class TypedAnswers:
             if not _ID_START.fullmatch(start):
                 continue
             named = [p for p in pending if p.id.casefold().startswith(start)]
-            if not named:
+            if not named and decided:
                 # A decided prompt, so the answer hears that it was decided.
                 named = await self._records.decided_with_id_start(conversation, start)
             if len(named) == 1 and (id_first or named[0].kind != "free_text"):

@@ -45,6 +45,21 @@ class TurnRecord:
     model_calls: int
     input_tokens: int
     output_tokens: int
+    # The Host chose to say nothing to this follow-up (nothing was posted).
+    no_reply: bool = False
+
+
+# The first message that made someone the thread's requester: a person's message that
+# addressed the bot (payloads older than `addressed` count as addressed), or a scheduled
+# task's firing in a thread it opened (recorded under the task's owner).
+_REQUESTER = (
+    "SELECT author_id FROM messages WHERE conversation_id = ? AND direction = 'in'"
+    " AND payload IS NOT NULL AND author_id != 'raven-system' AND ("
+    " json_extract(payload, '$.origin') = 'scheduled'"
+    " OR (COALESCE(json_extract(payload, '$.origin'), 'user') = 'user'"
+    "     AND COALESCE(json_extract(payload, '$.addressed'), 1) = 1))"
+    " ORDER BY id LIMIT 1"
+)
 
 
 class ConversationLog:
@@ -248,11 +263,14 @@ class ConversationLog:
         input_tokens: int = 0,
         output_tokens: int = 0,
         transcript: list[dict[str, Any]] | None = None,
+        no_reply: bool = False,
     ) -> None:
-        """Record how a turn ended, with its accounting and tool transcript."""
+        """Record how a turn ended, with its accounting and tool transcript; `no_reply`: the
+        Host chose to say nothing (such a turn is owed nothing to memory either)."""
         await self._store.execute(
             "UPDATE turns SET status = ?, error = ?, model_calls = ?, input_tokens = ?,"
-            " output_tokens = ?, transcript = ?, finished_at = ? WHERE id = ?",
+            " output_tokens = ?, transcript = ?, finished_at = ?, no_reply = ?,"
+            " remembered = MAX(remembered, ?) WHERE id = ?",
             (
                 status,
                 error,
@@ -261,6 +279,8 @@ class ConversationLog:
                 output_tokens,
                 json.dumps(transcript or []),
                 self._clock(),
+                int(no_reply),
+                int(no_reply),
                 turn_id,
             ),
         )
@@ -417,6 +437,13 @@ class ConversationLog:
         )
         return row is not None
 
+    async def thread_requester(self, conversation_id: str) -> str | None:
+        """Whose request the conversation is about: the author of its first message that
+        addressed the bot (a mention, a DM), or the owner of the scheduled task that opened
+        it; None when there is none yet. Read from the log, so it survives a restart."""
+        row = await self._store.fetchone(_REQUESTER, (conversation_id,))
+        return str(row["author_id"]) if row is not None else None
+
     async def history(self, conversation_id: str, *, limit: int) -> list[LoggedMessage]:
         """The newest `limit` messages of a conversation, oldest first."""
         if limit <= 0:
@@ -476,4 +503,5 @@ def _turn(row: Any) -> TurnRecord:
         model_calls=row["model_calls"],
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
+        no_reply=bool(row["no_reply"]),
     )

@@ -29,7 +29,8 @@ class Attachment(BaseModel):
 
 
 class InboundMessage(BaseModel):
-    """One message addressed to the bot, platform details removed."""
+    """One message for the bot (addressed to it, or said in a thread it takes part in),
+    platform details removed."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     platform: str = Field(min_length=1, max_length=32)
@@ -55,6 +56,13 @@ class InboundMessage(BaseModel):
     )
     reread_thread: bool = Field(
         default=False, description="an explicit mention in a thread: re-read it before the turn"
+    )
+    # Payloads recorded before this field existed read as addressed: then every message the
+    # bot took in was answered.
+    addressed: bool = Field(
+        default=True,
+        description="the message mentions the bot, is a DM or comes from the console; False "
+        "for a reply in one of its threads that does not mention it",
     )
     origin: TurnOrigin = Field(
         default="user", description="set to `system` only by the core, for its own turns"

@@ -103,4 +103,12 @@ CREATE TABLE admission_audit (
 CREATE INDEX admission_audit_by_subject ON admission_audit(subject, at)
 """,
     ),
+    Migration(
+        package="conversations",
+        version=5,
+        name="turns: a follow-up the Host chose not to answer (no reply posted)",
+        sql="""
+ALTER TABLE turns ADD COLUMN no_reply INTEGER NOT NULL DEFAULT 0
+""",
+    ),
 )

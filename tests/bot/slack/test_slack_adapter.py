@@ -263,7 +263,8 @@ async def test_thread_reply_without_mention_in_known_thread(
     async with slack_bot(monkeypatch) as bot:
         root, _ = await bot.mention("start")
         await bot.replies_in(root)
-        reply = payloads.thread_message(CHANNEL, "U2", "follow-up question", bot.ts(), root)
+        # The requester's follow-up; a bystander's gets nothing (test_thread_replies.py).
+        reply = payloads.thread_message(CHANNEL, "U1", "follow-up question", bot.ts(), root)
         await bot.send(payloads.event_callback(reply))
         await bot.replies_in(root, 2)
         # A thread the bot is not part of stays quiet.
