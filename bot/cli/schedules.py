@@ -91,6 +91,7 @@ def _summary(task: ScheduledTask) -> str:
 
 async def _show(tasks: TaskStore, task: ScheduledTask, as_json: bool, out: TextIO) -> int:
     firings = await tasks.firings(task.id)
+    counts = await tasks.firing_counts(task.id)
     if as_json:
         record = task_json(task)
         record["firings"] = [
@@ -109,7 +110,7 @@ async def _show(tasks: TaskStore, task: ScheduledTask, as_json: bool, out: TextI
         _summary(task),
         f"When: {describe_schedule(task.schedule)}",
         f"Owner: {task.owner_name} ({task.owner}); approved by {task.approved_by or 'nobody yet'}",
-        f"Fired: {task.fired} time(s)",
+        _fired(task, counts),
         "Runs:",
         *(f"    {line}" for line in task.schedule.what.splitlines()),
         "Latest firings:" if firings else "No firings yet.",
@@ -117,6 +118,17 @@ async def _show(tasks: TaskStore, task: ScheduledTask, as_json: bool, out: TextI
     ]
     out.write("\n".join(lines) + "\n")
     return 0
+
+
+def _fired(task: ScheduledTask, counts: dict[str, int]) -> str:
+    """Every firing recorded (runs now included), by outcome, as listed below it; with a
+    `count:`, how many of its fire times are used (runs now do not use one)."""
+    total = sum(counts.values())
+    by_outcome = ", ".join(f"{n} {outcome}" for outcome, n in counts.items())
+    line = f"Fired: {total} time(s)" + (f" ({by_outcome})" if total else "")
+    if task.schedule.count is not None:
+        line += f"; {task.fired} of its {task.schedule.count} fire times used"
+    return line
 
 
 async def _act(tasks: TaskStore, task: ScheduledTask, action: str) -> str:

@@ -173,6 +173,22 @@ class TaskStore:
         )
         return [_task(row) for row in rows]
 
+    async def ended_within(
+        self, seconds: float, conversation_id: str | None = None
+    ) -> list[ScheduledTask]:
+        """Tasks that ended (done, cancelled, denied) in the last `seconds`, of one
+        conversation when given, the latest first."""
+        since = self._clock() - seconds
+        where = "state NOT IN ('proposed', 'active', 'paused') AND updated_at >= ?"
+        params: tuple[object, ...] = (since,)
+        if conversation_id is not None:
+            where += " AND conversation_id = ?"
+            params = (since, conversation_id)
+        rows = await self._store.fetchall(
+            f"SELECT * FROM scheduled_tasks WHERE {where} ORDER BY updated_at DESC", params
+        )
+        return [_task(row) for row in rows]
+
     async def active(self) -> list[ScheduledTask]:
         """Tasks waiting for their next firing."""
         return await self._select("state = 'active'", ())
@@ -277,6 +293,15 @@ class TaskStore:
             return True
 
         return await self._store.write(write)
+
+    async def firing_counts(self, task_id: str) -> dict[str, int]:
+        """How many firings of the task were recorded, by outcome (runs now included)."""
+        rows = await self._store.fetchall(
+            "SELECT outcome, COUNT(*) AS n FROM scheduled_firings WHERE task_id = ?"
+            " GROUP BY outcome ORDER BY outcome",
+            (task_id,),
+        )
+        return {str(row["outcome"]): int(row["n"]) for row in rows}
 
     async def firings(self, task_id: str, *, limit: int = 20) -> list[Firing]:
         """The task's latest firings, newest first."""

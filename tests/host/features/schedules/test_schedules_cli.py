@@ -80,3 +80,20 @@ async def test_a_run_request_survives_a_scheduled_firing_before_the_bot_reads_it
     sql = "SELECT COUNT(*) FROM scheduled_firings WHERE outcome = 'ran'"
     assert db_rows(home, sql) == [(2,)]  # the scheduled firing and the run now
     assert not (await bot.only_task()).run_now
+
+
+async def test_show_counts_every_firing_it_lists_a_run_now_included(bot: Bot) -> None:
+    await bot.say("schedule: every 1h | s1: shell: echo counted | count: 5")
+    await bot.approve()
+    await eventually(lambda: any("is scheduled:" in t for t in bot.chat.texts))
+    task_id = (await bot.only_task()).id
+    env = _env(bot.rt.settings.home)
+    code, out, _ = await _run("schedules", "run", task_id, env=env)
+    assert code == 0, out
+    await bot.tasks.reconcile_operator_changes()
+    await bot.rt.service.quiesce(CONV)
+    code, out, err = await _run("schedules", "show", task_id, env=env)
+    assert code == 0, err
+    # It said "Fired: 0 time(s)" above this firing: a run now uses none of the fire times.
+    assert "Fired: 1 time(s) (1 ran); 0 of its 5 fire times used\n" in out
+    assert "Latest firings:\n- " in out and ": ran, " in out
