@@ -15,7 +15,7 @@ import hashlib
 import json
 import sys
 from dataclasses import asdict
-from typing import TextIO
+from typing import Any, TextIO
 
 from bot.cli.database import open_database
 from bot.home import HomeError
@@ -171,21 +171,8 @@ async def _harness(args: argparse.Namespace, settings: Settings, out: TextIO) ->
                     f"→{_num(r.get('test_after'))}  {r.get('selected_cell') or ''}\n"
                 )
         elif action == "show":
-            v = await versions.get(args.agent, args.version)
-            out.write(
-                json.dumps(
-                    {
-                        "agent": v.agent,
-                        "version": v.version,
-                        "state": v.state,
-                        "lineage": v.lineage,
-                        "result": v.result,
-                        "harness": v.spec.model_dump(mode="json"),
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
+            shown = await _shown(versions, settings, args.agent, args.version)
+            out.write(json.dumps(shown, indent=2) + "\n")
         elif action == "diff":
             old = await _spec(versions, settings, args.agent, args.old)
             new = await _spec(versions, settings, args.agent, args.new)
@@ -204,6 +191,33 @@ async def _harness(args: argparse.Namespace, settings: Settings, out: TextIO) ->
             now = f"v{back}" if back is not None else "its built-in harness"
             out.write(f"{args.agent} runs {now} again (from the next start)\n")
     return 0
+
+
+async def _shown(
+    versions: HarnessVersions, settings: Settings, agent: str, version: int
+) -> dict[str, Any]:
+    """One version as JSON; version 0 is the built-in harness (as `diff` takes it), active
+    while no evolved version is."""
+    if version == 0:
+        builtin = await _spec(versions, settings, agent, 0)
+        running = agent not in await versions.active()
+        return {
+            "agent": agent,
+            "version": 0,
+            "state": "active" if running else "inactive",
+            "lineage": [],
+            "result": {},
+            "harness": builtin.model_dump(mode="json"),
+        }
+    v = await versions.get(agent, version)
+    return {
+        "agent": v.agent,
+        "version": v.version,
+        "state": v.state,
+        "lineage": v.lineage,
+        "result": v.result,
+        "harness": v.spec.model_dump(mode="json"),
+    }
 
 
 async def _spec(versions: HarnessVersions, settings: Settings, agent: str, version: int) -> Harness:

@@ -278,9 +278,11 @@ def _add_evolve(sub: _Commands) -> None:
     actions = harness.add_subparsers(dest="harness_command", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every version", description="List versions.")
     listing.add_argument("agent", nargs="?", default=None, help="only this agent's")
-    show = actions.add_parser("show", help="one version", description="Show one version.")
+    show = actions.add_parser(
+        "show", help="one version", description="Show one version (0: the built-in harness)."
+    )
     show.add_argument("agent")
-    show.add_argument("version", type=int)
+    show.add_argument("version", type=int, help="a version from `harness list`, or 0")
     compare = actions.add_parser(
         "diff", help="compare two versions", description="Diff two versions (0: built-in)."
     )

@@ -149,6 +149,19 @@ async def test_evolve_stores_the_improvement_and_harness_promotes_it(
     assert code == 0 and "built-in harness" in out
 
 
+async def test_harness_show_0_is_the_built_in_harness_diff_compares_against(
+    isolated_env: Path,
+) -> None:
+    env = _env(isolated_env)
+    code, out, err = await _run("harness", "show", "code", "0", env=env)
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["agent"], shown["version"], shown["state"]) == ("code", 0, "active")
+    assert shown["harness"]["prompt"]  # the specialist's own system prompt
+    code, out, err = await _run("harness", "show", "nosuch", "0", env=env)
+    assert code == 2 and "no agent 'nosuch'" in err
+
+
 async def test_evolve_refuses_offline_and_bad_task_files(
     isolated_env: Path, tmp_path: Path
 ) -> None:
