@@ -142,10 +142,12 @@ def _refusal(problems: list[tuple[int, str]]) -> str:
     lines = [f"- {said}" for _, said in problems[:_SHOWN_PROBLEMS]]
     if len(problems) > _SHOWN_PROBLEMS:
         lines.append(f"- and {len(problems) - _SHOWN_PROBLEMS} more")
+    # A blank line after the list, so Markdown does not read the last line as part of it.
     return "\n".join(
         [
             heading,
             *lines,
+            "",
             f"Every line of a plan is a node, {SYNTAX}, or `confirm`. Send the whole plan "
             "again once it is fixed.",
         ]

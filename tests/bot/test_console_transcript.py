@@ -182,7 +182,7 @@ def test_pty_transcript_is_clean(terminal: Terminal, isolated_env: Path) -> None
     # Answer once the turn's reply is shown, as a person reading it would: a line entered
     # in the very instant a reply is drawn can still lose its blank line (a terminal in line
     # mode says nothing of Enter until the line is read; see ConsoleAdapter._arrived).
-    terminal.expect("here is what the tools returned")
+    terminal.expect("waits for approval (prompt")
     terminal.expect("you> ")
     terminal.type("1")
     terminal.expect("Records:")

@@ -284,7 +284,8 @@ def _text(raw: str | None) -> str | None:
 
 def _problems(problems: list[str]) -> str:
     lines = "\n".join(f"- {p}" for p in problems)
-    return f"The campaign was not started:\n{lines}\nThe syntax is: `{CAMPAIGN_SYNTAX}`"
+    # A blank line after the list, so Markdown does not read the last line as part of it.
+    return f"The campaign was not started:\n{lines}\n\nThe syntax is: `{CAMPAIGN_SYNTAX}`"
 
 
 # Tells one person something privately (conversation, user id, text).

@@ -236,4 +236,5 @@ def _problem(err: FieldError) -> str:
 
 def refusal(problems: list[str]) -> str:
     lines = "\n".join(f"- {p}" for p in problems)
-    return f"This schedule cannot be used:\n{lines}\nWrite {SYNTAX}."
+    # A blank line after the list, so Markdown does not read the last line as part of it.
+    return f"This schedule cannot be used:\n{lines}\n\nWrite {SYNTAX}."

@@ -49,7 +49,7 @@ def test_a_plan_with_a_malformed_line_is_refused_whole_naming_the_line() -> None
     assert str(refused.value) == (
         "Nothing was run: line 2 of this plan is not a node.\n"
         "- line 2, `a2 shell: echo two [after a1]`: a `:` is missing after the id; write "
-        "`a2: shell: echo two [after a1]`\n"
+        "`a2: shell: echo two [after a1]`\n\n"
         "Every line of a plan is a node, `id: agent: task [after id, id]`, or `confirm`. "
         "Send the whole plan again once it is fixed."
     )
