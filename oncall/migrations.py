@@ -76,4 +76,23 @@ CREATE TABLE campaign_decisions (
 )
 """,
     ),
+    Migration(
+        package="oncall",
+        version=2,
+        name="oncall: measurements numbered per campaign from #1; the campaign's status message",
+        # `number` is what people, reports and citations see (#1 is a campaign's first
+        # value); `id` stays the global append order. `status_view` is what the
+        # campaign's one status message shows (JSON; re-applied after a restart).
+        sql="""
+ALTER TABLE campaign_measurements ADD COLUMN number INTEGER;
+UPDATE campaign_measurements SET number = (
+    SELECT COUNT(*) FROM campaign_measurements AS earlier
+    WHERE earlier.campaign_id = campaign_measurements.campaign_id
+      AND earlier.id <= campaign_measurements.id
+);
+CREATE UNIQUE INDEX campaign_measurements_by_number
+    ON campaign_measurements(campaign_id, number);
+ALTER TABLE campaigns ADD COLUMN status_view TEXT;
+""",
+    ),
 )

@@ -165,7 +165,7 @@ class Measurement(BaseModel):
     """One recorded value (append-only), with the output line it came from."""
 
     model_config = ConfigDict(frozen=True)
-    id: int
+    id: int  # numbered within its campaign: #1 is the campaign's first value
     campaign_id: str
     round: int
     at: float

@@ -375,8 +375,8 @@ def _on_finished(ctx: DecisionContext) -> Decision:
             "report",
             f"Round {n} finished; with no baseline and no earlier round there is nothing to "
             f"compare it with ({_cited(ctx)}), so I am reporting.",
-            f"The campaign finished after round {n}: one run, and without a baseline there is "
-            "nothing earlier to compare it with.",
+            f"The campaign finished after round {n}: one run and no baseline given, so its "
+            "first measurement serves as the baseline and no earlier round was there to beat.",
         )
     if not _set_record(ctx):
         return _ending(

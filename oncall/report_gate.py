@@ -552,7 +552,7 @@ def _value_lines(
     elif first is not None and math.isfinite(first.value):
         lines = [
             f"Baseline {metric}: {_fmt(first.value, tolerance)} "
-            f"(the first measurement, #{first.id} in round {first.round})."
+            f"(none was given: the first measurement, #{first.id} in round {first.round})."
         ]
     else:
         lines = [f"Baseline {metric}: none recorded."]

@@ -29,7 +29,8 @@ class CampaignRecord:
     round: int
     compute_seconds: float
     model_calls: int
-    status_message: str | None
+    status_message: str | None  # the platform id of the campaign's one status message
+    status_view: str | None  # what it shows, as JSON (re-applied after a restart)
     report: str | None
     error: str | None
     created_at: float
@@ -161,6 +162,7 @@ class CampaignStore:
             "round",
             "compute_seconds",
             "status_message",
+            "status_view",
             "report",
             "error",
             "closed_at",
@@ -195,10 +197,9 @@ class CampaignStore:
                 " started_at) VALUES (?, ?, 'submitting', ?, ?, ?)",
                 (campaign_id, round_no, granted, note, now),
             )
-            # The new round gets its own status message: edits must not reach the last one.
+            # The campaign keeps its one status message: the new round edits it too.
             db.execute(
-                "UPDATE campaigns SET round = ?, state = 'running', status_message = NULL,"
-                " updated_at = ? WHERE id = ?",
+                "UPDATE campaigns SET round = ?, state = 'running', updated_at = ? WHERE id = ?",
                 (round_no, now, campaign_id),
             )
 
@@ -246,19 +247,23 @@ class CampaignStore:
         watch: dict[str, Any],
     ) -> list[Measurement]:
         """Append measurements and the watcher's resume state in one commit (so a restart
-        neither loses nor re-reads a value)."""
+        neither loses nor re-reads a value). Each is numbered within its campaign (#1 first)."""
         now = self._clock()
 
         def append(db: sqlite3.Connection) -> list[int]:
+            (last,) = db.execute(
+                "SELECT COALESCE(MAX(number), 0) FROM campaign_measurements WHERE campaign_id = ?",
+                (campaign_id,),
+            ).fetchone()
             ids = []
-            for name, value, line in values:
+            for number, (name, value, line) in enumerate(values, start=int(last) + 1):
                 stored = None if math.isnan(value) else value  # SQLite stores NaN as NULL
-                cur = db.execute(
-                    "INSERT INTO campaign_measurements (campaign_id, round, at, name, value,"
-                    " source_line) VALUES (?, ?, ?, ?, ?, ?)",
-                    (campaign_id, round_no, now, name, stored, line[:500]),
+                db.execute(
+                    "INSERT INTO campaign_measurements (campaign_id, number, round, at, name,"
+                    " value, source_line) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (campaign_id, number, round_no, now, name, stored, line[:500]),
                 )
-                ids.append(int(cur.lastrowid or 0))
+                ids.append(number)
             db.execute(
                 "UPDATE campaign_rounds SET watch = ? WHERE campaign_id = ? AND round = ?",
                 (json.dumps(watch), campaign_id, round_no),
@@ -427,6 +432,7 @@ def _campaign(row: Row) -> CampaignRecord:
         compute_seconds=row["compute_seconds"],
         model_calls=row["model_calls"],
         status_message=row["status_message"],
+        status_view=row["status_view"],
         report=row["report"],
         error=row["error"],
         created_at=row["created_at"],
@@ -454,7 +460,7 @@ def _round(row: Row) -> RoundRecord:
 def _measurement(row: Row) -> Measurement:
     value = row["value"]
     return Measurement(
-        id=row["id"],
+        id=row["number"],  # the campaign's own numbering: #1 is its first value
         campaign_id=row["campaign_id"],
         round=row["round"],
         at=row["at"],

@@ -60,6 +60,9 @@ class RecordingNotifier:
 
     posts: list[tuple[str, str]] = field(default_factory=list)  # (key, text)
     edits: list[str] = field(default_factory=list)
+    # Every post's and edit's text, in order: what a reader of the thread saw, version by
+    # version (a campaign's rounds are news edited into its one status message).
+    news: list[str] = field(default_factory=list)
 
     async def send(
         self,
@@ -74,6 +77,7 @@ class RecordingNotifier:
         if any(key == idempotency_key for key, _ in self.posts):
             return
         self.posts.append((idempotency_key, text))
+        self.news.append(text)
         if on_posted is not None:
             await on_posted(idempotency_key)
 
@@ -82,6 +86,7 @@ class RecordingNotifier:
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         self.edits.append(text)
+        self.news.append(text)
 
     def texts(self) -> list[str]:
         return [text for _, text in self.posts]

@@ -4,12 +4,11 @@ status message current, and wake the campaign early when the round ends, stalls 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from oncall.engine.core import EngineCore
-from oncall.engine.parts import REASON_TEXT, LiveRound, drain, status_key
+from oncall.engine.parts import REASON_TEXT, LiveRound, drain
+from oncall.engine.status import latest_values
 from oncall.model import (
     FINAL_STATES,
     JobHandle,
@@ -19,7 +18,6 @@ from oncall.model import (
     WakeReason,
 )
 from oncall.monitor import RoundWatch
-from oncall.ports import PostedHook
 from oncall.store import CampaignRecord
 
 if TYPE_CHECKING:
@@ -82,11 +80,10 @@ class Monitor:
             if not live.unreachable_told:
                 live.unreachable_told = True
                 await core.store.set_round(record.id, round_no, note=f"unreachable: {exc}")
-                await core.notify(
+                await self._rooms.status.show(
                     record,
-                    f"⚠️ Campaign `{record.id}`: machine `{record.spec.machine}` is unreachable "
-                    f"({exc}); I keep trying and the round keeps its budget.",
-                    key=f"campaign:{record.id}:round:{round_no}:unreachable",
+                    event=f"⚠️ Machine `{record.spec.machine}` is unreachable ({exc}); I keep "
+                    "trying and the round keeps its budget.",
                 )
             return None
         live.unreachable_told = False
@@ -131,57 +128,25 @@ class Monitor:
             + max(0.0, now - started) * (record.spec.cpus or 1),
         )
 
-    def status_posted(self, campaign_id: str, round_no: int) -> PostedHook:
-        """Records the round's status message id once it is posted (if still that round)."""
-        store = self._core.store
-
-        async def record(message_id: str) -> None:
-            current = await store.get(campaign_id)
-            if current is not None and current.round == round_no:
-                await store.update(campaign_id, status_message=message_id)
-
-        return record
-
     async def _edit_status(
         self, record: CampaignRecord, round_no: int, live: LiveRound, recorded: list[Measurement]
     ) -> None:
+        """The round's newest values in the status message, at most every few seconds."""
         now = self._core.now()
         if now - live.last_edit < self._core.settings.status_edit_seconds:
             return
-        if await self._show_status(
-            record, round_no, recorded, f"running on `{record.spec.machine}`", icon="▶️"
-        ):
-            live.last_edit = now
+        live.last_edit = now
+        if recorded:
+            await self._rooms.status.show(
+                record, latest=latest_values(await self._round_values(record, round_no))
+            )
 
     async def final_status(self, record: CampaignRecord, round_no: int, ended: str) -> None:
         """The round-end edit of the status message (never throttled): its last values."""
-        latest = [m for m in await self._core.store.measurements(record.id) if m.round == round_no]
-        await self._show_status(record, round_no, latest, ended, icon="🏁")
-
-    async def _show_status(
-        self,
-        record: CampaignRecord,
-        round_no: int,
-        measurements: Sequence[Measurement],
-        state: str,
-        *,
-        icon: str,
-    ) -> bool:
-        """Edit the round's status message; False when it is not posted yet."""
-        notifier = self._core.deps.notifier
-        key = status_key(record.id, round_no)
-        message_id = record.status_message
-        if message_id is None:
-            # Posted by a retry or by the redelivery after a restart: no hook ran.
-            message_id = await notifier.posted_id(record.conversation, key)
-            if message_id is None:
-                return False
-            await self._core.store.update(record.id, status_message=message_id)
-        latest = ", ".join(f"{m.name}={m.value:g} (#{m.id})" for m in measurements[-3:])
-        text = (
-            f"{icon} Campaign `{record.id}` round {round_no} {state}: "
-            f"latest {latest or 'none yet'}."
+        latest = await self._round_values(record, round_no)
+        await self._rooms.status.show(
+            record, round=round_no, icon="🏁", state=ended, latest=latest_values(latest)
         )
-        with contextlib.suppress(Exception):
-            await notifier.edit(record.conversation, message_id, text, key=key)
-        return True
+
+    async def _round_values(self, record: CampaignRecord, round_no: int) -> list[Measurement]:
+        return [m for m in await self._core.store.measurements(record.id) if m.round == round_no]

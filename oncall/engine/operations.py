@@ -47,15 +47,11 @@ class Operations:
         said = reason.rstrip(".")
         if "wait" not in said.lower():  # the policy's reasons already say how long
             said = f"waiting {format_duration(granted)}: {said}"
-        text = f"⏸️ Campaign `{record.id}`: {said}{cites(cite, ' (cites #{})')}."
+        text = f"⏸️ {said[:1].upper()}{said[1:]}{cites(cite, ' (cites #{})')}."
         if note:
             text += f" {note}"
-        await core.notify(
-            record,
-            text,
-            key=f"campaign:{record.id}:decision:wait:{record.round}:{int(core.now())}",
-        )
-        return text
+        await self._rooms.status.show(record, event=text)
+        return f"Campaign `{record.id}`: {text}"
 
     async def resubmit(
         self,
@@ -91,13 +87,16 @@ class Operations:
         await core.store.record_decision(
             record.id, record.round, "resubmit", cite, reason, {"by": by, "command": command}
         )
-        await core.notify(
-            record,
-            f"🔁 Campaign `{record.id}`: resubmitting ({reason}{cites(cite, '; cites #{}')}).",
-            key=f"campaign:{record.id}:decision:resubmit:{record.round}",
-            # A person's approval of the change is answered at once.
-            essential=approved,
-        )
+        said = f"🔁 Resubmitting ({reason}{cites(cite, '; cites #{}')})."
+        if approved:
+            # A person's approval of the change is answered with a post of its own.
+            await core.notify(
+                record,
+                f"🔁 Campaign `{record.id}`: resubmitting ({reason}{cites(cite, '; cites #{}')}).",
+                key=f"campaign:{record.id}:decision:resubmit:{record.round}",
+                essential=True,
+            )
+        await self._rooms.status.show(record, event=said)
         await self._rooms.rounds.submit(await core.fresh(record), record.round + 1, command)
         return f"Round {record.round + 1} submitted."
 
@@ -138,11 +137,9 @@ class Operations:
             record.id, record.round, "terminate", cite, reason, {"by": by}
         )
         await core.store.update(record.id, state="reporting")
-        text = f"⏹️ Campaign `{record.id}`: round {record.round} terminated ({reason})."
-        await core.notify(
-            record, text, key=f"campaign:{record.id}:decision:terminate:{record.round}"
-        )
-        return text
+        text = f"⏹️ Round {record.round} terminated ({reason})."
+        await self._rooms.status.show(record, event=text)
+        return f"Campaign `{record.id}`: {text}"
 
     async def report(
         self, record: CampaignRecord, text: str, by: str, *, failed: bool = False

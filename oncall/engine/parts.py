@@ -119,11 +119,6 @@ def cites(cite: int | None, template: str) -> str:
     return "" if cite is None else template.format(cite)
 
 
-def status_key(campaign_id: str, round_no: int) -> str:
-    """The idempotency key of a round's status message (its edits use it too)."""
-    return f"campaign:{campaign_id}:round:{round_no}:status"
-
-
 async def drain(machine: Machine, handle: JobHandle, offset: int) -> bytes:
     """The rest of an ended round's log (read_log returns bounded chunks)."""
     out = b""

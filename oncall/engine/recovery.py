@@ -31,6 +31,9 @@ class Recovery:
             if record.state not in ("planning", "approval", PAUSED):
                 core.deps.allocator.restore([(record.spec.machine, record.id)])
         for record in active:
+            # The same status message, edited to what was last committed (an edit the
+            # crash cut off is made now; one made already is made again, harmlessly).
+            await self._rooms.status.refresh(record)
             await self._reattach(record)
         now = core.now()
         for wake in await core.store.pending_wakes():

@@ -12,6 +12,7 @@ from oncall.engine.operations import Operations
 from oncall.engine.recovery import Recovery
 from oncall.engine.rounds import Rounds
 from oncall.engine.slots import Slots
+from oncall.engine.status import StatusBoard
 from oncall.engine.wakes import Wakes
 
 
@@ -25,6 +26,7 @@ class Rooms:
         self.slots = Slots(core, self)
         self.rounds = Rounds(core, self)
         self.monitor = Monitor(core, self)
+        self.status = StatusBoard(core, self)
         self.wakes = Wakes(core, self)
         self.decisions = Decisions(core, self)
         self.operations = Operations(core, self)

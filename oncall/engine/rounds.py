@@ -8,7 +8,6 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from oncall.engine.core import EngineCore
-from oncall.engine.parts import status_key
 from oncall.model import JobRequest, MachineUnavailable
 from oncall.monitor import RoundWatch
 from oncall.policy import clamp_to_budget
@@ -63,18 +62,14 @@ class Rounds:
             await self._rooms.closing.fail(record, f"the machine refused round {round_no}: {exc}")
             return
         await core.store.set_round(record.id, round_no, state="running", handle=handle)
-        text = (
-            f"▶️ Campaign `{record.id}` round {round_no} running on `{spec.machine}` "
-            f"(job `{handle.job_id}`)."
-        )
-        if note:
-            text += f"\n{note}"
-        # Posted later, in the conversation's lane: the hook records the id for the edits.
-        await core.notify(
+        # The campaign's one status message (posted with the first round, edited after).
+        await self._rooms.status.show(
             record,
-            text,
-            key=status_key(record.id, round_no),
-            on_posted=self._rooms.monitor.status_posted(record.id, round_no),
+            round=round_no,
+            icon="▶️",
+            state=f"running on `{spec.machine}` (job `{handle.job_id}`)",
+            latest="",
+            note=note or "",
         )
         await self._rooms.wakes.schedule(record, round_no, spec.wake_every_seconds)
         watch = RoundWatch(spec, record.baseline, handle.started_at)

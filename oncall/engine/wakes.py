@@ -65,11 +65,10 @@ class Wakes:
         if claimed is None:
             return  # already fired, or cancelled by an early wake: the ledger says once
         if claimed.lateness and claimed.lateness > 1.0:
-            await core.notify(
+            await self._rooms.status.show(
                 record,
-                f"⏰ Campaign `{record.id}`: a wake-up fired "
-                f"{format_duration(claimed.lateness)} late (the bot was down or busy).",
-                key=f"campaign:{record.id}:late:{wake_id}",
+                event=f"⏰ A wake-up fired {format_duration(claimed.lateness)} late (the bot "
+                "was down or busy).",
             )
         await self._wake(record, claimed.round, "scheduled")
 
@@ -81,7 +80,7 @@ class Wakes:
             if current is not None and current.state != PAUSED:
                 await self._rooms.slots.closed_elsewhere(current)
             return  # stopped meanwhile: nothing to wake
-        text = f"🔔 Campaign `{record.id}` woke early: round {round_no} {REASON_TEXT[reason]}."
+        text = f"🔔 Woke early: round {round_no} {REASON_TEXT[reason]}."
         if reason in CRASHES:  # read first: the notice follows its claim at once
             tail = await core.output_tail(record, round_no)
             text += f"\nLast lines of its output:\n{code_block(tail)}" if tail else ""
@@ -92,7 +91,7 @@ class Wakes:
         await core.store.schedule_wake(wake_id, record.id, round_no, reason, now)
         if await core.store.claim_wake(wake_id, fired_at=now) is None:
             return
-        await core.notify(record, text, key=f"campaign:{record.id}:{wake_id}")
+        await self._rooms.status.show(record, event=text)
         await self._wake(record, round_no, reason)
 
     async def _wake(self, record: CampaignRecord, round_no: int, reason: WakeReason) -> None:

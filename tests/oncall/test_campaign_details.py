@@ -72,10 +72,10 @@ async def test_a_crash_before_any_measurement_cites_nothing(tmp_path: Path) -> N
     async with oncall_kit(tmp_path) as kit:
         record = await kit.engine.start("U1", CONV, spec("echo starting; exit 3"))
         final = await kit.until_final(record.id)
-        texts = kit.notifier.texts()
+        texts = kit.notifier.news
         described = await kit.engine.describe(record.id)
     assert final.state == "failed"
-    assert any("resubmitting" in t for t in texts), texts
+    assert any("Resubmitting" in t for t in texts), texts
     assert not any("#None" in t for t in texts), texts
     assert "#None" not in described
 

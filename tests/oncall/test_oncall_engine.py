@@ -37,9 +37,9 @@ async def test_a_job_printing_a_decreasing_loss_is_watched_woken_on_finish_and_r
         ]
         assert final.report is not None and "0.42" in final.report and "0.9" in final.report
         assert final.model_calls == 0
-        texts = kit.notifier.texts()
-        assert any("woke early" in t and "finished" in t for t in texts)
-        assert any(t.startswith("📋") for t in texts)
+        # The round's news is edited into the campaign's status message; the report posts.
+        assert any("Woke early" in t and "finished" in t for t in kit.notifier.news)
+        assert any(t.startswith("📋") for t in kit.notifier.texts())
 
 
 async def test_nan_divergence_wakes_early_terminates_the_job_and_reports(tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ async def test_decisions_must_cite_the_newest_measurement(tmp_path: Path) -> Non
         with pytest.raises(CampaignError):
             await kit.engine.wait(record.id, 60, None)
         text = await kit.engine.wait(record.id, 60, new.id)
-        assert "waiting" in text
+        assert "Waiting" in text
 
 
 async def test_only_a_report_matching_the_measurements_closes_the_campaign(tmp_path: Path) -> None:
@@ -262,9 +262,11 @@ async def test_the_status_message_shows_the_rounds_last_value_when_it_ends(
         await kit.until_final(record.id)
         last = (await kit.campaigns.measurements(record.id))[-1]
         assert last.value == 0.6
-        assert len(kit.notifier.edits) == 2, kit.notifier.edits
-        final = kit.notifier.edits[-1]
-        assert final.startswith(f"🏁 Campaign `{record.id}` round 1 finished")
+        # One edit while it ran, then the round-end edit (and the wake-up it caused).
+        running = [e for e in kit.notifier.edits if e.startswith("▶️")]
+        assert len(running) == 1, kit.notifier.edits
+        final = next(e for e in kit.notifier.edits if e.startswith("🏁"))
+        assert final.startswith(f"🏁 Campaign `{record.id}` round 1/3 finished")
         assert f"loss=0.6 (#{last.id})" in final
 
 

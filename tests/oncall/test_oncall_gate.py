@@ -383,7 +383,7 @@ def test_draft_report_states_the_facts() -> None:
     )
     assert text.splitlines() == [
         "The campaign failed: round 2 died (exit code 1).",
-        "Baseline loss: 0.9 (the first measurement, #1 in round 1).",
+        "Baseline loss: 0.9 (none was given: the first measurement, #1 in round 1).",
         "Best loss: 0.419 (measurement #4, round 2); lower is better.",
         "Last loss: 0.419 (measurement #4, round 2).",
         "Rounds: round 1 finished (exit code 0); round 2 died (exit code 1).",

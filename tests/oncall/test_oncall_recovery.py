@@ -53,7 +53,7 @@ async def test_a_round_that_ended_while_no_engine_watched_is_detected_at_recover
         assert [m.value for m in await kit.campaigns.measurements(record.id)] == [0.9, 0.5]
         (ended,) = await kit.campaigns.rounds(record.id)
         assert (ended.state, ended.exit_code, ended.wake_reason) == ("ended", 0, "finished")
-        assert any("woke early" in t and "finished" in t for t in kit.notifier.texts())
+        assert any("Woke early" in t and "finished" in t for t in kit.notifier.news)
 
 
 async def test_a_round_that_vanished_while_no_engine_watched_is_detected_at_recovery(
@@ -77,7 +77,7 @@ async def test_a_round_that_vanished_while_no_engine_watched_is_detected_at_reco
             return ("vanished", "fired") in [(w.reason, w.state) for w in wakes]
 
         await kit.until(woke)
-        assert any("vanished" in t and "woke early" in t for t in kit.notifier.texts())
+        assert any("vanished" in t and "Woke early" in t for t in kit.notifier.news)
         first = (await kit.campaigns.rounds(record.id))[0]
         assert (first.state, first.exit_code, first.wake_reason) == ("ended", None, "vanished")
 
@@ -104,8 +104,9 @@ async def test_a_wake_up_that_fires_late_is_announced_with_its_lateness(tmp_path
         ((due, _, _),) = kit.scheduler.jobs.values()
         now[0] = due.timestamp() + 150  # the bot was down past the wake-up's due time
         await kit.fire_scheduled(record.id)
-        (late,) = [t for t in kit.notifier.texts() if t.startswith("⏰")]
-        assert f"`{record.id}`" in late and "2m30s late" in late
+        # Said in the campaign's status message, edited (the decision it led to follows).
+        late = kit.notifier.edits[-1]
+        assert f"`{record.id}`" in late and "\n⏰ A wake-up fired 2m30s late" in late
         (fired,) = [w for w in await kit.campaigns.wakes(record.id) if w.state == "fired"]
         assert fired.lateness is not None and abs(fired.lateness - 150) < 1
 
@@ -116,25 +117,29 @@ async def test_decisions_are_announced_in_the_thread_with_their_citation(tmp_pat
         await kit.until_final(crashed.id)
         first = (await kit.campaigns.measurements(crashed.id))[0]
         assert any(
-            t.startswith(f"🔁 Campaign `{crashed.id}`: resubmitting") and f"cites #{first.id}" in t
-            for t in kit.notifier.texts()
-        ), kit.notifier.texts()
+            t.startswith(f"▶️ Campaign `{crashed.id}` round 2/3")
+            and "🔁 Resubmitting (" in t
+            and f"cites #{first.id}" in t
+            for t in kit.notifier.news
+        ), kit.notifier.news
         diverged = await kit.engine.start(
             "U1", CONV, spec("echo loss=0.8; echo loss=nan; sleep 60")
         )
         await kit.until_final(diverged.id)
         assert any(
-            t.startswith(f"⏹️ Campaign `{diverged.id}`: round 1 terminated")
-            for t in kit.notifier.texts()
-        ), kit.notifier.texts()
+            t.startswith(f"🏁 Campaign `{diverged.id}` round 1/3") and "\n⏹️ Round 1 terminated" in t
+            for t in kit.notifier.news
+        ), kit.notifier.news
         waiting = await kit.engine.start("U1", CONV, spec("echo loss=0.7; sleep 60"))
         await _first_round(kit, waiting)
         (value,) = await kit.campaigns.measurements(waiting.id)
         await kit.engine.wait(waiting.id, 120, value.id, "more output to come")
         assert any(
-            t.startswith(f"⏸️ Campaign `{waiting.id}`: waiting 2m") and f"cites #{value.id}" in t
-            for t in kit.notifier.texts()
-        ), kit.notifier.texts()
+            t.startswith(f"▶️ Campaign `{waiting.id}` round 1/3")
+            and "\n⏸️ Waiting 2m" in t
+            and f"cites #{value.id}" in t
+            for t in kit.notifier.news
+        ), kit.notifier.news
         texts = kit.notifier.texts()
         assert any(t.startswith(f"📋 Campaign `{crashed.id}` report") for t in texts), texts
 

@@ -60,7 +60,7 @@ def _status_request() -> InboundMessage:
 
 
 def _status_key(campaign: str) -> str:
-    return f"campaign:{campaign}:round:1:status"
+    return f"campaign:{campaign}:status"
 
 
 async def test_a_routine_notice_waits_out_quiet_hours_and_the_final_report_does_not(
