@@ -14,6 +14,7 @@ from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
 from host.features.memory.said import persons_words
 from host.prompts.broker import PromptBroker
+from host.prompts.wording import short_ids
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus, PromptDecided, TurnCompleted
 from host.runtime.messages import InboundMessage, stored_inbound
@@ -216,7 +217,9 @@ class MemoryCommands:
                 purpose=FORGET_PURPOSE,
                 payload={"owner": owner},
             )
-            return f"Approve prompt `{prompt.id}` to confirm; nothing is deleted until then."
+            # Named as every prompt is: by its short id among those waiting here.
+            short = short_ids([*await self._broker.pending(msg.conversation), prompt])[prompt.id]
+            return f"Approve prompt `{short}` to confirm; nothing is deleted until then."
         if forget := _FORGET.match(text):
             count = await self._memory.forget(owner, forget["text"])
             return f"Forgot {count} record(s) mentioning “{forget['text']}”."

@@ -209,9 +209,12 @@ async def test_forget_everything_waits_for_the_owners_approval(rig: Rig) -> None
     owner = owner_of(_conv(), "U1")
     await rig.say("remember I like tea", "U1", "e1")
     await rig.say("forget everything", "U1", "e2")
-    assert "Approve prompt" in rig.channel.texts[-1]
     assert len(await rig.memory.archive.notes(owner)) == 1  # nothing deleted yet
     (prompt,) = await rig.broker.pending(_conv())
+    # Named by its short id, as every prompt is (not its 32 characters).
+    assert rig.channel.texts[-1] == (
+        f"Approve prompt `{prompt.id[:8]}` to confirm; nothing is deleted until then."
+    )
     stranger = await rig.broker.answer(prompt.id, prompt.nonce, "U2", "approve")
     assert stranger.status == "not_allowed"
     outcome = await rig.broker.answer(prompt.id, prompt.nonce, "U1", "approve")
