@@ -138,12 +138,12 @@ async def test_notices_enter_the_lane_as_system_work_after_the_turn_that_started
     # Posted after the reply of the turn that started the campaign, in the lane's order.
     keys = [m.idempotency_key for _, m in adapter.posts]
     reply = next(i for i, k in enumerate(keys) if k.endswith(":reply"))
-    assert reply < keys.index(started) < keys.index(f"campaign:{record.id}:round:1:status")
+    assert reply < keys.index(started) < keys.index(f"campaign:{record.id}:status")
     # The status message's id was recorded when its lane job posted it, for in-place edits.
-    status_at = keys.index(f"campaign:{record.id}:round:1:status")
+    status_at = keys.index(f"campaign:{record.id}:status")
     current = await rt.campaigns.store.get(record.id)
     assert current is not None and current.status_message == f"m{status_at + 1}", (keys, ids)
-    assert current.status_message == ids[f"campaign:{record.id}:round:1:status"]
+    assert current.status_message == ids[f"campaign:{record.id}:status"]
 
 
 async def test_a_notice_recorded_before_a_crash_is_posted_once_after_the_restart(
