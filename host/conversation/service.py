@@ -29,6 +29,7 @@ from host.conversation.near_misses import (
 )
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
+from host.conversation.status_text import status_reply
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.runtime.conversation_log import ConversationLog, LoggedMessage
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted, TurnRequested
@@ -615,10 +616,9 @@ class ConversationService:
             await self._log.mark_handled(message_id)
             status = self._lanes.status(conv.id)
             running = status.running or "nothing"
-            text = f"**Status**: running {running}; {status.queued} request(s) queued."
-            extra = [await source(conv) for source in self._status_sources]
-            text = "\n".join(filter(None, [text, *extra]))
-            text = "\n".join(filter(None, [text, await self._delivery_status(conv)]))
+            head = f"**Status**: running {running}; {status.queued} request(s) queued."
+            sections = [await source(conv) for source in self._status_sources]
+            text = status_reply(head, [*sections, await self._delivery_status(conv)])
         else:
             await self._log.mark_handled(message_id)
             text = help_text(self._commands.help if self._commands is not None else "")

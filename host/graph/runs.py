@@ -36,12 +36,15 @@ from host.graph.model import TERMINAL_STATES, AdmissionContext, GraphSubmission
 from host.graph.records import RunFiles, read_output
 from host.graph.render import Artifact
 from host.graph.report_loader import load_report
-from host.graph.run_store import NodeRecord, RunRecord, RunStore
+from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
 from host.runtime.events import ConversationStopped, EventBus, StoppedItem
 
 log = logging.getLogger(__name__)
 
 HOUR = 3600.0
+# `status` lists these runs; the others only as a count of those finished in the last day.
+LIVE_RUN_STATES: frozenset[RunState] = frozenset({"awaiting_approval", "running"})
+RECENT_SECONDS = 24 * HOUR
 
 
 @dataclass(frozen=True)
@@ -391,18 +394,30 @@ class RunManager:
                 await run.cancel(reason="stopped")
 
     async def status(self, conv: ConversationRef) -> str:
-        """Recent runs of the conversation with node counts."""
-        runs = await self._store.runs(conv.id, limit=5)
-        if not runs:
-            return "No graph runs in this conversation."
+        """`status`: the conversation's live runs with node counts, then what finished in the
+        last 24 h as one `Recent:` line."""
+        runs = await self._store.runs(conv.id, limit=50)
+        live = [r for r in runs if r.state in LIVE_RUN_STATES]
+        since = self._clock() - RECENT_SECONDS
+        ended = [
+            r
+            for r in runs
+            if r.state not in LIVE_RUN_STATES and (r.finished_at or r.created_at) >= since
+        ]
         lines = []
-        for run in runs:
+        for run in live:
             nodes = await self._store.nodes_of_run(run.id)
             states: dict[str, int] = {}
             for n in nodes:
                 states[n.state] = states.get(n.state, 0) + 1
             counts = ", ".join(f"{v} {k}" for k, v in sorted(states.items()))
             lines.append(f"- run `{run.id}` {run.state}: {run.task_summary} ({counts})")
+        if ended:
+            latest = max(ended, key=lambda r: r.finished_at or r.created_at)
+            lines.append(
+                f"Recent: {len(ended)} run(s) finished in the last 24 h (latest `{latest.id}`, "
+                f"{latest.state})"
+            )
         return "\n".join(lines)
 
     async def idle(self, conversation_id: str | None = None) -> None:

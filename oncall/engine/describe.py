@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from core.ids import ConversationRef
 from oncall.engine.parts import CampaignError, cites
+from oncall.model import FINAL_STATES
 from oncall.store import CampaignStore
+
+RECENT_SECONDS = 86_400.0  # `status` counts campaigns that ended within this
 
 
 class Describer:
@@ -14,9 +19,17 @@ class Describer:
         self._store = store
 
     async def status(self, conv: ConversationRef) -> str:
-        """One line per campaign of the conversation, for `status`."""
+        """One line per live campaign of the conversation, for `status`, then those that
+        ended in the last 24 h as one `Recent:` line."""
+        campaigns = await self._store.of_conversation(conv.id)
+        since = time.time() - RECENT_SECONDS
+        ended = [
+            c
+            for c in campaigns
+            if c.state in FINAL_STATES and (c.closed_at or c.updated_at) >= since
+        ]
         lines = []
-        for record in (await self._store.of_conversation(conv.id))[:5]:
+        for record in [c for c in campaigns if c.state not in FINAL_STATES][:5]:
             values = [
                 m
                 for m in await self._store.measurements(record.id)
@@ -30,6 +43,12 @@ class Describer:
             lines.append(
                 f"- campaign `{record.id}` {record.state}, round {record.round}{latest}: "
                 f"{record.spec.goal[:60]}"
+            )
+        if ended:
+            last = max(ended, key=lambda c: c.closed_at or c.updated_at)
+            lines.append(
+                f"Recent: {len(ended)} campaign(s) ended in the last 24 h (latest "
+                f"`{last.id}`, {last.state})"
             )
         return "\n".join(lines)
 

@@ -56,6 +56,8 @@ from oncall.report_gate import format_duration
 log = logging.getLogger(__name__)
 
 SCHEDULED_TASK_JOB = "scheduled_task"
+# `status` and `schedule: list` count the tasks that ended within this (not listed one by one).
+RECENT_SECONDS = 86_400.0
 SCHEDULE_APPROVAL = "schedule_approval"
 # A firing later than this is said to be late (a restart, a long stall).
 LATE_GRACE_SECONDS = 120.0
@@ -777,7 +779,8 @@ class ScheduledTasks:
         return f"Unmuted {names}."
 
     async def listing(self, conversation: ConversationRef, *, everything: bool = False) -> str:
-        """The conversation's tasks (every task with `everything`: admins), one line each.
+        """The conversation's live tasks (every task with `everything`: admins), one line
+        each, then those that ended in the last 24 h as one `Recent:` line.
 
         What another conversation's task runs is not shown here: a DM's stays in that DM."""
         tasks = (
@@ -785,13 +788,16 @@ class ScheduledTasks:
             if everything
             else await self.store.of_conversation(conversation.id)
         )
-        if not tasks:
-            return "No scheduled tasks here." if not everything else "No scheduled tasks."
-        return "\n".join(self.line(t, here=t.conversation.id == conversation.id) for t in tasks)
+        recent = await self._recent(None if everything else conversation)
+        lines = [self.line(t, here=t.conversation.id == conversation.id) for t in tasks]
+        if not lines:
+            lines = ["No scheduled tasks here." if not everything else "No scheduled tasks."]
+        # A blank line first: right under a bullet it would continue that bullet.
+        return "\n".join(lines) + (f"\n\n{recent}" if recent else "")
 
     def line(self, task: ScheduledTask, *, here: bool = True) -> str:
-        """One task for people: id, owner, schedule, state, next fire time (and what it runs
-        when it is this conversation's)."""
+        """One task for people: id, owner, schedule, state, next fire time, whether it is
+        muted or snoozed (and what it runs when it is this conversation's)."""
         schedule = task.schedule
         nxt = (
             f"next {for_readers(task.next_due, schedule.zone)}"
@@ -801,16 +807,38 @@ class ScheduledTasks:
         what = f": {_gist(schedule.what)}" if here else " (in another conversation)"
         return (
             f"- `{task.id}` by {task.owner_name}, {schedule.kind} {schedule.when} "
-            f"({schedule.tz}), {nxt}{what}"
+            f"({schedule.tz}), {nxt}{self._quiet(task)}{what}"
+        )
+
+    def _quiet(self, task: ScheduledTask) -> str:
+        """` (muted)`, ` (snoozed until …)` or nothing: whether its posts are held back."""
+        if task.muted:
+            return " (muted until `unmute`)"
+        until = task.snoozed_until
+        if until is not None and self.clock() < until:
+            return f" (snoozed until {for_readers(until, task.schedule.zone)})"
+        return ""
+
+    async def _recent(self, conversation: ConversationRef | None) -> str:
+        """`Recent: 2 task(s) ended in the last 24 h (latest `t_…`, cancelled)`, or ""."""
+        ended = await self.store.ended_within(
+            RECENT_SECONDS, None if conversation is None else conversation.id
+        )
+        if not ended:
+            return ""
+        last = ended[0]
+        return (
+            f"Recent: {len(ended)} scheduled task(s) ended in the last 24 h "
+            f"(latest `{last.id}`, {last.state})"
         )
 
     async def status(self, conversation: ConversationRef) -> str:
-        """`status` lines: the conversation's tasks with their next fire time."""
+        """`status` lines: the conversation's live tasks and checks with their next fire time
+        and whether they are muted or snoozed, then a `Recent:` line for those that ended."""
         tasks = await self.store.of_conversation(conversation.id)
-        if not tasks:
-            return ""
-        lines = [self.line(t) for t in tasks]
-        return "**Scheduled tasks**:\n" + "\n".join(lines)
+        recent = await self._recent(conversation)
+        lines = ["**Scheduled tasks**:", *(self.line(t) for t in tasks)] if tasks else []
+        return "\n".join([*lines, *([recent] if recent else [])])
 
     async def _say(self, conv: ConversationRef, text: str, *, key: str) -> None:
         try:

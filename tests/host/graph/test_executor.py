@@ -821,12 +821,13 @@ async def test_report_of_an_unknown_run(kit: GraphKit) -> None:
     assert await kit.manager.report("run_nope") == "Unknown run `run_nope`."
 
 
-async def test_status_lists_runs_with_node_counts(kit: GraphKit) -> None:
-    assert await kit.manager.status(kit.conv) == "No graph runs in this conversation."
+async def test_status_lists_live_runs_and_counts_finished_ones(kit: GraphKit) -> None:
+    assert await kit.manager.status(kit.conv) == ""
     run = await kit.submit(node("a"), node("b"), task_summary="two things")
     await kit.finished(run)
+    # Finished work is one short line, not an entry per run.
     assert await kit.manager.status(kit.conv) == (
-        f"- run `{run.id}` completed: two things (2 completed)"
+        f"Recent: 1 run(s) finished in the last 24 h (latest `{run.id}`, completed)"
     )
 
 

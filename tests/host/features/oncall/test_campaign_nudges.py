@@ -93,7 +93,8 @@ async def test_a_routine_notice_waits_out_quiet_hours_and_the_final_report_does_
         assert db_rows(isolated_env, held) == []
         await rt.service.accept(_status_request())  # a control word: answered at once
         status = adapter.texts[-1]
-        assert f"campaign `{campaign}` closed" in status, status
+        # Ended: counted in the one line of recent work, not listed as live.
+        assert f"(latest `{campaign}`, closed)" in status, status
         assert "Proactive posts: quiet hours" in status, status
     finally:
         await shutdown(rt)

@@ -65,7 +65,10 @@ async def test_an_offline_campaign_runs_from_a_thread_and_reports_there(runtime:
     (record,) = await rt.campaigns.store.recent()
     assert record.state == "closed" and record.model_calls == 0
     await rt.service.accept(_msg("status", "e2"))
-    assert any(f"campaign `{record.id}` closed" in t for t in adapter.texts)
+    # Finished: no longer listed as live, counted in the one line of recent work.
+    status = adapter.texts[-1]
+    assert f"- campaign `{record.id}`" not in status
+    assert f"1 campaign(s) ended in the last 24 h (latest `{record.id}`, closed)" in status
 
 
 async def test_a_bad_campaign_line_says_what_is_wrong(runtime: Any) -> None:
