@@ -14,8 +14,9 @@ async def _schedule(bot: Bot, line: str) -> str:
     await bot.say(line)
     await bot.approve()
     await eventually(lambda: "is scheduled:" in bot.chat.texts[-1])
-    (task_id,) = re.findall(r"Task `(t_\w+)` is scheduled", bot.chat.texts[-1])
-    return task_id
+    found = re.search(r"Task `(t_\w+)` is scheduled", bot.chat.texts[-1])
+    assert found is not None
+    return found[1]
 
 
 def _ids(text: str) -> str:
