@@ -415,7 +415,8 @@ class ConversationService:
         key = f"command:{message_id}"
         if reply is None and (meant := near_miss(msg.text, CONTROL_WORDS)) is not None:
             reply, key = did_you_mean_text(meant), f"near-miss:{message_id}"
-        stray = reply is None and is_bare_answer(msg.text)
+        # Offline only: a model may have asked something in plain words ("1 or 2?").
+        stray = reply is None and self._host.provider.offline and is_bare_answer(msg.text)
         if stray and (typed is None or not await typed.waiting_for(msg)):
             reply, key = NO_QUESTION_WAITING, f"stray-answer:{message_id}"
         if reply is None:

@@ -306,6 +306,9 @@ async def test_the_host_may_say_nothing_to_a_follow_up_but_always_answers_a_ment
     # A mention is never offered the choice.
     again = await service.accept(said("thanks!", "e3"))
     assert again is not None and (await again).text == "answer"
-    assert provider.offered == [False, True, False]
-    assert channel.texts == ["answer", "answer"]
+    # With a model, a bare "yes" goes to the Host: it may have asked in plain words.
+    yes = await service.accept(said("yes", "e4"))
+    assert yes is not None and (await yes).text == "answer"
+    assert provider.offered == [False, True, False, False]
+    assert channel.texts == ["answer", "answer", "answer"]
     await lanes.drain(1)
