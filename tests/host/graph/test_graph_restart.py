@@ -45,7 +45,8 @@ async def test_offline_plan_with_confirm_then_answer_in_a_new_session(isolated_e
     assert code == 0, err
     assert "[approval] Run this graph?" in out
     assert "1) Approve   2) Deny" in out
-    assert "nothing runs until they approve" in out
+    assert "This plan of 2 steps waits for approval (prompt" in out
+    assert "nothing runs until it is approved." in out
     assert not (isolated_env / "runs").exists() or not any((isolated_env / "runs").iterdir())
 
     # The prompt survived the exit; a typed "1" in the next session approves it.
