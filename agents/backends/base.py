@@ -71,6 +71,9 @@ class AgentOutcome:
     truncated: bool = False
     offline: bool = False
     error: str | None = None
+    # The command was not run because nobody approved it (the requester said no, or nobody
+    # can be asked): not a failure of the agent, and nothing for a judge to weigh.
+    not_approved: bool = False
 
 
 class AgentBackend(Protocol):
@@ -81,7 +84,9 @@ class AgentBackend(Protocol):
         ...
 
 
-def failed(task: AgentTask, error: str, *, seconds: float = 0.0) -> AgentOutcome:
+def failed(
+    task: AgentTask, error: str, *, seconds: float = 0.0, not_approved: bool = False
+) -> AgentOutcome:
     """An outcome for a run that produced nothing; the session is left as it was."""
     return AgentOutcome(
         output="",
@@ -91,6 +96,7 @@ def failed(task: AgentTask, error: str, *, seconds: float = 0.0) -> AgentOutcome
         seconds=seconds,
         history=list(task.history),
         error=error,
+        not_approved=not_approved,
     )
 
 

@@ -42,7 +42,7 @@ class CommandLineBackend:
             text = task.message.strip()
             refusal = await self._refusal(task, text)
             if refusal is not None:
-                return failed(task, refusal)
+                return refusal
         else:
             text = task_as_text(task)
         argv = [*entry.command, text] if entry.prompt_via == "arg" else list(entry.command)
@@ -101,22 +101,31 @@ class CommandLineBackend:
             error=error,
         )
 
-    async def _refusal(self, task: AgentTask, command: str) -> str | None:
-        """Why `command` must not run (denied, not approved), or None to run it."""
+    async def _refusal(self, task: AgentTask, command: str) -> AgentOutcome | None:
+        """Why `command` must not run (refused, or not approved), or None to run it."""
         name = self._entry.name
         if not command:
-            return f"The `{name}` agent needs a command as its task (e.g. `ls -la`)."
+            return failed(task, f"The `{name}` agent needs a command as its task (e.g. `ls -la`).")
         reason = denied_reason(command)
         if reason is not None:
-            return f"Command refused: it looks like {reason}, which is never run here."
+            return failed(
+                task, f"Command refused: it looks like {reason}, which is never run here."
+            )
         if command_allowed(command, self._entry.allow):
             return None
         if task.approve is None:
             # Fail closed: nobody can be asked, so nothing unapproved runs.
-            return (
-                f"Command not approved: nobody can approve commands for the `{name}` agent here. "
-                f"Allow it under [agents.{name}] allow in agents.toml to run it without asking."
+            return failed(
+                task,
+                f"Command not approved: nobody can approve commands for the `{name}` agent "
+                f"here. Allow it under [agents.{name}] allow in agents.toml to run it without "
+                "asking.",
+                not_approved=True,
             )
         if not await task.approve(command):
-            return f"Command not approved by the requester: {shlex.quote(command)}"
+            return failed(
+                task,
+                f"Command not approved by the requester: {shlex.quote(command)}",
+                not_approved=True,
+            )
         return None

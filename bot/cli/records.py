@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from agents.registry import RegistryError, load_registry
+from bot.console.screen import markdown_for
 from bot.home import HomeError, check_home
 from bot.schema import all_migrations
 from bot.settings import Settings
@@ -94,15 +95,19 @@ async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
             out.write(f"No run `{run_id}`; `raven-bot runs list` shows the recorded ones.\n")
             return 2
         files = RunFiles(settings.home / "runs")
-        # The report is built from records only; no run executes here.
-        out.write(await load_report(runs, run_id, for_people=True) + "\n\n")
+        # The report is built from records only; no run executes here. Outputs are whole.
+        report = await load_report(runs, run_id, audience="terminal")
         journal = await asyncio.to_thread(files.records, run_id)
-        out.write(
-            "Journal (prompt, output and transcript of every attempt): "
-            f"{files.journal_path(run_id)}\n\nNodes:\n"
-        )
+        where = [
+            f"Journal (prompt, output and transcript of every attempt): "
+            f"`{files.journal_path(run_id)}`",
+            "",
+            "Nodes:",
+        ]
         for node in await runs.nodes_of_run(run_id):
-            out.write(f"- {node_line(node)}\n  records: {_records(files, node, journal)}\n")
+            where.append(f"- {node_line(node)}")
+            where.append(f"  records: {_records(files, node, journal)}")
+        out.write(markdown_for(out, report + "\n\n" + "\n".join(where)))
     finally:
         await store.close()
     return 0
@@ -117,8 +122,8 @@ def _records(files: RunFiles, node: NodeRecord, journal: dict[str, NodeRecords])
         else "nothing journaled"
     ]
     if node.output_path is not None:
-        parts.append(f"output {node.output_path}")
-        parts.append(f"memory record {files.memory_beside(node.output_path)}")
+        parts.append(f"output `{node.output_path}`")
+        parts.append(f"memory record `{files.memory_beside(node.output_path)}`")
     return "; ".join(parts)
 
 

@@ -185,3 +185,13 @@ def _rows(out: TextIO) -> int:
     with contextlib.suppress(OSError, ValueError, AttributeError):
         return os.get_terminal_size(out.fileno()).lines or 24
     return 24
+
+
+def markdown_for(out: TextIO, text: str) -> str:
+    """`text` (Markdown) as a person reads it on `out`, one block (CLI commands such as
+    `runs show`): rendered for a terminal (its width and colours), else plain text."""
+    if not _isatty(out):
+        return "\n".join(plain_lines(text)) + "\n"
+    colors = Console(file=out).color_system
+    lines = terminal_lines(text, width=max(20, _columns(out) - 1), color_system=colors)
+    return "\n".join(lines) + "\n"

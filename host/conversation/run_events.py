@@ -1,5 +1,9 @@
 """Announces graph runs into their conversation: one edited status message, exception and
-completion reports as proactive turns of the Host."""
+completion reports as proactive turns of the Host.
+
+With a model, the Host reads the report (outputs fenced as untrusted data) and writes the
+reply. Without one (offline) the report itself is the reply, so the turn carries the report
+for people instead: outputs verbatim in code blocks, no host paths."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError
 from host.graph.report import progress_text
+from host.graph.report_loader import load_report
 from host.graph.run_store import RunStore
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import RunSnapshot
@@ -52,8 +57,11 @@ class ConversationRunEvents:
         *,
         edit_interval: float = EDIT_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        reports_reach_users: bool = False,
     ) -> None:
         self._store = store
+        # Offline: the report is posted as it is (no model writes a reply from it).
+        self._reports_reach_users = reports_reach_users
         self._report = reports
         self._port = port
         self._interval = edit_interval
@@ -160,7 +168,10 @@ class ConversationRunEvents:
         await self._publish(run)  # the final state, never throttled away
         for table in (self._last_text, self._last_edit, self._message_ids, self._latest):
             table.pop(run.id, None)
-        report = await self._report.report(run.id)
+        if self._reports_reach_users:
+            report = await load_report(self._store, run.id, audience="chat")
+        else:
+            report = await self._report.report(run.id)
         await self._port.system_turn(run.conversation, report, key=f"run:{run.id}:report")
         await self._store.mark_reported(run.id)
 

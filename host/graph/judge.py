@@ -12,6 +12,11 @@ from core.deadlines import SharedDeadlines
 
 log = logging.getLogger(__name__)
 
+# Why no verdict was asked for when there is no model (reports sum it up in one line).
+OFFLINE_REASON = "the judge needs a model (offline mode)"
+# A verdict's category when the command never ran for want of approval (no judge asked).
+NOT_APPROVED = "not_approved"
+
 Category = Literal[
     "missing_user_input",
     "missing_credential",
@@ -106,7 +111,7 @@ class CompletionJudge:
     ) -> Verdict:
         """Judge one attempt. On judge failure: a normally returned call counts as accomplished."""
         if self._provider.offline:
-            return _fallback(error, "the judge needs a model (offline mode)")
+            return _fallback(error, OFFLINE_REASON)
         body = (
             f"<task>\n{_clip(prompt, self._output_chars)}\n</task>\n\n"
             f'<output truncated="{str(truncated).lower()}">\n{_clip(output, self._output_chars)}\n'

@@ -24,6 +24,8 @@ class NodeSnapshot:
     template: str = ""
     deps: tuple[str, ...] = ()
     error: str | None = None
+    # Failed because its command was not approved (it never ran): shown as such, not failed.
+    not_approved: bool = False
     # What the running node's agent says it is doing now (its plan, tool call, last words):
     # live only, never stored; cleared by the node's next commit.
     note: str = ""

@@ -103,7 +103,7 @@ async def test_console_report_shows_node_output_as_written(
     plan = f"a: echo: {NODE_OUTPUT}\n\n".encode()
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env), within=120)
     assert code == 0, err
-    report = out[out.index("Records:") :]
+    report = out[out.index("Nodes:") :]
     assert "Output of" in report
     # The forged tag is shown as written, and nothing after it went missing.
     assert NODE_OUTPUT in report

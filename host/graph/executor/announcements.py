@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from host.graph.executor.ready import RunFlags
 from host.graph.model import NOT_STARTED_STATES, NodeState
+from host.graph.report import not_approved
 from host.graph.run_store import NodeRecord, RunRecord
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import NodeSnapshot, RunSnapshot
@@ -31,6 +32,7 @@ def node_snapshot(node: NodeRecord) -> NodeSnapshot:
         template=node.template,
         deps=node.deps,
         error=node.error,
+        not_approved=not_approved(node),
     )
 
 

@@ -16,7 +16,7 @@ from core.fence import fence, untrusted_preface
 from host.graph.executor.commits import NodeBook
 from host.graph.executor.deps import RunPolicy
 from host.graph.executor.journal import RunWriter
-from host.graph.judge import CompletionJudge, Verdict
+from host.graph.judge import NOT_APPROVED, CompletionJudge, Verdict
 from host.graph.model import NodeSpec
 from host.graph.render import Artifact
 
@@ -104,6 +104,14 @@ class Settler:
         )
 
     async def _verdict(self, prompt: str, outcome: AgentOutcome) -> Verdict:
+        if outcome.not_approved:
+            # Nothing ran: there is nothing to judge, and reports say "not approved".
+            return Verdict(
+                accomplished=False,
+                category=NOT_APPROVED,
+                missing="the command's approval",
+                evidence=(outcome.error or "")[:500],
+            )
         if outcome.offline:
             return Verdict(
                 accomplished=False,

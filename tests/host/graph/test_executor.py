@@ -787,7 +787,7 @@ async def test_run_report_content(tmp_path: Path) -> None:
         run = await kit.submit(node("a"), node("t", deps=["a"]), node("c"), node("e", deps=["c"]))
         await kit.finished(run)
         report = await kit.manager.report(run.id)
-        people = await load_report(kit.run_store, run.id, for_people=True)
+        people = await load_report(kit.run_store, run.id, audience="chat")
 
     lines = report.splitlines()
     assert lines[0] == f"**Run `{run.id}` failed** — test task"
@@ -815,6 +815,19 @@ async def test_run_report_content(tmp_path: Path) -> None:
     for shown in (unfence(report).replace(":\n", ": "), people):
         assert "- `c`: missing_user_input: the target repository" in shown, shown
         assert "- `e`: skipped: depends on `c`, which did not complete" in shown, shown
+    # People get no host paths, the output's head and tail verbatim in a code block, and
+    # how to see the rest.
+    assert str(kit.files.run_dir(run.id)) not in people and "Records:" not in people
+    assert people.splitlines()[:5] == [
+        f"**Run `{run.id}` failed** — test task",
+        "Nodes: 2 completed, 1 failed, 1 skipped.",
+        "- ✅ `a` (research) completed",
+        "- ✅ `t` (research) completed",
+        "- ❌ `c` (research) failed · — error below",
+    ]
+    block = "```\n" + "T" * 800 + "\n… 2,600 characters omitted …\n" + "T" * 1600 + "\n```"
+    assert f"**Output of `t`**:\n{block}\n" in people, people
+    assert people.endswith(f"Full record: `raven-bot runs show {run.id}` on the bot's host.")
 
 
 async def test_report_of_an_unknown_run(kit: GraphKit) -> None:
