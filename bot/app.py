@@ -77,8 +77,6 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import UNSTARTED, RunStore
 from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
-from host.nudges.backlog import HeldBack
-from host.nudges.feature import NudgesFeature
 from host.nudges.policy import NudgeLimits, NudgePolicy
 from host.nudges.quiet import parse_quiet_hours
 from host.nudges.status import proactive_status
@@ -312,8 +310,6 @@ FEATURES: tuple[FeatureKind, ...] = (
     OncallFeature,
     SchedulesFeature,
     EvolutionFeature,
-    # Last: what the caps held back is listed after the work that said it.
-    NudgesFeature,
 )
 
 
@@ -524,8 +520,6 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
             quiet=parse_quiet_hours(settings.quiet_hours),
             default_tz=settings.timezone,
             people=people,
-            # What a cap holds back is recorded, listed in `status` and summarised later.
-            held_back=HeldBack(store, scheduler),
         ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,
