@@ -58,6 +58,14 @@ class PlanSyntaxError(ValueError):
     """A plan with lines that are not nodes: nothing of it may run. The message names each bad
     line (number, text, what is wrong) and gives the syntax."""
 
+    def __init__(self, problems: list[tuple[int, str]]) -> None:
+        super().__init__(_refusal(problems))
+        self.problems = problems
+
+    def refusal(self, nothing: str = "run") -> str:
+        """The message, saying nothing was `nothing` (`scheduled`, for a task's plan)."""
+        return _refusal(self.problems, nothing=nothing)
+
 
 def _split_deps(raw: str) -> list[str]:
     return [d for d in re.split(r"\s*(?:,|\band\b)\s*", raw.strip()) if d]
@@ -101,7 +109,7 @@ def parse_plan(text: str) -> dict[str, Any] | None:
     if not nodes:
         return None
     if problems:
-        raise PlanSyntaxError(_refusal(problems))
+        raise PlanSyntaxError(problems)
     summary = "; ".join(f"{n['id']} ({n['agent']})" for n in nodes)
     return {
         "task_summary": f"Explicit plan: {summary}"[:200],
@@ -132,13 +140,13 @@ def _problem(number: int, line: str) -> tuple[int, str]:
     return number, f"line {number}, {_span(_shortened(line.strip()))}: {why}"
 
 
-def _refusal(problems: list[tuple[int, str]]) -> str:
+def _refusal(problems: list[tuple[int, str]], *, nothing: str = "run") -> str:
     numbers = [str(n) for n, _ in problems]
     if len(numbers) == 1:
-        heading = f"Nothing was run: line {numbers[0]} of this plan is not a node."
+        heading = f"Nothing was {nothing}: line {numbers[0]} of this plan is not a node."
     else:
         which = ", ".join(numbers[:-1]) + f" and {numbers[-1]}"
-        heading = f"Nothing was run: lines {which} of this plan are not nodes."
+        heading = f"Nothing was {nothing}: lines {which} of this plan are not nodes."
     lines = [f"- {said}" for _, said in problems[:_SHOWN_PROBLEMS]]
     if len(problems) > _SHOWN_PROBLEMS:
         lines.append(f"- and {len(problems) - _SHOWN_PROBLEMS} more")

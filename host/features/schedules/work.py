@@ -230,7 +230,7 @@ def task_work(what: str, *, offline: bool) -> TaskWork:
     try:
         plan = parse_plan(what)
     except PlanSyntaxError as exc:
-        raise ScheduleError(str(exc)) from None
+        raise ScheduleError(exc.refusal(nothing="scheduled")) from None
     if plan is not None:
         # Approved now, so a firing does not ask for the whole plan again.
         text = "\n".join(line for line in what.splitlines() if not _CONFIRM.match(line))

@@ -57,3 +57,13 @@ async def test_a_reminder_request_gets_a_line_that_proposes_the_task_when_sent(b
     task = await bot.only_task()
     assert task.state == "active" and task.schedule.when == "0 9 * * *"
     assert task.next_due is not None and task.next_due - bot.clock.now <= timedelta(days=1)
+
+
+async def test_a_task_whose_plan_has_a_malformed_line_is_refused_naming_it(bot: Bot) -> None:
+    reply = await bot.say("schedule: every 2h | s1: shell: echo one\ns2 shell: echo two")
+    assert reply.startswith(
+        "⚠️ Nothing was scheduled: line 2 of this plan is not a node.\n"
+        "- line 2, `s2 shell: echo two`: a `:` is missing after the id; write "
+        "`s2: shell: echo two`\n"
+    ), reply
+    assert await bot.tasks.store.listed(live_only=False) == []
