@@ -74,6 +74,18 @@ class ProcessResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+# The line a capped output carries where its middle was dropped: how many line breaks and
+# bytes went (a report counts the lines in, so a long output's omitted count stays true).
+OMITTED_LINE: Final = re.compile(
+    r"…\[(?P<lines>[\d,]+) lines?, (?P<bytes>[\d,]+) bytes of output omitted\]…"
+)
+
+
+def omitted_line(lines: int, size: int) -> str:
+    """The line that stands for a dropped middle of `lines` line breaks and `size` bytes."""
+    return f"…[{lines:,} line{'' if lines == 1 else 's'}, {size:,} bytes of output omitted]…"
+
+
 class _Capture:
     """Keeps the head and the tail of a stream within a byte cap; the middle is dropped."""
 
@@ -82,9 +94,11 @@ class _Capture:
         self._head = bytearray()
         self._tail = bytearray()
         self.total = 0
+        self._breaks = 0  # line breaks seen, kept or not
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
+        self._breaks += chunk.count(b"\n")
         room = self._cap - len(self._head)
         if room > 0:
             self._head += chunk[:room]
@@ -103,11 +117,13 @@ class _Capture:
         if not self.truncated:
             return self._head.decode(errors="replace")
         half = self._cap // 2
+        head = bytes(self._head[:half])
         tail = (bytes(self._head[half:]) + bytes(self._tail))[-half:]
         omitted = self.total - half - len(tail)
+        breaks = self._breaks - head.count(b"\n") - tail.count(b"\n")
         return (
-            self._head[:half].decode(errors="replace")
-            + f"\n…[{omitted} bytes of output omitted]…\n"
+            head.decode(errors="replace")
+            + f"\n{omitted_line(breaks, omitted)}\n"
             + tail.decode(errors="replace")
         )
 
