@@ -82,6 +82,8 @@ class CommandApproval:
     budget: str  # the campaign's limits in words
     cite: int | None = None  # resubmit: the measurement the decision cited
     reason: str = ""
+    # That directory's path when it is on this host (not over ssh): the prompt looks in it.
+    directory: str | None = None
 
 
 class OwnerAccess(Protocol):

@@ -155,6 +155,7 @@ class Admission:
             machine=machine,
             goal=spec.goal,
             workdir=workdir,
+            directory=spec.workdir if machine.kind != "ssh" else None,
             budget=budget,
             cite=cite,
             reason=reason,

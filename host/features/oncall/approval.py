@@ -9,10 +9,13 @@ can answer, unless one of them gave the first approval.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Literal, cast
 
 from core.markdown import code_block
+from host.features.oncall.named_files import missing_files
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import sandbox_view
 from host.runtime.people import People
@@ -48,8 +51,31 @@ def visibility(machine: MachineSpec, workdir: str = "its working directory") -> 
     )
 
 
-def approval_question(approval: CommandApproval) -> str:
-    """The prompt: the exact command, where it runs, its budget and what it can see."""
+def missing_warning(missing: Sequence[str]) -> str:
+    """What to say when the command runs files its working directory does not hold: every
+    round would fail the same way, so approving it would only repeat the failure."""
+    if not missing:
+        return ""
+    names = ", ".join(f"`{name}`" for name in missing)
+    verb = "is" if len(missing) == 1 else "are"
+    return (
+        f"⚠️ {names} {verb} not in the working directory: every round would fail the same way. "
+        "Put it there first (a file attached to the thread, or one a `shell` node writes, lands "
+        "in this conversation's workspace), or deny and set the machine's `workdir` in "
+        "machines.toml to your project.\n"
+    )
+
+
+async def files_missing(approval: CommandApproval) -> list[str]:
+    """The files the command runs that its working directory (on this host) lacks."""
+    if approval.directory is None:
+        return []
+    return await asyncio.to_thread(missing_files, approval.command, Path(approval.directory))
+
+
+def approval_question(approval: CommandApproval, missing: Sequence[str] = ()) -> str:
+    """The prompt: the exact command, where it runs, its budget and what it can see, and a
+    warning naming the files it runs that are `missing` from where it runs."""
     machine = approval.machine
     if approval.kind == "start":
         head = f"Start campaign `{approval.campaign_id}` ({approval.goal[:200]}) with this command?"
@@ -66,6 +92,7 @@ def approval_question(approval: CommandApproval) -> str:
         f"- Runs in: {approval.workdir} (its working directory)\n"
         f"- Budget: {approval.budget}\n"
         f"- It can see: {visibility(machine, approval.workdir)}\n"
+        f"{missing_warning(missing)}"
         "Exactly this command runs, in every round, and nothing runs unless approved."
     )
 
@@ -90,7 +117,7 @@ class PromptCommandApprovals:
         prompt = await self._broker.create(
             conversation=approval.conversation,
             kind="approval",
-            question=approval_question(approval),
+            question=approval_question(approval, await files_missing(approval)),
             requester=approval.requester,
             purpose=CAMPAIGN_COMMAND,
             payload=_payload(approval, stage=1),
