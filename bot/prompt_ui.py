@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bot.channel import PromptAnswers
+from bot.render.shorten import shortened
 from core.reader_time import drop_reader_times
 from host.prompts.broker import AnswerOutcome
 from host.runtime.prompt_record import Prompt
@@ -62,7 +63,7 @@ def outcome_line(prompt: Prompt, decider: str, bold: Callable[[str], str]) -> st
 def closed_text(prompt: Prompt, decider: str) -> str:
     """Plain-text form of a decided prompt (notifications, screen readers); `decider` is who
     answered, by display name."""
-    question = drop_reader_times(prompt.question)[:200]
+    question = shortened(drop_reader_times(prompt.question), 200)
     if prompt.state == "answered":
         return f"{question} — {prompt.answer} (by {decider})"
     return f"{question} — {prompt.state}"

@@ -1,13 +1,14 @@
 """Model-written Markdown → Discord messages. Discord renders most Markdown itself; what it
-lacks is converted (tables, deep headings, rules, task boxes), code is kept verbatim, and
-the result is split at 2,000 characters without breaking a code fence."""
+lacks is converted (tables, deep headings, rules, task boxes), code is kept verbatim (its
+fence made one Discord reads), and the result is split at 2,000 characters without breaking
+a code fence."""
 
 from __future__ import annotations
 
 import re
 
 from bot.render.fences import closes_fence, open_fence
-from bot.render.split import neutralize_broadcasts, split_message
+from bot.render.split import ZWSP, neutralize_broadcasts, split_message
 from bot.render.tables import aligned_lines, bullet_rows, table_at
 from core.reader_time import render_reader_times
 
@@ -17,6 +18,7 @@ _DEEP_HEADING = re.compile(r"^ {0,3}#{4,6}[ \t]+(?P<text>.*?)(?:[ \t]+#+)?[ \t]*
 _HR = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _TASK = re.compile(r"^(?P<lead>[ \t]*[-*+][ \t]+)\[(?P<mark>[ xX])\][ \t]+")
 _LINK = re.compile(r"\[([^\]\n]+)\]\((\S+?)\)")
+_BACKTICK_RUN = re.compile("`{3,}")
 _MARKUP = re.compile(r"\*\*|__|~~|`|(?<!\w)[*_](?=\S)|(?<=\S)[*_](?!\w)")
 
 
@@ -45,6 +47,15 @@ def _line(line: str) -> str:
     return line
 
 
+def _code_block(fence: re.Match[str], body: list[str]) -> list[str]:
+    """A code block as Discord reads one: fenced by exactly three backticks (it knows no
+    longer fence and no tildes, and ends a block at the next three backticks anywhere), so
+    a run of backticks inside is broken up (shown alike); the body is kept as it is."""
+    indent, info = fence["indent"], fence["info"].strip()
+    code = [_BACKTICK_RUN.sub(lambda m: ZWSP.join(m.group()), line) for line in body]
+    return [f"{indent}```{info}", *code, f"{indent}```"]
+
+
 def markdown_to_discord(md: str) -> str:
     """Convert what Discord cannot show; code blocks pass through untouched."""
     lines = md.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -56,7 +67,7 @@ def markdown_to_discord(md: str) -> str:
             j = i + 1
             while j < len(lines) and not closes_fence(lines[j], fence["fence"]):
                 j += 1
-            out.extend(lines[i : j + 1])
+            out.extend(_code_block(fence, lines[i + 1 : j]))
             i = j + 1
             continue
         found = table_at(lines, i)

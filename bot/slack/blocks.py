@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from bot.prompt_ui import action_id, answer_hint, button_labels, outcome_line
+from bot.render.shorten import shortened
 from host.runtime.prompt_record import Prompt
 
 MODAL_CALLBACK = "raven_prompt_answer"
@@ -13,12 +14,20 @@ MODAL_BLOCK = "answer"
 MODAL_ACTION = "text"
 
 
+# Below Block Kit's 3,000-character cap on a text object.
+BLOCK_TEXT_CHARS = 2900
+
+
 def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:2900]}}
+    return {
+        "type": "section",
+        "text": {"type": "mrkdwn", "text": shortened(text, BLOCK_TEXT_CHARS)},
+    }
 
 
 def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:2900]}]}
+    text = shortened(text, BLOCK_TEXT_CHARS)
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}
 
 
 def _name(name: str) -> str:

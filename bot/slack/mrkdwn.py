@@ -49,6 +49,7 @@ _LINKABLE = re.compile(r"^(?:https?|mailto|ftps?|sftp|tel):", re.IGNORECASE)
 # requester); "<!…>" specials are deliberately absent: they are escaped like any text.
 _SLACK_REF = re.compile(r"<[@#][UWC][A-Z0-9]{2,}(?:\|[^<>\n]*)?>")
 _TASK = re.compile(r"^\[([ xX])\][ \t]+")
+_BACKTICK_RUN = re.compile("`{3,}")
 _RIGHT = "text-align:right"
 _CENTER = "text-align:center"
 
@@ -207,7 +208,10 @@ class _Line(NamedTuple):
 
 
 def _code(lines: Sequence[str]) -> list[_Line]:
-    return [_Line(line, code=True) for line in ("```", *lines, "```")]
+    """A code block: Slack's fence is always three backticks and ends at the next three
+    anywhere, so a run of backticks inside is broken up (shown alike, read as text)."""
+    body = [_BACKTICK_RUN.sub(lambda m: ZWSP.join(m.group()), line) for line in lines]
+    return [_Line(line, code=True) for line in ("```", *body, "```")]
 
 
 class _Renderer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bot.prompt_ui import closed_text
+from bot.render.shorten import shortened
 from bot.slack.blocks import answer_modal, closed_blocks, prompt_blocks
 from bot.slack.identity import SlackIdentity
 from bot.slack.mrkdwn import markdown_to_mrkdwn
@@ -12,6 +13,9 @@ from bot.slack.outgoing import SlackOutgoing, thread_ts
 from core.ids import ConversationRef
 from core.reader_time import drop_reader_times
 from host.runtime.prompt_record import Prompt
+
+# A prompt's notification text (the fallback of its blocks), at most.
+FALLBACK_CHARS = 300
 
 
 class SlackPromptMessages:
@@ -29,7 +33,7 @@ class SlackPromptMessages:
             channel=prompt.conversation.channel,
             thread_ts=thread_ts(prompt.conversation),
             # The notification's fallback: no per-reader times there.
-            text=drop_reader_times(prompt.question)[:300],
+            text=shortened(drop_reader_times(prompt.question), FALLBACK_CHARS),
             blocks=prompt_blocks(prompt, question, await self._identity.shown(prompt.requester)),
         )
         return str(resp["ts"])

@@ -241,3 +241,36 @@ async def test_discord_reports_a_denied_command_as_not_approved(
                 ]
             )
         ]
+
+
+async def test_slack_notification_texts_are_cut_at_a_word(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    """A prompt's `text` (what notifications show of its blocks) is cut after a whole word,
+    with an ellipsis, when posted and when closed."""
+    async with slack_bot(monkeypatch) as bot:
+        thread, _ = await bot.mention("s1: shell: seq 1 3")
+        await eventually(lambda: any(p.get("blocks") for p in bot.posts(thread)))
+        (pending,) = await bot.runtime.broker.pending()
+        question = pending.question
+        assert len(question) > 300  # the approval prompt explains the sandbox at length
+        (prompt,) = [p for p in bot.posts(thread) if p.get("blocks")]
+        _cut_at_a_word(prompt["text"], question, 300)
+        prompt_ts = next(
+            c.response["ts"]
+            for c in bot.fake.calls_to("chat.postMessage")
+            if c.ok and c.args.get("blocks") and c.args.get("thread_ts") == thread
+        )
+        await bot.click(buttons(prompt)[0], "U1", thread, prompt_ts)
+        (closed,) = await bot.fake.wait_for_call("chat.update")
+        shown, outcome = closed.args["text"].rsplit(" — ", 1)
+        assert outcome == "Approve (by alice)"
+        _cut_at_a_word(shown, question, 200)
+        await bot.settle(thread)
+
+
+def _cut_at_a_word(shown: str, full: str, limit: int) -> None:
+    assert len(shown) <= limit and shown.endswith("…"), shown
+    kept = shown.removesuffix("…")
+    assert full.startswith(kept), (shown, full)
+    assert full[len(kept)].isspace() or full[len(kept)] in ",;:", (shown, full)
