@@ -53,9 +53,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 # Bytecode first: with PYTHONDONTWRITEBYTECODE set (as in CI containers), every one of the
-# ~150 processes the tests start would otherwise compile the bot's modules again (the install
-# compiles the packages, uv's --compile-bytecode the dependencies, for every start of the bot;
-# this catches the tests and what was edited since).
+# ~150 processes the tests start would otherwise compile the bot's modules again. The install
+# compiled the project and what a chat loads; this adds the tests, the dependencies' other
+# modules and whatever was edited since (up-to-date files are skipped: 1-2 s).
 pytest: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES) tests $(VENV)/lib > /dev/null
 	$(BIN)/pytest
