@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -509,6 +510,13 @@ class Settings(BaseSettings):
         if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError("use one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
+
+    @field_validator("raven_home")
+    @classmethod
+    def _absolute_home(cls, value: Path) -> Path:
+        # Made absolute once, at start-up: every path under it reaches sandboxes and child
+        # processes that run elsewhere, where a relative one means another directory.
+        return value if value.expanduser().is_absolute() else Path(os.path.abspath(value))
 
     @field_validator("slack_http_path")
     @classmethod
