@@ -283,8 +283,8 @@ def _not_judged(nodes: Sequence[NodeRecord]) -> list[str]:
     for reason, ids in reasons.items():
         if reason == OFFLINE_REASON:
             lines.append(
-                "Offline mode: no model checked the results; a node counts as done when its "
-                "agent returned without an error."
+                "No model checked these results (offline mode): a node counts as done when "
+                "its agent returned without an error."
             )
         else:
             lines.append(

@@ -18,7 +18,7 @@ from tests.slack_harness import SlackBot, buttons, slack_bot
 # Markdown-hostile output: emphasis, a quote, a heading, pings and a fence of its own.
 PRINTF = r"printf '*PASSED* 3 _of_ 5\n> note\n# FAILED tests\n@everyone <!channel>\n```\n'"
 OFFLINE_NOTE = (
-    "Offline mode: no model checked the results; a node counts as done when its agent "
+    "No model checked these results (offline mode): a node counts as done when its agent "
     "returned without an error."
 )
 SEQ_HEAD = [str(n) for n in range(1, 11)]

@@ -161,7 +161,7 @@ def test_pty_plan_typed_line_by_line_asks_for_approval(chat: PtyChat, isolated_e
         assert conn.execute("SELECT COUNT(*) FROM graph_runs").fetchone() == (0,)
     chat.type("1")
     chat.expect("Approved by")
-    chat.expect("Records:")
+    chat.expect("Nodes:")
     assert chat.end() == 0
 
 
@@ -170,7 +170,7 @@ def test_pty_plan_closed_by_a_blank_line_runs_without_asking(chat: PtyChat) -> N
     chat.type("r1: research: find X")
     chat.expect("plan> ")
     chat.type("")
-    report = chat.expect("Records:")
+    report = chat.expect("Nodes:")
     assert "Run this graph?" not in report
     assert chat.end() == 0
 
@@ -208,7 +208,7 @@ async def test_piped_plan_with_confirm_asks_then_reports(isolated_env: Path) -> 
     code, out, err = await _run("chat", stdin=plan, env=_env(isolated_env))
     assert code == 0, err
     assert "Run this graph?" in out
-    assert out.index("Run this graph?") < out.index("Approved by") < out.index("Records:")
+    assert out.index("Run this graph?") < out.index("Approved by") < out.index("Nodes:")
 
 
 @pytest.mark.slow
@@ -225,7 +225,7 @@ async def test_new_starts_a_fresh_conversation_that_a_restart_continues(
     )
     assert code == 0
     assert "conversation console-2 started" in out
-    assert out.count("Records:") == 1
+    assert out.count("Nodes:") == 1
     with sqlite3.connect(isolated_env / "raven.db") as conn:
         runs = conn.execute("SELECT conversation_id FROM graph_runs ORDER BY rowid").fetchall()
     assert [r[0].rsplit(":", 1)[1] for r in runs] == ["main", "2"]
@@ -298,7 +298,7 @@ def test_pty_readme_offline_example_asks_then_runs_shell_and_reports(chat: PtyCh
     command = chat.expect("Reply with a number or an option")
     assert 'echo "hello from the sandbox" && uname -a' in command
     chat.type("1")
-    report = chat.expect("Records:")
+    report = chat.expect("Nodes:")
     output = chat.expect("hello from the sandbox")
     assert "completed" in report and "Output of s1" in output
     assert chat.end() == 0

@@ -185,7 +185,7 @@ def test_pty_transcript_is_clean(terminal: Terminal, isolated_env: Path) -> None
     terminal.expect("waits for approval (prompt")
     terminal.expect("you> ")
     terminal.type("1")
-    terminal.expect("Records:")
+    terminal.expect("Nodes:")
     terminal.expect("you> ")
     terminal.type("status")
     terminal.expect("Status: ")

@@ -114,6 +114,8 @@ async def test_console_report_shows_node_output_as_written(
     assert code == 0, err
     assert NODE_OUTPUT in shown
     _no_fence(shown)
+    # Rendered for a reader (here a pipe: plain text), not Markdown source.
+    assert "**" not in shown and f"Run `{run_id}` completed" in shown, shown
 
 
 async def test_slack_report_shows_node_output_without_fence_markers(

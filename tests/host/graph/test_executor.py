@@ -830,6 +830,28 @@ async def test_run_report_content(tmp_path: Path) -> None:
     assert people.endswith(f"Full record: `raven-bot runs show {run.id}` on the bot's host.")
 
 
+async def test_people_report_has_no_empty_section_and_notes_the_judge_once(
+    kit: GraphKit,
+) -> None:
+    kit.backend.script("z1", Step(output=""))
+    for node_id in ("z1", "z2"):
+        kit.provider.on(needle(node_id), JudgeStep(raises=ModelError("overloaded")))
+    run = await kit.submit(node("z1"), node("z2"))
+    await kit.finished(run)
+    people = await load_report(kit.run_store, run.id, audience="chat")
+    assert people.split("\n")[2:4] == [
+        "- ✅ `z1` (research) completed",
+        "- ✅ `z2` (research) completed",
+    ]
+    assert "\n**Output of `z1`**: (no output)\n" in people, people
+    assert "judge fallback" not in people
+    assert people.count("overloaded") == 1
+    assert (
+        "Not checked by the judge (the judge failed: overloaded): `z1`, `z2`; each counts as "
+        "done when its agent returned without an error."
+    ) in people
+
+
 async def test_report_of_an_unknown_run(kit: GraphKit) -> None:
     assert await kit.manager.report("run_nope") == "Unknown run `run_nope`."
 
