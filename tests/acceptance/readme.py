@@ -16,6 +16,10 @@ _INLINE = re.compile(r"(?<!`)`(?P<code>[^`\n]+)`(?!`)")
 # one of them and going on (`skills list`, `memory show --user ID`) is a command line too.
 GROUPS = ("graph", "runs", "campaigns", "schedules", "memory", "skills")
 _COMMAND = re.compile(rf"^(?:(?:\.venv/bin/)?raven-bot\b.*|(?:{'|'.join(GROUPS)}) [a-z-].*)$")
+# What a person types in a thread: a plan line (`s1: shell: …`; `id: agent: task` is the
+# syntax, not an example) or a `campaign:`, `schedule:` or `watch:` line.
+_PLAN_LINE = re.compile(r"^[a-z]\w*: (?!agent:)[a-z][\w-]*: \S")
+_CHAT_BLOCK = re.compile(rf"{_PLAN_LINE.pattern}|^(?:campaign|schedule|watch): \S")
 
 
 def readme_text() -> str:
@@ -43,3 +47,19 @@ def examples(text: str | None = None) -> list[str]:
     """Everything the README shows as runnable: fenced blocks, then inline commands."""
     text = readme_text() if text is None else text
     return [*fenced_blocks(text), *inline_commands(text)]
+
+
+def chat_examples(text: str | None = None) -> list[str]:
+    """What the README shows typed into a thread, in README order: fenced blocks of plans and
+    `campaign:`/`schedule:`/`watch:` lines, and plan lines written inline (the first shell
+    example), each once."""
+    text = readme_text() if text is None else text
+    found = [(m.start(), m["body"].rstrip("\n")) for m in _FENCE.finditer(text)]
+    found = [(at, body) for at, body in found if _CHAT_BLOCK.match(body)]
+    # Blank the fenced blocks out, keeping offsets, to find the inline spans between them.
+    outside = _FENCE.sub(lambda m: " " * len(m[0]), text)
+    found += [(m.start(), m["code"].strip()) for m in _INLINE.finditer(outside)]
+    ordered = [body for _, body in sorted(found) if _CHAT_BLOCK.match(body)]
+    blocks = fenced_blocks(text)
+    wanted = [b for b in ordered if b in blocks or ("\n" not in b and _PLAN_LINE.match(b))]
+    return list(dict.fromkeys(wanted))

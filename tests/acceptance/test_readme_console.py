@@ -47,7 +47,7 @@ README_EXAMPLES = [
     ".venv/bin/raven-bot chat",
     "raven-bot chat",
     's1: shell: echo "hello from the sandbox" && uname -a',
-    's1: shell: echo "hello from the sandbox" && uname -a\nconfirm',
+    's2: shell: echo "hello from the sandbox" && uname -a\nconfirm',
     "[after id]",
     "{{node.output}}",
     "confirm",

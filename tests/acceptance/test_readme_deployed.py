@@ -104,10 +104,10 @@ README_EXAMPLES = [
     "raven-bot doctor",
     "raven-bot run",
     "raven-bot graph validate FILE.json [--agents FILE]",
-    's1: shell: echo "hello from the sandbox" && uname -a\nconfirm',
+    's2: shell: echo "hello from the sandbox" && uname -a\nconfirm',
     "help",
     "stop",
-    "schedule: every 2h | s1: shell: df -h /",
+    "schedule: every 2h | s1: shell: df -h .",
     "watch: every 30m | check: curl -fsS http://localhost:8080/health",
 ]
 
@@ -136,7 +136,7 @@ README_SCOPES = (
     "files:read",
     "reactions:write",
 )
-SHELL_PLAN = 's1: shell: echo "hello from the sandbox" && uname -a\nconfirm'
+SHELL_PLAN = 's2: shell: echo "hello from the sandbox" && uname -a\nconfirm'
 SHELL_COMMAND = 'echo "hello from the sandbox" && uname -a'
 CHANNEL = "C0GENERAL"
 SLACK_ALICE = "U0AL1CE42"
@@ -401,7 +401,7 @@ async def test_slack_shell_plan_approved_by_button_then_by_typed_number(bot: Dep
 
 
 async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deployed) -> None:
-    thread = await bot.slack_mention("schedule: every 2h | s1: shell: df -h /")
+    thread = await bot.slack_mention("schedule: every 2h | s1: shell: df -h .")
     prompt = await bot.slack_post(thread, _is_prompt)
     # "the prompt shows the schedule, the next three fire times in the task's zone (named)
     # and exactly what each firing runs"
@@ -413,7 +413,7 @@ async def test_slack_scheduled_task_approved_by_button_then_run_now(bot: Deploye
     # Each reader's Slack shows the times in their own zone too (Slack's own date token).
     assert nexts.count("<!date^") == 3 and nexts.count("your time)") == 3, nexts
     assert fallback.count(" GMT") == 3 and "\u27e8" not in fallback, fallback
-    assert "df -h /" in shown, shown
+    assert "df -h ." in shown, shown
     await bot.slack_click(thread, prompt, "Approve")
     scheduled = await bot.slack_post(thread, lambda p: "is scheduled: every 2h" in p["text"])
     task = re.findall(r"t_[0-9a-f]{8}", scheduled["text"])[0]

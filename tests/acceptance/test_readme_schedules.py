@@ -18,7 +18,7 @@ from tests.helpers import db_rows
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = "schedule: every 2h | s1: shell: df -h /"
+EXAMPLE = "schedule: every 2h | s1: shell: df -h ."
 WATCH = "watch: every 30m | check: curl -fsS http://localhost:8080/health"
 README_EXAMPLES = [
     EXAMPLE,
@@ -51,7 +51,7 @@ def test_a_scheduled_task_from_the_console_and_the_command_line(shell: Commands)
         prompt = console.expect(r"Schedule task t_\w+\?[\s\S]*?Reply with a number")
         (nexts,) = [line for line in prompt.splitlines() if "Next:" in line]
         assert nexts.count(" UTC") == 3, prompt
-        assert "s1: shell: df -h /" in prompt, prompt
+        assert "s1: shell: df -h ." in prompt, prompt
         console.type("1")
         scheduled = console.expect(r"Task (t_\w+) is scheduled: every 2h\. Next: .* UTC\.")
         task = re.findall(r"Task (t_\w+) is scheduled", scheduled)[-1]
