@@ -127,7 +127,8 @@ def progress_text(run: _Titled, nodes: Sequence[_Line]) -> str:
             icon, state = NOT_APPROVED_ICON, "*not approved*"
         else:
             icon, state = STATUS_ICONS.get(n.state, "•"), n.state
-        note = f" — {n.note}" if n.state == "running" and n.note else ""
+        # What the agent says it is doing quotes its tools and words: shown as written.
+        note = f" — {inline_code(n.note)}" if n.state == "running" and n.note else ""
         lines.append(f"- {icon} `{n.node_id}` {_shown_summary(n)}: {state}{note}")
     return "\n".join(lines)
 

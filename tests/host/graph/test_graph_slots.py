@@ -100,7 +100,8 @@ async def test_what_a_running_agent_reports_shows_in_the_status_until_it_commits
             last = kit.events.last_progress
             return "" if last is None else progress_text(last, last.nodes)
 
-        await eventually(lambda: "running — edit: Write cli.py" in shown())
+        # Verbatim: what the agent's tools and words say is never read as Markdown.
+        await eventually(lambda: "running — `edit: Write cli.py`" in shown())
         gate.set()
         await guarded(kit.events.finished_event(run.id).wait())
         final = progress_text(run.snapshot(), run.snapshot().nodes)
