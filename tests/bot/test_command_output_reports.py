@@ -274,3 +274,29 @@ def _cut_at_a_word(shown: str, full: str, limit: int) -> None:
     kept = shown.removesuffix("…")
     assert full.startswith(kept), (shown, full)
     assert full[len(kept)].isspace() or full[len(kept)] in ",;:", (shown, full)
+
+
+async def test_slack_shows_a_failed_command_s_stderr_verbatim(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        line = "s1: shell: echo '*bold* > quote' >&2; exit 3"
+        _, report = await _slack_plan(bot, line, approve=True)
+        run = _RUN.findall(report)[0]
+        assert report == "\n".join(
+            [
+                f"*Run `{run}` failed* — Explicit plan: s1 (shell)",
+                "Nodes: 1 failed.",
+                "• ❌ `s1` (shell) failed · — error below",
+                "",
+                "*Errors*:",
+                "• `s1`: The `shell` agent (`sh -c`) exited with code 3.",
+                "```",
+                "stderr (last lines):",
+                "*bold* &gt; quote",
+                "```",
+                "",
+                OFFLINE_NOTE,
+                f"Full record: `raven-bot runs show {run}` on the bot's host.",
+            ]
+        )
