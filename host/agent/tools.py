@@ -155,7 +155,11 @@ class HostTools:
             raw = {**raw, "background": False}
         try:
             result = await self.runs.submit(
-                ctx.conversation, raw, submitted_by=ctx.author_id, for_task=ctx.task or None
+                ctx.conversation,
+                raw,
+                submitted_by=ctx.author_id,
+                for_task=ctx.task or None,
+                starts_after=ctx.replied,
             )
         except AdmissionError as exc:
             return exc.for_user() if self.deps.results_reach_users else str(exc)

@@ -473,13 +473,16 @@ class ConversationService:
                 log.exception("enriching message %s failed; using it as received", message_id)
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
+        replied = asyncio.Event()
         try:
-            return await self._turn_body(msg, message_id, turn_id, history)
+            return await self._turn_body(msg, message_id, turn_id, history, replied)
         except asyncio.CancelledError:
             # Wherever the cancel landed (even in the commit that recorded the turn as
             # running), the turn ends recorded as cancelled, never left running.
             await asyncio.shield(self._log.cancel_turn(turn_id))
             raise
+        finally:
+            replied.set()
 
     async def _turn_body(
         self,
@@ -487,6 +490,7 @@ class ConversationService:
         message_id: int,
         turn_id: str,
         history: list[LoggedMessage],
+        replied: asyncio.Event,
     ) -> TurnOutcome:
         conv = msg.conversation
         started = time.time()
@@ -509,6 +513,7 @@ class ConversationService:
             msg.is_dm,
             roles=msg.roles,
             task=msg.task,
+            replied=replied,
         )
         if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.

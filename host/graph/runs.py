@@ -10,7 +10,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -164,12 +164,14 @@ class RunManager:
         approval_collected: bool = False,
         replaces_run: str | None = None,
         for_task: str | None = None,
+        starts_after: asyncio.Event | None = None,
     ) -> Submitted:
         """Admit and start a graph. Raises AdmissionError on the first failed check.
 
         Admission and node-id reservation happen under one per-conversation lock, so two
         concurrent submissions can never claim the same id. `for_task`: the scheduled task
-        whose firing submits it (the run is unattended).
+        whose firing submits it (the run is unattended). `starts_after`: a background run
+        waits for it (the submitting turn's reply) before it posts or runs anything.
         """
         async with self._admission_locks.hold(conv.id):
             ctx = await self.admission_context(
@@ -180,7 +182,9 @@ class RunManager:
             except ApprovalRequired as needed:
                 # Every other check passed (approval is the last one).
                 return Submitted("needs_approval", submission=needed.submission)
-            run = await self._create(conv, graph, submitted_by, replaces_run, for_task)
+            run = await self._create(
+                conv, graph, submitted_by, replaces_run, for_task, starts_after=starts_after
+            )
         return Submitted("started", run=run)
 
     async def _create(
@@ -190,6 +194,8 @@ class RunManager:
         submitted_by: str,
         replaces: str | None,
         for_task: str | None = None,
+        *,
+        starts_after: asyncio.Event | None = None,
     ) -> GraphRun:
         run_id = self._new_id()
         now = self._clock()
@@ -253,7 +259,9 @@ class RunManager:
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run
-        task = asyncio.create_task(run.run(), name=f"run:{run_id}")
+        # Only a background run waits: a foreground one is waited on by the turn itself.
+        gate = starts_after if record.background else None
+        task = asyncio.create_task(_after(gate, run.run()), name=f"run:{run_id}")
         self._tasks[run_id] = task
         task.add_done_callback(functools.partial(self._forget, run_id))
         log.info("run %s started in %s with %d node(s)", run_id, conv.id, len(nodes))
@@ -470,3 +478,14 @@ def _not_waiting(run: GraphRun, node_id: str) -> str:
 def submission_json(submission: GraphSubmission) -> str:
     """The submission as compact JSON (prompt payloads)."""
     return json.dumps(submission.model_dump(mode="json"), ensure_ascii=False)
+
+
+async def _after(gate: asyncio.Event | None, work: Coroutine[Any, Any, None]) -> None:
+    """`work`, once `gate` is set (at once without one)."""
+    try:
+        if gate is not None:
+            await gate.wait()
+    except BaseException:
+        work.close()  # never started: close it, or it is reported as never awaited
+        raise
+    await work

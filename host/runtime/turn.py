@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,3 +27,6 @@ class TurnContext:
     is_dm: bool = False
     roles: tuple[str, ...] = ()  # the author's platform roles (Discord), for machine access
     task: str = ""  # the scheduled task a `scheduled` turn fires
+    # Set once the turn's reply was posted (or the turn ended without one): a background run
+    # the turn starts posts nothing before it, so the thread reads in causal order.
+    replied: asyncio.Event | None = None
