@@ -118,7 +118,7 @@ def _plan(walk: Walk, plan: str) -> None:
     run = new_run()
     nodes = walk.rows("SELECT node_id, state, deps FROM graph_nodes WHERE run_id = ?", run)
     ids = [line.split(":", 1)[0] for line in plan.splitlines() if line != "confirm"]
-    assert sorted(n for n, _, _ in nodes) == sorted(ids), (plan, nodes)
+    assert sorted(str(n) for n, _, _ in nodes) == sorted(ids), (plan, nodes)
     assert all(state == "completed" for _, state, _ in nodes), (plan, nodes)
     ((state,),) = walk.rows("SELECT state FROM graph_runs WHERE id = ?", run)
     assert state == "completed", (plan, state)
