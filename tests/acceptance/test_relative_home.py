@@ -15,7 +15,10 @@ from tests.helpers import db_rows
 
 pytestmark = pytest.mark.slow
 
-LINE = "campaign: relative home | machine: local | run: echo loss 0.25 | metric: loss min | budget: 1h | rounds: 1"
+LINE = (
+    "campaign: relative home | machine: local | run: echo loss 0.25 | metric: loss min "
+    "| budget: 1h | rounds: 1"
+)
 
 
 def _has(home: Path, sql: str) -> bool:
