@@ -219,7 +219,7 @@ def people_report(
     if run.replaces_run:
         lines.append(f"(replans run `{run.replaces_run}`)")
     lines += [f"- {_people_line(n)}" for n in nodes]
-    errors = [item for n in nodes for item in _people_error(n)]
+    errors = [item for n in nodes for item in _people_error(n, whole=whole)]
     if errors:
         lines += ["", "**Errors**:", *errors]
     for node in terminal_nodes(nodes):
@@ -262,14 +262,17 @@ def _people_line(node: NodeRecord) -> str:
     return " · ".join(parts)
 
 
-def _people_error(node: NodeRecord) -> list[str]:
+def _people_error(node: NodeRecord, *, whole: bool) -> list[str]:
     """A node's error as a list item naming the node: its first line (the bot's own
-    sentence) as written, the lines after it (a command's stderr) verbatim in a code block."""
+    sentence) as written, the lines after it (a command's stderr) verbatim in a code block
+    (in chat, its head and tail when long)."""
     if not node.error or node.state == "completed":
         return []
     first, _, rest = node.error.strip("\n").partition("\n")
     item = [f"- `{node.node_id}`: {first}"]
-    return [*item, code_block(rest)] if rest.strip() else item
+    if not rest.strip():
+        return item
+    return [*item, code_block(rest if whole else excerpt(rest))]
 
 
 def _not_judged(nodes: Sequence[NodeRecord]) -> list[str]:
