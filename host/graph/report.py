@@ -68,7 +68,7 @@ def node_line(node: NodeRecord) -> str:
         parts.append(f"judge fallback: {node.verdict.get('fallback_reason', '')}")
     if node.error and node.state != "completed":
         # The text itself may carry agent output (a CLI's stderr): it is listed fenced below.
-        parts.append("— error below")
+        return " · ".join(parts) + " — error below"
     return " · ".join(parts)
 
 
@@ -258,7 +258,7 @@ def _people_line(node: NodeRecord) -> str:
     if node.attempts > 1:
         parts.append(f"{node.attempts} attempts")
     if node.error and node.state != "completed":
-        parts.append("— error below")
+        return " · ".join(parts) + " — error below"
     return " · ".join(parts)
 
 

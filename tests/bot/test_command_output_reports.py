@@ -125,7 +125,7 @@ async def test_slack_reports_a_denied_command_as_not_approved(
             [
                 f"*Run `{run}` not approved* — Explicit plan: s1 (shell)",
                 "Nodes: 1 failed.",
-                "• ⛔ `s1` (shell) _not approved_ · — error below",
+                "• ⛔ `s1` (shell) _not approved_ — error below",
                 "",
                 "*Errors*:",
                 "• `s1`: Command not approved by the requester: 'seq 1 3'",
@@ -232,7 +232,7 @@ async def test_discord_reports_a_denied_command_as_not_approved(
                 [
                     f"**Run `{run}` not approved** — Explicit plan: s1 (shell)",
                     "Nodes: 1 failed.",
-                    "- ⛔ `s1` (shell) *not approved* · — error below",
+                    "- ⛔ `s1` (shell) *not approved* — error below",
                     "",
                     "**Errors**:",
                     "- `s1`: Command not approved by the requester: 'seq 1 3'",
@@ -287,7 +287,7 @@ async def test_slack_shows_a_failed_command_s_stderr_verbatim(
             [
                 f"*Run `{run}` failed* — Explicit plan: s1 (shell)",
                 "Nodes: 1 failed.",
-                "• ❌ `s1` (shell) failed · — error below",
+                "• ❌ `s1` (shell) failed — error below",
                 "",
                 "*Errors*:",
                 "• `s1`: The `shell` agent (`sh -c`) exited with code 3.",

@@ -796,8 +796,8 @@ async def test_run_report_content(tmp_path: Path) -> None:
     )
     a_out = kit.output_path(run, "a")
     assert f"- ✅ `a` (research) completed · output `{a_out}`" in lines
-    assert "- ❌ `c` (research) failed · — error below" in lines
-    assert "- ⏭️ `e` (research) skipped · — error below" in lines
+    assert "- ❌ `c` (research) failed — error below" in lines
+    assert "- ⏭️ `e` (research) skipped — error below" in lines
     # Errors can quote agent output (a CLI's stderr): they appear only fenced.
     assert 'source="node c error">\nmissing_user_input: the target repository\n</untrusted' in (
         report
@@ -823,7 +823,7 @@ async def test_run_report_content(tmp_path: Path) -> None:
         "Nodes: 2 completed, 1 failed, 1 skipped.",
         "- ✅ `a` (research) completed",
         "- ✅ `t` (research) completed",
-        "- ❌ `c` (research) failed · — error below",
+        "- ❌ `c` (research) failed — error below",
     ]
     block = "```\n" + "T" * 800 + "\n… 2,600 characters omitted …\n" + "T" * 1600 + "\n```"
     assert f"**Output of `t`**:\n{block}\n" in people, people
