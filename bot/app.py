@@ -77,6 +77,8 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import UNSTARTED, RunStore
 from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
+from host.nudges.backlog import HeldBack
+from host.nudges.feature import NudgesFeature
 from host.nudges.policy import NudgeLimits, NudgePolicy
 from host.nudges.quiet import parse_quiet_hours
 from host.nudges.status import proactive_status
@@ -310,6 +312,8 @@ FEATURES: tuple[FeatureKind, ...] = (
     OncallFeature,
     SchedulesFeature,
     EvolutionFeature,
+    # Last: what the caps held back is listed after the work that said it.
+    NudgesFeature,
 )
 
 
@@ -414,6 +418,10 @@ async def build_runtime(
     run_events = ConversationRunEvents(
         run_store, service, runs, reports_reach_users=parts.provider.offline
     )
+    # Campaign notices follow the replies to what their thread received (causal order).
+    for feature in installed:
+        if isinstance(feature, OncallFeature):
+            feature.notifier.follow(service.dispatched_in)
     subscribe(parts, installed, runs, service, clarifier, run_events)
 
     runtime = Runtime(
@@ -520,6 +528,8 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
             quiet=parse_quiet_hours(settings.quiet_hours),
             default_tz=settings.timezone,
             people=people,
+            # What a cap holds back is recorded, listed in `status` and summarised later.
+            held_back=HeldBack(store, scheduler),
         ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,

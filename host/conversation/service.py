@@ -356,6 +356,11 @@ class ConversationService:
         """Wait until every received message was dispatched (queued, answered or refused)."""
         await self._ingress.settled()
 
+    async def dispatched_in(self, conversation_id: str) -> None:
+        """Wait until what the conversation received so far was dispatched: a notice about
+        its consequences (a campaign a typed approval started) then follows its reply."""
+        await self._ingress.idle(conversation_id)
+
     async def close(self) -> None:
         """Cancel dispatches still queued (their messages stay unhandled and resume later) and
         stop retrying failed posts (they stay recorded and go out at the next start)."""

@@ -34,4 +34,27 @@ CREATE TABLE held_posts (
 CREATE INDEX held_posts_by_release ON held_posts(release_at);
 """,
     ),
+    Migration(
+        package="nudges",
+        version=2,
+        name="nudges: what the caps held back (until its summary posts), explicit runs' grants",
+        sql="""
+CREATE TABLE held_back (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL,
+    recipient       TEXT NOT NULL,
+    source          TEXT NOT NULL,
+    line            TEXT NOT NULL,
+    why             TEXT NOT NULL,
+    held_at         REAL NOT NULL,
+    release_at      REAL NOT NULL,
+    summary_key     TEXT
+);
+CREATE INDEX held_back_by_conversation ON held_back(conversation_id, summary_key, release_at);
+CREATE TABLE nudge_grants (
+    source          TEXT PRIMARY KEY,
+    granted_at      REAL NOT NULL
+);
+""",
+    ),
 )

@@ -8,6 +8,9 @@ recorded but not posted when the process dies is sent once by the outbox's start
 redelivery. Status-message edits
 go straight to the outbox: they change a message already posted and need no lane order.
 
+A notice is posted only once what its conversation received so far was dispatched
+(`follow`): a typed approval's confirmation comes before the campaign it starts speaks.
+
 Every notice but a final report or a failure (`essential`) passes the nudge policy: over a
 cap, or said here today already, it is not posted; in its owner's quiet hours it is held and
 posted when they end.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from core.ids import ConversationRef
@@ -57,6 +60,12 @@ class LaneNotifier:
         # A held notice is released only while its recipient still passes the access rules.
         self._admission = admission
         self._clock = clock
+        self._dispatched_in: Callable[[str], Awaitable[None]] | None = None
+
+    def follow(self, dispatched_in: Callable[[str], Awaitable[None]]) -> None:
+        """Post a notice only after its conversation's received messages were dispatched
+        (the conversation service, built after this notifier, says when)."""
+        self._dispatched_in = dispatched_in
 
     async def send(
         self,
@@ -161,6 +170,10 @@ class LaneNotifier:
         idempotency_key: str,
         on_posted: PostedHook | None,
     ) -> None:
+        if self._dispatched_in is not None:
+            # Causal order: the reply to the message that led here (a typed answer's
+            # confirmation) is said first.
+            await self._dispatched_in(conv.id)
         try:
             posted = await self._outbox.send(conv, text, idempotency_key=idempotency_key)
         except DeliveryError as exc:

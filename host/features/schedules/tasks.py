@@ -605,7 +605,10 @@ class ScheduledTasks:
             if check is not None:
                 if refusal := await self._too_soon(task, now):
                     return refusal
+                # Asked for explicitly: what it says passes the posting caps.
+                await self._grant(task, now)
                 await self._check(task, check, [now], now, task.next_due, fired=task.fired)
+                await self._withdraw(task)  # unused when the check had nothing new to say
                 return f"Check `{task_id}` ran now (its schedule is unchanged)."
             # Counted and recorded under the channel's lock, as a scheduled firing is.
             async with self._channels.hold(task.conversation.channel_key):
@@ -615,6 +618,9 @@ class ScheduledTasks:
                         f"{self.limits.channel_firings_per_hour} scheduled firings in the last "
                         "hour, the limit (RAVEN_SCHEDULE_CHANNEL_PER_HOUR)."
                     )
+                # Asked for explicitly: its result passes the posting caps (granted first,
+                # durably, so a restart before the turn ends keeps it).
+                await self._grant(task, now)
                 if not await self._start_turn(task, now, now=True):
                     return f"Task `{task_id}` could not be started; try again."
                 await self.store.record_firings(
@@ -624,6 +630,14 @@ class ScheduledTasks:
                     fired=task.fired,
                 )
             return f"Task `{task_id}` runs now (its schedule is unchanged)."
+
+    async def _grant(self, task: ScheduledTask, now: datetime) -> None:
+        if self._deps.nudges is not None:
+            await self._deps.nudges.grant(task.nudge("").source, now=now.timestamp())
+
+    async def _withdraw(self, task: ScheduledTask) -> None:
+        if self._deps.nudges is not None:
+            await self._deps.nudges.withdraw(task.nudge("").source)
 
     async def _too_soon(self, task: ScheduledTask, now: datetime) -> str | None:
         """A check run now must keep the minimum interval after its last run, as its

@@ -1,7 +1,8 @@
 """The nudge policy over campaign notices, with the default settings but the policy's own: a
-routine notice in its owner's quiet hours is held (recorded) and posted once when they end,
-by its wake-up or by the next start after a long downtime; over a cap it is not posted; a
-final report or a failure always posts."""
+campaign's rounds are edited into its one status message, which, like its start and its
+report, always posts (quiet hours and caps never swallow a round); a routine notice in its
+owner's quiet hours is held (recorded) and posted once when they end, by its wake-up or by
+the next start after a long downtime; over a cap it is held back and listed in `status`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from bot.app import build_runtime, shutdown, start_serving
 from bot.settings import load_settings
 from core.ids import ConversationRef
+from host.features.oncall.feature import OncallFeature
 from host.nudges.held import HELD_POST_RELEASE
 from host.runtime.events import WakeUp
 from host.runtime.messages import InboundMessage
@@ -63,7 +65,19 @@ def _status_key(campaign: str) -> str:
     return f"campaign:{campaign}:status"
 
 
-async def test_a_routine_notice_waits_out_quiet_hours_and_the_final_report_does_not(
+ROUTINE = "routine:1"
+
+
+async def _routine_notice(
+    rt: Any, text: str = "⚠️ A routine notice for alice.", key: str = ROUTINE
+) -> None:
+    """A notice that passes the nudge policy (as a campaign's were before its rounds moved
+    into its status message), for alice."""
+    notifier = rt.feature(OncallFeature).notifier
+    await notifier.send(CONV, text, idempotency_key=key, recipient="U1")
+
+
+async def test_in_quiet_hours_a_campaign_still_posts_its_status_and_a_routine_notice_waits(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAVEN_QUIET_HOURS", _quiet_now())
@@ -72,29 +86,35 @@ async def test_a_routine_notice_waits_out_quiet_hours_and_the_final_report_does_
     await start_serving(rt)
     try:
         campaign = await _run_campaign(rt, adapter)
-        key = _status_key(campaign)
-        # The start (an answer to the approval) and the report posted; the round's status
-        # notice is held, on disk, with its release armed.
-        assert any(t.startswith(f"🛰️ Campaign `{campaign}` started") for t in adapter.texts)
-        assert not any(m.idempotency_key == key for _, m in adapter.posts)
-        held = f"SELECT key FROM held_posts WHERE key = '{key}'"
-        assert db_rows(isolated_env, held) == [(key,)]
-        assert f"held:{key}" in await rt.scheduler.pending_job_ids()
+        # The start (an answer to the approval), the one status message and the report
+        # posted: a round is never held until morning.
+        keys = [m.idempotency_key for _, m in adapter.posts]
+        assert {f"campaign:{campaign}:started", _status_key(campaign)} <= set(keys)
+        assert f"campaign:{campaign}:report" in keys
+        # A routine notice is held, on disk, with its release armed.
+        await _routine_notice(rt)
+        assert ROUTINE not in [m.idempotency_key for _, m in adapter.posts]
+        held = f"SELECT key FROM held_posts WHERE key = '{ROUTINE}'"
+        assert db_rows(isolated_env, held) == [(ROUTINE,)]
+        assert f"held:{ROUTINE}" in await rt.scheduler.pending_job_ids()
 
         # Their end: the wake-up posts it, once however often it fires.
         job = FiredJob(
-            f"held:{key}", HELD_POST_RELEASE, {"key": key}, datetime.now(UTC), datetime.now(UTC)
+            f"held:{ROUTINE}",
+            HELD_POST_RELEASE,
+            {"key": ROUTINE},
+            datetime.now(UTC),
+            datetime.now(UTC),
         )
         for _ in range(2):
             await rt.bus.publish(WakeUp(job=job))
             await rt.service.quiesce(CONV)
-        posted = [m for _, m in adapter.posts if m.idempotency_key == key]
-        assert len(posted) == 1 and posted[0].text.startswith(f"▶️ Campaign `{campaign}` round 1")
+        posted = [m for _, m in adapter.posts if m.idempotency_key == ROUTINE]
+        assert len(posted) == 1 and posted[0].text == "⚠️ A routine notice for alice."
         assert db_rows(isolated_env, held) == []
         await rt.service.accept(_status_request())  # a control word: answered at once
         status = adapter.texts[-1]
-        # Ended: counted in the one line of recent work, not listed as live.
-        assert f"(latest `{campaign}`, closed)" in status, status
+        assert f"`{campaign}`" in status, status
         assert "Proactive posts: quiet hours" in status, status
     finally:
         await shutdown(rt)
@@ -108,30 +128,30 @@ async def test_a_held_notice_past_its_release_posts_once_at_the_next_start(
     first = FakeChatAdapter()
     rt = await build_runtime(settings, [lambda: first])
     await start_serving(rt)
-    campaign = await _run_campaign(rt, first)
+    await _run_campaign(rt, first)
+    await _routine_notice(rt)
     await shutdown(rt)
-    key = _status_key(campaign)
     # What a downtime longer than the scheduler's grace leaves: a release time long past
     # and no wake-up to post it.
     with sqlite3.connect(isolated_env / "raven.db") as db:
         db.execute("UPDATE held_posts SET release_at = 0")
     with sqlite3.connect(isolated_env / "scheduler.db") as db:
-        db.execute("DELETE FROM apscheduler_jobs WHERE id = ?", (f"held:{key}",))
+        db.execute("DELETE FROM apscheduler_jobs WHERE id = ?", (f"held:{ROUTINE}",))
 
     for attempt in range(2):  # the next start posts it; the one after does not again
         again = FakeChatAdapter()
         rt = await build_runtime(settings, [lambda adapter=again: adapter])  # type: ignore[misc]
         await start_serving(rt)
         await rt.service.quiesce(CONV)
-        posted = [m for _, m in again.posts if m.idempotency_key == key]
+        posted = [m for _, m in again.posts if m.idempotency_key == ROUTINE]
         assert len(posted) == (1 if attempt == 0 else 0), again.texts
         await shutdown(rt)
     assert db_rows(
-        isolated_env, f"SELECT delivery FROM messages WHERE idempotency_key = '{key}'"
+        isolated_env, f"SELECT delivery FROM messages WHERE idempotency_key = '{ROUTINE}'"
     ) == [("sent",)]
 
 
-async def test_over_the_channel_cap_a_notice_is_not_posted_and_a_report_still_is(
+async def test_over_the_channel_cap_campaigns_still_post_and_a_routine_notice_is_listed(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RAVEN_NUDGE_CHANNEL_PER_HOUR", "1")
@@ -143,8 +163,19 @@ async def test_over_the_channel_cap_a_notice_is_not_posted_and_a_report_still_is
         second = await _run_campaign(rt, adapter, owner="U2")
         await rt.service.quiesce(CONV)
         keys = {m.idempotency_key for _, m in adapter.posts}
-        assert _status_key(first) in keys
-        assert _status_key(second) not in keys  # the channel's one routine post is used
+        # Neither campaign's status message nor report passes the caps: nothing capped.
+        assert {_status_key(c) for c in (first, second)} <= keys
         assert {f"campaign:{c}:report" for c in (first, second)} <= keys
+        await _routine_notice(rt)  # the channel's one routine post
+        # Over the cap: held back, listed.
+        await _routine_notice(rt, "⚠️ A second routine notice.", "routine:2")
+        await rt.service.quiesce(CONV)
+        assert [m.text for _, m in adapter.posts if m.idempotency_key == ROUTINE] == [
+            "⚠️ A routine notice for alice."
+        ]
+        await rt.service.accept(_status_request())
+        status = adapter.texts[-1]
+        assert "📬 1 update(s) held back here (this channel had 1 in the last hour)" in status
+        assert "- ⚠️ A second routine notice." in status, status
     finally:
         await shutdown(rt)
