@@ -28,7 +28,7 @@ async def test_a_single_improving_round_without_a_baseline_is_not_said_to_stop_i
         final = await kit.until_final(record.id)
     assert final.state == "closed" and final.report is not None
     assert "stopped improving" not in final.report
-    assert "nothing earlier to compare it with" in final.report
+    assert "no earlier round was there to beat" in final.report
 
 
 async def test_a_terminated_rounds_compute_is_in_its_report(tmp_path: Path) -> None:

@@ -379,9 +379,9 @@ async def test_a_died_round_is_explained_by_its_last_lines(tmp_path: Path) -> No
         one = spec(crash, budget=Budget(wall_seconds=600, rounds=1))
         record = await kit.engine.start("U1", CONV, one)
         final = await kit.until_final(record.id)
-        texts = kit.notifier.texts()
+        texts = kit.notifier.news
     assert final.state == "failed"
-    woke = next(t for t in texts if "woke early" in t)
+    woke = next(t for t in texts if "Woke early" in t)
     report = next(t for t in texts if "report:" in t)
     for text in (woke, report):
         assert "RuntimeError: CUDA out of memory" in text, text

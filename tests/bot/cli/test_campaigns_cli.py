@@ -89,7 +89,7 @@ async def test_a_decreasing_loss_closes_with_its_measurements_and_no_model_calls
     assert "0.42" in record["report"] and "0.9" in record["report"]
     # Each notice is one line on stderr, after the time.
     notices = [line for line in err.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line)]
-    assert any("woke early" in line and "finished" in line for line in notices)
+    assert any("Woke early" in line and "finished" in line for line in notices)
     assert any(line[9:].startswith("📋") and "0.42" in line for line in notices)
 
 
