@@ -515,11 +515,21 @@ _ENDED: Mapping[str, str] = MappingProxyType(
 def _round_line(rounds: Sequence[RoundSummary]) -> str:
     if not rounds:
         return "Rounds: none ran."
-    parts = []
+    # Consecutive rounds that ended alike are one part (`rounds 1–14 finished (exit code 0)`):
+    # a campaign of many rounds reads in one line.
+    runs: list[tuple[int, int, str]] = []
     for r in sorted(rounds, key=lambda r: r.round):
         key = r.wake_reason or (r.state or "running")
         code = f" (exit code {r.exit_code})" if r.exit_code is not None else ""
-        parts.append(f"round {r.round} {_ENDED.get(key, key)}{code}")
+        ended = f"{_ENDED.get(key, key)}{code}"
+        if runs and runs[-1][2] == ended and runs[-1][1] == r.round - 1:
+            runs[-1] = (runs[-1][0], r.round, ended)
+        else:
+            runs.append((r.round, r.round, ended))
+    parts = [
+        f"round {first} {ended}" if first == last else f"rounds {first}–{last} {ended}"
+        for first, last, ended in runs
+    ]
     return "Rounds: " + "; ".join(parts) + "."
 
 

@@ -87,7 +87,8 @@ class Operations:
         await core.store.record_decision(
             record.id, record.round, "resubmit", cite, reason, {"by": by, "command": command}
         )
-        said = f"🔁 Resubmitting ({reason}{cites(cite, '; cites #{}')})."
+        why = reason.strip().rstrip(".")
+        said = f"🔁 Resubmitting: {why}{cites(cite, ' (cites #{})')}."
         if approved:
             # A person's approval of the change is answered with a post of its own.
             await core.notify(

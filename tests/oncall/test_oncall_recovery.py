@@ -118,7 +118,7 @@ async def test_decisions_are_announced_in_the_thread_with_their_citation(tmp_pat
         first = (await kit.campaigns.measurements(crashed.id))[0]
         assert any(
             t.startswith(f"▶️ Campaign `{crashed.id}` round 2/3")
-            and "🔁 Resubmitting (" in t
+            and "🔁 Resubmitting: " in t
             and f"cites #{first.id}" in t
             for t in kit.notifier.news
         ), kit.notifier.news

@@ -84,7 +84,7 @@ async def test_fifteen_rounds_in_an_hour_are_all_seen_in_the_one_status_message(
         ), (n, versions)
         assert any(f"🔔 Woke early: round {n} finished (exit code 0)." in v for v in versions)
     for n in range(1, ROUNDS):
-        assert any(f"🔁 Resubmitting (Round {n} finished with a new best" in v for v in versions), (
+        assert any(f"🔁 Resubmitting: Round {n} finished with a new best" in v for v in versions), (
             n,
             versions,
         )
@@ -92,8 +92,9 @@ async def test_fifteen_rounds_in_an_hour_are_all_seen_in_the_one_status_message(
     assert last.startswith(f"🏁 Campaign `{record.id}` round {ROUNDS}/{ROUNDS} finished"), last
     home = rt.settings.home
     assert db_rows(home, "SELECT COUNT(*) FROM held_back") == [(0,)]
-    # The report numbers this campaign's measurements from #1.
+    # The report numbers this campaign's measurements from #1, its rounds in one line.
     assert final.report is not None and f"#{ROUNDS}, round {ROUNDS}" in final.report
+    assert f"Rounds: rounds 1–{ROUNDS} finished (exit code 0)." in final.report, final.report
 
 
 async def test_a_typed_approval_is_confirmed_before_the_campaign_it_starts_speaks(
@@ -116,3 +117,43 @@ async def test_a_typed_approval_is_confirmed_before_the_campaign_it_starts_speak
     started = next(i for i, t in enumerate(texts) if "started:" in t and "🛰️" in t)
     status = next(i for i, t in enumerate(texts) if "round 1/1" in t)
     assert answered < started < status, texts
+
+
+# The chat line a team types for a campaign of fifteen fast rounds (also what the team-thread
+# acceptance scenario types): each round prints a lower loss than the baseline and the last.
+FIFTEEN_ROUNDS = (
+    "campaign: fifteen quick rounds | machine: local | "
+    'run: n=$(cat n 2>/dev/null); n=$((n+1)); echo $n > n; echo "loss $((100-n))" | '
+    "metric: loss min | budget: 1h | rounds: 15 | baseline: 100 | poll: 1s"
+)
+
+
+async def test_the_chat_line_of_fifteen_rounds_shows_every_round_in_one_message(
+    runtime: Any,
+) -> None:
+    rt, adapter = runtime
+    turn = await rt.service.accept(_msg(FIFTEEN_ROUNDS, "e1"))
+    assert turn is not None
+    await turn
+    await eventually(lambda: bool(adapter.shown))
+    await rt.service.accept(_msg("1", "e2"))  # approved by a typed answer
+    await eventually(lambda: any(t.startswith("📋 Campaign") for t in adapter.texts), within=300)
+    await rt.service.quiesce(CONV)
+    (record,) = await rt.campaigns.store.recent()
+    assert record.state == "closed" and record.round == ROUNDS
+    status_key = f"campaign:{record.id}:status"
+    keys = [m.idempotency_key for _, m in adapter.posts]
+    assert keys.count(status_key) == 1
+    assert [k for k in keys if k.startswith(f"campaign:{record.id}")] == [
+        f"campaign:{record.id}:started",
+        status_key,
+        f"campaign:{record.id}:report",
+    ]
+    message_id = f"m{keys.index(status_key) + 1}"
+    versions = [m.text for mid, m in adapter.edits if mid == message_id]
+    for n in range(2, ROUNDS + 1):
+        assert any(
+            v.startswith(f"▶️ Campaign `{record.id}` round {n}/{ROUNDS} running") for v in versions
+        ), (n, versions)
+    assert versions[-1].startswith(f"🏁 Campaign `{record.id}` round {ROUNDS}/{ROUNDS} finished")
+    assert f"loss=85 (#{ROUNDS})" in versions[-1], versions[-1]
