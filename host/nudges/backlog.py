@@ -46,13 +46,12 @@ class HeldBackPost:
 def short_line(nudge: Nudge) -> str:
     """The post in one short line: its first line of text (not a code fence), named after
     the task that said it when the text does not name it."""
-    lines = (ln.strip() for ln in nudge.text.splitlines())
-    first = next((ln for ln in lines if ln and not ln.startswith("```")), "(no text)")
+    first = _first_line(nudge.text)
     if nudge.source.startswith("task "):
         task = nudge.source.removeprefix("task ")
         if task not in first:
-            first = f"task `{task}`: {first}"
-    return first if len(first) <= LINE_CHARS else first[: LINE_CHARS - 1] + "…"
+            first = _first_line(f"task `{task}`: {first}")
+    return first
 
 
 def summary_text(posts: list[HeldBackPost]) -> str:
@@ -96,6 +95,15 @@ class HeldBack:
             (conversation_id,),
         )
         return [_post(row) for row in rows]
+
+    async def quiet_held(self, conversation_id: str) -> list[tuple[str, float]]:
+        """The conversation's posts quiet hours hold (held.py), each as (line, release)."""
+        rows = await self._store.fetchall(
+            "SELECT text, release_at FROM held_posts WHERE conversation_id = ?"
+            " ORDER BY release_at, key",
+            (conversation_id,),
+        )
+        return [(_first_line(str(row["text"])), float(row["release_at"])) for row in rows]
 
     async def conversations(self) -> list[str]:
         """Every conversation with posts waiting for their summary."""
@@ -178,20 +186,39 @@ class HeldBackSummaries:
         await self._held.arm(conversation_id)
 
     async def status(self, conv: ConversationRef) -> str:
-        """`status`: what the caps hold back here, and when its summary posts."""
+        """`status`: what the caps hold back here, and when its summary posts; what quiet
+        hours hold, and when it posts."""
+        lines: list[str] = []
         posts = await self._held.listed(conv.id)
-        if not posts:
-            return ""
-        when = datetime.fromtimestamp(min(p.release_at for p in posts), self._zone)
-        shown = f"{when:%H:%M} {when.tzname()}{reader_mark(when)}"
-        lines = [
-            f"📬 {len(posts)} update(s) held back here ({posts[0].why}); summarised in one "
-            f"post at {shown}:"
-        ]
-        lines += [f"- {p.line}" for p in posts[:10]]
-        if len(posts) > 10:
-            lines.append(f"- … and {len(posts) - 10} more")
+        if posts:
+            lines.append(
+                f"📬 {len(posts)} update(s) held back here ({posts[0].why}); summarised in one "
+                f"post at {self._time(min(p.release_at for p in posts))}:"
+            )
+            lines += _listed([p.line for p in posts])
+        quiet = await self._held.quiet_held(conv.id)
+        if quiet:
+            lines.append(
+                f"🌙 {len(quiet)} update(s) held for quiet hours here; posted at "
+                f"{self._time(min(at for _, at in quiet))}:"
+            )
+            lines += _listed([line for line, _ in quiet])
         return "\n".join(lines)
+
+    def _time(self, at: float) -> str:
+        when = datetime.fromtimestamp(at, self._zone)
+        return f"{when:%H:%M} {when.tzname()}{reader_mark(when)}"
+
+
+def _listed(lines: list[str], most: int = 10) -> list[str]:
+    shown = [f"- {line}" for line in lines[:most]]
+    return shown + ([f"- … and {len(lines) - most} more"] if len(lines) > most else [])
+
+
+def _first_line(text: str) -> str:
+    lines = (ln.strip() for ln in text.splitlines())
+    first = next((ln for ln in lines if ln and not ln.startswith("```")), "(no text)")
+    return first if len(first) <= LINE_CHARS else first[: LINE_CHARS - 1] + "…"
 
 
 def _post(row: Row) -> HeldBackPost:

@@ -157,3 +157,53 @@ async def test_the_chat_line_of_fifteen_rounds_shows_every_round_in_one_message(
         ), (n, versions)
     assert versions[-1].startswith(f"🏁 Campaign `{record.id}` round {ROUNDS}/{ROUNDS} finished")
     assert f"loss=85 (#{ROUNDS})" in versions[-1], versions[-1]
+
+
+async def test_after_a_restart_the_same_status_message_is_edited_never_a_new_one(
+    isolated_env: Path,
+) -> None:
+    settings = load_settings()
+    first = FakeChatAdapter()
+    rt = await build_runtime(settings, [lambda: first])
+    await start_serving(rt)
+    try:
+        record = await rt.campaigns.start("U1", CONV, spec("echo loss=0.9; sleep 600"))
+        await approve_campaigns(rt.broker)
+
+        async def measured() -> bool:
+            current = await rt.campaigns.store.get(record.id)
+            return current is not None and "loss=0.9 (#1)" in (current.status_view or "")
+
+        await eventually(measured, within=60)
+        await rt.service.quiesce(CONV)
+    finally:
+        await shutdown(rt)  # the round keeps running, detached
+    ((message_id,),) = db_rows(
+        isolated_env, f"SELECT status_message FROM campaigns WHERE id = '{record.id}'"
+    )
+    assert message_id is not None
+    for attempt in range(2):
+        again = FakeChatAdapter()
+        rt = await build_runtime(settings, [lambda adapter=again: adapter])  # type: ignore[misc]
+        await start_serving(rt)
+        try:
+            await rt.service.quiesce(CONV)
+            # Brought up to date in place: the same message, edited; nothing posted again.
+            assert not [m for _, m in again.posts if m.idempotency_key.endswith(":status")]
+            shown = [m.text for mid, m in again.edits if mid == message_id]
+            assert shown and "loss=0.9 (#1)" in shown[-1], again.edits
+            if attempt == 1:
+                await rt.service.accept(_msg("stop", "stop-1"))
+                await eventually(
+                    lambda adapter=again: any(  # type: ignore[misc]
+                        mid == message_id and m.text.startswith("🏁") for mid, m in adapter.edits
+                    ),
+                    within=30,
+                )
+        finally:
+            await shutdown(rt)
+    assert db_rows(
+        isolated_env,
+        "SELECT COUNT(*) FROM messages WHERE idempotency_key = ?",
+        f"campaign:{record.id}:status",
+    ) == [(1,)]

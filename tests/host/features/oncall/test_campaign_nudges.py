@@ -47,17 +47,17 @@ async def _run_campaign(rt: Any, adapter: FakeChatAdapter, owner: str = "U1") ->
     return str(record.id)
 
 
-def _status_request() -> InboundMessage:
+def _status_request(event: str = "status-1") -> InboundMessage:
     return InboundMessage(
         platform="test",
         workspace="W",
         channel="C",
         thread="T",
-        message_id="status-1",
+        message_id=event,
         author_id="U1",
         author_name="alice",
         text="status",
-        event_id="status-1",
+        event_id=event,
     )
 
 
@@ -97,6 +97,10 @@ async def test_in_quiet_hours_a_campaign_still_posts_its_status_and_a_routine_no
         held = f"SELECT key FROM held_posts WHERE key = '{ROUTINE}'"
         assert db_rows(isolated_env, held) == [(ROUTINE,)]
         assert f"held:{ROUTINE}" in await rt.scheduler.pending_job_ids()
+        await rt.service.accept(_status_request("status-held"))  # listed until it posts
+        status = adapter.texts[-1]
+        assert "🌙 1 update(s) held for quiet hours here; posted at " in status, status
+        assert "- ⚠️ A routine notice for alice." in status, status
 
         # Their end: the wake-up posts it, once however often it fires.
         job = FiredJob(
