@@ -148,7 +148,7 @@ def test_an_acp_plan_and_its_permission_request_in_the_console(shell: Commands) 
     try:
         console.expect_text("you> ")
         _plan(console, README_PLAN)
-        report = console.expect(r"Output of a2:[^\n]*\n[^\n]*now write tests for it")
+        report = console.expect(r"Output of a2:\s*[^\n]*now write tests for it")
         (run,) = re.findall(r"Run (run_\w+) completed", report)
         first = (home / "runs" / run / "outputs" / "a1.md").read_text()
         assert "echo: add a --json flag to cli.py" in first, first
@@ -161,7 +161,7 @@ def test_an_acp_plan_and_its_permission_request_in_the_console(shell: Commands) 
         assert WRITE in prompt and "1) Allow once" in prompt and "3) Deny" in prompt, prompt
         assert not list(home.glob("workspaces/*/hello.txt"))  # nothing ran before the yes
         console.type("1")
-        console.expect(rf"Output of a3:[^\n]*\n[^\n]*ran {re.escape(WRITE)}")
+        console.expect(rf"Output of a3:\s*[^\n]*ran {re.escape(WRITE)}")
         (written,) = home.glob("workspaces/*/hello.txt")
         assert written.read_text() == "hi from the agent\n"
         assert not noise(console.transcript), noise(console.transcript)
