@@ -137,6 +137,10 @@ class Admission:
         machine = self._core.deps.machines[spec.machine].spec
         if spec.workdir is None:
             workdir = "an empty directory per round (`work/` of the round's directory)"
+        elif machine.workdir is None and machine.kind != "ssh":
+            # The conversation's workspace (chat cannot choose a workdir): named, not its
+            # path on the bot's host, which nobody in the thread can open.
+            workdir = "this conversation's workspace, on the bot's host"
         else:
             workdir = f"`{spec.workdir}`" + (
                 f" on `{machine.host}`" if machine.kind == "ssh" else ""

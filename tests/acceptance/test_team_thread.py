@@ -367,3 +367,122 @@ async def test_discord_team_thread(team: Team) -> None:
     _bob_got_nothing(team, DISCORD_BOB)
     for message in team.discord.bot_messages(thread):
         assert message["allowed_mentions"] == {"parse": []} or not message.get("mentions")
+
+
+# Fifteen rounds, each a second or so: the counter file `n` in the conversation's workspace
+# (the default `local` machine's workdir) makes each round's loss one lower.
+FIFTEEN_ROUNDS = (
+    "campaign: fifteen quick rounds | machine: local | "
+    'run: n=$(cat n 2>/dev/null); n=$((n+1)); echo $n > n; echo "loss $((100-n))" | '
+    "metric: loss min | budget: 1h | rounds: 15 | baseline: 100 | poll: 1s"
+)
+
+
+def _campaign(text: str) -> str:
+    """`text` with the campaign's id and its rounds' job ids named."""
+    text = re.sub(r"cmp_[0-9a-f]{10}", "CMP", _plain(text))
+    return re.sub(r"job `\d+:\d+`", "job `JOB`", text)
+
+
+def _rounds_shown(versions: list[str]) -> dict[int, set[str]]:
+    """For each round, what the status message said of it over its versions."""
+    shown: dict[int, set[str]] = {}
+    for text in versions:
+        if found := re.match(r"(?:▶️|🏁) Campaign `CMP` round (\d+)/15 (running|finished)", text):
+            shown.setdefault(int(found[1]), set()).add(found[2])
+        for event in re.findall(r"Woke early: round (\d+) finished", text):
+            shown.setdefault(int(event), set()).add("woke early")
+        for event in re.findall(r"so I am starting round (\d+)", text):
+            shown.setdefault(int(event), set()).add("resubmitted")
+    return shown
+
+
+EVERY_ROUND = {
+    1: {"running", "finished", "woke early"},
+    **{n: {"running", "finished", "woke early", "resubmitted"} for n in range(2, 16)},
+}
+CAMPAIGN_STARTED = (
+    "🛰️ Campaign `CMP` started: fifteen quick rounds\nMachine `local`, metric `loss` (min), "
+    "budget 1h and 15 round(s). I watch it without model calls and report here."
+)
+FIRST_STATUS = "▶️ Campaign `CMP` round 1/15 running on `local` (job `JOB`): latest none yet."
+LAST_STATUS = (
+    "🏁 Campaign `CMP` round 15/15 finished (exit code 0): latest loss=85 (#15).\n"
+    "🔔 Woke early: round 14 finished (exit code 0).\n"
+    "🔁 Resubmitting: Round 14 finished with a new best (best loss=86, measurement #14), so I "
+    "am starting round 15 (cites #14).\n"
+    "🔔 Woke early: round 15 finished (exit code 0)."
+)
+CAMPAIGN_REPORT = (
+    "📋 Campaign `CMP` report:\n\n"
+    "The campaign finished after round 15: the round budget is used up (15 of 15 rounds).\n"
+    "Baseline loss: 100 (the campaign's recorded baseline).\n"
+    "Best loss: 85 (measurement #15, round 15); lower is better.\n"
+    "Last loss: 85 (measurement #15, round 15).\n"
+    "Rounds: rounds 1–15 finished (exit code 0).\n"
+)
+WAITING = (
+    "Campaign `CMP` is waiting for approval: nothing runs until you, an approver or an admin "
+    "approve its command."
+)
+
+
+def _campaign_posts(texts: list[str]) -> list[str]:
+    """The campaign thread's posts, ids named; the report's budget line (times) cut."""
+    return [_campaign(t).split("Budget used:")[0] for t in texts]
+
+
+async def test_slack_campaign_of_fifteen_rounds_shows_every_round(team: Team) -> None:
+    thread = await team.slack_mention(SLACK_ALICE, FIFTEEN_ROUNDS)
+    prompt = await team.slack_after(thread, 0, _prompt)
+    await team.slack_click(thread, prompt, "Approve", SLACK_ALICE)
+    await team.slack_after(thread, 0, _has("report:"))
+    posts = team.slack_posts(thread)
+    status = next(p for p in posts if "round 1/15" in str(p.get("text")))
+    assert _campaign_posts([str(p.get("text")) for p in posts]) == [
+        _campaign(str(prompt.get("text"))),
+        WAITING,
+        CAMPAIGN_STARTED,
+        FIRST_STATUS,
+        CAMPAIGN_REPORT,
+    ]
+    # Every round's news is in the one status message, edited in place: nothing dropped,
+    # nothing held back, no post per round.
+    versions = [
+        _campaign(str(c.args.get("text")))
+        for c in team.slack.calls_to("chat.update")
+        if c.ok and c.args.get("ts") == status["ts"]
+    ]
+    assert _rounds_shown(versions) == EVERY_ROUND
+    assert versions[-1] == LAST_STATUS
+    assert "Runs in: this conversation's workspace, on the bot's host" in prompt["text"]
+    assert str(team.home) not in json.dumps(prompt)
+
+
+async def test_discord_campaign_of_fifteen_rounds_shows_every_round(team: Team) -> None:
+    thread = await team.discord_mention(DISCORD_ALICE, FIFTEEN_ROUNDS)
+    prompt = await team.discord_after(thread, 0, _discord_prompt)
+    await team.discord_say(thread, DISCORD_ALICE, "1")  # a typed approval this time
+    await team.discord_after(thread, 0, _content("report:"))
+    messages = team.discord.bot_messages(thread)
+    status = next(m for m in messages if "round 15/15" in str(m.get("content")))
+    said = _campaign_posts([str(m.get("content")) for m in messages])
+    assert said[1:] == [
+        WAITING,
+        "✔ Answered prompt `ID` (Start campaign `CMP` (fifteen quick rounds) with this "
+        "command?) with Approve.",
+        CAMPAIGN_STARTED,
+        LAST_STATUS,
+        CAMPAIGN_REPORT,
+    ]
+    assert said[0].startswith("Start campaign `CMP` (fifteen quick rounds) with this command?")
+    assert [b["label"] for b in _discord_buttons(prompt)] == ["Approve", "Deny"]
+    posted = [
+        _campaign(str((r.json or {}).get("content")))
+        for r in team.discord.requests_to("POST", f"/channels/{thread}/messages")
+        if "round 1/15" in str((r.json or {}).get("content"))
+    ]
+    assert posted == [FIRST_STATUS]
+    edits = team.discord.requests_to("PATCH", f"/channels/{thread}/messages/{status['id']}")
+    versions = posted + [_campaign(str((r.json or {}).get("content"))) for r in edits]
+    assert _rounds_shown(versions) == EVERY_ROUND

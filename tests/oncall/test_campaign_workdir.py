@@ -118,7 +118,9 @@ async def test_a_chat_campaign_runs_python_train_py_in_the_conversation_workspac
     assert [m.value for m in await rt.campaigns.store.measurements(record.id)] == [1.0, 0.8, 0.6]
     assert "1" in report and "0.6" in report
     assert (workspace / "trained.txt").read_text() == "done\n"  # ran there, writable
-    assert str(workspace) in question
+    # Named, not shown as a path on the bot's host nobody in the thread can open.
+    assert "Runs in: this conversation's workspace, on the bot's host" in question
+    assert str(workspace) not in question
     # The log and exit code are kept under RAVEN_HOME, out of the command's sight.
     round_dir = campaigns / record.id / "round-1"
     log = (round_dir / "round.log").read_text()
