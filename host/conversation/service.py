@@ -550,19 +550,6 @@ class ConversationService:
                 )
             raise
         loop = reply.loop
-        if reply.no_reply:
-            # Recorded in the turn log, nothing posted, nothing owed to memory.
-            await self._log.finish_turn(
-                turn_id,
-                status="completed",
-                model_calls=loop.model_calls,
-                input_tokens=loop.usage.input_tokens,
-                output_tokens=loop.usage.output_tokens,
-                transcript=loop.transcript,
-                no_reply=True,
-            )
-            return TurnOutcome(turn_id, "completed", "")
-        text = await self._offline_once(conv, reply.text)
         await self._log.finish_turn(
             turn_id,
             status="completed",
@@ -570,7 +557,12 @@ class ConversationService:
             input_tokens=loop.usage.input_tokens,
             output_tokens=loop.usage.output_tokens,
             transcript=loop.transcript,
+            no_reply=reply.no_reply,
         )
+        if reply.no_reply:
+            # Recorded in the turn log, nothing posted, nothing owed to memory.
+            return TurnOutcome(turn_id, "completed", "")
+        text = await self._offline_once(conv, reply.text)
         said = await self._gated(ctx, text, failed=False, since=started)
         if said is not None:
             await self._outbox.send(
