@@ -4,7 +4,9 @@
 
 - **diverged** (NaN/inf, or past the divergence margin) → terminate the round and report.
 - **budget** (the wall-clock budget ran out while the round ran) → terminate and report.
-- **died / vanished** → resubmit once per campaign (the first crash), then report as failed.
+- **died / vanished** → resubmit once per campaign (the first crash), then report as failed;
+  a round that died before any value because the file its command runs is missing is
+  reported as failed at once (another round could only fail the same way).
 - **stalled** → resubmit once per campaign (the engine stops the silent job first), then
   terminate and report.
 - **finished** → report when the budget (rounds, wall clock or compute) is used up, or when
@@ -31,6 +33,7 @@ from types import MappingProxyType
 from pydantic import BaseModel, ConfigDict, Field
 
 from oncall.citations import check_citation, newest_measurement
+from oncall.missing_file import missing_file
 from oncall.model import (
     CampaignSpec,
     DecisionAction,
@@ -327,6 +330,17 @@ def _on_crash(ctx: DecisionContext) -> Decision:
     current = _current(ctx)
     how = "died" if ctx.reason == "died" else "vanished"
     code = f" (exit code {current.exit_code})" if current.exit_code is not None else ""
+    missing = missing_file(ctx.output_tail) if not _metric_values(ctx, current.round) else None
+    if missing is not None:
+        return _ending(
+            ctx,
+            "report",
+            f"Round {current.round} {how}{code}: its output says `{missing}` was not found, so "
+            "another round would fail the same way; I am reporting the campaign as failed.",
+            f"The campaign failed: round {current.round} {how}{code} because `{missing}` was "
+            "not found in its working directory.",
+            failed=True,
+        )
     if _earlier(ctx, _CRASHES) == 0 and _can_resubmit(ctx):
         return _resubmit(ctx, f"Round {current.round} {how}{code}, so I am resubmitting it once.")
     if _earlier(ctx, _CRASHES):

@@ -103,6 +103,19 @@ async def runtime(isolated_env: Path) -> AsyncIterator[StartRuntime]:
         yield make
 
 
+async def test_a_chat_campaign_approved_without_its_script_fails_once_instead_of_repeating(
+    runtime: StartRuntime,
+) -> None:
+    # The prompt warned that train.py is not there; approved anyway, the first round dies on
+    # it and the campaign is reported as failed, not resubmitted into the same failure.
+    rt, adapter = await runtime()
+    record, question = await _chat_campaign(rt, adapter)
+    assert "`train.py` is not in the working directory" in question
+    report = next(t for t in adapter.texts if t.startswith("📋 Campaign"))
+    assert record.state == "failed" and record.round == 1, report
+    assert "because `train.py` was not found in its working directory" in report, report
+
+
 async def test_a_chat_campaign_runs_python_train_py_in_the_conversation_workspace(
     runtime: StartRuntime, isolated_env: Path
 ) -> None:

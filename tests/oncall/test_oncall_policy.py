@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -412,3 +413,40 @@ def test_decision_is_frozen_and_serialisable() -> None:
 def test_actions_cover_the_model_literal() -> None:
     actions: set[DecisionAction] = {"wait", "resubmit", "terminate", "report"}
     assert set(_spec().permitted_actions) == actions
+
+
+# --- a missing file -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tail", "name"),
+    [
+        ("python3: can't open file '/w/train.py': [Errno 2] No such file or directory", "train.py"),
+        ("bash: run.sh: No such file or directory", "run.sh"),
+        ("sh: 1: ./x: not found", "x"),
+        ("/bin/sh: line 3: ./go.sh: No such file or directory", "go.sh"),
+    ],
+)
+def test_a_round_that_died_for_a_missing_file_is_reported_not_resubmitted(
+    tail: str, name: str
+) -> None:
+    ctx = _ctx("died", [], _rounds("died", codes=[2]))
+    d = _decide(dataclasses.replace(ctx, output_tail=f"starting\n{tail}"))
+    assert d.action == "report" and d.failed
+    assert d.reason == (
+        f"Round 1 died (exit code 2): its output says `{name}` was not found, so another round "
+        "would fail the same way; I am reporting the campaign as failed."
+    )
+    assert d.report is not None and d.report.startswith(
+        f"The campaign failed: round 1 died (exit code 2) because `{name}` was not found in its "
+        "working directory."
+    )
+
+
+def test_a_round_that_measured_something_before_a_missing_file_is_resubmitted_once() -> None:
+    # The job ran (a value came) and only then tripped on a file: not a command that can
+    # never start, so the usual one resubmit.
+    ctx = _ctx("died", _ms([1.0]), _rounds("died", codes=[1]))
+    tail = "cat: data.csv: No such file or directory"
+    d = _decide(dataclasses.replace(ctx, output_tail=tail))
+    assert d.action == "resubmit"
