@@ -65,6 +65,7 @@ from host.evaluation.evolution.runtime import (
 from host.features.evolution.feature import EvolutionFeature
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
 from host.features.memory.feature import MemoryFeature
+from host.features.memory.group import close_request
 from host.features.memory.personal import MemoryWriter
 from host.features.oncall.feature import OncallFeature
 from host.features.oncall.site import CampaignSite
@@ -373,7 +374,7 @@ async def build_runtime(
         broker=parts.broker,
         registry=parts.registry,
         results_reach_users=parts.provider.offline,
-        request_attribution=settings.group_memory,
+        close_request=close_request if settings.group_memory else None,
         roles=roles,
         people=parts.people,
     )

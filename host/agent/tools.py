@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -13,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from agents.registry import AgentRegistry
 from agents.tools import Tool, ToolOutput
-from host.features.memory.group import close_request
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
 from host.graph.model import GraphSubmission
@@ -103,8 +103,10 @@ class HostToolDeps:
     # True when tool results reach people unchanged (the offline model relays them): then
     # messages name files and fixes, not the Host's tools.
     results_reach_users: bool = False
-    # Group memory: a foreground report asks for the attribution blocks of its round.
-    request_attribution: bool = False
+    # Group memory's request for the attribution blocks of a closed round (run id, its
+    # agents): appended to a foreground report. None: group memory is off. Injected, so the
+    # Host's tools reach the memory capability only through what its Feature hands over.
+    close_request: Callable[[str, Sequence[str]], str] | None = None
     # Who besides a run's submitter may read its report or act on it.
     roles: Roles = field(default_factory=Roles)
     # How people are named in what people read (refusals): display names, not ids.
@@ -198,7 +200,8 @@ class HostTools:
         attribution blocks (never when results reach people unchanged)."""
         text = await self.runs.wait_for_decision_point(run)
         closed = run.done.is_set() and run.record.state != "cancelled"
-        if closed and self.deps.request_attribution and not self.deps.results_reach_users:
+        close_request = self.deps.close_request
+        if closed and close_request is not None and not self.deps.results_reach_users:
             agents = list(dict.fromkeys(n.agent for n in run.nodes.values()))
             text = f"{text}\n\n---\n{close_request(run.id, agents)}"
         return text
