@@ -21,8 +21,11 @@ _ID = r"[a-z][a-z0-9_]{0,39}"
 _NODE_LINE = re.compile(
     rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:(?!//)\s*(?P<task>.+?)\s*$"
 )
-# `[after a, b]` and `[instance NAME]`, in any order, at the end of a node line.
-_BRACKET = re.compile(r"\[\s*(?P<kind>after|instance)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE)
+# `[after a, b]`, `[instance NAME]` and `[skills a, b]` (or `[skills none]`), in any order, at
+# the end of a node line.
+_BRACKET = re.compile(
+    r"\[\s*(?P<kind>after|instance|skills)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE
+)
 _AFTER_PART = re.compile(r"\[\s*after\s+[^\]]*\]|\s+after\s+.*$", re.IGNORECASE)
 _PLAIN_AFTER = re.compile(
     rf"\s+after\s+(?P<deps>{_ID}(?:\s*(?:,|and)\s*{_ID})*)\s*$", re.IGNORECASE
@@ -48,8 +51,12 @@ _NO_ID_COLON = re.compile(
     rf"^\s*(?P<id>{_ID})\s+(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>\S.*?)\s*$"
 )
 _ONE_COLON = re.compile(rf"^\s*{_ID}\s*:\s*[A-Za-z][\w-]*\s+\S")
-_OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance)\b[^\]]*$", re.IGNORECASE)
-_TRAILING_BRACKET = re.compile(r"\[\s*(?:after|instance)\b[^\]]*\]\s*$", re.IGNORECASE)
+_OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance|skills)\b[^\]]*$", re.IGNORECASE)
+_TRAILING_BRACKET = re.compile(
+    r"\[\s*(?:after|instance|skills)\b[^\]]*\]\s*$", re.IGNORECASE
+)
+# `[skills none]`: the node gets no skills at all (not even its agent's defaults).
+_NO_SKILLS = "none"
 _SHOWN_LINE_CHARS = 120
 _SHOWN_PROBLEMS = 5
 
@@ -95,17 +102,20 @@ def parse_plan(text: str) -> dict[str, Any] | None:
         task, groups = _trailing(match["task"])
         deps = [d for kind, value in groups if kind == "after" for d in _split_deps(value)]
         instances = [value.strip() for kind, value in groups if kind == "instance"]
-        nodes.append(
-            {
-                "id": match["id"],
-                "agent": match["agent"].lower(),
-                "template": task,
-                "deps": deps,
-                "inputs": {},
-                "instance": instances[-1] if instances else None,
-                "summary": task[:80],
-            }
-        )
+        node: dict[str, Any] = {
+            "id": match["id"],
+            "agent": match["agent"].lower(),
+            "template": task,
+            "deps": deps,
+            "inputs": {},
+            "instance": instances[-1] if instances else None,
+            "summary": task[:80],
+        }
+        skills = [value for kind, value in groups if kind == "skills"]
+        if skills:  # the node's capability override: these skills only
+            named = _split_deps(skills[0])
+            node["skills"] = [] if [n.lower() for n in named] == [_NO_SKILLS] else named
+        nodes.append(node)
     if not nodes:
         return None
     if problems:

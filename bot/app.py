@@ -357,6 +357,7 @@ async def build_runtime(
             dispatch_budget_per_hour=settings.dispatch_budget_per_hour,
         ),
         aids=RunAids(
+            skill_names=next((n for f in installed if (n := f.skill_names()) is not None), None),
             prompts=(
                 clarifier := Clarifier(
                     parts.provider,

@@ -14,6 +14,7 @@ from bot.home import HomeError, check_home
 from bot.schema import all_migrations
 from bot.settings import Settings
 from core.store import Store
+from host.features.skills.forge import local_catalog
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
 from host.graph.records import NodeRecords, RunFiles
@@ -47,6 +48,7 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
         agents={e.name: e for e in registry.entries()},
         workspace=path.resolve().parent,
         approval_collected=True,
+        skills=_skill_names(settings) if settings.skills else None,
     )
     try:
         graph = admit(raw, ctx)
@@ -56,6 +58,15 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     note = " (asks for approval before it runs)" if graph.submission.confirm else ""
     out.write(f"admitted: {len(graph.order)} node(s), order {' → '.join(graph.order)}{note}\n")
     return 0
+
+
+def _skill_names(settings: Settings) -> frozenset[str]:
+    """The skills a node's `skills` override may name: the bot's local catalog."""
+
+    async def names() -> frozenset[str]:
+        return frozenset(skill.name for skill in await local_catalog(settings.home).skills())
+
+    return asyncio.run(names())
 
 
 async def _with_store(settings: Settings) -> tuple[Store, RunStore]:

@@ -91,6 +91,10 @@ class Feature(Protocol):
         """What a dispatched node gets after its task."""
         ...
 
+    def skill_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        """The skills a node may name in its `skills` override (None: this feature has none)."""
+        ...
+
     def status_sources(self) -> Sequence[StatusSource]:
         """Lines for `status`."""
         ...
@@ -143,6 +147,9 @@ class BaseFeature:
 
     def dispatch_contexts(self) -> Sequence[DispatchContext]:
         return ()
+
+    def skill_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        return None
 
     def status_sources(self) -> Sequence[StatusSource]:
         return ()

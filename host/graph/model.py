@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
 
 NODE_ID_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 INSTANCE_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
 MAX_NODES = 200
 
 NodeId = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
+SkillName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 InputName = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
 
 # `queued`: submitted and waiting for its concurrency slot (or its instance); `running` only
@@ -61,6 +63,10 @@ class NodeSpec(BaseModel):
     inputs: dict[InputName, InputBinding] = Field(default_factory=dict)
     instance: Annotated[str, StringConstraints(pattern=INSTANCE_PATTERN)] | None = None
     summary: str = Field(default="", max_length=200)
+    # The paper's capability override Cfg_v (Eq. 29): the skills this invocation gets.
+    # Omitted: the agent's own configuration; []: none; names: exactly these. Not advertised
+    # in the model-facing schema (as in the paper): explicit plans and graph files set it.
+    skills: SkipJsonSchema[list[SkillName] | None] = Field(default=None, max_length=20)
 
 
 class GraphSubmission(BaseModel):
@@ -113,3 +119,5 @@ class AdmissionContext:
     delegation_paused: bool = False
     dispatch_budget_remaining: int | None = None
     approval_collected: bool = False
+    # The skill names a node may ask for (None: skills are off, so a node may ask for none).
+    skills: frozenset[str] | None = None

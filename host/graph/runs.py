@@ -10,7 +10,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -79,6 +79,8 @@ class RunAids:
     prompts: WorkerPrompts | None = None
     prefetch: DispatchContext | None = None
     gates: PermitFactory | None = None
+    # The skills a node may name in its `skills` override (None: skills are off).
+    skill_names: Callable[[], Awaitable[frozenset[str]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class RunManager:
         self._prompts = aids.prompts
         self._prefetch = aids.prefetch
         self._gates = aids.gates
+        self._skill_names = aids.skill_names
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
@@ -152,6 +155,7 @@ class RunManager:
             in_subagent=in_subagent,
             dispatch_budget_remaining=max(0, self._settings.dispatch_budget_per_hour - used),
             approval_collected=approval_collected,
+            skills=None if self._skill_names is None else await self._skill_names(),
         )
 
     async def submit(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,15 @@ class RecordingContext:
 
     asked: list[str] = dataclasses.field(default_factory=list)
 
-    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
+    async def for_node(
+        self,
+        run: RunRecord,
+        agent: str,
+        task: str,
+        *,
+        node_id: str = "",
+        skills: Sequence[str] | None = None,
+    ) -> str:
         self.asked.append(agent)
         return "## Experience from earlier rounds\nsomething to know"
 

@@ -242,8 +242,17 @@ class GroupPrefetch:
     k_verdict: int = 3
     budget_chars: int = 1500
 
-    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
-        """The block appended to the node's task ("" when there is nothing to add)."""
+    async def for_node(
+        self,
+        run: RunRecord,
+        agent: str,
+        task: str,
+        *,
+        node_id: str = "",
+        skills: Sequence[str] | None = None,
+    ) -> str:
+        """The block appended to the node's task ("" when there is nothing to add; a skills
+        override does not concern group memory)."""
         owner = owner_of(run.conversation, run.submitted_by)
         libraries = [host_library(owner)]
         if await self.store.conversation_scope(run.conversation.id) == "dm":

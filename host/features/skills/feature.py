@@ -4,7 +4,7 @@ experience each finished run leaves (recorded even with selection off)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import ClassVar
 
@@ -66,6 +66,16 @@ class SkillsFeature(BaseFeature):
                 store=self.store,
             ),
         )
+
+    def skill_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        if not self._on:
+            return None
+        catalog = self.catalog
+
+        async def names() -> frozenset[str]:
+            return frozenset(skill.name for skill in await catalog.skills())
+
+        return names
 
     def subscribe(self, bus: EventBus) -> None:
         self.writer.subscribe(bus)

@@ -31,14 +31,24 @@ class NodeSkills:
     tools_by_agent: Mapping[str, Sequence[str]] = field(default_factory=dict)
     store: ExperienceStore | None = None
 
-    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
-        """Default and selected skills ("" when there are none)."""
+    async def for_node(
+        self,
+        run: RunRecord,
+        agent: str,
+        task: str,
+        *,
+        node_id: str = "",
+        skills: Sequence[str] | None = None,
+    ) -> str:
+        """Default and selected skills, or exactly the node's `skills` override ("" when
+        there are none)."""
         hits = []
-        for name in self.by_agent.get(agent, ()):
+        for name in self.by_agent.get(agent, ()) if skills is None else skills:
             skill = await self.catalog.get(name)
             if skill is not None:
                 hits.append(SkillHit("local", skill, 1.0))
-        hits += await self._selected(agent, task, {h.name for h in hits})
+        if skills is None:  # an override is the whole set: the router adds nothing to it
+            hits += await self._selected(agent, task, {h.name for h in hits})
         if not hits:
             return ""
         if self.store is not None:
@@ -73,7 +83,18 @@ class DispatchContexts:
 
     parts: Sequence[DispatchContext]
 
-    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
+    async def for_node(
+        self,
+        run: RunRecord,
+        agent: str,
+        task: str,
+        *,
+        node_id: str = "",
+        skills: Sequence[str] | None = None,
+    ) -> str:
         """Every part's block, in order, blank ones left out."""
-        blocks = [await part.for_node(run, agent, task, node_id=node_id) for part in self.parts]
+        blocks = [
+            await part.for_node(run, agent, task, node_id=node_id, skills=skills)
+            for part in self.parts
+        ]
         return "\n\n".join(b for b in blocks if b)

@@ -178,7 +178,9 @@ class Attempts:
         if prefetch is None:
             return prompt
         try:
-            block = await prefetch.for_node(self._run, spec.agent, prompt, node_id=spec.id)
+            block = await prefetch.for_node(
+                self._run, spec.agent, prompt, node_id=spec.id, skills=spec.skills
+            )
         except Exception:
             log.exception(
                 "prefetch for node %s of run %s failed; dispatching without", spec.id, self._run.id

@@ -4,7 +4,7 @@ through which its nodes reach people and context."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -64,8 +64,17 @@ class PermitFactory(Protocol):
 class DispatchContext(Protocol):
     """Adds context to a node's task at dispatch (group memory's prefetch, Eq. 34)."""
 
-    async def for_node(self, run: RunRecord, agent: str, task: str, *, node_id: str = "") -> str:
-        """The block appended after the task ("" for nothing)."""
+    async def for_node(
+        self,
+        run: RunRecord,
+        agent: str,
+        task: str,
+        *,
+        node_id: str = "",
+        skills: Sequence[str] | None = None,
+    ) -> str:
+        """The block appended after the task ("" for nothing). `skills`: the node's override
+        (None: the agent's own configuration; empty: none; names: exactly those)."""
         ...
 
 

@@ -33,6 +33,31 @@ def check_capability(
             _check_instance(spec, spec.instance, agent, owners, ctx)
         if agent is not None and not agent.file_capable:
             _check_no_path_placeholders(spec, placeholders[spec.id])
+        if spec.skills:
+            _check_skills(spec, spec.skills, ctx.skills)
+
+
+def _check_skills(spec: NodeSpec, asked: Sequence[str], known: frozenset[str] | None) -> None:
+    """A node's skills override names skills that exist (and skills are on)."""
+    if known is None:
+        raise AdmissionError(
+            "capability",
+            "the node asks for skills, but skills are off here",
+            node=spec.id,
+            field="skills",
+            repair="leave the skills out (or turn skills on: RAVEN_SKILLS=true)",
+        )
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        names = ", ".join(f"`{n}`" for n in unknown)
+        some = ", ".join(f"`{n}`" for n in sorted(known)[:12]) or "none"
+        raise AdmissionError(
+            "capability",
+            f"no skill named {names}",
+            node=spec.id,
+            field="skills",
+            repair=f"use skills that exist ({some}; `raven-bot skills list` shows them all)",
+        )
 
 
 def _check_text_input_paths(spec: NodeSpec, placeholders: Sequence[Placeholder]) -> None:
