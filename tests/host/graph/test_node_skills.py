@@ -112,3 +112,10 @@ async def test_a_plan_in_chat_naming_an_unknown_skill_is_refused_whole(isolated_
         said = adapter.texts[-1]
         assert "no skill named `no-such`" in said, said
         assert db_rows(rt.settings.home, "SELECT id FROM graph_runs") == []
+        # A command agent's task is its command: skills could only be dropped, so refused.
+        turn = await rt.service.accept(inbound("k2: shell: ls [skills research-brief]", "e2"))
+        assert turn is not None
+        await turn
+        said = adapter.texts[-1]
+        assert "agent `shell` runs commands and takes no skills" in said, said
+        assert db_rows(rt.settings.home, "SELECT id FROM graph_runs") == []

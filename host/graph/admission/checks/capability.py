@@ -35,6 +35,15 @@ def check_capability(
             _check_no_path_placeholders(spec, placeholders[spec.id])
         if spec.skills:
             _check_skills(spec, spec.skills, ctx.skills)
+            # A command agent's task is the command, run byte for byte: nothing is added.
+            if agent is not None and getattr(agent, "runs_commands", False):
+                raise AdmissionError(
+                    "capability",
+                    f"agent `{spec.agent}` runs commands and takes no skills",
+                    node=spec.id,
+                    field="skills",
+                    repair="leave the skills out of this node",
+                )
 
 
 def _check_skills(spec: NodeSpec, asked: Sequence[str], known: frozenset[str] | None) -> None:
