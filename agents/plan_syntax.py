@@ -52,9 +52,7 @@ _NO_ID_COLON = re.compile(
 )
 _ONE_COLON = re.compile(rf"^\s*{_ID}\s*:\s*[A-Za-z][\w-]*\s+\S")
 _OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance|skills)\b[^\]]*$", re.IGNORECASE)
-_TRAILING_BRACKET = re.compile(
-    r"\[\s*(?:after|instance|skills)\b[^\]]*\]\s*$", re.IGNORECASE
-)
+_TRAILING_BRACKET = re.compile(r"\[\s*(?:after|instance|skills)\b[^\]]*\]\s*$", re.IGNORECASE)
 # `[skills none]`: the node gets no skills at all (not even its agent's defaults).
 _NO_SKILLS = "none"
 _SHOWN_LINE_CHARS = 120
