@@ -1,0 +1,65 @@
+"""A loopback MCP server for tests, written with the SDK's server side: stdio by default,
+streamable HTTP with `--http PORT` (on 127.0.0.1). `--fail-start` writes to stderr and exits
+before speaking MCP, as a misconfigured server does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("raven-test")
+
+
+@server.tool(annotations={"readOnlyHint": True})
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two numbers (a write tool for the filters: no read-only hint)."""
+    return a + b
+
+
+@server.tool(annotations={"readOnlyHint": True})
+def environment() -> dict[str, str]:
+    """The server process's environment."""
+    return dict(os.environ)
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answers."""
+    await asyncio.Event().wait()
+    return "unreachable"
+
+
+@server.tool()
+def huge(size: int) -> str:
+    """A result of `size` characters."""
+    return "x" * size
+
+
+@server.tool()
+def crash() -> str:
+    """The server dies mid-call."""
+    os._exit(3)
+
+
+def main() -> None:
+    if "--fail-start" in sys.argv:
+        print("fake-mcp: cannot read credentials file /nowhere", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        server.run(transport="streamable-http", host="127.0.0.1", port=port)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
