@@ -212,10 +212,8 @@ class McpServers:
         except asyncio.CancelledError:
             connection.fail("closed before it finished")
             raise
-        except TimeoutError:
-            connection.fail(f"no answer to initialize within {connection.entry.timeout:g} s")
         except Exception as exc:  # one server's failure stays its own
-            connection.fail(_start_failure(exc))
+            connection.fail(_start_failure(exc, connection.entry.timeout))
         else:
             # A call may have failed the connection meanwhile (a server that died mid-call).
             connection.status = "closed" if connection.error is None else "failed"
@@ -274,8 +272,10 @@ def _tool(server: str, tool: types.Tool) -> McpTool:
     )
 
 
-def _start_failure(exc: BaseException) -> str:
+def _start_failure(exc: BaseException, timeout: float) -> str:
     inner = _innermost(exc)
+    if isinstance(inner, TimeoutError):
+        return f"no answer to initialize within {timeout:g} s"
     if isinstance(inner, MCPError) and inner.code == CONNECTION_CLOSED:
         return "the server closed the connection while starting (see its stderr)"
     return _describe(inner)

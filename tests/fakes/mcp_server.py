@@ -9,6 +9,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("raven-test")
 
@@ -50,7 +51,21 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool()
+def fails() -> str:
+    """A tool that reports an error."""
+    raise ToolError("the tracker is down")
+
+
 def main() -> None:
+    if "--silent" in sys.argv:  # reads requests, never answers
+        for _ in sys.stdin:
+            pass
+        return
+    if "--garbage" in sys.argv:  # not JSON-RPC at all
+        for _ in sys.stdin:
+            print("this is not json {", flush=True)
+        return
     if "--fail-start" in sys.argv:
         print("fake-mcp: cannot read credentials file /nowhere", file=sys.stderr, flush=True)
         sys.exit(2)

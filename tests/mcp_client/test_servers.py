@@ -226,3 +226,20 @@ async def test_close_leaves_no_child_process() -> None:
     with pytest.raises(McpCallError):
         await in_flight
     assert manager.state("fake").status == "closed"
+
+
+async def test_a_tool_error_is_a_result_the_model_can_read() -> None:
+    async with servers({"fake": stdio()}) as manager:
+        await ready(manager, "fake")
+        result = await manager.call("fake", "fails", {})
+    assert result.is_error
+    assert "the tracker is down" in result.text
+
+
+@pytest.mark.parametrize("flag", ["--silent", "--garbage"])
+async def test_a_server_that_never_speaks_mcp_fails_its_start(flag: str) -> None:
+    async with servers({"bad": stdio(flag, timeout=1), "fake": stdio()}) as manager:
+        state = await asyncio.wait_for(manager.settled("bad"), 30)
+        assert (state.status, state.error) == ("failed", "no answer to initialize within 1 s")
+        await ready(manager, "fake")
+        assert (await manager.call("fake", "echo", {"text": "ok"})).text == "ok"
