@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import httpx2
 from mcp import ClientSession, StdioServerParameters, types
@@ -26,10 +24,11 @@ from mcp.types.jsonrpc import CONNECTION_CLOSED
 from mcp_client.config import HttpServerEntry, McpConfig, ServerEntry, StdioServerEntry
 from mcp_client.guard import refuse_private_network
 from mcp_client.results import McpCallResult, result_text
+from mcp_client.stderr import StderrTail
 
 RESULT_CAP = 100_000
-STDERR_TAIL_BYTES = 4_000
-STDERR_TAIL_LINES = 20
+# How long a failed server's stderr may take to reach us (a grandchild may hold the pipe).
+STDERR_SETTLE = 2.0
 # Bounds the pages of tools/list a server may send (a hostile one could page forever).
 MAX_TOOL_PAGES = 50
 CLOSE_GRACE = 10.0
@@ -72,23 +71,14 @@ class _Connection:
     error: str | None = None
     session: ClientSession | None = None
     tools: list[McpTool] = field(default_factory=list)
-    stderr: IO[str] | None = None
+    stderr: StderrTail | None = None
     task: asyncio.Task[None] | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     def state(self) -> ServerState:
-        return ServerState(status=self.status, error=self.error, stderr_tail=self.stderr_tail())
-
-    def stderr_tail(self) -> str:
-        if self.stderr is None:
-            return ""
-        # pread: the child shares this file's offset, which must stay at the end for it.
-        fd = self.stderr.fileno()
-        size = os.fstat(fd).st_size
-        start = max(0, size - STDERR_TAIL_BYTES)
-        data = os.pread(fd, size - start, start).decode("utf-8", "replace")
-        return "\n".join(data.splitlines()[-STDERR_TAIL_LINES:])
+        tail = self.stderr.text() if self.stderr is not None else ""
+        return ServerState(status=self.status, error=self.error, stderr_tail=tail)
 
     def fail(self, error: str) -> None:
         # The first failure is the one worth reporting (later ones are its echoes).
@@ -179,8 +169,7 @@ class McpServers:
             await asyncio.gather(*pending, return_exceptions=True)
         for connection in self._connections.values():
             if connection.stderr is not None:
-                connection.stderr.close()
-                connection.stderr = None
+                await connection.stderr.close()
 
     async def __aenter__(self) -> McpServers:
         await self.start()
@@ -213,6 +202,9 @@ class McpServers:
             connection.fail("closed before it finished")
             raise
         except Exception as exc:  # one server's failure stays its own
+            if connection.stderr is not None:
+                # Its last words are why it failed: read them before reporting.
+                await connection.stderr.finished(STDERR_SETTLE)
             connection.fail(_start_failure(exc, connection.entry.timeout))
         else:
             # A call may have failed the connection meanwhile (a server that died mid-call).
@@ -224,14 +216,15 @@ class McpServers:
     async def _transport(self, connection: _Connection) -> AsyncIterator[tuple[Any, Any]]:
         entry = connection.entry
         if isinstance(entry, StdioServerEntry):
-            # A real file: the child writes its stderr there directly.
-            connection.stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115
+            connection.stderr = tail = StderrTail()
+            await tail.open()
             # An explicit env: the SDK adds only its safe defaults (HOME, PATH, ...), never
             # the bot's own environment.
             params = StdioServerParameters(
                 command=entry.command, args=entry.args, env=dict(entry.env)
             )
-            async with stdio_client(params, errlog=connection.stderr) as streams:
+            async with stdio_client(params, errlog=tail.writer) as streams:
+                tail.spawned()
                 yield streams
             return
         assert isinstance(entry, HttpServerEntry)

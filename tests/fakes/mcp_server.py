@@ -66,6 +66,11 @@ def main() -> None:
         for _ in sys.stdin:
             print("this is not json {", flush=True)
         return
+    if "--flood" in sys.argv:  # 20 MB of stderr, then a last word
+        for n in range(200_000):
+            print(f"noise {n} " + "." * 90, file=sys.stderr)
+        print("fake-mcp: giving up", file=sys.stderr, flush=True)
+        sys.exit(2)
     if "--fail-start" in sys.argv:
         print("fake-mcp: cannot read credentials file /nowhere", file=sys.stderr, flush=True)
         sys.exit(2)

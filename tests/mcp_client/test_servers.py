@@ -243,3 +243,12 @@ async def test_a_server_that_never_speaks_mcp_fails_its_start(flag: str) -> None
         assert (state.status, state.error) == ("failed", "no answer to initialize within 1 s")
         await ready(manager, "fake")
         assert (await manager.call("fake", "echo", {"text": "ok"})).text == "ok"
+
+
+async def test_a_flood_on_stderr_keeps_only_its_tail() -> None:
+    async with servers({"chatty": stdio("--flood")}) as manager:
+        state = await asyncio.wait_for(manager.settled("chatty"), 30)
+    assert state.status == "failed"
+    lines = state.stderr_tail.splitlines()
+    assert len(lines) == 20
+    assert lines[-1] == "fake-mcp: giving up"
