@@ -160,8 +160,13 @@ class McpServers:
         tasks = []
         for connection in self._connections.values():
             connection.stop.set()
-            if connection.task is not None:
-                tasks.append(connection.task)
+            if connection.task is None:
+                continue
+            if connection.status == "connecting":
+                # Still starting (maybe never will): no reason to wait for it. The SDK's
+                # shutdown is shielded, so cancelling still ends the child process.
+                connection.task.cancel()
+            tasks.append(connection.task)
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=CLOSE_GRACE)
             for task in pending:

@@ -8,7 +8,7 @@ import asyncio
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("raven-test")
@@ -30,6 +30,12 @@ def add(a: int, b: int) -> int:
 def environment() -> dict[str, str]:
     """The server process's environment."""
     return dict(os.environ)
+
+
+@server.tool(annotations={"readOnlyHint": True})
+def header(name: str, ctx: Context) -> str:
+    """One header of the HTTP request that carried this call (empty over stdio)."""
+    return (ctx.headers or {}).get(name.lower(), "")
 
 
 @server.tool()

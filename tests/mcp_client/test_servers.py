@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mcp_client import McpCallError, McpServers, parse_mcp_config
+from mcp_client import McpCallError, McpServers, ServerState, parse_mcp_config
 from mcp_client.guard import PrivateNetworkRefused, refuse_private_network
 from tests.helpers import REPO, eventually, processes_with
 
@@ -174,6 +174,8 @@ async def test_a_streamable_http_server_lists_and_answers(http_url: str) -> None
         await ready(manager, "web")
         assert {tool.name for tool in manager.tools("web")} >= {"echo", "add", "hang"}
         assert (await manager.call("web", "echo", {"text": "over http"})).text == "over http"
+        # The header's ${KEY} was filled from the bot's environment and went over the wire.
+        assert (await manager.call("web", "header", {"name": "Authorization"})).text == "Bearer k"
 
 
 async def test_a_private_network_url_is_refused_unless_allowed(http_url: str) -> None:
@@ -252,3 +254,17 @@ async def test_a_flood_on_stderr_keeps_only_its_tail() -> None:
     lines = state.stderr_tail.splitlines()
     assert len(lines) == 20
     assert lines[-1] == "fake-mcp: giving up"
+
+
+async def test_close_does_not_wait_for_a_server_still_starting() -> None:
+    token = f"mcp-starting-{uuid.uuid4().hex}"
+    manager = servers({"silent": stdio("--silent", token, timeout=600)})
+    await manager.start()
+    await eventually(lambda: processes_with(token), what="the silent server started")
+    # A hang guard, well under the close grace a ready server gets (10 s).
+    async with asyncio.timeout(5):
+        await manager.close()
+    assert processes_with(token) == []
+    assert manager.state("silent") == ServerState(
+        status="failed", error="closed before it finished", stderr_tail=""
+    )
