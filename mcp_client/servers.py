@@ -1,6 +1,7 @@
 """The MCP servers of mcp.json, connected in the background: each server's session lives in a
 task of its own (the SDK's anyio contexts are entered and left in the same task), its state is
-connecting, ready or failed, and a call to it is bounded by the server's timeout. A server
+connecting, ready or failed, and a call to it is bounded by the server's timeout (starting,
+by the manager's connect timeout). A server
 that fails or misbehaves fails its own calls, never the manager or the other servers.
 
 Not yet here: reconnecting with backoff, following `tools/list_changed`, the bubblewrap
@@ -32,6 +33,8 @@ STDERR_SETTLE = 2.0
 # Bounds the pages of tools/list a server may send (a hostile one could page forever).
 MAX_TOOL_PAGES = 50
 CLOSE_GRACE = 10.0
+# Starting is not a call: `npx -y some-server` may download packages first.
+CONNECT_TIMEOUT = 60.0
 
 Status = Literal["connecting", "ready", "failed", "closed"]
 
@@ -92,9 +95,16 @@ class McpServers:
     """Every configured server: `start()` begins connecting (never waits), `tools()` and
     `call()` use the servers that are ready, `close()` ends every session and child process."""
 
-    def __init__(self, config: McpConfig, *, result_cap: int = RESULT_CAP) -> None:
+    def __init__(
+        self,
+        config: McpConfig,
+        *,
+        result_cap: int = RESULT_CAP,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
         self._config = config
         self._result_cap = result_cap
+        self._connect_timeout = connect_timeout
         self._connections = {
             name: _Connection(name, entry) for name, entry in config.servers.items()
         }
@@ -132,6 +142,8 @@ class McpServers:
         connection = self._connections.get(server)
         if connection is None:
             raise McpCallError(f"no MCP server named {server!r}")
+        if connection.stop.is_set() and connection.status == "ready":  # closing
+            raise McpCallError(f"MCP server {server} is closed")
         session = connection.session
         if session is None or connection.status != "ready":
             raise McpCallError(f"MCP server {server} is {connection.status}, not ready")
@@ -144,6 +156,8 @@ class McpServers:
         except TimeoutError:
             raise McpCallError(f"{server}/{tool} did not answer within {timeout:g} s") from None
         except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED and connection.stop.is_set():
+                raise McpCallError(f"{server}/{tool} failed: the server was closed") from None
             if exc.code == CONNECTION_CLOSED:
                 # The server died (or hung up) mid-call: end its session and say so.
                 connection.fail(f"connection lost during a call to {tool}")
@@ -196,7 +210,7 @@ class McpServers:
                 self._transport(connection) as (read, write),
                 ClientSession(read, write) as session,
             ):
-                async with asyncio.timeout(connection.entry.timeout):
+                async with asyncio.timeout(self._connect_timeout):
                     await session.initialize()
                     connection.tools = await _list_tools(connection, session)
                 connection.session, connection.status = session, "ready"
@@ -210,7 +224,7 @@ class McpServers:
             if connection.stderr is not None:
                 # Its last words are why it failed: read them before reporting.
                 await connection.stderr.finished(STDERR_SETTLE)
-            connection.fail(_start_failure(exc, connection.entry.timeout))
+            connection.fail(_start_failure(exc, self._connect_timeout))
         else:
             # A call may have failed the connection meanwhile (a server that died mid-call).
             connection.status = "closed" if connection.error is None else "failed"

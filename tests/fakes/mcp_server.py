@@ -40,7 +40,8 @@ def header(name: str, ctx: Context) -> str:
 
 @server.tool()
 async def hang() -> str:
-    """Never answers."""
+    """Never answers (says on stderr that it started)."""
+    print("fake-mcp: hanging", file=sys.stderr, flush=True)
     await asyncio.Event().wait()
     return "unreachable"
 

@@ -26,9 +26,11 @@ def stdio(*extra: str, **fields: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [FAKE, *extra], **fields}
 
 
-def servers(entries: dict[str, Any], environ: dict[str, str] | None = None) -> McpServers:
+def servers(
+    entries: dict[str, Any], environ: dict[str, str] | None = None, **options: Any
+) -> McpServers:
     config = parse_mcp_config(json.dumps({"mcpServers": entries}), environ or {}, source="mcp.json")
-    return McpServers(config)
+    return McpServers(config, **options)
 
 
 async def ready(manager: McpServers, name: str) -> None:
@@ -116,9 +118,9 @@ async def test_a_stdio_server_sees_only_its_declared_variables(
 
 
 async def test_a_hanging_call_times_out_and_the_server_keeps_working() -> None:
-    async with servers({"fake": stdio(timeout=1)}) as manager:
+    async with servers({"fake": stdio(timeout=2)}) as manager:
         await ready(manager, "fake")
-        with pytest.raises(McpCallError, match=r"^fake/hang did not answer within 1 s$"):
+        with pytest.raises(McpCallError, match=r"^fake/hang did not answer within 2 s$"):
             await manager.call("fake", "hang", {})
         assert (await manager.call("fake", "echo", {"text": "still here"})).text == "still here"
 
@@ -216,16 +218,17 @@ async def test_a_public_address_passes_the_guard() -> None:
 
 async def test_close_leaves_no_child_process() -> None:
     token = f"mcp-close-{uuid.uuid4().hex}"
-    manager = servers({"fake": stdio(token), "hung": stdio(token, timeout=1)})
+    manager = servers({"fake": stdio(token), "hung": stdio(token, timeout=600)})
     await manager.start()
     await ready(manager, "fake")
     await ready(manager, "hung")
     assert len(processes_with(token)) == 2
     # A call in flight when close() comes must not keep the child alive.
     in_flight = asyncio.create_task(manager.call("hung", "hang", {}))
+    await eventually(lambda: "hanging" in manager.state("hung").stderr_tail)
     await manager.close()
     assert processes_with(token) == []
-    with pytest.raises(McpCallError):
+    with pytest.raises(McpCallError, match=r"^hung/hang failed: the server was closed$"):
         await in_flight
     assert manager.state("fake").status == "closed"
 
@@ -240,9 +243,9 @@ async def test_a_tool_error_is_a_result_the_model_can_read() -> None:
 
 @pytest.mark.parametrize("flag", ["--silent", "--garbage"])
 async def test_a_server_that_never_speaks_mcp_fails_its_start(flag: str) -> None:
-    async with servers({"bad": stdio(flag, timeout=1), "fake": stdio()}) as manager:
+    async with servers({"bad": stdio(flag), "fake": stdio()}, connect_timeout=2) as manager:
         state = await asyncio.wait_for(manager.settled("bad"), 30)
-        assert (state.status, state.error) == ("failed", "no answer to initialize within 1 s")
+        assert (state.status, state.error) == ("failed", "no answer to initialize within 2 s")
         await ready(manager, "fake")
         assert (await manager.call("fake", "echo", {"text": "ok"})).text == "ok"
 
@@ -258,7 +261,7 @@ async def test_a_flood_on_stderr_keeps_only_its_tail() -> None:
 
 async def test_close_does_not_wait_for_a_server_still_starting() -> None:
     token = f"mcp-starting-{uuid.uuid4().hex}"
-    manager = servers({"silent": stdio("--silent", token, timeout=600)})
+    manager = servers({"silent": stdio("--silent", token)}, connect_timeout=600)
     await manager.start()
     await eventually(lambda: processes_with(token), what="the silent server started")
     # A hang guard, well under the close grace a ready server gets (10 s).
