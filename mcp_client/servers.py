@@ -102,7 +102,6 @@ class McpServers:
         result_cap: int = RESULT_CAP,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        self._config = config
         self._result_cap = result_cap
         self._connect_timeout = connect_timeout
         self._connections = {
@@ -224,7 +223,10 @@ class McpServers:
             if connection.stderr is not None:
                 # Its last words are why it failed: read them before reporting.
                 await connection.stderr.finished(STDERR_SETTLE)
-            connection.fail(_start_failure(exc, self._connect_timeout))
+            if connection.status == "ready":
+                connection.fail(f"connection lost: {_describe(exc)}")
+            else:
+                connection.fail(_start_failure(exc, self._connect_timeout))
         else:
             # A call may have failed the connection meanwhile (a server that died mid-call).
             connection.status = "closed" if connection.error is None else "failed"
