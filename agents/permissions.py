@@ -50,6 +50,16 @@ _MODES: Final = get_args(Mode)
 
 
 @dataclass(frozen=True)
+class ToolTrust:
+    """How far an admin trusts the server a call goes to (an MCP server's `approval` in
+    mcp.json) and what the server says of the tool (its read-only hint, believed only
+    under `smart`, because an admin chose to trust that server's annotations)."""
+
+    approval: Literal["ask", "smart", "auto"]
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class ToolCallRequest:
     """One tool call to decide: the tool, its subject (command, program, path or URL), and whose."""
 
@@ -60,6 +70,8 @@ class ToolCallRequest:
     workspace: str  # the Slack team / Discord guild id the rules were loaded for
     # Shown under the question when the gate asks (a diff, the call as the agent named it).
     detail: str = ""
+    # A call to a tool server (MCP): how far its server is trusted. None for builtin tools.
+    trust: ToolTrust | None = None
 
 
 @dataclass(frozen=True)

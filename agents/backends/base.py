@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agents.models.types import Message, TextBlock, ToolCall, ToolResult, Usage
+from agents.permissions import ToolTrust
 from agents.registry import AgentEntry
-from agents.workspace_tools import Permission, RunRecords
+from agents.tools import Tool
+from agents.workspace_tools import Permission, RunRecords, ToolContext
 
 Progress = Callable[[str], Awaitable[None]]
 Ask = Callable[[str], Awaitable[str]]
@@ -21,7 +23,29 @@ class Permit(Protocol):
     """The permission gate for one task: (tool, subject) → whether the call may run, and
     why; `detail` is shown to the person asked, when the gate asks (a diff, a command)."""
 
-    async def __call__(self, tool: str, subject: str, detail: str = "") -> Permission: ...
+    async def __call__(
+        self, tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
+    ) -> Permission: ...
+
+
+@dataclass(frozen=True)
+class McpEndpoint:
+    """A tool server an ACP agent's session may use: a loopback streamable-HTTP URL the bot
+    serves for this one task (every call passes the task's permission gate), and the
+    headers that authenticate the agent to it."""
+
+    name: str
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeToolset:
+    """What a node gets beyond its agent's own tools: the team's tools (MCP) granted to it,
+    as tools for an in-process loop and as endpoints for an ACP agent's session."""
+
+    tools: tuple[Tool[ToolContext], ...] = ()
+    endpoints: tuple[McpEndpoint, ...] = ()
 
 
 class BackendUnavailable(RuntimeError):
@@ -51,6 +75,8 @@ class AgentTask:
     # agents' file tools; `readable` holds their folders, shown read-only to a sandboxed CLI.
     records: RunRecords | None = None
     readable: tuple[Path, ...] = ()
+    # The team's tools (MCP) granted to this task, beyond the agent's own.
+    granted: NodeToolset = field(default_factory=NodeToolset)
 
     @property
     def message(self) -> str:

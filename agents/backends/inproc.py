@@ -57,6 +57,8 @@ class InProcessBackend:
         task.workspace.mkdir(parents=True, exist_ok=True)
         workspace = task.workspace.resolve()
         tools = self._specialist.tools(workspace)
+        if task.granted.tools:
+            tools = tools.with_tools(task.granted.tools)
         if task.ask is not None and "ask_requester" not in tools.names():
             tools = tools.with_tools([ASK_REQUESTER])
         messages = [*task.history, Message.user_text(task.message)]

@@ -16,6 +16,7 @@ MAX_NODES = 200
 
 NodeId = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
 SkillName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+ServerName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 InputName = Annotated[str, StringConstraints(pattern=NODE_ID_PATTERN)]
 
 # `queued`: submitted and waiting for its concurrency slot (or its instance); `running` only
@@ -67,6 +68,8 @@ class NodeSpec(BaseModel):
     # Omitted: the agent's own configuration; []: none; names: exactly these. Not advertised
     # in the model-facing schema (as in the paper): explicit plans and graph files set it.
     skills: SkipJsonSchema[list[SkillName] | None] = Field(default=None, max_length=20)
+    # The same for the team's tool servers (MCP, by their names in mcp.json).
+    mcp: SkipJsonSchema[list[ServerName] | None] = Field(default=None, max_length=20)
 
 
 class GraphSubmission(BaseModel):

@@ -4,13 +4,14 @@ conversation's slot, call the agent, then hand the outcome to the settler."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from agents.backends.base import AgentOutcome, AgentTask, Permit
+from agents.backends.base import AgentOutcome, AgentTask, NodeToolset, Permit
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
 from core.fence import fence, untrusted_preface
@@ -264,21 +265,33 @@ class Attempts:
             # view files owed are written first and their folders shown to it.
             await self._writer.write_views()
             readable = shelf.folders()
-        task = AgentTask(
-            node_id=node_id,
-            agent=job.entry,
-            prompt=job.prompt,
-            workspace=self._deps.agents.workspace,
-            history=list(history),
-            continuation=job.continuation,
-            on_progress=self._progress(node_id),
-            ask=self._reach.asker(node_id),
-            approve=self._reach.approver(node_id),
-            permit=self._reach.permit(node_id),
-            records=shelf,
-            readable=readable,
-        )
-        return await self._call_backend(job.entry, task)
+        permit = self._reach.permit(node_id)
+        async with self._toolset(job, permit) as granted:
+            task = AgentTask(
+                node_id=node_id,
+                agent=job.entry,
+                prompt=job.prompt,
+                workspace=self._deps.agents.workspace,
+                history=list(history),
+                continuation=job.continuation,
+                on_progress=self._progress(node_id),
+                ask=self._reach.asker(node_id),
+                approve=self._reach.approver(node_id),
+                permit=permit,
+                records=shelf,
+                readable=readable,
+                granted=granted,
+            )
+            return await self._call_backend(job.entry, task)
+
+    def _toolset(
+        self, job: Job, permit: Permit | None
+    ) -> contextlib.AbstractAsyncContextManager[NodeToolset]:
+        """The team's tools granted to this attempt (none when no tool servers exist)."""
+        tools = self._deps.aids.tools
+        if tools is None:
+            return contextlib.nullcontext(NodeToolset())
+        return tools.open(self._run, job.entry, job.spec.mcp, permit)
 
     def _shelf(self, node_id: str) -> RecordShelf:
         """The records the node's prompt names by path, for its agent to read."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agents.backends.base import AgentBackend, Permit
+from agents.backends.base import AgentBackend, NodeToolset, Permit
 from agents.registry import AgentEntry
 from core.ids import ConversationRef
 from host.graph.judge import CompletionJudge
@@ -78,6 +79,22 @@ class DispatchContext(Protocol):
         ...
 
 
+class NodeTools(Protocol):
+    """The team's tools (MCP servers) a node's task is granted (host-provided)."""
+
+    def open(
+        self,
+        run: RunRecord,
+        entry: AgentEntry,
+        granted: Sequence[str] | None,
+        permit: Permit | None,
+    ) -> AbstractAsyncContextManager[NodeToolset]:
+        """The node's toolset while its agent runs (closed when the call returns).
+        `granted`: the node's `mcp` override (None: the agent's own configuration; empty:
+        none; names: exactly those servers); every call passes `permit` (None: refused)."""
+        ...
+
+
 @dataclass(frozen=True)
 class AgentAccess:
     """How a run reaches its agents: by name, through their backend, in which workspace."""
@@ -108,6 +125,8 @@ class DispatchAids:
     prefetch: DispatchContext | None = None
     # None: tool calls pass no permission gate (only the tools' own rules apply).
     gates: PermitFactory | None = None
+    # None: nodes get their agent's own tools only (no tool servers configured).
+    tools: NodeTools | None = None
 
 
 @dataclass(frozen=True)
