@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from agents.backends.base import AgentBackend
 from agents.models.provider import ModelProvider
-from agents.registry import AgentRegistry
+from agents.registry import AgentEntry, AgentRegistry
 from agents.sandbox import Sandbox
 from agents.tools import Tool
 from core.ids import ConversationRef
@@ -26,6 +27,7 @@ from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
 from host.conversation.service import CommandHandler, ReplyGate
 from host.graph.executor import DispatchContext
+from host.graph.executor.deps import NodeTools
 from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import CommandGrants
@@ -95,6 +97,19 @@ class Feature(Protocol):
         """The skills a node may name in its `skills` override (None: this feature has none)."""
         ...
 
+    def tool_server_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        """The tool servers a node may name in its `mcp` override (None: this feature has
+        none)."""
+        ...
+
+    def node_tools(self) -> NodeTools | None:
+        """The team's tools a node's task is granted (None: this feature grants none)."""
+        ...
+
+    def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
+        """Backends this feature runs agents with, by agent name (its own agents)."""
+        ...
+
     def status_sources(self) -> Sequence[StatusSource]:
         """Lines for `status`."""
         ...
@@ -150,6 +165,15 @@ class BaseFeature:
 
     def skill_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
         return None
+
+    def tool_server_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        return None
+
+    def node_tools(self) -> NodeTools | None:
+        return None
+
+    def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
+        return {}
 
     def status_sources(self) -> Sequence[StatusSource]:
         return ()
