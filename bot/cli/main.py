@@ -1,5 +1,5 @@
 """The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory,
-skills."""
+skills, mcp."""
 
 from __future__ import annotations
 
@@ -103,6 +103,12 @@ def _skills(args: argparse.Namespace, settings: Settings) -> int:
     return skills_command(args, settings)
 
 
+def _mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.mcp import mcp_command
+
+    return mcp_command(args, settings)
+
+
 def _memory(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.memory import memory_command
 
@@ -154,6 +160,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "schedules": _schedules,
         "memory": _memory,
         "skills": _skills,
+        "mcp": _mcp,
         "doctor": _doctor,
         "eval": _eval,
         "evolve": _evolve,

@@ -74,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_evolve(sub)
     _add_skills(sub)
+    _add_mcp(sub)
     return parser
 
 
@@ -316,3 +317,30 @@ def _add_skills(sub: _Commands) -> None:
     search.add_argument(
         "query", nargs="+", help="the request to find skills for (the rest of the line)"
     )
+
+
+def _add_mcp(sub: _Commands) -> None:
+    """The `mcp` subcommand: the team's tool servers of RAVEN_HOME/mcp.json."""
+    mcp = sub.add_parser(
+        "mcp",
+        help="MCP tool servers: state and tools",
+        description="Connect to the tool servers of RAVEN_HOME/mcp.json (each within its own "
+        "timeout) and say what they offer, or why they did not start.",
+    )
+    actions = mcp.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
+    listing = actions.add_parser(
+        "list",
+        help="every server: transport, state, tools, initialize time, last error",
+        description="Every server of mcp.json, connected at once. Exit code 0, or 2 when "
+        "mcp.json is wrong.",
+    )
+    listing.add_argument("--json", action="store_true", help="a JSON list")
+    tools = actions.add_parser(
+        "tools",
+        help="one server's tools as agents see them",
+        description="The server's tools after its include/exclude filter, named as agents "
+        "call them (mcp__SERVER__TOOL). Exit code 1 when the server does not start, 2 for an "
+        "unknown server or a wrong mcp.json.",
+    )
+    tools.add_argument("server", help="a server name from mcp.json (`raven-bot mcp list`)")
+    tools.add_argument("--json", action="store_true", help="a JSON list")
