@@ -26,6 +26,7 @@ from agents.registry import (
 from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
+from bot.cli.mcp import DOCTOR_WAIT, doctor_line, mcp_path, probe_servers, team_servers
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
 from bot.schema import all_migrations
@@ -36,6 +37,7 @@ from core.store import Store
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
 from host.runtime.job_store_health import damaged_copies, job_store_damage
+from mcp_client import McpConfigError
 from memory.embeddings import semantic_unavailable_reason
 from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
@@ -241,6 +243,25 @@ async def _check_skills(settings: Settings) -> Check:
     return Check("skills", "ok", detail)
 
 
+async def _check_mcp(settings: Settings) -> Check:
+    """The team's tool servers (RAVEN_HOME/mcp.json): each connected at once, its tools and
+    initialize time or why it did not start; a wrong file fails as `run` would refuse it.
+    Bounded: no server is waited for longer than `DOCTOR_WAIT`."""
+    path = mcp_path(settings)
+    if not path.exists():
+        return Check("mcp", "ok", f"no tool servers ({path} absent)")
+    try:
+        config, secrets = team_servers(settings)
+    except McpConfigError as exc:
+        return Check("mcp", "fail", str(exc))
+    if not config.servers:
+        return Check("mcp", "ok", f"no tool servers ({path} lists none)")
+    reports = await probe_servers(config, secrets, wait_cap=DOCTOR_WAIT)
+    all_ready, detail = doctor_line(reports)
+    # A server that does not start leaves the bot serving without its tools: a warning.
+    return Check("mcp", "ok" if all_ready else "warn", detail)
+
+
 async def _check_machines(settings: Settings) -> Check:
     """Campaign machines from machines.toml, and whether their tools are installed."""
     try:
@@ -379,6 +400,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_machines,
     _check_permissions,
     _check_skills,
+    _check_mcp,
     _check_settings,
     _check_thread_replies,
     _check_nudges,
