@@ -200,10 +200,15 @@ def agent_tool_name(tool: McpTool) -> str:
 
 
 def mcp_command(
-    args: argparse.Namespace, settings: Settings, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    args: argparse.Namespace,
+    settings: Settings,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """`mcp list` or `mcp tools SERVER`: 0 when listed, 1 when the server asked for failed,
     2 for a broken mcp.json or an unknown server."""
+    # Looked up now, not at import: whoever called may have redirected them since.
+    out, err = out or sys.stdout, err or sys.stderr
     path = mcp_path(settings)
     try:
         config, secrets = team_servers(settings)
