@@ -3,6 +3,11 @@
 Every call goes through one waterfall (first match wins): builtin deny, user deny rules, user
 allow rules, allows remembered for the conversation, then the mode (ask-everything | smart |
 full-access). "Ask" goes to an `Asker`; a gate built without one (unattended runs) denies.
+
+A call to a tool server (MCP) is tool `mcp` on subject `SERVER:TOOL` (rules such as
+`mcp:github:get_*`), and carries its server's trust: after the rules and remembered allows,
+full-access allows it, and otherwise the server's approval mode in mcp.json decides (`auto`
+allows, `smart` allows what the server marks read-only, the rest asks).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from agents.secret_paths import SECRETS_WHAT, command_reaches_secret, is_secret_path
 from agents.shell_programs import code_runner, programs
 from agents.shell_words import ShellParseError, Word, tokenize
+
+# Re-exported: the gate's callers import it from here.
+from agents.tools import ToolTrust as ToolTrust  # noqa: PLC0414
 from agents.workspace_tools import denied_reason
 from core.errors import FieldError, describe_validation_error, did_you_mean
 
@@ -41,22 +49,14 @@ PATH_TOOLS: Final = frozenset(
     {"read_file", "write_file", "edit_file", "list_files", "search_files"}
 )
 READ_ONLY_TOOLS: Final = frozenset({"read_file", "list_files", "search_files"})
+# A call to a tool server: its subject is `SERVER:TOOL` (the arguments are only its detail).
+MCP_TOOL: Final = "mcp"
 WRITE_TOOLS: Final = frozenset({"write_file", "edit_file"})
 DEFAULT_ASK_TIMEOUT_SECONDS: Final = 900.0
 DEFAULT_RULES_LABEL: Final = "permissions.toml"
 
 _ANSWERS: Final = frozenset(get_args(Answer))
 _MODES: Final = get_args(Mode)
-
-
-@dataclass(frozen=True)
-class ToolTrust:
-    """How far an admin trusts the server a call goes to (an MCP server's `approval` in
-    mcp.json) and what the server says of the tool (its read-only hint, believed only
-    under `smart`, because an admin chose to trust that server's annotations)."""
-
-    approval: Literal["ask", "smart", "auto"]
-    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ _COMMAND_STYLE: Final = _GlobStyle(
 )
 _LOOSE_STYLE: Final = _GlobStyle(star=r".*", globstar=r".*", one=r".", dirs=False)
 _TOOL_NAME: Final = re.compile(r"[A-Za-z_][\w.-]*")
+_GLOB_CHARS: Final = re.compile(r"[*?\[]")
 _SEPARATORS: Final = re.compile(r"\|\||&&|[;&|\n\r()`]|\$\(")
 
 
@@ -194,6 +195,11 @@ class PermissionRule:
             raise ValueError(
                 f"`{self.tool}:` has no glob after `:`: write `{self.tool}` alone to match every "
                 f"{self.tool} call, or add a glob such as `{self.tool}:*`"
+            )
+        if self.tool == MCP_TOOL and ":" not in self.glob and not _GLOB_CHARS.search(self.glob):
+            raise ValueError(
+                f"`{self}` names no tool: an MCP rule is `mcp:SERVER:TOOL`, e.g. "
+                f"`mcp:{self.glob}:*` for every tool of {self.glob} or `mcp:{self.glob}:get_*`"
             )
         strict, broad = self._styles()
         glob = self._normalized_glob()
@@ -674,12 +680,40 @@ class PermissionGate:
         if self._mode == "full-access":
             reason = f"Allowed {shown}: the mode is full-access and no rule denies it."
             return Decision(True, "mode", reason, setting)
+        if call.trust is not None:
+            return await self._by_trust(call, shown, call.trust)
         if self._mode == "smart" and level == "low":
             reason = f"Allowed {shown}: it is low risk (read-only or inside the workspace)."
             return Decision(True, "mode", reason, setting)
         if self._asker is None:
             return self._unattended(call, shown, level)
-        return await self._ask(self._asker, call, shown, level)
+        return await self._ask(self._asker, call, shown, self._needs_approval())
+
+    async def _by_trust(self, call: ToolCallRequest, shown: str, trust: ToolTrust) -> Decision:
+        """A tool server's call after the rules: its server's approval mode in mcp.json
+        decides (the workspace mode only where it is full-access, handled before)."""
+        server = call.subject.partition(":")[0]
+        setting = f'approval = "{trust.approval}" for {server} in mcp.json'
+        mode_is = f'the server {server}\'s approval mode in mcp.json is "{trust.approval}"'
+        if trust.approval == "auto":
+            reason = f"Allowed {shown}: {mode_is}, so its calls run without asking."
+            return Decision(True, "mode", reason, setting)
+        if trust.approval == "smart" and trust.read_only:
+            reason = f"Allowed {shown}: {mode_is} and the server marks this tool read-only."
+            return Decision(True, "mode", reason, setting)
+        needs = (
+            f"{mode_is} and the server does not mark this tool read-only"
+            if trust.approval == "smart"
+            else f"{mode_is}, which asks before every call"
+        )
+        if self._asker is None:
+            reason = (
+                f"Refused {shown}: this is an unattended run, so nobody can approve it, and "
+                f"{needs}. To let unattended runs call it, add the allow rule "
+                f"`{suggest_rule(call.tool, call.subject)}` to {self._label}."
+            )
+            return Decision(False, "unattended", reason, setting)
+        return await self._ask(self._asker, call, shown, needs)
 
     def _needs_approval(self) -> str:
         if self._mode == "smart":
@@ -695,8 +729,8 @@ class PermissionGate:
         )
         return Decision(False, "unattended", reason, f"mode = {self._mode}")
 
-    async def _ask(self, asker: Asker, call: ToolCallRequest, shown: str, level: Risk) -> Decision:
-        question = f"Allow {shown}? Approval is needed because {self._needs_approval()}."
+    async def _ask(self, asker: Asker, call: ToolCallRequest, shown: str, needs: str) -> Decision:
+        question = f"Allow {shown}? Approval is needed because {needs}."
         why = runs_code(call.tool, call.subject)
         if why is not None:
             question += f" It runs code: {why}."

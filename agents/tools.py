@@ -1,17 +1,19 @@
-"""Tools an agent loop can call: a spec, an input model, and an async handler."""
+"""Tools an agent loop can call: a spec, an input model (or, for a tool server's tool, the
+server's raw JSON schema), and an async handler."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agents.models.types import ToolCall, ToolResult, ToolSpec
+from agents.models.types import MAX_RESULT_IMAGES, ToolCall, ToolImage, ToolResult, ToolSpec
 from agents.tool_failures import failed_text
 from core.errors import describe_validation_error
 
@@ -22,27 +24,65 @@ MAX_TOOL_OUTPUT_CHARS = 20_000
 
 
 @dataclass(frozen=True)
+class ToolTrust:
+    """How far an admin trusts the server a call goes to (an MCP server's `approval` in
+    mcp.json) and what the server says of the tool (its read-only hint, believed only
+    under `smart`, because an admin chose to trust that server's annotations)."""
+
+    approval: Literal["ask", "smart", "auto"]
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class ToolOutput:
     """A tool's text for the model and, apart, what a person is told of it in plain words
-    (said when no model writes the answer: offline)."""
+    (said when no model writes the answer: offline); images go to the model beside the
+    text; `is_error` marks a failed call for the model."""
 
     text: str
     summary: str
+    images: tuple[ToolImage, ...] = ()
+    is_error: bool = False
+
+
+class RawInput(BaseModel):
+    """The input of a tool known only by a raw JSON schema: anything, checked by its owner."""
+
+    model_config = ConfigDict(extra="allow")
 
 
 @dataclass(frozen=True)
 class Tool(Generic[Ctx]):
     """A callable tool: `handler(ctx, validated_input)` returns text for the model (or a
-    ToolOutput with a people-facing summary too)."""
+    ToolOutput with a people-facing summary too).
+
+    With `input_schema` (see `raw`), the model sees that schema as given and the handler gets
+    the call's arguments as a plain dict, unchecked: their owner (a tool server) checks them.
+    """
 
     name: str
     description: str
     input_model: type[BaseModel]
     handler: Callable[[Ctx, Any], Awaitable[str | ToolOutput]]
+    input_schema: Mapping[str, Any] | None = None
+
+    @classmethod
+    def raw(
+        cls,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        handler: Callable[[Ctx, dict[str, Any]], Awaitable[str | ToolOutput]],
+    ) -> Tool[Ctx]:
+        """A tool whose model-facing schema is `input_schema` (a JSON schema as a dict)."""
+        return cls(name, description, RawInput, handler, input_schema)
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
         """The schema the model sees (built once: every model call sends it)."""
+        if self.input_schema is not None:
+            raw = copy.deepcopy(dict(self.input_schema))
+            return ToolSpec(name=self.name, description=self.description, input_schema=raw)
         schema = self.input_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
@@ -83,23 +123,31 @@ class ToolRegistry(Generic[Ctx]):
         if tool is None:
             known = ", ".join(self._tools) or "none"
             return _error(call, f"Unknown tool `{call.name}`. Available tools: {known}.")
-        try:
-            args = tool.input_model.model_validate(call.input)
-        except ValidationError as exc:
-            return _error(call, f"Invalid input for `{call.name}`: {describe_validation(exc)}")
+        args: Any
+        if tool.input_schema is not None:
+            args = dict(call.input)  # its owner checks it
+        else:
+            try:
+                args = tool.input_model.model_validate(call.input)
+            except ValidationError as exc:
+                return _error(call, f"Invalid input for `{call.name}`: {describe_validation(exc)}")
         try:
             returned = await tool.handler(ctx, args)
         except Exception as exc:
             log.exception("tool %s failed", call.name)
             return _error(call, failed_text(call.name, f"{type(exc).__name__}: {exc}"))
-        output, summary = (
-            (returned.text, returned.summary)
-            if isinstance(returned, ToolOutput)
-            else (returned, "")
-        )
+        if not isinstance(returned, ToolOutput):
+            returned = ToolOutput(returned, "")
+        output = returned.text
         if len(output) > MAX_TOOL_OUTPUT_CHARS:
             output = output[:MAX_TOOL_OUTPUT_CHARS] + "\n…[output truncated]"
-        return ToolResult(tool_use_id=call.id, content=output, summary=summary)
+        return ToolResult(
+            tool_use_id=call.id,
+            content=output,
+            is_error=returned.is_error,
+            summary=returned.summary,
+            images=returned.images[:MAX_RESULT_IMAGES],
+        )
 
 
 def describe_validation(exc: ValidationError) -> str:

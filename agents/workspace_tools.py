@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from agents.process import describe_exit, run_process, scrub_env
 from agents.sandbox import Refusing, Sandbox, SandboxUnavailable
 from agents.secret_paths import SECRETS_WHAT, is_secret_path, secret_targets
-from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool
+from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool, ToolTrust
 
 READ_CHUNK_CHARS: Final = 16_000
 MAX_LIST_ENTRIES: Final = 500
@@ -35,6 +35,15 @@ class Permission(Protocol):
     def reason(self) -> str:
         """Why (shown to the agent when refused)."""
         ...
+
+
+class ToolPermit(Protocol):
+    """The permission gate as tools call it: (tool, subject) → decision; `detail` is shown
+    to the person asked, `trust` says how far a tool server's call is trusted (MCP)."""
+
+    async def __call__(
+        self, tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
+    ) -> Permission: ...
 
 
 class RunRecords(Protocol):
@@ -56,7 +65,7 @@ class ToolContext:
     # Asks the requester a clarifying question and returns the answer; None if nobody can.
     ask: Callable[[str], Awaitable[str]] | None = None
     # (tool, subject) → decision; None when no gate is configured (tests, the console demo).
-    permit: Callable[[str, str], Awaitable[Permission]] | None = None
+    permit: ToolPermit | None = None
     # The records the task names by path outside the workspace; None: it names none.
     records: RunRecords | None = None
 

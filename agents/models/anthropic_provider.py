@@ -11,7 +11,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anthropic
 from anthropic.types import (
     AssistantMessageParam,
+    Base64ImageSourceParam,
     ContentBlockParam,
+    ImageBlockParam,
     MessageParam,
     TextBlockParam,
     ToolParam,
@@ -234,7 +236,7 @@ def to_sdk_messages(messages: Sequence[Message]) -> list[MessageParam]:
                     ToolResultBlockParam(
                         type="tool_result",
                         tool_use_id=block.tool_use_id,
-                        content=block.content,
+                        content=_result_content(block),
                         is_error=block.is_error,
                     )
                 )
@@ -254,6 +256,25 @@ def to_sdk_messages(messages: Sequence[Message]) -> list[MessageParam]:
         else:
             out.append(AssistantMessageParam(role="assistant", content=content))
     return out
+
+
+def _result_content(result: ToolResult) -> str | list[TextBlockParam | ImageBlockParam]:
+    """A tool result's content: its text alone, or its text then its images as blocks."""
+    if not result.images:
+        return result.content
+    blocks: list[TextBlockParam | ImageBlockParam] = []
+    if result.content:  # the API rejects empty text blocks
+        blocks.append(TextBlockParam(type="text", text=result.content))
+    blocks.extend(
+        ImageBlockParam(
+            type="image",
+            source=Base64ImageSourceParam(
+                type="base64", media_type=image.media_type, data=image.data
+            ),
+        )
+        for image in result.images
+    )
+    return blocks
 
 
 def to_sdk_tool(spec: ToolSpec) -> ToolParam:

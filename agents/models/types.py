@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["user", "assistant"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "refusal", "other"]
+# The image formats models take in a tool result.
+ImageMediaType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+IMAGE_MEDIA_TYPES: Final = frozenset(("image/png", "image/jpeg", "image/gif", "image/webp"))
+# Caps on the images one tool result carries: every later model call of the run resends them.
+MAX_RESULT_IMAGES: Final = 4
+MAX_IMAGE_BASE64_CHARS: Final = 2_000_000  # about 1.5 MB of image
 
 
 class TextBlock(BaseModel):
@@ -28,6 +34,14 @@ class ToolCall(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ToolImage(BaseModel):
+    """An image a tool returned, for the model: base64 data and its media type."""
+
+    model_config = ConfigDict(frozen=True)
+    media_type: ImageMediaType
+    data: str = Field(max_length=MAX_IMAGE_BASE64_CHARS)
+
+
 class ToolResult(BaseModel):
     """The outcome of a tool call, sent back to the model (Anthropic `tool_result`)."""
 
@@ -39,6 +53,11 @@ class ToolResult(BaseModel):
     # What a person is told of this result, in plain words, when no model writes the answer
     # (the offline provider says it instead of `content`); never sent to a model.
     summary: str = ""
+    # Images for the model after `content` (a tool server's screenshot); left out of a
+    # stored session when there are none, so text-only results are stored as before.
+    images: tuple[ToolImage, ...] = Field(
+        default=(), max_length=MAX_RESULT_IMAGES, exclude_if=lambda images: not images
+    )
 
 
 Block = TextBlock | ToolCall | ToolResult

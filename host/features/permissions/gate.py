@@ -19,6 +19,7 @@ from agents.permissions import (
     PermissionGate,
     PermissionRules,
     ToolCallRequest,
+    ToolTrust,
     load_rules,
 )
 from core.ids import ConversationRef
@@ -115,7 +116,9 @@ class PermissionGates:
         gate: PermissionGate | None = None
         lock = asyncio.Lock()
 
-        async def permit(tool: str, subject: str, detail: str = "") -> Decision:
+        async def permit(
+            tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
+        ) -> Decision:
             nonlocal gate
             async with lock:
                 if gate is None:
@@ -132,7 +135,7 @@ class PermissionGates:
                         audit=self._audit,
                         rules_label=str(self._path),
                     )
-            call = ToolCallRequest(tool, subject, conv.id, requester, conv.workspace, detail)
+            call = ToolCallRequest(tool, subject, conv.id, requester, conv.workspace, detail, trust)
             return await gate.check(call)
 
         return permit
