@@ -11,12 +11,13 @@ each figure is the median.
 
 So that the five-server figure is known to measure something, each five-server chat is then
 watched (up to `--servers-within` seconds after the prompt) for the server processes it starts
-(Python processes running the fake server in the chat's own session): how many appeared, and
+(Python processes running the fake server below the chat's process): how many appeared, and
 when the last of them did, from the spawn. If the first five-server chat starts none (MCP not
 yet wired into the bot), later ones are not watched and the header says so.
 
 Goal (informational, never asserted): the first prompt ≤ 1 s with five servers. Every chat is
-killed with its process group (its servers too) at the end of its run. About 10 s. Run from
+killed with its process group at the end of its run, and the servers it started (the SDK
+starts each in a session of its own) by their ids. About 10 s. Run from
 the repo root:
 
     .venv/bin/python bench/mcp_chat_start.py [--runs 3] [--servers 5] [--servers-within 5]
@@ -72,29 +73,52 @@ def write_mcp_json(home: Path, count: int) -> None:
     (home / "mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2))
 
 
-def server_processes(session: int) -> int:
-    """Python processes running the fake server in the chat's session (a sandbox's wrapper,
-    whose argv also names the script, is not Python and not counted)."""
-    count = 0
+def descendants(root: int) -> set[int]:
+    """Every process below `root` (the SDK starts a stdio server in a session of its own, so
+    the chat's session or process group does not hold its servers)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if os.getsid(int(entry.name)) != session:
-                continue
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ProcessLookupError):
-            continue  # gone meanwhile, or not ours to read
-        if FAKE.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith(
-            "python"
-        ):
-            count += 1
-    return count
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def is_server(pid: int) -> bool:
+    """A Python process running the fake server (a sandbox's wrapper, whose argv also names
+    the script, is not Python and not counted)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return FAKE.encode() in argv and Path(argv[0].decode(errors="replace")).name.startswith(
+        "python"
+    )
+
+
+def end(pids: set[int]) -> None:
+    """Kill processes the chat started that outlived it (servers in sessions of their own)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def chat_start(env: dict[str, str], cwd: Path, *, watch: int, within: float) -> Start:
     """Spawn `chat` in a terminal; seconds until its prompt. With `watch` > 0, then wait up to
-    `within` s for that many server processes in its session."""
+    `within` s for that many server processes below it."""
     master, slave = pty.openpty()
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -108,6 +132,7 @@ def chat_start(env: dict[str, str], cwd: Path, *, watch: int, within: float) -> 
     )
     os.close(slave)
     seen = b""
+    started_by_chat: set[int] = set()
     try:
         deadline = time.monotonic() + WITHIN
         while PROMPT not in seen:
@@ -124,7 +149,9 @@ def chat_start(env: dict[str, str], cwd: Path, *, watch: int, within: float) -> 
         count, last = 0, None
         until = time.monotonic() + within
         while time.monotonic() < until:
-            now = server_processes(proc.pid)
+            below = descendants(proc.pid)
+            started_by_chat |= below
+            now = sum(1 for pid in below if is_server(pid))
             if now > count:
                 count, last = now, time.perf_counter() - started
             if count >= watch:
@@ -132,9 +159,11 @@ def chat_start(env: dict[str, str], cwd: Path, *, watch: int, within: float) -> 
             time.sleep(0.02)  # polling the process table, not waiting for time to pass
         return Start(prompt, count, last)
     finally:
+        started_by_chat |= descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the chat and the servers it started
+            os.killpg(proc.pid, signal.SIGKILL)  # the chat and its own process group
         proc.wait()
+        end(started_by_chat)
         os.close(master)
 
 
