@@ -4,6 +4,7 @@ missing or broken mcp.json, and secrets from .env that reach a server but never 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -15,6 +16,9 @@ import pytest
 
 from bot.cli.main import main
 from bot.cli.mcp import mcp_environment, shown
+from tests.mcp_client.test_servers import http_url
+
+__all__ = ["http_url"]  # a fixture: the fake server over streamable HTTP on 127.0.0.1
 
 FAKE = str(Path(__file__).parents[2] / "fakes" / "mcp_server.py")
 SECRET = "s3cr3t-from-dotenv-0123"
@@ -196,6 +200,36 @@ def test_a_secret_from_dotenv_reaches_the_server_but_never_the_output(
     records = {r["name"]: r for r in json.loads(outputs[1][1])}
     assert records["fake"]["state"] == "ready"  # ${TRACKER_TOKEN} was found in .env
     assert records["leaky"]["stderr"] == "token is ****"  # the server's words, masked
+
+
+async def test_a_streamable_http_server_is_listed_without_its_header_secret(
+    isolated_env: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    http_url: str,
+) -> None:
+    monkeypatch.setenv("DOCS_TOKEN", SECRET)
+    _write_config(
+        isolated_env,
+        {
+            "docs": {
+                "type": "http",
+                "url": http_url,
+                "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"},
+                "allow_private_network": True,
+            }
+        },
+    )
+    # main() runs its own event loop: in a worker thread, beside this test's.
+    code = await asyncio.to_thread(main, ["mcp", "list", "--json"])
+    listed = capsys.readouterr().out
+    (docs,) = json.loads(listed)
+    assert (code, docs["transport"], docs["state"], docs["tools"]) == (0, "http", "ready", 8)
+    code = await asyncio.to_thread(main, ["mcp", "tools", "docs"])
+    tools = capsys.readouterr().out
+    assert code == 0
+    assert "mcp__docs__header " in tools
+    assert SECRET not in listed + tools
 
 
 def test_the_environment_wins_over_dotenv(tmp_path: Path) -> None:
