@@ -28,7 +28,10 @@ Calls are interleaved one by one: each of `--calls` (500) rounds makes one call 
 of both transports, in an order that rotates from round to round, after `--warmup` (30)
 uncounted rounds, so drift and noise on the machine fall on every path alike. Latency is the
 wall time of the awaited call (perf_counter); CPU is this process's `time.process_time` over
-it (a server is another process: its CPU is not counted).
+it (a server is another process: its CPU is not counted). Besides each path's percentiles it
+prints what a bot path adds: the difference of p50s and p95s against the bare SDK on the same
+transport, and the paired difference (the median over rounds of the bot call − the bare call
+of the same round: drift over the run cannot move it), and the added CPU per call.
 
 Goal (informational, never asserted): added latency ≤ 2 ms at p50 (a bot path's p50 − the
 bare SDK's p50 on the same transport). Every process is closed at the end. About 15 s on 2
@@ -324,18 +327,20 @@ def print_lanes(lanes: Sequence[Lane], calls: int) -> None:
 def print_added(lanes: Sequence[Lane]) -> None:
     bare = {lane.transport: lane for lane in lanes if lane.bare}
     print(
-        f"\n(2) what the bot adds (ms, bot − bare SDK on the same transport)"
-        f"\n  {'transport':<9} {'path':<30} {'added p50':>9} {'added p95':>9} {'ratio p50':>9}"
-        f"   {'added cpu':>9}"
+        f"\n(2) what the bot adds (ms, bot − bare SDK on the same transport; paired: the median"
+        f"\n    of each round's bot call − that round's bare call, which drift cannot move)"
+        f"\n  {'transport':<9} {'path':<30} {'added p50':>9} {'added p95':>9} {'paired':>9}"
+        f" {'ratio p50':>9}   {'added cpu':>9}"
     )
     for lane in lanes:
         if lane.bare:
             continue
         base = bare[lane.transport]
         p50, p95 = pct(lane.wall, 50) - pct(base.wall, 50), pct(lane.wall, 95) - pct(base.wall, 95)
+        paired = statistics.median(a - b for a, b in zip(lane.wall, base.wall, strict=True))
         cpu = statistics.fmean(lane.cpu) - statistics.fmean(base.cpu)
         print(
-            f"  {lane.transport:<9} {lane.label:<30} {ms(p50):>9} {ms(p95):>9} "
+            f"  {lane.transport:<9} {lane.label:<30} {ms(p50):>9} {ms(p95):>9} {ms(paired):>9} "
             f"{pct(lane.wall, 50) / pct(base.wall, 50):8.2f}x   {ms(cpu):>9}"
         )
     print(
