@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from dotenv import dotenv_values
 
-from bot.settings import Settings
+from bot.settings import Settings, url_credentials
 from core.errors import did_you_mean
 from mcp_client import (
     HttpServerEntry,
@@ -143,13 +143,15 @@ async def _settle(
     wait_cap: float | None,
 ) -> ServerReport:
     transport = "http" if isinstance(entry, HttpServerEntry) else "stdio"
-    wait = entry.timeout if wait_cap is None else min(entry.timeout, wait_cap)
+    capped = wait_cap is not None and wait_cap < entry.timeout
+    wait = wait_cap if wait_cap is not None and capped else entry.timeout
     try:
         state = await asyncio.wait_for(servers.settled(name), wait)
     except TimeoutError:
-        return ServerReport(
-            name, transport, "timeout", (), None, f"no answer within {wait:g} s", None
-        )
+        # Say which bound it was, so the fix is clear (a slow first `npx` download, say).
+        bound = "doctor's limit" if capped else 'raise its "timeout" in mcp.json to wait longer'
+        why = f"no answer within {wait:g} s ({bound})"
+        return ServerReport(name, transport, "timeout", (), None, why, None)
     # TODO(issue 40): ServerState.initialize_seconds once the core measures it itself.
     seconds = round(asyncio.get_running_loop().time() - started, 3)
     if state.status == "ready":
@@ -179,8 +181,10 @@ def secrets_of(
         referenced = set()
     values = [environ[name] for name in referenced if name in environ]
     for entry in config.servers.values():
-        given = entry.headers if isinstance(entry, HttpServerEntry) else entry.env
-        values += given.values()
+        if isinstance(entry, HttpServerEntry):
+            values += [*entry.headers.values(), *url_credentials(entry.url)]
+        else:
+            values += entry.env.values()
     values += extra
     # Longest first: a header `Bearer X` is replaced whole before `X` alone.
     return sorted({v for v in values if len(v) >= _MIN_SECRET}, key=len, reverse=True)

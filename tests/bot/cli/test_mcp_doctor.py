@@ -85,7 +85,10 @@ async def test_a_silent_server_cannot_hold_doctor_past_its_cap(
     monkeypatch.setattr(doctor, "DOCTOR_WAIT", 1.0)
     _write_config(isolated_env, {"mute": _fake("--silent", timeout=600)})
     check = await _mcp_check()
-    assert (check.level, check.detail) == ("warn", "mute: timeout (no answer within 1 s)")
+    assert (check.level, check.detail) == (
+        "warn",
+        "mute: timeout (no answer within 1 s (doctor's limit))",
+    )
 
 
 def test_a_broken_mcp_json_fails_doctor_with_its_one_line_error(
