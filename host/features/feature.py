@@ -9,11 +9,11 @@ assembly root lists the features; adding a capability is one folder and one line
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from agents.backends.base import AgentBackend
 from agents.models.provider import ModelProvider
@@ -21,7 +21,7 @@ from agents.registry import AgentEntry, AgentRegistry
 from agents.sandbox import Sandbox
 from agents.tools import Tool
 from core.ids import ConversationRef
-from core.store import Store
+from core.store import Migration, Store
 from host.agent.host_agent import ContextSource
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
@@ -144,15 +144,32 @@ class Feature(Protocol):
 
 
 class FeatureKind(Protocol):
-    """A feature class: its settings section and how it is built from the shared parts."""
+    """A feature class: its settings section, its tables and how it is built from the shared
+    parts."""
 
     Section: type[Any]
+
+    @property
+    def migrations(self) -> Sequence[Migration]:
+        """Its tables' migrations, each package's numbered 1, 2, … in this order (the store's
+        schema is collected from the features listed: a feature with tables adds no line
+        anywhere else)."""
+        ...
+
+    @property
+    def migrations_after(self) -> Collection[str]:
+        """Packages whose tables its migrations read or replace: when installed, theirs run
+        first."""
+        ...
 
     def __call__(self, parts: HostParts, section: Any) -> Feature: ...
 
 
 class BaseFeature:
     """A feature that adds nothing: subclasses override what they contribute."""
+
+    migrations: ClassVar[Sequence[Migration]] = ()
+    migrations_after: ClassVar[Collection[str]] = frozenset()
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         return ()

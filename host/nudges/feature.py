@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.nudges.backlog import HELD_BACK_SUMMARY, HeldBack, HeldBackSummaries
+from host.nudges.migrations import MIGRATIONS
 from host.runtime.events import EventBus, subscribe_job
 
 
@@ -25,6 +26,9 @@ class NudgesFeature(BaseFeature):
     """Held-back posts: listed, then summarised once."""
 
     Section: ClassVar[type[NudgesSection]] = NudgesSection
+    migrations = MIGRATIONS
+    # Its first version keeps the `nudges` table the schedules package made (schedules 3).
+    migrations_after = frozenset({"schedules"})
 
     def __init__(self, parts: HostParts, section: NudgesSection) -> None:
         self.summaries = HeldBackSummaries(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from host.conversation.service import CommandHandler
+from host.evaluation.evolution.migrations import MIGRATIONS
 from host.evaluation.evolution.search import EvolveSettings
 from host.evaluation.evolution.session import evolve_agent
 from host.evaluation.evolution.tasks import read_evolve_tasks
@@ -49,6 +50,9 @@ class EvolutionFeature(BaseFeature):
     """`evolve AGENT TASKS` for admins; promotion by approval (see the module docstring)."""
 
     Section: ClassVar[type[EvolutionSection]] = EvolutionSection
+    # Harness evolution's tables (host/evaluation/evolution/): its runs and the harness
+    # versions the runtime loads at open.
+    migrations = MIGRATIONS
 
     def __init__(self, parts: HostParts, section: EvolutionSection) -> None:
         self._parts = parts

@@ -26,6 +26,7 @@ from memory.episodes import RuleFormer
 from memory.erasure import UserErasure
 from memory.group_store import GroupStore
 from memory.index import HybridIndex
+from memory.migrations import MIGRATIONS
 from memory.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class MemoryFeature(BaseFeature):
     group memory, what the team learned about its agents, before turns and dispatches."""
 
     Section: ClassVar[type[MemorySection]] = MemorySection
+    # The capability's own tables (memory/); its scope migration reads the conversation
+    # log's `messages`, which the Host's own migrations create before any feature's.
+    migrations = MIGRATIONS
 
     def __init__(self, parts: HostParts, section: MemorySection) -> None:
         self._section = section

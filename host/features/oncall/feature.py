@@ -37,6 +37,7 @@ from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
 from oncall.access import CampaignLimits
 from oncall.engine import CampaignEngine, EngineSettings
+from oncall.migrations import MIGRATIONS
 from oncall.model import FINAL_STATES
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
@@ -55,6 +56,8 @@ class OncallFeature(BaseFeature):
     """Campaigns started from chat, run on the machines of RAVEN_HOME/machines.toml."""
 
     Section: ClassVar[type[OncallSection]] = OncallSection
+    # The campaign engine's tables (oncall/).
+    migrations = MIGRATIONS
 
     def __init__(self, parts: HostParts, section: OncallSection) -> None:
         # The serving bot's site: its own directory is never a workdir.

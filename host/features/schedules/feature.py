@@ -18,6 +18,7 @@ from host.conversation.service import CommandHandler, ReplyGate
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.schedules.checks import Checks
 from host.features.schedules.commands import ScheduleCommands
+from host.features.schedules.migrations import MIGRATIONS
 from host.features.schedules.notify import NotifyGate
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
@@ -68,6 +69,7 @@ class SchedulesFeature(BaseFeature):
     """Tasks that run later or regularly, approved once by their owner."""
 
     Section: ClassVar[type[SchedulesSection]] = SchedulesSection
+    migrations = MIGRATIONS
 
     def __init__(self, parts: HostParts, section: SchedulesSection) -> None:
         self._parts = parts

@@ -15,6 +15,7 @@ from host.features.skills.completer import ProviderCompleter
 from host.features.skills.context import SkillContext
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.forge import SkillsSection, local_catalog, skill_router
+from host.features.skills.migrations import MIGRATIONS
 from host.features.skills.prefetch import NodeSkills
 from host.features.skills.store import ExperienceStore
 from host.graph.executor import DispatchContext
@@ -27,6 +28,7 @@ class SkillsFeature(BaseFeature):
     """The Skill Forge's router before turns and dispatches; experience from finished runs."""
 
     Section: ClassVar[type[SkillsSection]] = SkillsSection
+    migrations = MIGRATIONS
 
     def __init__(self, parts: HostParts, section: SkillsSection) -> None:
         self._on = section.skills
