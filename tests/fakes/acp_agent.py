@@ -20,6 +20,13 @@ text blocks joined by newlines; later lines are the context the bot appends), ca
   when the client did not offer reads at `initialize`.
 - `model` replies "model: <name>", the session's model option (`small` unless the client
   set it to `large` with `session/set_config_option`).
+- `mcp-servers` replies "mcp servers: " and the session's MCP servers (from `session/new` or
+  the last `session/load`) as JSON: name, type, url and header names (never their values);
+  "mcp servers: none" when it got none.
+- `call-mcp <server> <tool> [json arguments]` connects to the session's HTTP MCP server
+  <server> with the `mcp` SDK's client (sending the headers it was given), calls <tool> and
+  replies "mcp result: <text>", "mcp error: <text>" (the tool's error result) or
+  "mcp failed: <why>" (no such server, or the connection failed).
 - `slow` sends "working…" and ends with stop reason "cancelled" once `session/cancel` comes.
 - `crash` sends "about to crash", says why on stderr and exits with status 3 mid-turn.
 - `malformed` writes a line that is not JSON to stdout, then never answers.
@@ -27,7 +34,8 @@ text blocks joined by newlines; later lines are the context the bot appends), ca
 - `hang` never answers, ignores `session/cancel` and outlives its stdin: it must be killed.
 - anything else: "echo: <text>" in two chunks, with a plan, a "think" tool call and usage.
 
-`FAKE_ACP_SILENT_INIT=1` in the environment makes it never answer `initialize`.
+`FAKE_ACP_SILENT_INIT=1` in the environment makes it never answer `initialize`;
+`FAKE_ACP_NO_HTTP_MCP=1` makes it not advertise HTTP MCP servers (`mcpCapabilities.http`).
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ from acp.schema import (
     InitializeResponse,
     ListSessionsResponse,
     LoadSessionResponse,
+    McpCapabilities,
     McpServerStdio,
     NewSessionResponse,
     PermissionOption,
@@ -97,6 +106,7 @@ AGENT_NAME = "fake-acp"
 AGENT_VERSION = "1.2.3"
 SESSIONS_FILE = ".fake-acp-sessions.json"
 SILENT_INIT_VAR = "FAKE_ACP_SILENT_INIT"
+NO_HTTP_MCP_VAR = "FAKE_ACP_NO_HTTP_MCP"
 # What the usage update claims as the context window, in tokens.
 CONTEXT_SIZE = 200_000
 
@@ -120,6 +130,7 @@ class _Session:
     # Replaced at the start of each turn, so a cancel only ends the turn it was meant for.
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     tool_calls: int = 0
+    mcp_servers: list[McpServer] = field(default_factory=list)
 
     def next_tool_call_id(self) -> str:
         self.tool_calls += 1
@@ -190,8 +201,9 @@ def _save_notes(cwd: Path, session_id: str, notes: list[str]) -> None:
 class FakeAgent:
     """The `acp.Agent` the script serves; the behaviours are in the module's docstring."""
 
-    def __init__(self, *, silent_init: bool) -> None:
+    def __init__(self, *, silent_init: bool, http_mcp: bool = True) -> None:
         self._silent_init = silent_init
+        self._http_mcp = http_mcp
         self._client: Client | None = None
         self._sessions: dict[str, _Session] = {}
         self._commands: dict[str, Command] = {
@@ -206,6 +218,8 @@ class FakeAgent:
             "malformed": self._malformed,
             "empty": self._empty,
             "hang": self._hang,
+            "mcp-servers": self._mcp_servers,
+            "call-mcp": self._call_mcp,
         }
         # Set by `hang`: the script then outlives the connection (see `_serve`).
         self.wedged = False
@@ -235,7 +249,9 @@ class FakeAgent:
         return InitializeResponse(
             # The client's version when the SDK speaks it, else the newest the SDK knows.
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
-            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_capabilities=AgentCapabilities(
+                load_session=True, mcp_capabilities=McpCapabilities(http=self._http_mcp)
+            ),
             agent_info=Implementation(name=AGENT_NAME, version=AGENT_VERSION),
         )
 
@@ -247,7 +263,7 @@ class FakeAgent:
         **kwargs: Any,
     ) -> NewSessionResponse:
         session_id = f"sess-{uuid.uuid4().hex[:12]}"
-        self._sessions[session_id] = _Session(cwd=Path(cwd))
+        self._sessions[session_id] = _Session(cwd=Path(cwd), mcp_servers=list(mcp_servers or []))
         return NewSessionResponse(session_id=session_id, config_options=[_model_option("small")])
 
     async def load_session(
@@ -261,7 +277,9 @@ class FakeAgent:
         saved = _read_notes(Path(cwd))
         if session_id not in saved:
             raise RequestError.resource_not_found(session_id)
-        self._sessions[session_id] = _Session(cwd=Path(cwd), notes=saved[session_id])
+        self._sessions[session_id] = _Session(
+            cwd=Path(cwd), notes=saved[session_id], mcp_servers=list(mcp_servers or [])
+        )
         return LoadSessionResponse()
 
     async def prompt(
@@ -412,6 +430,38 @@ class FakeAgent:
         await self.client.session_update(session_id, done)
         await self._say(session_id, reply)
 
+    async def _mcp_servers(self, session_id: str, session: _Session, _: str) -> StopReason:
+        if not session.mcp_servers:
+            await self._say(session_id, "mcp servers: none")
+            return "end_turn"
+        described = [
+            {
+                "name": server.name,
+                "type": getattr(server, "type", "stdio"),
+                "url": getattr(server, "url", ""),
+                "headers": [header.name for header in getattr(server, "headers", [])],
+            }
+            for server in session.mcp_servers
+        ]
+        await self._say(session_id, "mcp servers: " + json.dumps(described))
+        return "end_turn"
+
+    async def _call_mcp(self, session_id: str, session: _Session, args: str) -> StopReason:
+        name, tool, arguments = [*args.split(maxsplit=2), "", ""][:3]
+        server = next(
+            (s for s in session.mcp_servers if isinstance(s, HttpMcpServer) and s.name == name),
+            None,
+        )
+        if server is None:
+            await self._say(session_id, f"mcp failed: no HTTP MCP server {name!r}")
+            return "end_turn"
+        try:
+            reply = await _call_http_tool(server, tool, json.loads(arguments or "{}"))
+        except Exception as exc:  # the agent reports what went wrong, as a real one would
+            reply = f"mcp failed: {type(exc).__name__}: {exc}"
+        await self._say(session_id, reply)
+        return "end_turn"
+
     async def _slow(self, session_id: str, session: _Session, _: str) -> StopReason:
         await self._say(session_id, "working…")
         await session.cancelled.wait()
@@ -490,8 +540,31 @@ class FakeAgent:
         return None
 
 
+async def _call_http_tool(server: HttpMcpServer, tool: str, arguments: dict[str, Any]) -> str:
+    """One tool call on `server` with the SDK's client, as an agent's MCP client makes it."""
+    # Imported here: only this behaviour needs the MCP SDK.
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.types import TextContent
+
+    headers = {header.name: header.value for header in server.headers}
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        streamable_http_client(server.url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as mcp,
+    ):
+        await mcp.initialize()
+        result = await mcp.call_tool(tool, arguments)
+    text = "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+    return f"mcp {'error' if result.is_error else 'result'}: {text}"
+
+
 async def _serve() -> None:
-    agent = FakeAgent(silent_init=os.environ.get(SILENT_INIT_VAR) == "1")
+    agent = FakeAgent(
+        silent_init=os.environ.get(SILENT_INIT_VAR) == "1",
+        http_mcp=os.environ.get(NO_HTTP_MCP_VAR) != "1",
+    )
     # Returns when stdin closes; the SDK then cancels the turns still running.
     await run_agent(agent)
     if agent.wedged:

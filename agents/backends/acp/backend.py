@@ -5,6 +5,15 @@ instance's history, so the next node of the handle prompts the same session (aft
 restart, `session/load` where the agent supports it; else a new session told the earlier
 exchange). A stateless node gets a fresh session.
 
+The team's tools granted to a node (`task.granted.endpoints`: loopback streamable-HTTP
+endpoints the bot serves for this one task, every call passing its permission gate) are given
+to the session as HTTP MCP servers. An agent that does not take HTTP MCP servers (its
+`initialize` did not advertise `mcpCapabilities.http`), or that runs without network, fails
+such a node with a note saying so rather than running it without the tools it was granted.
+Since a session keeps the servers it was opened with and each task's endpoint lives only
+for that task, a continuation that is granted tools loads its session again with this
+task's endpoints (or opens a new one told the earlier exchange) instead of reusing it.
+
 A turn that is stopped sends `session/cancel` and gets a few seconds to settle; one that does
 not settle, or that times out, ends the agent's process group. A crash, a malformed frame,
 an agent that never answers, or an empty turn (agents report an expired login that way)
@@ -19,18 +28,36 @@ import time
 from dataclasses import replace
 
 from acp import RequestError, text_block
-from acp.schema import NewSessionResponse, PromptResponse, SessionConfigOptionSelect
+from acp.schema import (
+    AcpMcpServer,
+    HttpHeader,
+    HttpMcpServer,
+    McpServerStdio,
+    NewSessionResponse,
+    PromptResponse,
+    SessionConfigOptionSelect,
+    SseMcpServer,
+)
 
 from agents.backends.acp.process import AcpProcess, AgentStartError
 from agents.backends.acp.processes import AcpProcesses
 from agents.backends.acp.turn import AcpTurn
-from agents.backends.base import AgentOutcome, AgentTask, cap_output, failed, task_as_text
+from agents.backends.base import (
+    AgentOutcome,
+    AgentTask,
+    McpEndpoint,
+    cap_output,
+    failed,
+    task_as_text,
+)
 from agents.models.types import Message, TextBlock, Usage
 from agents.registry import AgentEntry
 from agents.sandbox import SandboxUnavailable
 from core.fence import fence, new_marker
 
 SESSION_PREFIX = "[acp session "
+# What `session/new` and `session/load` take as MCP servers (the bot only gives HTTP ones).
+McpServer = HttpMcpServer | SseMcpServer | AcpMcpServer | McpServerStdio
 
 
 class ModelUnavailable(RuntimeError):
@@ -77,6 +104,9 @@ class AcpBackend:
 
     async def _prompt(self, process: AcpProcess, task: AgentTask, started: float) -> AgentOutcome:
         entry = self._entry
+        refused = self._tools_refused(process, task.granted.endpoints)
+        if refused:
+            return failed(task, refused, seconds=time.monotonic() - started)
         try:
             session_id, message_only = await self._session(process, task)
         except (ConnectionError, OSError, TimeoutError) as exc:
@@ -135,15 +165,18 @@ class AcpBackend:
         continues the instance's, or there is no earlier exchange to tell)."""
         kept = session_of(task.history) if self._entry.stateful else None
         cwd = str(task.workspace.resolve())
+        servers = _mcp_servers(task.granted.endpoints)
         async with asyncio.timeout(self._entry.init_timeout_seconds):
-            if kept is not None and kept in process.sessions:
+            # A live session still points at the endpoints of the task that opened it (closed
+            # since): one granted tools now is loaded again with this task's endpoints.
+            if kept is not None and kept in process.sessions and not servers:
                 return kept, True
             if kept is not None and process.info.load_session:
                 with contextlib.suppress(Exception):  # gone on the agent's side: start anew
-                    await process.conn.load_session(cwd=cwd, session_id=kept)
+                    await process.conn.load_session(cwd=cwd, session_id=kept, mcp_servers=servers)
                     process.sessions.add(kept)
                     return kept, True
-            created = await process.conn.new_session(cwd=cwd)
+            created = await process.conn.new_session(cwd=cwd, mcp_servers=servers)
             if self._entry.mode:
                 await process.conn.set_session_mode(
                     session_id=created.session_id, mode_id=self._entry.mode
@@ -151,6 +184,30 @@ class AcpBackend:
             if self._entry.model:
                 await self._choose_model(process, created)
         return created.session_id, not task.history
+
+    def _tools_refused(self, process: AcpProcess, endpoints: tuple[McpEndpoint, ...]) -> str:
+        """Why this agent cannot be given the granted tools ("" when it can, or none are)."""
+        if not endpoints:
+            return ""
+        name = self._entry.name
+        granted = ", ".join(f"`{endpoint.name}`" for endpoint in endpoints)
+        if not self._entry.network:
+            why = (
+                "it runs without network (`network = false`), so it cannot reach the bot's "
+                "loopback endpoint for them"
+            )
+        elif not _takes_http_mcp(process):
+            why = (
+                "it does not take MCP servers over HTTP (its `initialize` did not advertise "
+                "`mcpCapabilities.http`)"
+            )
+        else:
+            return ""
+        return (
+            f"The `{name}` agent was granted the team's tools ({granted}) but cannot use them: "
+            f"{why}. Run this node without them (no `[mcp ...]`, or `mcp = []` for "
+            f"[agents.{name}]), or give it to an agent that can."
+        )
 
     async def _choose_model(self, process: AcpProcess, created: NewSessionResponse) -> None:
         """Set the configured model through the session's model option (ACP has no other
@@ -274,6 +331,28 @@ class AcpBackend:
             truncated=truncated,
             error=error,
         )
+
+
+def _mcp_servers(endpoints: tuple[McpEndpoint, ...]) -> list[McpServer]:
+    """The granted endpoints as the session's MCP servers (none granted: none given)."""
+    return [
+        HttpMcpServer(
+            type="http",
+            name=endpoint.name,
+            url=endpoint.url,
+            headers=[HttpHeader(name=key, value=value) for key, value in endpoint.headers],
+        )
+        for endpoint in endpoints
+    ]
+
+
+def _takes_http_mcp(process: AcpProcess) -> bool:
+    """Whether the agent advertised `mcpCapabilities.http` at `initialize`.
+
+    Read from `AgentInfo.mcp_http`; an `AgentInfo` that does not record it yet lets the
+    agent decide (one that cannot take them refuses `session/new`, failing the node).
+    """
+    return bool(getattr(process.info, "mcp_http", True))
 
 
 def _exchanges(history: list[Message]) -> list[Message]:
