@@ -192,8 +192,11 @@ def _mcp_server(tools: Sequence[ProxiedTool], call: ProxiedCall, name: str) -> S
         try:
             result = await call(params.name, dict(params.arguments or {}))
         except Exception as exc:  # the callback's failure is this call's, never the endpoint's
-            _log.warning("a proxied call to %s failed: %s", params.name, type(exc).__name__)
-            return _error(f"The call to `{params.name}` failed in the bot: {exc}")
+            # Only its type leaves: the callback answers its own errors as results, and an
+            # unexpected one's text (a server's words, a path) is not the agent's to read.
+            kind = type(exc).__name__
+            _log.warning("a proxied call to %s failed: %s", params.name, kind)
+            return _error(f"The call to `{params.name}` failed in the bot ({kind}).")
         content: list[types.ContentBlock] = [types.TextContent(type="text", text=result.text)]
         content += [
             types.ImageContent(type="image", data=image.data, mime_type=image.mime_type)

@@ -105,7 +105,7 @@ async def test_a_failing_callback_fails_that_call_and_the_endpoint_keeps_serving
         after = await session.call_tool("search", {"q": "again"})
     assert broken.is_error
     assert isinstance(broken.content[0], types.TextContent)
-    assert "the server went away" in broken.content[0].text
+    assert broken.content[0].text == "The call to `search` failed in the bot (RuntimeError)."
     assert not after.is_error
 
 
