@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -46,35 +47,48 @@ def mcp_tools(servers: McpServers, server_names: Sequence[str]) -> tuple[Tool[To
     """One tool per tool each named server offers now (a server not ready offers none).
 
     A name `servers` does not know raises KeyError: admission checks a node's names first.
+    A tool a server lists twice is offered once.
     """
-    offered = [tool for name in dict.fromkeys(server_names) for tool in servers.tools(name)]
-    return tuple(mcp_tool(servers, tool) for tool in offered)
+    tools: list[McpTool] = []
+    seen: set[tuple[str, str]] = set()
+    for name in dict.fromkeys(server_names):
+        for tool in servers.tools(name):
+            if (tool.server, tool.name) not in seen:
+                seen.add((tool.server, tool.name))
+                tools.append(tool)
+    plain = Counter(agent_tool_name(t.server, t.name) for t in tools)
+    return tuple(
+        mcp_tool(servers, t, hashed=plain[agent_tool_name(t.server, t.name)] > 1) for t in tools
+    )
 
 
-def agent_tool_name(server: str, tool: str) -> str:
+def agent_tool_name(server: str, tool: str, *, hashed: bool = False) -> str:
     """`mcp__<server>__<tool>` as a model may call it (^[A-Za-z0-9_-]{1,64}$).
 
     A tool name with other characters has them replaced by `_`, and a name over 64
-    characters is cut; either way 8 hex digits of a hash of the real names end it, so two
-    tools never share a name (`a.b` and `a_b` stay apart).
+    characters is cut; either way (or with `hashed`, for names that would meet, such as
+    server `a__b` tool `c` and server `a` tool `b__c`) 8 hex digits of a hash of the real
+    names end it, so two tools never share a name (`a.b` and `a_b` stay apart).
     """
     plain = _NAME_UNSAFE.sub("_", tool)
     name = f"mcp__{_NAME_UNSAFE.sub('_', server)}__{plain}"
-    if plain == tool and server == _NAME_UNSAFE.sub("_", server) and len(name) <= MAX_NAME_CHARS:
+    changed = plain != tool or server != _NAME_UNSAFE.sub("_", server)
+    if not (hashed or changed) and len(name) <= MAX_NAME_CHARS:
         return name
     digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:_DIGEST_CHARS]
     return f"{name[: MAX_NAME_CHARS - _DIGEST_CHARS - 1]}_{digest}"
 
 
-def mcp_tool(servers: McpServers, tool: McpTool) -> Tool[ToolContext]:
-    """One server tool as an agent's tool (its calls go to `servers`)."""
+def mcp_tool(servers: McpServers, tool: McpTool, *, hashed: bool = False) -> Tool[ToolContext]:
+    """One server tool as an agent's tool (its calls go to `servers`); `hashed` as in
+    `agent_tool_name`."""
     schema, schema_note = _schema(tool.input_schema)
 
     async def call(ctx: ToolContext, arguments: dict[str, Any]) -> ToolOutput:
         return await _call(servers, tool, ctx, arguments)
 
     return Tool.raw(
-        agent_tool_name(tool.server, tool.name),
+        agent_tool_name(tool.server, tool.name, hashed=hashed),
         _description(tool) + schema_note,
         schema,
         call,

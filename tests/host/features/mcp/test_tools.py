@@ -148,6 +148,32 @@ def test_names_are_what_models_accept_and_never_collide() -> None:
     assert len(long) == 64 and long != other
 
 
+class Relisting(McpServers):
+    """Lists fake's tools twice, plus `x__echo`, whose plain name meets fake__x's `echo`."""
+
+    def tools(self, server: str) -> list[McpTool]:
+        listed = super().tools(server)
+        if server != "fake":
+            return listed
+        return [*listed, *listed, McpTool("fake", "x__echo", "", {"type": "object"}, False)]
+
+
+async def test_a_tool_listed_twice_is_offered_once_and_meeting_names_are_told_apart() -> None:
+    entry = {"command": sys.executable, "args": [FAKE], "tools": {"include": ["echo"]}}
+    text = json.dumps({"mcpServers": {"fake": entry, "fake__x": entry}})
+    manager = Relisting(parse_mcp_config(text, {}, source="mcp.json"))
+    async with manager:
+        for name in ("fake", "fake__x"):
+            assert (await asyncio.wait_for(manager.settled(name), 30)).status == "ready"
+        names = [tool.name for tool in mcp_tools(manager, ["fake", "fake__x", "fake"])]
+        assert names[0] == "mcp__fake__echo"
+        assert len(names) == 3 and len(set(names)) == 3
+        assert names[1] == agent_tool_name("fake", "x__echo", hashed=True)
+        assert names[2] == agent_tool_name("fake__x", "echo", hashed=True)
+        assert names[1].startswith("mcp__fake__x__echo_") and names[1] != names[2]
+        ToolRegistry(mcp_tools(manager, ["fake", "fake__x"]))  # no duplicate names
+
+
 async def test_a_hostile_description_and_schema_are_capped(smart: Harness) -> None:
     huge_schema = {
         "type": "object",
