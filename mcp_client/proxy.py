@@ -105,9 +105,7 @@ async def serve_tools(
                     lifespan="off",
                     log_config=None,
                     access_log=False,
-                    # Not asyncio's default 5 s: an idle keep-alive from the agent must not
-                    # hold anything; it reconnects when it needs to.
-                    timeout_keep_alive=1,
+                    ws="none",  # MCP over streamable HTTP is plain HTTP
                 )
             )
             server.config.load()
@@ -120,9 +118,20 @@ async def serve_tools(
                     headers=(("Authorization", f"Bearer {token}"),),
                 )
             finally:
-                await asyncio.shield(_stop(server))
+                await _stop_even_if_cancelled(server)
     finally:
         listener.close()
+
+
+async def _stop_even_if_cancelled(server: uvicorn.Server) -> None:
+    """`_stop`, seen through to its end even when the task leaving the context is cancelled
+    meanwhile (the cancellation is raised once it is done)."""
+    stopping = asyncio.ensure_future(_stop(server))
+    try:
+        await asyncio.shield(stopping)
+    except asyncio.CancelledError:
+        await stopping
+        raise
 
 
 async def _stop(server: uvicorn.Server) -> None:

@@ -203,3 +203,44 @@ async def test_closing_ends_a_held_connection_and_a_waiting_call_and_frees_the_p
         await asyncio.open_connection("127.0.0.1", port)
     assert asyncio.all_tasks() <= tasks_before | {asyncio.current_task()}
     assert threading.active_count() == threads_before
+
+
+async def test_a_node_stopped_while_a_call_waits_still_closes_its_endpoint() -> None:
+    entered = asyncio.Event()
+    ended: list[str] = []
+    opened: list[ProxyEndpoint] = []
+
+    async def never_answers(name: str, arguments: dict[str, Any]) -> ProxiedResult:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append(name)
+            raise
+        raise AssertionError("an event nobody sets was set")
+
+    async def node() -> None:
+        async with serve_tools(TOOLS, never_answers) as endpoint:
+            opened.append(endpoint)
+            await asyncio.Event().wait()  # the node's turn, until it is stopped
+
+    async def agent(endpoint: ProxyEndpoint) -> None:
+        async with client(endpoint) as session:
+            with contextlib.suppress(Exception):
+                await session.call_tool("search", {"q": "x"})
+
+    tasks_before = asyncio.all_tasks()
+    running = asyncio.create_task(node())
+    await eventually(lambda: opened, what="the endpoint to open")
+    port = urlsplit(opened[0].url).port
+    calling = asyncio.create_task(agent(opened[0]))
+    await entered.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert ended == ["search"]
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(calling, 10)
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+    assert asyncio.all_tasks() <= tasks_before | {asyncio.current_task()}
