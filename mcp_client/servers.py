@@ -135,6 +135,7 @@ class _Connection:
         if self.status != "ready" or self.stop.is_set():
             return
         self.status, self.error, self.lost, self.session = "reconnecting", reason, reason, None
+        self.attempt = 1  # the first reconnection, about to be waited for
         self.wake.set()
 
     def tools_changed(self) -> None:
@@ -399,7 +400,7 @@ class McpServers:
         else:
             connection.flaps = 0
         connection.status, connection.error, connection.session = "reconnecting", reason, None
-        connection.attempt = 0
+        connection.attempt = 0  # counted up just below, without a pause in between
         _log.warning("MCP server %s: %s; reconnecting", connection.name, reason)
         while not connection.stop.is_set():
             connection.attempt += 1
