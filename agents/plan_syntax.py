@@ -21,10 +21,10 @@ _ID = r"[a-z][a-z0-9_]{0,39}"
 _NODE_LINE = re.compile(
     rf"^\s*(?P<id>{_ID})\s*:\s*(?P<agent>[A-Za-z][\w-]*)\s*:(?!//)\s*(?P<task>.+?)\s*$"
 )
-# `[after a, b]`, `[instance NAME]` and `[skills a, b]` (or `[skills none]`), in any order, at
-# the end of a node line.
+# `[after a, b]`, `[instance NAME]`, `[skills a, b]` and `[mcp server, server]` (either with
+# `none`), in any order, at the end of a node line.
 _BRACKET = re.compile(
-    r"\[\s*(?P<kind>after|instance|skills)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE
+    r"\[\s*(?P<kind>after|instance|skills|mcp)\s+(?P<value>[^\]]*)\]\s*$", re.IGNORECASE
 )
 _AFTER_PART = re.compile(r"\[\s*after\s+[^\]]*\]|\s+after\s+.*$", re.IGNORECASE)
 _PLAIN_AFTER = re.compile(
@@ -51,10 +51,10 @@ _NO_ID_COLON = re.compile(
     rf"^\s*(?P<id>{_ID})\s+(?P<agent>[A-Za-z][\w-]*)\s*:\s*(?P<task>\S.*?)\s*$"
 )
 _ONE_COLON = re.compile(rf"^\s*{_ID}\s*:\s*[A-Za-z][\w-]*\s+\S")
-_OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance|skills)\b[^\]]*$", re.IGNORECASE)
-_TRAILING_BRACKET = re.compile(r"\[\s*(?:after|instance|skills)\b[^\]]*\]\s*$", re.IGNORECASE)
-# `[skills none]`: the node gets no skills at all (not even its agent's defaults).
-_NO_SKILLS = "none"
+_OPEN_BRACKET = re.compile(r"\[\s*(?:after|instance|skills|mcp)\b[^\]]*$", re.IGNORECASE)
+_TRAILING_BRACKET = re.compile(r"\[\s*(?:after|instance|skills|mcp)\b[^\]]*\]\s*$", re.IGNORECASE)
+# `[skills none]` / `[mcp none]`: the node gets none at all (not even its agent's defaults).
+_NONE = "none"
 _SHOWN_LINE_CHARS = 120
 _SHOWN_PROBLEMS = 5
 
@@ -109,10 +109,11 @@ def parse_plan(text: str) -> dict[str, Any] | None:
             "instance": instances[-1] if instances else None,
             "summary": task[:80],
         }
-        skills = [value for kind, value in groups if kind == "skills"]
-        if skills:  # the node's capability override: these skills only
-            named = _split_deps(skills[0])
-            node["skills"] = [] if [n.lower() for n in named] == [_NO_SKILLS] else named
+        for kind in ("skills", "mcp"):  # the node's capability overrides: these only
+            given = [value for k, value in groups if k == kind]
+            if given:
+                named = _split_deps(given[0])
+                node[kind] = [] if [n.lower() for n in named] == [_NONE] else named
         nodes.append(node)
     if not nodes:
         return None

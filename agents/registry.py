@@ -33,7 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.process import looks_secret
 from core.errors import FieldError, describe_validation_error, did_you_mean
 
-Backend = Literal["inproc", "cli", "api", "acp"]
+# What agents.toml may name; `tool` is the bot's own `mcp` agent (one tool-server call).
+ConfigBackend = Literal["inproc", "cli", "api", "acp"]
+Backend = Literal["inproc", "cli", "api", "acp", "tool"]
 Which = Callable[[str], str | None]
 # Whether a (real) path is visible to agent commands: the sandbox's view (agents.sandbox).
 Visible = Callable[[Path], bool]
@@ -86,6 +88,9 @@ class AgentEntry:
     # cli and acp agents: whether their process may reach any network (ACP coding agents
     # call their own model APIs); False cuts it off, loopback included (the sandbox does).
     network: bool = True
+    # inproc and acp agents: the team's tool servers (names in mcp.json) every task of this
+    # agent gets unless a node says otherwise (a node's `mcp` override).
+    mcp: tuple[str, ...] = ()
 
     @property
     def tags(self) -> list[str]:
@@ -179,6 +184,20 @@ def default_entries() -> list[AgentEntry]:
             ("claude", "-p"),
         ),
         *acp_presets(),
+        AgentEntry(
+            name="mcp",
+            description="Runs one call of a team tool server (RAVEN_HOME/mcp.json) as its "
+            'task, written `SERVER TOOL {"json": "arguments"}`; the call passes the permission '
+            "gate like any tool call.",
+            backend="tool",
+            stateful=False,
+            file_capable=False,
+            progress=False,
+            enabled=True,
+            role="raven",
+            timeout_seconds=600,
+            runs_commands=True,
+        ),
         _cli_preset(
             "codex",
             "OpenAI Codex CLI (`codex exec`) run headless in the workspace: code changes and "
@@ -303,7 +322,7 @@ class _EntryConfig(BaseModel):
     # TOML values are typed already: no coercion ("yes" is not a bool), unknown keys refused.
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    backend: Backend | None = None
+    backend: ConfigBackend | None = None
     description: str | None = Field(None, min_length=1)
     stateful: bool | None = None
     file_capable: bool | None = None
@@ -325,6 +344,7 @@ class _EntryConfig(BaseModel):
     init_timeout_seconds: float | None = Field(None, gt=0)
     idle_seconds: float | None = Field(None, gt=0)
     network: bool | None = None
+    mcp: list[str] | None = None
 
 
 class _FileConfig(BaseModel):
@@ -345,14 +365,18 @@ _NEW_AGENT_DEFAULTS: Final[Mapping[str, Mapping[str, bool]]] = MappingProxyType(
 
 
 def load_registry(
-    path: Path | None, *, which: Which = shutil.which, visible: Visible | None = None
+    path: Path | None,
+    *,
+    which: Which = shutil.which,
+    visible: Visible | None = None,
+    tool_servers: bool = False,
 ) -> AgentRegistry:
     """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
 
     Raises `RegistryError` naming the file and key for anything invalid. CLI agents whose binary
     or ACP agents whose program is not on PATH, or (given `visible`, the sandbox's view) lives
     where the sandbox does not show it, are kept but disabled, with `disabled_reason` saying
-    why.
+    why. `tool_servers`: whether any tool server is configured (else the `mcp` agent is off).
     """
     entries = {e.name: e for e in default_entries()}
     if path is not None and path.exists():
@@ -360,7 +384,9 @@ def load_registry(
         label = str(path)
         for name, table in config.agents.items():
             entries[name] = _merge(label, name, entries.get(name), table)
-    return AgentRegistry(_availability(e, which, visible) for e in entries.values())
+    return AgentRegistry(
+        _availability(e, which, visible, tool_servers=tool_servers) for e in entries.values()
+    )
 
 
 def default_registry(
@@ -436,6 +462,8 @@ def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) 
         given["env_allow"] = tuple(given["env_allow"])
     if "allow" in given:
         given["allow"] = tuple(given["allow"])
+    if "mcp" in given:
+        given["mcp"] = tuple(given["mcp"])
     if base is None:
         if "description" not in given:
             raise RegistryError(f"{where} description: required for a new agent")
@@ -473,6 +501,10 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
                 "to grant this agent its own key"
             )
     _check_backend_keys(where, entry, given)
+    if "mcp" in given and (entry.backend not in ("inproc", "acp") or entry.runs_commands):
+        raise RegistryError(
+            f"{where} mcp: only in-process and acp agents can call the team's tool servers"
+        )
 
 
 def _check_backend_keys(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
@@ -511,12 +543,17 @@ def command_allowed(command: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(text, pattern.strip()) for pattern in patterns)
 
 
-def _availability(entry: AgentEntry, which: Which, visible: Visible | None) -> AgentEntry:
+def _availability(
+    entry: AgentEntry, which: Which, visible: Visible | None, *, tool_servers: bool
+) -> AgentEntry:
     """Disable entries that cannot run here, saying why, instead of failing at startup."""
     if not entry.enabled:
         return (
             entry if entry.disabled_reason else replace(entry, disabled_reason="disabled in config")
         )
+    if entry.backend == "tool" and not tool_servers:
+        why = "no tool servers are configured (RAVEN_HOME/mcp.json)"
+        return replace(entry, enabled=False, disabled_reason=why)
     if entry.backend not in ("cli", "acp"):
         return entry
     program = entry.command[0]

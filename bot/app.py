@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +64,7 @@ from host.evaluation.evolution.runtime import (
 )
 from host.features.evolution.feature import EvolutionFeature
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
+from host.features.mcp.feature import MCP_FILE, McpFeature
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.group import close_request
 from host.features.memory.personal import MemoryWriter
@@ -202,9 +203,10 @@ def backend_factory(
     sandbox: Sandbox,
     acp: AcpProcesses,
     harnesses: ActiveHarnesses,
+    own: Mapping[str, Callable[[AgentEntry], AgentBackend]] | None = None,
 ) -> Callable[[AgentEntry], AgentBackend]:
     """Builds each agent's backend once, on first use; an in-process specialist with a
-    promoted harness runs with it."""
+    promoted harness runs with it; `own`: the agents a feature runs itself, by name."""
     web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
     specialists = default_specialists(
         shell=ShellPolicy(sandbox=sandbox), web_tools=web_tools_hook(web)
@@ -212,6 +214,8 @@ def backend_factory(
     built: dict[str, AgentBackend] = {}
 
     def backend(entry: AgentEntry) -> AgentBackend:
+        if own and entry.name in own and entry.name not in built:
+            built[entry.name] = own[entry.name](entry)
         if entry.name not in built:
             harness = harnesses.get(entry.name) if entry.backend == "inproc" else None
             if harness is not None and entry.role in specialists:
@@ -264,7 +268,11 @@ def load_agents(settings: Settings, sandbox: Sandbox | None = None) -> AgentRegi
     with `sandbox`, a CLI agent whose program that sandbox cannot see is disabled, saying so."""
     visible = None if sandbox is None else shown_by(sandbox, os.environ)
     try:
-        return load_registry(settings.home / "agents.toml", visible=visible)
+        return load_registry(
+            settings.home / "agents.toml",
+            visible=visible,
+            tool_servers=(settings.home / MCP_FILE).is_file(),
+        )
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
 
@@ -313,6 +321,7 @@ FEATURES: tuple[FeatureKind, ...] = (
     OncallFeature,
     SchedulesFeature,
     EvolutionFeature,
+    McpFeature,
     # Last: what the caps held back is listed after the work that said it.
     NudgesFeature,
 )
@@ -344,7 +353,12 @@ async def build_runtime(
             registry=parts.registry,
             judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
             backend=backend_factory(
-                parts.provider, settings, parts.sandbox, agent_processes, harnesses
+                parts.provider,
+                settings,
+                parts.sandbox,
+                agent_processes,
+                harnesses,
+                own={n: b for f in installed for n, b in f.agent_backends().items()},
             ),
             workspace=parts.workspace,
             bus=parts.bus,
@@ -358,6 +372,10 @@ async def build_runtime(
         ),
         aids=RunAids(
             skill_names=next((n for f in installed if (n := f.skill_names()) is not None), None),
+            tool_server_names=next(
+                (n for f in installed if (n := f.tool_server_names()) is not None), None
+            ),
+            tools=next((t for f in installed if (t := f.node_tools()) is not None), None),
             prompts=(
                 clarifier := Clarifier(
                     parts.provider,

@@ -21,6 +21,11 @@ from pydantic_core import ErrorDetails
 _VALUE_ERROR_PREFIX: Final = "Value error, "
 
 
+class ConfigError(RuntimeError):
+    """A configuration file is wrong: the bot does not start. The message is one line naming
+    the file, the key and the fix."""
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One pydantic error in the parts a message is worded from."""

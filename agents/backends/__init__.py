@@ -47,6 +47,11 @@ def build_backend(
     if not entry.enabled:
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
+    if entry.backend == "tool":
+        raise BackendUnavailable(
+            f"agent `{entry.name}` calls tool servers, and none are configured here "
+            "(RAVEN_HOME/mcp.json)"
+        )
     if entry.backend == "cli":
         return CommandLineBackend(entry, sandbox=sandbox, environ=environ)
     if entry.backend == "acp":

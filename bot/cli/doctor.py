@@ -146,7 +146,9 @@ async def _registry(settings: Settings) -> tuple[Sandbox, AgentRegistry]:
     """The sandbox and the registry as the bot builds them (`RegistryError` if invalid)."""
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     path = settings.home / "agents.toml"
-    return sandbox, load_registry(path, visible=shown_by(sandbox, os.environ))
+    tool_servers = (settings.home / "mcp.json").is_file()
+    visible = shown_by(sandbox, os.environ)
+    return sandbox, load_registry(path, visible=visible, tool_servers=tool_servers)
 
 
 async def _check_agents(settings: Settings) -> Check:
@@ -169,8 +171,8 @@ async def _check_agents(settings: Settings) -> Check:
 def _unexpectedly_off(entry: AgentEntry) -> bool:
     """Off for a reason worth a warning: not switched off in agents.toml, and not a preset
     whose program is simply not installed."""
-    if entry.disabled_reason == "disabled in config":
-        return False
+    if entry.disabled_reason == "disabled in config" or entry.backend == "tool":
+        return False  # the `mcp` agent is off exactly when no tool servers are configured
     presets = {e.name for e in default_entries() if e.backend in ("cli", "acp")}
     missing = entry.backend in ("cli", "acp") and shutil.which(entry.command[0]) is None
     return not (entry.name in presets and missing)

@@ -194,6 +194,7 @@ def _configure_logging(settings: Settings, command: str) -> None:
 
 def _run_bot(settings: Settings, command: str) -> int:
     from bot.home import HomeError, check_home
+    from core.errors import ConfigError
     from core.serving_lock import LockError, ServingLock
 
     try:
@@ -205,7 +206,7 @@ def _run_bot(settings: Settings, command: str) -> int:
             return asyncio.run(_serve(settings, command))
     except KeyboardInterrupt:
         return 130
-    except (HomeError, LockError) as exc:
+    except (HomeError, ConfigError, LockError) as exc:
         # A configuration problem, like an invalid setting, or another bot serving here.
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 2

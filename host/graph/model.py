@@ -124,3 +124,5 @@ class AdmissionContext:
     approval_collected: bool = False
     # The skill names a node may ask for (None: skills are off, so a node may ask for none).
     skills: frozenset[str] | None = None
+    # The tool servers (mcp.json) a node may ask for (None: none are configured).
+    tool_servers: frozenset[str] | None = None

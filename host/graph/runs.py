@@ -26,6 +26,7 @@ from host.graph.executor import (
     DispatchAids,
     DispatchContext,
     GraphRun,
+    NodeTools,
     PermitFactory,
     RunDeps,
     RunPolicy,
@@ -81,6 +82,10 @@ class RunAids:
     gates: PermitFactory | None = None
     # The skills a node may name in its `skills` override (None: skills are off).
     skill_names: Callable[[], Awaitable[frozenset[str]]] | None = None
+    # The tool servers a node may name in its `mcp` override (None: none configured).
+    tool_server_names: Callable[[], Awaitable[frozenset[str]]] | None = None
+    # The team's tools a node is granted (None: nodes get their agent's own tools only).
+    tools: NodeTools | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ class RunManager:
         self._prefetch = aids.prefetch
         self._gates = aids.gates
         self._skill_names = aids.skill_names
+        self._tool_server_names = aids.tool_server_names
+        self._tools = aids.tools
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
@@ -156,6 +163,9 @@ class RunManager:
             dispatch_budget_remaining=max(0, self._settings.dispatch_budget_per_hour - used),
             approval_collected=approval_collected,
             skills=None if self._skill_names is None else await self._skill_names(),
+            tool_servers=(
+                None if self._tool_server_names is None else await self._tool_server_names()
+            ),
         )
 
     async def submit(
@@ -259,7 +269,7 @@ class RunManager:
             policy=RunPolicy(
                 self._host_reachable, self._settings.decision_seconds, clock=self._clock
             ),
-            aids=DispatchAids(self._prompts, self._prefetch, self._gates),
+            aids=DispatchAids(self._prompts, self._prefetch, self._gates, self._tools),
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

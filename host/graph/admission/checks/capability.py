@@ -44,6 +44,53 @@ def check_capability(
                     field="skills",
                     repair="leave the skills out of this node",
                 )
+        if spec.mcp:
+            _check_tool_servers(spec, spec.mcp, agent, ctx.tool_servers)
+
+
+# Backends whose agents can call the team's tools: the in-process loop, and ACP agents (given
+# the tools as an MCP server of the bot's). A CLI or API agent has no way to take them.
+_TOOL_BACKENDS = frozenset({"inproc", "acp"})
+
+
+def _check_tool_servers(
+    spec: NodeSpec,
+    asked: Sequence[str],
+    agent: AgentCapabilities | None,
+    known: frozenset[str] | None,
+) -> None:
+    """A node's `mcp` override names configured servers, for an agent that can use them."""
+    if not known:
+        raise AdmissionError(
+            "capability",
+            "the node asks for tool servers, but none are configured here",
+            node=spec.id,
+            field="mcp",
+            repair="leave `mcp` out (or add the servers to RAVEN_HOME/mcp.json)",
+        )
+    unknown = [name for name in asked if name not in known]
+    if unknown:
+        names = ", ".join(f"`{n}`" for n in unknown)
+        some = ", ".join(f"`{n}`" for n in sorted(known))
+        raise AdmissionError(
+            "capability",
+            f"no tool server named {names}",
+            node=spec.id,
+            field="mcp",
+            repair=f"use servers from mcp.json ({some}; `raven-bot mcp list` shows them)",
+        )
+    backend = getattr(agent, "backend", "inproc")
+    if agent is not None and (
+        getattr(agent, "runs_commands", False) or backend not in _TOOL_BACKENDS
+    ):
+        raise AdmissionError(
+            "capability",
+            f"agent `{spec.agent}` cannot call tools from a tool server",
+            node=spec.id,
+            field="mcp",
+            repair="leave `mcp` out of this node, or give it to an in-process or ACP agent "
+            "(e.g. `code`, `research`)",
+        )
 
 
 def _check_skills(spec: NodeSpec, asked: Sequence[str], known: frozenset[str] | None) -> None:

@@ -1,0 +1,88 @@
+"""The team's tool servers (MCP) as a capability: RAVEN_HOME/mcp.json read at start (a broken
+file stops the start with one line naming it), every server connected in the background once
+the bot runs and closed at shutdown, the `mcp` agent's one-call nodes, the server names a
+node's `mcp` override may use, and the tools each node is granted."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from agents.backends.base import AgentBackend
+from agents.registry import AgentEntry, AgentRegistry
+from core.errors import ConfigError
+from host.features.feature import BaseFeature, HostParts
+from host.features.mcp.environ import server_environ
+from host.features.mcp.node import McpCallBackend
+from mcp_client import McpConfig, McpConfigError, McpServers, load_mcp_config
+
+MCP_FILE = "mcp.json"
+# How long a node waits for a tool server still connecting after a start.
+SETTLE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class McpSection:
+    """No settings: RAVEN_HOME/mcp.json is this capability's configuration."""
+
+
+class McpFeature(BaseFeature):
+    """Tool servers for nodes: connected in the background, granted per node."""
+
+    Section: ClassVar[type[McpSection]] = McpSection
+
+    def __init__(self, parts: HostParts, section: McpSection) -> None:
+        path = parts.home / MCP_FILE
+        try:
+            config = load_mcp_config(path, server_environ(parts.cwd))
+        except McpConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
+        self._names = frozenset(config.servers)
+        self.servers = McpServers(config)
+
+    def tool_server_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
+        names = self._names
+
+        async def known() -> frozenset[str]:
+            return names
+
+        return known
+
+    def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
+        if not self._names:
+            return {}
+        backend = McpCallBackend(self.servers, settle_seconds=SETTLE_SECONDS)
+        return {"mcp": lambda entry: backend}
+
+    async def start(self, stack: AsyncExitStack) -> None:
+        if not self._names:
+            return
+        # Connecting never delays the start: each server connects in a task of its own.
+        await self.servers.start()
+        stack.push_async_callback(self.servers.close)
+
+
+def _check_agent_defaults(registry: AgentRegistry, config: McpConfig, agents_file: Path) -> None:
+    """agents.toml's `mcp` defaults and mcp.json's `agents` name what exists."""
+    names = sorted(config.servers)
+    shown = ", ".join(f"`{n}`" for n in names) or "none: mcp.json is absent or empty"
+    for entry in registry.entries():
+        unknown = [n for n in entry.mcp if n not in config.servers]
+        if unknown:
+            raise ConfigError(
+                f"{agents_file}: [agents.{entry.name}] mcp: no tool server named "
+                f"{', '.join(f'`{n}`' for n in unknown)} in mcp.json (servers: {shown})"
+            )
+    agents = {e.name for e in registry.entries()}
+    for server, server_entry in config.servers.items():
+        strangers = [a for a in server_entry.agents if a not in agents]
+        if strangers:
+            raise ConfigError(
+                f"mcp.json: mcpServers.{server}.agents: no agent named "
+                f"{', '.join(f'`{a}`' for a in strangers)} (agents.toml and the built-in "
+                "roster name the agents)"
+            )
