@@ -80,6 +80,10 @@ async def serve_tools(
 ) -> AsyncIterator[ProxyEndpoint]:
     """Serve `tools` on a fresh loopback port until the context exits; each call goes to
     `call(tool_name, arguments)`. A call to a tool not in `tools` never reaches `call`."""
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"tools offered twice: {', '.join(twice)}; give each name once")
     token = secrets.token_urlsafe(32)
     manager = StreamableHTTPSessionManager(
         app=_mcp_server(tools, call, name),

@@ -94,6 +94,12 @@ async def test_an_agent_lists_exactly_the_tools_given_and_its_calls_reach_the_ca
     assert "No tool `delete_repo`" in unknown.content[0].text
 
 
+async def test_a_tool_offered_twice_is_refused_before_anything_is_served() -> None:
+    with pytest.raises(ValueError, match="tools offered twice: search"):
+        async with serve_tools((*TOOLS, TOOLS[0]), Calls()):
+            pass
+
+
 async def test_a_failing_callback_fails_that_call_and_the_endpoint_keeps_serving() -> None:
     async def call(name: str, arguments: dict[str, Any]) -> ProxiedResult:
         if arguments.get("q") == "boom":
