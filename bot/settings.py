@@ -1,10 +1,17 @@
-"""One `Settings` object read from `.env` and the environment; every knob has a default."""
+"""One `Settings` object read from `.env` and the environment; every knob has a default.
+
+A feature's own knobs are declared in its folder (`host/features/<name>/settings.py`) and read
+the same way; `feature_settings` finds them, so they are checked, listed and known with these.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import importlib.util
 import os
+import pkgutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -13,8 +20,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+import host.features
 from core.errors import FieldError, describe_validation_error
 from host.nudges.quiet import parse_quiet_hours
 
@@ -417,24 +426,8 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_CAMPAIGN_MAX_PER_USER",
         description="How many active campaigns one person may have at once (admins: no limit).",
     )
-    schedule_max_per_user: int = Field(
-        default=20,
-        ge=1,
-        validation_alias="RAVEN_SCHEDULE_MAX_PER_USER",
-        description="How many scheduled tasks one person may have at once (live or paused).",
-    )
-    schedule_min_interval_seconds: float = Field(
-        default=300.0,
-        ge=60,
-        validation_alias="RAVEN_SCHEDULE_MIN_INTERVAL",
-        description="The shortest `every` interval a scheduled task may use, in seconds.",
-    )
-    schedule_channel_per_hour: int = Field(
-        default=30,
-        ge=1,
-        validation_alias="RAVEN_SCHEDULE_CHANNEL_PER_HOUR",
-        description="How many scheduled firings may run in one channel per hour.",
-    )
+    # Scheduled tasks' own settings (RAVEN_SCHEDULE_*) are declared in their folder:
+    # host/features/schedules/settings.py (see `feature_settings`).
     nudge_channel_per_hour: int = Field(
         default=20,
         ge=1,
@@ -546,14 +539,18 @@ class Settings(BaseSettings):
         """A part's settings section: a dataclass whose fields are named as here, or as here
         after `prefix` (`SlackConfig.bot_token` is `slack_bot_token`). The part declares what
         it reads and nothing is copied field by field. A field with no setting keeps its
-        default (a tunable no one configures) only when `prefix` is given; a capability's
-        section must name real settings. `reveal`: secrets as plain strings (an adapter's
-        tokens), else as SecretStr."""
+        default (a tunable no one configures) only when `prefix` is given, or when its
+        default is built by a feature's own settings model (`feature_settings`: that model
+        reads .env and the environment itself); a capability's section must otherwise name
+        real settings. `reveal`: secrets as plain strings (an adapter's tokens), else as
+        SecretStr."""
         known = type(self).model_fields
         values: dict[str, Any] = {}
         missing: list[str] = []
         for f in dataclasses.fields(kind):
             name = next((n for n in (prefix + f.name, f.name) if n in known), None)
+            if name is None and _own_settings(f):
+                continue
             if name is None:
                 missing.append(f.name)
                 continue
@@ -567,32 +564,39 @@ class Settings(BaseSettings):
 
     def is_set(self, variable: str) -> bool:
         """True when the setting read from environment variable `variable` has a value."""
-        for name, field in type(self).model_fields.items():
-            alias = field.validation_alias
-            names = alias.choices if isinstance(alias, AliasChoices) else [alias]
-            if variable in names:
-                value = getattr(self, name)
-                return value is not None and value != ""
+        for model in (self, *read_feature_settings()):
+            for name, field in type(model).model_fields.items():
+                alias = field.validation_alias
+                names = alias.choices if isinstance(alias, AliasChoices) else [alias]
+                if variable in names:
+                    value = getattr(model, name)
+                    return value is not None and value != ""
         raise KeyError(f"no setting reads {variable}")
 
     def secret_values(self) -> list[str]:
         """Every secret this configuration holds (tokens, URL credentials), for redaction."""
         secrets: list[str] = []
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if isinstance(value, SecretStr) and value.get_secret_value():
-                secrets.append(value.get_secret_value())
-            elif name in _URL_FIELDS and isinstance(value, str):
-                secrets += url_credentials(value)
+        for model in (self, *read_feature_settings()):
+            for name in type(model).model_fields:
+                value = getattr(model, name)
+                if isinstance(value, SecretStr) and value.get_secret_value():
+                    secrets.append(value.get_secret_value())
+                elif name in _URL_FIELDS and isinstance(value, str):
+                    secrets += url_credentials(value)
         return secrets
 
     def masked(self) -> dict[str, str]:
         """Effective configuration by environment variable name, secrets masked."""
         out: dict[str, str] = {}
-        for name, field in type(self).model_fields.items():
+        fields: list[tuple[BaseSettings, str, FieldInfo]] = [
+            (self, n, f) for n, f in type(self).model_fields.items()
+        ]
+        for model in read_feature_settings():
+            fields += [(model, n, f) for n, f in type(model).model_fields.items()]
+        for model, name, field in fields:
             alias = field.validation_alias
             env = alias.choices[0] if isinstance(alias, AliasChoices) else alias
-            value = getattr(self, name)
+            value = getattr(model, name)
             if isinstance(value, SecretStr):
                 shown = mask_secret(value.get_secret_value())
             elif name in _URL_FIELDS and isinstance(value, str):
@@ -629,13 +633,46 @@ def url_credentials(url: str | None) -> list[str]:
 def known_variables() -> list[str]:
     """Every environment variable name some setting reads."""
     names: list[str] = []
-    for field in Settings.model_fields.values():
-        alias = field.validation_alias
-        if isinstance(alias, AliasChoices):
-            names += [str(choice) for choice in alias.choices]
-        elif alias is not None:
-            names.append(str(alias))
+    models: tuple[type[BaseSettings], ...] = (Settings, *feature_settings())
+    for model in models:
+        for field in model.model_fields.values():
+            alias = field.validation_alias
+            if isinstance(alias, AliasChoices):
+                names += [str(choice) for choice in alias.choices]
+            elif alias is not None:
+                names.append(str(alias))
     return names
+
+
+def feature_settings() -> tuple[type[BaseSettings], ...]:
+    """Every feature's own settings model: the `BaseSettings` classes of each
+    `host/features/<name>/settings.py`, found by folder so a feature with a setting adds no
+    line here (those modules import pydantic only: this runs before each command)."""
+    models: list[type[BaseSettings]] = []
+    for package in pkgutil.iter_modules(host.features.__path__, "host.features."):
+        name = f"{package.name}.settings"
+        if not package.ispkg or importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        models += [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and issubclass(value, BaseSettings)
+            and value.__module__ == module.__name__
+        ]
+    return tuple(models)
+
+
+def read_feature_settings() -> tuple[BaseSettings, ...]:
+    """Each feature's own settings as read now (`load_settings` checked them first)."""
+    return tuple(model() for model in feature_settings())
+
+
+def _own_settings(f: dataclasses.Field[Any]) -> bool:
+    """Is this section field a feature's own settings, built by its model from .env?"""
+    factory = f.default_factory
+    return isinstance(factory, type) and issubclass(factory, BaseSettings)
 
 
 def unknown_variables(
@@ -682,7 +719,10 @@ def mask_secret(secret: str) -> str:
 def load_settings(**overrides: Any) -> Settings:
     """Read settings, turning validation errors into one message naming each variable."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
+        # Each feature's own settings are checked now too: one message names every problem.
+        read_feature_settings()
+        return settings
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
     except UnicodeDecodeError as exc:

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
 
@@ -20,6 +20,7 @@ from host.features.schedules.checks import Checks
 from host.features.schedules.commands import ScheduleCommands
 from host.features.schedules.migrations import MIGRATIONS
 from host.features.schedules.notify import NotifyGate
+from host.features.schedules.settings import SchedulesSettings
 from host.features.schedules.store import RECONCILE_SECONDS, TaskStore
 from host.features.schedules.tasks import (
     SCHEDULE_APPROVAL,
@@ -40,12 +41,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SchedulesSection:
-    """The scheduled-task settings (named as in Settings)."""
+    """The zone shared with the Host (named as in Settings), and this capability's own
+    settings, read by their model from .env and the environment."""
 
-    schedule_max_per_user: int
-    schedule_min_interval_seconds: float
-    schedule_channel_per_hour: int
     timezone: str
+    own: SchedulesSettings = field(default_factory=SchedulesSettings)
 
 
 class TaskGrants:
@@ -96,9 +96,9 @@ class SchedulesFeature(BaseFeature):
                 self.nudges,
             ),
             ScheduleLimits(
-                max_per_user=section.schedule_max_per_user,
-                min_interval_seconds=section.schedule_min_interval_seconds,
-                channel_firings_per_hour=section.schedule_channel_per_hour,
+                max_per_user=section.own.schedule_max_per_user,
+                min_interval_seconds=section.own.schedule_min_interval_seconds,
+                channel_firings_per_hour=section.own.schedule_channel_per_hour,
                 default_tz=section.timezone,
             ),
             offline=parts.provider.offline,
