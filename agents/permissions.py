@@ -698,6 +698,12 @@ class PermissionGate:
         if trust.approval == "auto":
             reason = f"Allowed {shown}: {mode_is}, so its calls run without asking."
             return Decision(True, "mode", reason, setting)
+        if trust.approved_with_task:
+            reason = (
+                f"Allowed {shown}: its scheduled task's plan grants this node the server "
+                f"{server}, and the task's owner approved that plan."
+            )
+            return Decision(True, "mode", reason, f"[mcp {server}] in the task's plan")
         if trust.approval == "smart" and trust.read_only:
             reason = f"Allowed {shown}: {mode_is} and the server marks this tool read-only."
             return Decision(True, "mode", reason, setting)

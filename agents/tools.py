@@ -31,6 +31,9 @@ class ToolTrust:
 
     approval: Literal["ask", "smart", "auto"]
     read_only: bool = False
+    # The node's server was named in its scheduled task's plan, which its owner approved:
+    # the task's unattended firings may call it without asking (its deny rules still hold).
+    approved_with_task: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import pytest
 
 from agents.backends import AcpProcesses, AgentTask
 from agents.backends.acp.backend import AcpBackend, session_of
-from agents.backends.acp.process import AgentInfo
 from agents.backends.base import McpEndpoint, NodeToolset
 from agents.registry import AgentEntry
 from mcp_client.proxy import ProxiedResult, ProxiedTool, ProxyEndpoint, serve_tools
@@ -195,10 +194,6 @@ async def test_an_agent_without_network_fails_a_node_granted_tools_saying_why(
     assert gate.calls == []
 
 
-@pytest.mark.skipif(
-    not hasattr(AgentInfo("a", "1", load_session=False), "mcp_http"),
-    reason="AgentInfo does not record initialize's mcpCapabilities.http yet (process.py)",
-)
 async def test_an_agent_that_takes_no_http_mcp_servers_fails_a_node_granted_tools(
     workspace: Path,
 ) -> None:

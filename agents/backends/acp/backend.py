@@ -347,12 +347,8 @@ def _mcp_servers(endpoints: tuple[McpEndpoint, ...]) -> list[McpServer]:
 
 
 def _takes_http_mcp(process: AcpProcess) -> bool:
-    """Whether the agent advertised `mcpCapabilities.http` at `initialize`.
-
-    Read from `AgentInfo.mcp_http`; an `AgentInfo` that does not record it yet lets the
-    agent decide (one that cannot take them refuses `session/new`, failing the node).
-    """
-    return bool(getattr(process.info, "mcp_http", True))
+    """Whether the agent advertised `mcpCapabilities.http` at `initialize`."""
+    return process.info.mcp_http
 
 
 def _exchanges(history: list[Message]) -> list[Message]:

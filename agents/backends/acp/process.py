@@ -46,6 +46,8 @@ class AgentInfo:
     version: str
     load_session: bool
     close_session: bool = False
+    # `mcpCapabilities.http`: the agent's sessions may be given MCP servers over HTTP.
+    mcp_http: bool = False
 
 
 class AcpProcess:
@@ -144,11 +146,13 @@ class AcpProcess:
         info = answer.agent_info
         caps = answer.agent_capabilities
         sessions = caps.session_capabilities if caps else None
+        mcp = caps.mcp_capabilities if caps else None
         self.info = AgentInfo(
             info.name if info else self.entry.name,
             (info.version or "") if info else "",
             bool(caps and caps.load_session),
             bool(sessions and sessions.close is not None),
+            mcp_http=bool(mcp and mcp.http),
         )
 
     @property

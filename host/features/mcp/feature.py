@@ -9,15 +9,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
 from host.features.feature import BaseFeature, HostParts
 from host.features.mcp.environ import server_environ
-from host.features.mcp.node import McpCallBackend
-from mcp_client import McpConfig, McpConfigError, McpServers, load_mcp_config
+from host.graph.executor import NodeTools
+
+if TYPE_CHECKING:
+    from mcp_client import McpConfig, McpServers
 
 MCP_FILE = "mcp.json"
 # How long a node waits for a tool server still connecting after a start.
@@ -36,6 +38,13 @@ class McpFeature(BaseFeature):
 
     def __init__(self, parts: HostParts, section: McpSection) -> None:
         path = parts.home / MCP_FILE
+        self._names: frozenset[str] = frozenset()
+        self.servers: McpServers | None = None
+        _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
+        if not path.is_file():
+            return  # no tool servers: the MCP SDK is not even imported (start-up stays fast)
+        from mcp_client import McpConfigError, McpServers, load_mcp_config
+
         try:
             config = load_mcp_config(path, server_environ(parts.cwd))
         except McpConfigError as exc:
@@ -53,32 +62,43 @@ class McpFeature(BaseFeature):
         return known
 
     def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
-        if not self._names:
+        if self.servers is None or not self._names:
             return {}
+        from host.features.mcp.node import McpCallBackend
+
         backend = McpCallBackend(self.servers, settle_seconds=SETTLE_SECONDS)
         return {"mcp": lambda entry: backend}
 
+    def node_tools(self) -> NodeTools | None:
+        if self.servers is None or not self._names:
+            return None
+        from host.features.mcp.grants import McpGrants
+
+        return McpGrants(self.servers, settle_seconds=SETTLE_SECONDS)
+
     async def start(self, stack: AsyncExitStack) -> None:
-        if not self._names:
+        if self.servers is None or not self._names:
             return
         # Connecting never delays the start: each server connects in a task of its own.
         await self.servers.start()
         stack.push_async_callback(self.servers.close)
 
 
-def _check_agent_defaults(registry: AgentRegistry, config: McpConfig, agents_file: Path) -> None:
+def _check_agent_defaults(
+    registry: AgentRegistry, config: McpConfig | None, agents_file: Path
+) -> None:
     """agents.toml's `mcp` defaults and mcp.json's `agents` name what exists."""
-    names = sorted(config.servers)
-    shown = ", ".join(f"`{n}`" for n in names) or "none: mcp.json is absent or empty"
+    servers = config.servers if config is not None else {}
+    shown = ", ".join(f"`{n}`" for n in sorted(servers)) or "none: mcp.json is absent or empty"
     for entry in registry.entries():
-        unknown = [n for n in entry.mcp if n not in config.servers]
+        unknown = [n for n in entry.mcp if n not in servers]
         if unknown:
             raise ConfigError(
                 f"{agents_file}: [agents.{entry.name}] mcp: no tool server named "
                 f"{', '.join(f'`{n}`' for n in unknown)} in mcp.json (servers: {shown})"
             )
     agents = {e.name for e in registry.entries()}
-    for server, server_entry in config.servers.items():
+    for server, server_entry in servers.items():
         strangers = [a for a in server_entry.agents if a not in agents]
         if strangers:
             raise ConfigError(
