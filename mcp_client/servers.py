@@ -24,9 +24,9 @@ import httpx2
 from mcp import ClientSession, types
 from mcp.client.session import IncomingMessage
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.types.jsonrpc import CONNECTION_CLOSED
+from mcp.types.jsonrpc import CONNECTION_CLOSED, METHOD_NOT_FOUND
 
 from mcp_client.backoff import Backoff
 from mcp_client.config import HttpServerEntry, McpConfig, ServerEntry, StdioServerEntry
@@ -229,6 +229,8 @@ class McpServers:
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED and connection.stop.is_set():
                 raise McpCallError(f"{server}/{tool} failed: the server was closed") from None
+            if connection.lost is not None:  # the session ended under this call; why
+                raise McpCallError(f"{server}/{tool} failed: {connection.lost}") from None
             if exc.code == CONNECTION_CLOSED:
                 # The server died (or hung up) mid-call: its task reconnects.
                 connection.lose(f"connection lost during a call to {tool}")
@@ -390,7 +392,9 @@ class McpServers:
         except TimeoutError:
             connection.lose(f"no answer to a ping within {timeout:g} s")
         except MCPError as exc:
-            connection.lose(f"connection lost: {exc.message}")
+            # A server that does not know ping is alive all the same.
+            if exc.code != METHOD_NOT_FOUND:
+                connection.lose(f"connection lost: {exc.message}")
 
     async def _reconnect(self, connection: _Connection, reason: str) -> str | None:
         """Reconnect a lost session, waiting longer before each attempt, until it is ready
@@ -435,8 +439,23 @@ class McpServers:
         assert isinstance(entry, HttpServerEntry)
         if not entry.allow_private_network:
             await refuse_private_network(entry.url)
+
+        async def forgotten(response: httpx2.Response) -> None:
+            # HTTP 404 to a request in a session: the server (restarted, say) no longer knows
+            # it, and the spec says to start a new one. The SDK passes on only the body's
+            # error, whose wording is each server's own, so the status is read here.
+            request = response.request
+            if (
+                response.status_code == 404
+                and request.method != "DELETE"
+                and MCP_SESSION_ID in request.headers
+            ):
+                connection.lose("the server no longer knows this session (HTTP 404)")
+
         async with (
-            httpx2.AsyncClient(headers=entry.headers) as http,
+            httpx2.AsyncClient(
+                headers=entry.headers, event_hooks={"response": [forgotten]}
+            ) as http,
             streamable_http_client(entry.url, http_client=http) as streams,
         ):
             yield streams

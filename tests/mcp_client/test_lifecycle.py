@@ -116,6 +116,33 @@ async def test_an_http_server_gone_is_retried_until_it_is_back_on_its_port() -> 
     assert manager.state("web").status == "closed"
 
 
+async def test_an_http_server_restarted_on_its_port_is_given_a_new_session() -> None:
+    port = free_port()
+    # No ping in this test: what finds the new server is its HTTP 404 to the old session.
+    manager = servers({"web": http_entry(port)}, backoff=FAST, health_interval=600)
+
+    async def echo_answers() -> bool:
+        try:
+            return (await manager.call("web", "echo", {"text": "back"})).text == "back"
+        except McpCallError as exc:
+            # Failing while it reconnects, for the right reason (not "Session not found"
+            # forever).
+            assert "the server no longer knows this session (HTTP 404)" in str(exc), exc
+            return False
+
+    try:
+        async with http_fake(port) as first:
+            await manager.start()
+            await ready(manager, "web")
+            first.kill()
+            await first.wait()
+        async with http_fake(port):
+            await eventually(echo_answers, within=30, every=0.2)
+            assert manager.state("web").status == "ready"
+    finally:
+        await manager.close()
+
+
 async def test_close_stops_a_server_waiting_to_reconnect() -> None:
     token = f"mcp-waiting-{uuid.uuid4().hex}"
     manager = servers({"fake": stdio(token)}, backoff=Backoff(first=600, cap=600))
