@@ -9,6 +9,7 @@ served on loopback for its session (every call still passes this node's gate).""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
@@ -18,7 +19,7 @@ from typing import Any
 from agents.backends.base import McpEndpoint, NodeToolset, Permit
 from agents.models.types import ToolCall
 from agents.registry import AgentEntry
-from agents.tools import ToolRegistry, ToolTrust
+from agents.tools import Tool, ToolOutput, ToolRegistry, ToolTrust
 from agents.workspace_tools import Permission, ToolContext
 from host.features.mcp.settle import settled_within
 from host.features.mcp.tools import mcp_tool, mcp_tools
@@ -67,7 +68,10 @@ class McpGrants:
         if permit is not None and run.for_task is not None:
             permit = _approved_with_task(permit, names)
         if entry.backend == "inproc":
-            yield NodeToolset(tools=mcp_tools(self._servers, names))
+            tools = mcp_tools(self._servers, names)
+            if permit is not None and run.for_task is not None:
+                tools = tuple(_gated_by(tool, permit) for tool in tools)
+            yield NodeToolset(tools=tools)
             return
         async with contextlib.AsyncExitStack() as stack:
             endpoints = [
@@ -99,6 +103,16 @@ class McpGrants:
         ]
         async with serve_tools(offered, call, name=server) as endpoint:
             yield McpEndpoint(server, endpoint.url, endpoint.headers)
+
+
+def _gated_by(tool: Tool[ToolContext], permit: Permit) -> Tool[ToolContext]:
+    """`tool` passing `permit` instead of the gate its agent's context carries."""
+    handler = tool.handler
+
+    async def gated(ctx: ToolContext, args: Any) -> str | ToolOutput:
+        return await handler(dataclasses.replace(ctx, permit=permit), args)
+
+    return dataclasses.replace(tool, handler=gated)
 
 
 def _approved_with_task(permit: Permit, servers: Sequence[str]) -> Permit:
