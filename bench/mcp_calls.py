@@ -15,29 +15,28 @@ Paths, per transport:
   initialized once, then `session.call_tool("echo", {"text": ...})`;
 - **bot, McpServers.call**: `mcp_client.McpServers(config).start()`, `settled(name)`, then
   `call(server, "echo", args)` (the session in its own task, the timeout, the result made
-  text for a model, capped);
-- **bot, agent tool** (when `host/features/mcp/tools.py` exists): the agent-facing tool from
-  `mcp_tools(servers, names)`, dispatched through `agents.tools.ToolRegistry.dispatch` (input
-  validation, the tool's handler) with a `ToolContext` whose permit is the real
-  `PermissionGate` (mode ask-everything, nobody to ask, the allow rule `mcp:bench:*`,
-  `MemoryRemembered`, `ListAudit`): the whole path an in-process agent's call takes, the
-  gate's decision and its audit record included. Without that module only the first two
-  paths are measured, and the header says so.
+  text for a model, capped), the stdio server unsandboxed, as the bot's McpFeature starts it;
+- **bot, agent tool**: the agent-facing tool from `host/features/mcp/tools.py`'s
+  `mcp_tools(servers, names)`, dispatched through `agents.tools.ToolRegistry.dispatch` with a
+  `ToolContext` whose permit is the real `PermissionGate` (mode ask-everything, nobody to
+  ask, the allow rule `mcp:bench:*`, `MemoryRemembered`, `ListAudit`): the whole path an
+  in-process agent's call takes, the gate's decision, its audit record and the fencing of the
+  server's answer included.
 
 Calls are interleaved one by one: each of `--calls` (500) rounds makes one call on every path
-of both transports, in an order that rotates from round to round, after `--warmup` (30)
+of both transports, in a random order drawn afresh each round (`--seed`), after `--warmup` (30)
 uncounted rounds, so drift and noise on the machine fall on every path alike. Latency is the
-wall time of the awaited call (perf_counter); CPU is this process's `time.process_time` over
-it (a server is another process: its CPU is not counted). Besides each path's percentiles it
+wall time of the awaited call (perf_counter); CPU is this process's `time.process_time` over it
+(a server is another process: its CPU is not counted). Besides each path's percentiles it
 prints what a bot path adds: the difference of p50s and p95s against the bare SDK on the same
-transport, and the paired difference (the median over rounds of the bot call − the bare call
-of the same round: drift over the run cannot move it), and the added CPU per call.
+transport, and the paired difference (the median over rounds of the bot call − the bare call of
+the same round: drift over the run cannot move it), and the added CPU per call.
 
 Goal (informational, never asserted): added latency ≤ 2 ms at p50 (a bot path's p50 − the
 bare SDK's p50 on the same transport). Every process is closed at the end. About 15 s on 2
 cores. Run from the repo root:
 
-    .venv/bin/python bench/mcp_calls.py [--calls 500] [--warmup 30]
+    .venv/bin/python bench/mcp_calls.py [--calls 500] [--warmup 30] [--seed 7]
 """
 
 from __future__ import annotations
@@ -51,10 +50,10 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib
 import json
 import os
 import platform
+import random
 import socket
 import statistics
 import time
@@ -79,11 +78,11 @@ from agents.permissions import (
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ToolContext
 from bench.lib.figures import goal, pct
+from host.features.mcp.tools import mcp_tools
 from mcp_client import McpServers, parse_mcp_config
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE = str(REPO / "tests" / "fakes" / "mcp_server.py")
-TOOLS_MODULE = "host.features.mcp.tools"
 SERVER = "bench"
 RULE = "mcp:bench:*"
 TEXT = "ping"
@@ -245,21 +244,11 @@ class GatePermit:
         return await self._gate.check(call)
 
 
-def tools_module() -> Any | None:
-    """host/features/mcp/tools.py when it exists (it is optional to this bench)."""
-    try:
-        return importlib.import_module(TOOLS_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and TOOLS_MODULE.startswith(exc.name):
-            return None
-        raise
-
-
 def tool_call(
-    module: Any, servers: McpServers, workspace: Path, audit: ListAudit
+    servers: McpServers, workspace: Path, audit: ListAudit
 ) -> Callable[[], Awaitable[str]]:
     """The agent-facing echo tool, dispatched as an in-process agent's call is."""
-    tools = list(module.mcp_tools(servers, [SERVER]))
+    tools = list(mcp_tools(servers, [SERVER]))
     echo = [tool for tool in tools if tool.name.endswith("echo")]
     if len(echo) != 1:
         raise SystemExit(f"mcp_tools offers no single echo tool: {[t.name for t in tools]}")
@@ -283,30 +272,26 @@ def tool_call(
 # ----------------------------------------------------------------------------------- main
 
 
-async def build_lanes(
-    stack: contextlib.AsyncExitStack, url: str, module: Any | None, audit: ListAudit
-) -> list[Lane]:
+async def build_lanes(stack: contextlib.AsyncExitStack, url: str, audit: ListAudit) -> list[Lane]:
     lanes: list[Lane] = []
     for transport in ("stdio", "http"):
         lanes.append(Lane("bare SDK", transport, await bare_session(stack, transport, url)))
         servers = await bot_servers(stack, transport, url)
         lanes.append(Lane("bot, McpServers.call", transport, servers_call(servers)))
-        if module is not None:
-            lanes.append(
-                Lane(
-                    "bot, agent tool via the gate",
-                    transport,
-                    tool_call(module, servers, REPO, audit),
-                )
-            )
+        lanes.append(
+            Lane("bot, agent tool via the gate", transport, tool_call(servers, REPO, audit))
+        )
     return lanes
 
 
-async def interleaved(lanes: Sequence[Lane], rounds: int, *, keep: bool) -> None:
-    """`rounds` rounds, one call per lane each, the order rotating from round to round."""
-    for n in range(rounds):
-        shift = n % len(lanes)
-        for lane in [*lanes[shift:], *lanes[:shift]]:
+async def interleaved(
+    lanes: Sequence[Lane], rounds: int, order: random.Random, *, keep: bool
+) -> None:
+    """`rounds` rounds, one call per lane each, in a fresh random order each round. (A
+    rotating order keeps every lane behind the same neighbour, and what a call leaves behind
+    on the loop, an HTTP call's trailing stream work, then always lands on the same lane.)"""
+    for _ in range(rounds):
+        for lane in order.sample(lanes, len(lanes)):
             await once(lane, keep=keep)
 
 
@@ -364,31 +349,26 @@ async def bench(args: argparse.Namespace) -> int:
         f"mcp_calls on {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}"
     )
-    module = tools_module()
     print(
-        f"server: {Path(FAKE).relative_to(REPO)}, tool echo({TEXT!r}); agent tool: "
-        + (
-            f"{TOOLS_MODULE} through ToolRegistry.dispatch and the PermissionGate ({RULE})"
-            if module is not None
-            else f"not measured ({TOOLS_MODULE} does not exist yet): McpServers only"
-        )
+        f"server: {Path(FAKE).relative_to(REPO)}, tool echo({TEXT!r}); agent tool: mcp_tools "
+        f"through ToolRegistry.dispatch and the PermissionGate (mode ask-everything, allow {RULE})"
     )
     started = time.perf_counter()
     audit = ListAudit()
     async with http_server() as url, contextlib.AsyncExitStack() as stack:
-        lanes = await build_lanes(stack, url, module, audit)
-        await interleaved(lanes, args.warmup, keep=False)
+        lanes = await build_lanes(stack, url, audit)
+        order = random.Random(args.seed)
+        await interleaved(lanes, args.warmup, order, keep=False)
         gc.collect()
-        await interleaved(lanes, args.calls, keep=True)
+        await interleaved(lanes, args.calls, order, keep=True)
         print_lanes(lanes, args.calls)
         print_added(lanes)
-        if module is not None:
-            tiers = {decision.tier for decision in audit.decisions}
-            allowed = all(decision.allowed for decision in audit.decisions)
-            print(
-                f"  (the gate decided {len(audit.decisions)} calls, tiers {sorted(tiers)}, "
-                f"{'all allowed' if allowed else 'SOME REFUSED'})"
-            )
+        tiers = {decision.tier for decision in audit.decisions}
+        allowed = all(decision.allowed for decision in audit.decisions)
+        print(
+            f"  (the gate decided {len(audit.decisions)} calls, tiers {sorted(tiers)}, "
+            f"{'all allowed' if allowed else 'SOME REFUSED'})"
+        )
     print(
         f"\n{time.perf_counter() - started:.1f} s in all; "
         f"load average at the end {os.getloadavg()[0]:.2f}"
@@ -400,6 +380,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=500, help="counted calls per path")
     parser.add_argument("--warmup", type=int, default=30, help="uncounted calls per path")
+    parser.add_argument("--seed", type=int, default=7, help="the rounds' call order")
     return parser.parse_args(argv)
 
 

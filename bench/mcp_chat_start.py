@@ -20,7 +20,7 @@ killed with its process group at the end of its run, and the servers it started 
 starts each in a session of its own) by their ids. About 10 s. Run from
 the repo root:
 
-    .venv/bin/python bench/mcp_chat_start.py [--runs 3] [--servers 5] [--servers-within 5]
+    .venv/bin/python bench/mcp_chat_start.py [--runs 3] [--servers 5] [--servers-within 10]
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument(
         "--servers-within",
         type=float,
-        default=5.0,
+        default=10.0,
         help="seconds after the prompt to watch for the servers' processes",
     )
     args = parser.parse_args()
