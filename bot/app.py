@@ -64,7 +64,8 @@ from host.evaluation.evolution.runtime import (
 )
 from host.features.evolution.feature import EvolutionFeature
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
-from host.features.mcp.feature import MCP_FILE, McpFeature
+from host.features.mcp.environ import MCP_FILE
+from host.features.mcp.feature import McpFeature
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.group import close_request
 from host.features.memory.personal import MemoryWriter

@@ -13,7 +13,9 @@ from bot.console.screen import markdown_for
 from bot.home import HomeError, check_home
 from bot.schema import all_migrations
 from bot.settings import Settings
+from core.errors import ConfigError
 from core.store import Store
+from host.features.mcp.environ import MCP_FILE, server_environ
 from host.features.skills.forge import local_catalog
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
@@ -40,8 +42,11 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
         out.write(f"cannot read {agents_file}: no such file (given with --agents)\n")
         return 2
     try:
-        registry = load_registry(agents_file or settings.home / "agents.toml")
-    except RegistryError as exc:
+        servers = _tool_server_names(settings)
+        registry = load_registry(
+            agents_file or settings.home / "agents.toml", tool_servers=bool(servers)
+        )
+    except (RegistryError, ConfigError) as exc:
         out.write(f"{exc}\n")
         return 2
     ctx = AdmissionContext(
@@ -49,6 +54,7 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
         workspace=path.resolve().parent,
         approval_collected=True,
         skills=_skill_names(settings) if settings.skills else None,
+        tool_servers=servers,
     )
     try:
         graph = admit(raw, ctx)
@@ -58,6 +64,19 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     note = " (asks for approval before it runs)" if graph.submission.confirm else ""
     out.write(f"admitted: {len(graph.order)} node(s), order {' → '.join(graph.order)}{note}\n")
     return 0
+
+
+def _tool_server_names(settings: Settings) -> frozenset[str] | None:
+    """The tool servers a node's `mcp` override may name: mcp.json's (None: no file)."""
+    path = settings.home / MCP_FILE
+    if not path.is_file():
+        return None
+    from mcp_client import McpConfigError, load_mcp_config
+
+    try:
+        return frozenset(load_mcp_config(path, server_environ(Path.cwd())).servers)
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _skill_names(settings: Settings) -> frozenset[str]:

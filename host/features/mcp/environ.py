@@ -9,6 +9,9 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
+# The tool servers' configuration, in RAVEN_HOME.
+MCP_FILE = "mcp.json"
+
 
 def server_environ(cwd: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables `${VAR}` may name, for a bot started in `cwd`."""

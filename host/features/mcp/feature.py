@@ -15,13 +15,12 @@ from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
 from host.features.feature import BaseFeature, HostParts
-from host.features.mcp.environ import server_environ
+from host.features.mcp.environ import MCP_FILE, server_environ
 from host.graph.executor import NodeTools
 
 if TYPE_CHECKING:
     from mcp_client import McpConfig, McpServers
 
-MCP_FILE = "mcp.json"
 # How long a node waits for a tool server still connecting after a start.
 SETTLE_SECONDS = 30.0
 

@@ -7,6 +7,8 @@ it. A scheduled firing gets only the servers its approved plan names."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +34,7 @@ from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext, GraphSubmission
 from host.graph.run_store import RunRecord
 from mcp_client import McpServers
+from tests.bot.cli.test_cli_end_to_end import _env, _run
 from tests.host.features.mcp.test_tools import FAKE, manager_for
 from tests.host.graph.test_node_skills import run  # noqa: F401  (the fixture)
 
@@ -182,3 +185,21 @@ async def test_a_firing_calls_the_servers_its_approved_plan_names_without_asking
         ctx = ToolContext(workspace=Path(), permit=denied)
         result = await ToolRegistry(list(toolset.tools)).dispatch(call, ctx)
     assert result.is_error and "deny rule" in result.content
+
+
+async def test_graph_validate_checks_a_nodes_servers_against_mcp_json(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    graph = tmp_path / "graph.json"
+    graph.write_text(json.dumps(_submission("research", ["tracker"])))
+    env = _env(isolated_env)
+    code, out, _ = await _run("graph", "validate", str(graph), env=env)
+    assert code == 2 and "none are configured" in out, out
+
+    server = {"command": sys.executable, "args": [FAKE]}
+    (isolated_env / "mcp.json").write_text(json.dumps({"mcpServers": {"tracker": server}}))
+    code, out, _ = await _run("graph", "validate", str(graph), env=env)
+    assert (code, out.startswith("admitted")) == (0, True), out
+    graph.write_text(json.dumps(_submission("research", ["docs"])))
+    code, out, _ = await _run("graph", "validate", str(graph), env=env)
+    assert code == 2 and "no tool server named `docs`" in out, out
