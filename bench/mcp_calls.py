@@ -33,7 +33,7 @@ transport, and the paired difference (the median over rounds of the bot call −
 the same round: drift over the run cannot move it), and the added CPU per call.
 
 Goal (informational, never asserted): added latency ≤ 2 ms at p50 (a bot path's p50 − the
-bare SDK's p50 on the same transport). Every process is closed at the end. About 15 s on 2
+bare SDK's p50 on the same transport). Every process is closed at the end. About 25 s on 2
 cores. Run from the repo root:
 
     .venv/bin/python bench/mcp_calls.py [--calls 500] [--warmup 30] [--seed 7]

@@ -12,13 +12,13 @@ each figure is the median.
 So that the five-server figure is known to measure something, each five-server chat is then
 watched (up to `--servers-within` seconds after the prompt) for the server processes it starts
 (Python processes running the fake server below the chat's process): how many appeared, and
-when the last of them did, from the spawn. If the first five-server chat starts none (MCP not
-yet wired into the bot), later ones are not watched and the header says so.
+when the last of them did, from the spawn. If the first five-server chat starts none (mcp.json
+not read by the chat), later ones are not watched and a line says so.
 
 Goal (informational, never asserted): the first prompt ≤ 1 s with five servers. Every chat is
 killed with its process group at the end of its run, and the servers it started (the SDK
-starts each in a session of its own) by their ids. About 10 s. Run from
-the repo root:
+starts each in a session of its own) by their ids. About 20 s (the five-server chats wait for
+their servers). Run from the repo root:
 
     .venv/bin/python bench/mcp_chat_start.py [--runs 3] [--servers 5] [--servers-within 10]
 """
