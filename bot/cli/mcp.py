@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -19,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from dotenv import dotenv_values
-
 from bot.settings import Settings, url_credentials
 from core.errors import did_you_mean
+from host.features.mcp.environ import server_environ
 from mcp_client import (
     HttpServerEntry,
     McpConfig,
@@ -30,7 +28,9 @@ from mcp_client import (
     McpServers,
     McpTool,
     ServerEntry,
+    StdioLauncher,
     load_mcp_config,
+    plain_launcher,
 )
 
 MCP_FILE = "mcp.json"
@@ -57,27 +57,14 @@ def mcp_path(settings: Settings) -> Path:
     return settings.home / MCP_FILE
 
 
-def mcp_environment(environ: Mapping[str, str], env_file: Path = Path(".env")) -> dict[str, str]:
-    """What `${VAR}` in mcp.json is read from, as the bot reads its settings: `.env` in the
-    working directory, a variable of the environment winning over the same name there."""
-    values: dict[str, str] = {}
-    if env_file.is_file():
-        try:
-            values = {
-                k: v for k, v in dotenv_values(env_file, encoding="utf-8").items() if v is not None
-            }
-        except (OSError, UnicodeDecodeError):
-            values = {}  # load_settings has already refused an unreadable .env
-    return {**values, **environ}
-
-
 def team_servers(
     settings: Settings, environ: Mapping[str, str] | None = None
 ) -> tuple[McpConfig, list[str]]:
     """RAVEN_HOME/mcp.json with its `${VAR}`s filled as the bot fills them, and the values
     never to print; `McpConfigError` (one line naming the file and key) when it is wrong."""
     path = mcp_path(settings)
-    mapping = mcp_environment(os.environ if environ is None else environ)
+    # The very mapping the bot's McpFeature fills them from (.env here, then the environment).
+    mapping = server_environ(Path.cwd(), environ)
     config = load_mcp_config(path, mapping)
     return config, secrets_of(config, path, mapping, settings.secret_values())
 
@@ -113,19 +100,22 @@ class ServerReport:
 
 
 async def probe_servers(
-    config: McpConfig, secrets: Sequence[str], *, wait_cap: float | None = None
+    config: McpConfig,
+    secrets: Sequence[str],
+    *,
+    wait_cap: float | None = None,
+    launcher: StdioLauncher = plain_launcher,
 ) -> list[ServerReport]:
     """Connect to every server of `config` at once, wait for each (its own timeout, at most
-    `wait_cap`), report, and close them all."""
-    servers = McpServers(config)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    `wait_cap`), report, and close them all. `launcher`: how stdio servers are started, the
+    bot's own way."""
+    servers = McpServers(config, launcher=launcher)
     await servers.start()
     try:
         return list(
             await asyncio.gather(
                 *(
-                    _settle(servers, name, entry, started, secrets, wait_cap)
+                    _settle(servers, name, entry, secrets, wait_cap)
                     for name, entry in config.servers.items()
                 )
             )
@@ -138,7 +128,6 @@ async def _settle(
     servers: McpServers,
     name: str,
     entry: ServerEntry,
-    started: float,
     secrets: Sequence[str],
     wait_cap: float | None,
 ) -> ServerReport:
@@ -152,11 +141,11 @@ async def _settle(
         bound = "doctor's limit" if capped else 'raise its "timeout" in mcp.json to wait longer'
         why = f"no answer within {wait:g} s ({bound})"
         return ServerReport(name, transport, "timeout", (), None, why, None)
-    # TODO(issue 40): ServerState.initialize_seconds once the core measures it itself.
-    seconds = round(asyncio.get_running_loop().time() - started, 3)
     if state.status == "ready":
+        seconds = state.initialize_seconds
+        shown_seconds = round(seconds, 3) if seconds is not None else None
         return ServerReport(
-            name, transport, "ready", tuple(servers.tools(name)), seconds, None, None
+            name, transport, "ready", tuple(servers.tools(name)), shown_seconds, None, None
         )
     last = state.stderr_tail.strip().splitlines()[-1:] if state.stderr_tail else []
     return ServerReport(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bot.cli.main import main
-from bot.cli.mcp import mcp_environment, shown
+from bot.cli.mcp import shown
 from tests.mcp_client.test_servers import http_url
 
 __all__ = ["http_url"]  # a fixture: the fake server over streamable HTTP on 127.0.0.1
@@ -233,13 +233,6 @@ async def test_a_streamable_http_server_is_listed_without_its_header_secret(
     assert code == 0
     assert "mcp__docs__header " in tools
     assert SECRET not in listed + tools
-
-
-def test_the_environment_wins_over_dotenv(tmp_path: Path) -> None:
-    env_file = tmp_path / ".env"
-    env_file.write_text("A=from-file\nB=only-in-file\n")
-    assert mcp_environment({"A": "from-env"}, env_file) == {"A": "from-env", "B": "only-in-file"}
-    assert mcp_environment({"A": "x"}, tmp_path / "absent") == {"A": "x"}
 
 
 def test_untrusted_text_is_one_printable_line_without_secrets() -> None:
