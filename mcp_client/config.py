@@ -62,6 +62,7 @@ class StdioServerEntry(_EntryBase):
     args: list[str] = Field(default_factory=list)
     # repr=False: expanded secrets stay out of logs and tracebacks.
     env: dict[str, str] = Field(default_factory=dict, repr=False)
+    # Whether the sandboxed server may use the network at all (off: not even loopback).
     network: bool = False
 
 
