@@ -16,6 +16,7 @@ import pytest
 
 from bot.cli.main import main
 from bot.cli.mcp import shown
+from tests.bot.cli.test_cli_imports import _imported_by
 from tests.mcp_client.test_servers import http_url
 
 __all__ = ["http_url"]  # a fixture: the fake server over streamable HTTP on 127.0.0.1
@@ -239,3 +240,7 @@ def test_untrusted_text_is_one_printable_line_without_secrets() -> None:
     text = "ok \x1b[2J\x1b]0;pwned\x07 Bearer tok-123456\nsecond line"
     assert shown(text, ["Bearer tok-123456"], 200) == "ok [2J ]0;pwned **** second line"
     assert shown("x" * 50, [], 10) == "x" * 9 + "…"
+
+
+def test_the_mcp_command_imports_no_runtime() -> None:
+    assert _imported_by("import bot.cli.mcp") == []
