@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -183,10 +184,11 @@ def _configure_logging(settings: Settings, command: str) -> None:
     stderr, one brief line each; a deployed `run` logs to stderr at the configured level for
     its service manager."""
     from bot.logging_setup import configure_logging, log_file
+    from host.features.mcp.environ import declared_secrets
 
     configure_logging(
         settings.log_level,
-        settings.secret_values(),
+        [*settings.secret_values(), *declared_secrets(settings.home, Path.cwd())],
         file=log_file(settings.home),
         console=_at_a_terminal(settings, command),
     )

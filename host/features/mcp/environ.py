@@ -4,6 +4,7 @@ same two places its settings come from (a token kept in `.env` reaches its serve
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from dotenv import dotenv_values
 
 # The tool servers' configuration, in RAVEN_HOME.
 MCP_FILE = "mcp.json"
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def server_environ(cwd: Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -24,3 +26,17 @@ def server_environ(cwd: Path, environ: Mapping[str, str] | None = None) -> dict[
             loaded = {}  # settings already refused an unreadable .env at start-up
         from_file = {k: v for k, v in loaded.items() if v is not None}
     return {**from_file, **(os.environ if environ is None else environ)}
+
+
+def declared_secrets(home: Path, cwd: Path) -> list[str]:
+    """The values mcp.json's `${VAR}`s stand for (tokens for its servers), for the log
+    redactor: read as text, so a file the bot will refuse still has its secrets hidden."""
+    try:
+        text = (home / MCP_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return []
+    names = set(_VARIABLE.findall(text))
+    if not names:
+        return []
+    environ = server_environ(cwd)
+    return [environ[name] for name in sorted(names) if environ.get(name)]
