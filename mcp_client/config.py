@@ -64,6 +64,16 @@ class StdioServerEntry(_EntryBase):
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     # Whether the sandboxed server may use the network at all (off: not even loopback).
     network: bool = False
+    # Directories outside the system's the sandboxed server may read (where it is installed).
+    readonly: list[str] = Field(default_factory=list)
+
+    @field_validator("readonly")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path (write it from /)")
+        return paths
 
 
 class HttpServerEntry(_EntryBase):

@@ -26,7 +26,14 @@ from agents.registry import (
 from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
 from bot.app import build_sandbox
 from bot.channels import CHANNELS, configured_channels
-from bot.cli.mcp import DOCTOR_WAIT, doctor_line, mcp_path, probe_servers, team_servers
+from bot.cli.mcp import (
+    DOCTOR_WAIT,
+    bot_launcher,
+    doctor_line,
+    mcp_path,
+    probe_servers,
+    team_servers,
+)
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
 from bot.schema import all_migrations
@@ -258,7 +265,9 @@ async def _check_mcp(settings: Settings) -> Check:
         return Check("mcp", "fail", str(exc))
     if not config.servers:
         return Check("mcp", "ok", f"no tool servers ({path} lists none)")
-    reports = await probe_servers(config, secrets, wait_cap=DOCTOR_WAIT)
+    reports = await probe_servers(
+        config, secrets, wait_cap=DOCTOR_WAIT, launcher=bot_launcher(settings)
+    )
     all_ready, detail = doctor_line(reports)
     # A server that does not start leaves the bot serving without its tools: a warning.
     return Check("mcp", "ok" if all_ready else "warn", detail)

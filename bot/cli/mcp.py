@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from bot.settings import Settings, url_credentials
 from core.errors import did_you_mean
-from host.features.mcp.environ import server_environ
+from host.features.mcp.environ import MCP_FILE, server_environ
 from mcp_client import (
     HttpServerEntry,
     McpConfig,
@@ -33,7 +33,6 @@ from mcp_client import (
     plain_launcher,
 )
 
-MCP_FILE = "mcp.json"
 # Where the doctor's wait for one server ends even if mcp.json allows it longer (doctor
 # checks everything in one run; a CLI listing waits each server's own timeout).
 DOCTOR_WAIT = 30.0
@@ -208,15 +207,25 @@ def mcp_command(
     except McpConfigError as exc:
         err.write(f"raven-bot: {exc}\n")
         return 2
+    launcher = bot_launcher(settings)
     if args.mcp_command == "list":
-        return _list(config, path, secrets, args.json, out, err)
-    return _tools(config, path, secrets, args.server, args.json, out, err)
+        return _list(config, path, secrets, launcher, args.json, out, err)
+    return _tools(config, path, secrets, launcher, args.server, args.json, out, err)
+
+
+def bot_launcher(settings: Settings) -> StdioLauncher:
+    """Stdio servers started as the bot starts them: in its sandbox, each in its workspace."""
+    from bot.app import build_sandbox  # the sandbox probe: only when servers are started
+    from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
+
+    return sandboxed_launcher(build_sandbox(settings), server_workspaces(settings.home))
 
 
 def _list(
     config: McpConfig,
     path: Path,
     secrets: Sequence[str],
+    launcher: StdioLauncher,
     as_json: bool,
     out: TextIO,
     err: TextIO,
@@ -234,7 +243,7 @@ def _list(
         else:
             out.write(note)
         return 0
-    reports = asyncio.run(probe_servers(config, secrets))
+    reports = asyncio.run(probe_servers(config, secrets, launcher=launcher))
     if as_json:
         out.write(json.dumps([r.as_json() for r in reports], indent=1) + "\n")
         return 0
@@ -262,6 +271,7 @@ def _tools(
     config: McpConfig,
     path: Path,
     secrets: Sequence[str],
+    launcher: StdioLauncher,
     server: str,
     as_json: bool,
     out: TextIO,
@@ -281,7 +291,9 @@ def _tools(
             f"{did_you_mean(server, names)}; {known}\n"
         )
         return 2
-    (report,) = asyncio.run(probe_servers(McpConfig(servers={server: entry}), secrets))
+    (report,) = asyncio.run(
+        probe_servers(McpConfig(servers={server: entry}), secrets, launcher=launcher)
+    )
     if report.state != "ready":
         err.write(
             f"raven-bot: MCP server `{server}` did not start ({report.state}): {report.reason()}\n"

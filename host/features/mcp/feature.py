@@ -5,7 +5,7 @@ node's `mcp` override may use, and the tools each node is granted."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +42,7 @@ class McpFeature(BaseFeature):
         _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
         if not path.is_file():
             return  # no tool servers: the MCP SDK is not even imported (start-up stays fast)
+        from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
         from mcp_client import McpConfigError, McpServers, load_mcp_config
 
         try:
@@ -49,8 +50,10 @@ class McpFeature(BaseFeature):
         except McpConfigError as exc:
             raise ConfigError(str(exc)) from None
         _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
+        _check_readable(config, parts.hidden)
         self._names = frozenset(config.servers)
-        self.servers = McpServers(config)
+        launcher = sandboxed_launcher(parts.sandbox, server_workspaces(parts.home))
+        self.servers = McpServers(config, launcher=launcher)
 
     def tool_server_names(self) -> Callable[[], Awaitable[frozenset[str]]] | None:
         names = self._names
@@ -105,3 +108,23 @@ def _check_agent_defaults(
                 f"{', '.join(f'`{a}`' for a in strangers)} (agents.toml and the built-in "
                 "roster name the agents)"
             )
+
+
+def _check_readable(config: McpConfig, hidden: Sequence[Path]) -> None:
+    """A server's `readonly` directories never show what the sandbox hides (the data
+    directory, the bot's own directory with its .env): not them, nothing in them. (One that
+    holds them is fine: the sandbox covers a hidden directory inside a bind.)"""
+    from mcp_client import StdioServerEntry
+
+    for server, entry in config.servers.items():
+        if not isinstance(entry, StdioServerEntry):
+            continue
+        for raw in entry.readonly:
+            path = Path(raw).resolve()
+            for secret in (h.resolve() for h in hidden):
+                if path == secret or secret in path.parents:
+                    raise ConfigError(
+                        f"mcp.json: mcpServers.{server}.readonly: {raw} would show {secret}, "
+                        "which no sandboxed process may see; name the directory the server "
+                        "is installed in instead"
+                    )

@@ -53,7 +53,7 @@ def sandboxed_launcher(
             workspace=workspace,
             env=env,
             network=entry.network,
-            readonly=readonly,
+            readonly=[*readonly, *(Path(p) for p in entry.readonly)],
         )
         argv = _dying_with_the_bot(confined)
         return StdioServerParameters(

@@ -43,7 +43,9 @@ def _write_config(home: Path, servers: dict[str, Any]) -> Path:
 
 
 def _fake(*flags: str, **extra: Any) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [FAKE, *flags], **extra}
+    # The fake lives in the repository, which the sandbox shows only when told.
+    readable = {"readonly": [str(Path(FAKE).parent)]}
+    return {"command": sys.executable, "args": [FAKE, *flags], **readable, **extra}
 
 
 async def _mcp_check() -> doctor.Check:
