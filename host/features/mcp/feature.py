@@ -5,6 +5,8 @@ node's `mcp` override may use, and the tools each node is granted."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -14,13 +16,14 @@ from typing import TYPE_CHECKING, ClassVar
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
-from host.features.feature import BaseFeature, HostParts
+from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.mcp.environ import MCP_FILE, server_environ
 from host.graph.executor import NodeTools
 
 if TYPE_CHECKING:
     from mcp_client import McpConfig, McpServers
 
+log = logging.getLogger(__name__)
 # How long a node waits for a tool server still connecting after a start.
 SETTLE_SECONDS = 30.0
 
@@ -71,6 +74,13 @@ class McpFeature(BaseFeature):
         backend = McpCallBackend(self.servers, settle_seconds=SETTLE_SECONDS)
         return {"mcp": lambda entry: backend}
 
+    def status_sources(self) -> Sequence[StatusSource]:
+        if self.servers is None or not self._names:
+            return ()
+        from host.features.mcp.status import ToolServerStatus
+
+        return (ToolServerStatus(self.servers),)
+
     def node_tools(self) -> NodeTools | None:
         if self.servers is None or not self._names:
             return None
@@ -84,6 +94,8 @@ class McpFeature(BaseFeature):
         # Connecting never delays the start: each server connects in a task of its own.
         await self.servers.start()
         stack.push_async_callback(self.servers.close)
+        reporter = asyncio.create_task(_report_starts(self.servers), name="mcp-start-report")
+        stack.callback(reporter.cancel)
 
 
 def _check_agent_defaults(
@@ -128,3 +140,22 @@ def _check_readable(config: McpConfig, hidden: Sequence[Path]) -> None:
                         "which no sandboxed process may see; name the directory the server "
                         "is installed in instead"
                     )
+
+
+async def _report_starts(servers: McpServers) -> None:
+    """Say in the log (once, for the operator) how each server's first start went: a server
+    that does not start is named with its reason and last stderr line; the others serve."""
+    states = await asyncio.gather(*(servers.settled(name) for name in servers.names()))
+    for name, state in zip(servers.names(), states, strict=True):
+        if state.status == "ready":
+            log.info("MCP server %s ready: %d tool(s)", name, state.tool_count)
+            continue
+        tail = state.stderr_tail.strip().splitlines()[-1:] if state.stderr_tail else []
+        said = f"; its stderr ended: {tail[0][:300]}" if tail else ""
+        log.warning(
+            "MCP server %s did not start (%s)%s; the other tool servers keep working "
+            "(`raven-bot mcp list` shows each one's state)",
+            name,
+            state.error or state.status,
+            said,
+        )
