@@ -209,6 +209,15 @@ class TaskWork:
     description: str
 
 
+def _granted(node: dict[str, object]) -> str:
+    """The tool servers a plan line grants its node, as written (approved with the task: its
+    firings may call them)."""
+    servers = node.get("mcp")
+    if servers is None:
+        return ""
+    return f" [mcp {', '.join(map(str, servers)) or 'none'}]" if isinstance(servers, list) else ""
+
+
 def task_work(what: str, *, offline: bool) -> TaskWork:
     """Read WHAT; ScheduleError when it cannot be scheduled (with what to write instead)."""
     if any(is_schedule_line(line) for line in what.splitlines()):
@@ -235,7 +244,7 @@ def task_work(what: str, *, offline: bool) -> TaskWork:
         # Approved now, so a firing does not ask for the whole plan again.
         text = "\n".join(line for line in what.splitlines() if not _CONFIRM.match(line))
         nodes = plan["nodes"]
-        lines = [f"{n['id']}: {n['agent']}: {n['template']}" for n in nodes]
+        lines = [f"{n['id']}: {n['agent']}: {n['template']}{_granted(n)}" for n in nodes]
         return TaskWork(
             "plan",
             text,

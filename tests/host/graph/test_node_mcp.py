@@ -203,3 +203,13 @@ async def test_graph_validate_checks_a_nodes_servers_against_mcp_json(
     graph.write_text(json.dumps(_submission("research", ["docs"])))
     code, out, _ = await _run("graph", "validate", str(graph), env=env)
     assert code == 2 and "no tool server named `docs`" in out, out
+
+
+def test_a_scheduled_plan_shows_the_servers_it_grants_when_it_is_approved() -> None:
+    from host.features.schedules.work import task_work
+
+    work = task_work(
+        "r1: research: triage new issues [mcp tracker]\nr2: code: fix [mcp none]", offline=True
+    )
+    assert "r1: research: triage new issues [mcp tracker]" in work.description
+    assert "r2: code: fix [mcp none]" in work.description
