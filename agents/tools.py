@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -89,6 +89,15 @@ class Tool(Generic[Ctx]):
         schema = self.input_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
+
+
+class ToolSource(Protocol[Ctx]):
+    """Tools that may change while the bot runs (a capability's, opened and closed with the
+    runtime): asked for at each turn, so an agent always sees the current ones."""
+
+    async def tools(self) -> Sequence[Tool[Ctx]]:
+        """The tools offered now."""
+        ...
 
 
 class ToolRegistry(Generic[Ctx]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -11,13 +12,15 @@ from agents.loop import AgentLoop, LoopResult
 from agents.models.provider import ModelProvider
 from agents.models.requester_text import answer_header
 from agents.models.types import Message, TextBlock
-from agents.tools import ToolRegistry
+from agents.tools import Tool, ToolRegistry, ToolSource
 from core.fence import fence, new_marker
 from host.agent.no_reply import NO_REPLY_NOTE, Silence
 from host.runtime.author_labels import author_label, quote_answer_headers, quote_header_lines
 from host.runtime.conversation_log import LoggedMessage
 from host.runtime.turn import TurnContext
 from memory.group import Attribution, extract_attribution
+
+log = logging.getLogger(__name__)
 
 HOST_SYSTEM_PROMPT = """\
 You are Raven, the Host Agent of raven-bot, working inside a team chat thread (Slack, Discord \
@@ -93,6 +96,7 @@ class HostAgent:
         *,
         harness: TurnHarness = FixedHarness(),
         context_sources: Sequence[ContextSource] = (),
+        tool_sources: Sequence[ToolSource[TurnContext]] = (),
         max_iterations: int = 40,
         max_tokens: int = 4096,
         system_prompt: str = HOST_SYSTEM_PROMPT,
@@ -101,6 +105,7 @@ class HostAgent:
         self._tools = tools
         self._system = system_prompt
         self._sources = tuple(context_sources)
+        self._tool_sources = tuple(tool_sources)
         self._max_iterations = max_iterations
         self._max_tokens = max_tokens
         self.provider = provider
@@ -124,7 +129,7 @@ class HostAgent:
         messages = build_messages(history, ctx, text, thread_context)
         blocks = [await source.context(ctx) for source in self._sources]
         silence = Silence()
-        tools = self._tools
+        tools = await self._current_tools()
         if may_stay_silent:
             tools = tools.with_tools([silence.tool()])
             blocks.append(NO_REPLY_NOTE)
@@ -143,6 +148,17 @@ class HostAgent:
             return HostReply(text="", loop=result, attributions=attributions, no_reply=True)
         answer = visible or "(The model returned an empty answer.)"
         return HostReply(text=answer, loop=result, attributions=attributions)
+
+    async def _current_tools(self) -> ToolRegistry[TurnContext]:
+        """The fixed tools and what each tool source offers now (a failing source adds
+        nothing this turn: the Host still answers with the rest)."""
+        extra: list[Tool[TurnContext]] = []
+        for source in self._tool_sources:
+            try:
+                extra.extend(await source.tools())
+            except Exception:
+                log.exception("a tool source failed; this turn goes on without its tools")
+        return self._tools.with_tools(extra) if extra else self._tools
 
 
 def strip_answer(result: LoopResult, visible: str) -> None:
