@@ -93,7 +93,7 @@ def test_a_wrong_value_names_the_file_and_key() -> None:
 def test_an_unknown_key_lists_the_keys_there() -> None:
     assert error({"github": {"command": "x", "enviroment": {}}}) == (
         "mcp.json: mcpServers.github.enviroment: unknown key; the keys here are: tools,"
-        " approval, agents, timeout, command, args, env, network, type"
+        " approval, agents, timeout, command, args, env, network, readonly, type"
     )
     assert error({"github": {"command": "x", "tools": {"only": ["a"]}}}) == (
         "mcp.json: mcpServers.github.tools.only: unknown key; the keys here are: include, exclude"
