@@ -31,6 +31,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from mcp_client.results import McpImage
+
 PATH = "/mcp"
 HOST = "127.0.0.1"
 _log = logging.getLogger(__name__)
@@ -46,21 +48,13 @@ class ProxiedTool:
 
 
 @dataclass(frozen=True)
-class ProxiedImage:
-    """An image a call returned: base64 data and its MIME type."""
-
-    data: str
-    mime_type: str
-
-
-@dataclass(frozen=True)
 class ProxiedResult:
     """What the bot's callback answers a call with: text (a refusal by the gate is an error
     result saying why), whether it is an error, and any images."""
 
     text: str
     is_error: bool = False
-    images: tuple[ProxiedImage, ...] = ()
+    images: tuple[McpImage, ...] = ()
 
 
 ProxiedCall = Callable[[str, dict[str, Any]], Awaitable[ProxiedResult]]

@@ -22,12 +22,12 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from mcp_client.proxy import (
-    ProxiedImage,
     ProxiedResult,
     ProxiedTool,
     ProxyEndpoint,
     serve_tools,
 )
+from mcp_client.results import McpImage
 from tests.helpers import eventually
 
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
@@ -48,9 +48,7 @@ class Calls:
         self.seen.append((name, arguments))
         if name == "get_issue":
             return ProxiedResult("refused by the gate: not allowed here", is_error=True)
-        return ProxiedResult(
-            f"found {arguments.get('q')}", images=(ProxiedImage(PIXEL, "image/png"),)
-        )
+        return ProxiedResult(f"found {arguments.get('q')}", images=(McpImage("image/png", PIXEL),))
 
 
 @asynccontextmanager

@@ -25,7 +25,8 @@ from host.features.mcp.settle import settled_within
 from host.features.mcp.tools import mcp_tool, mcp_tools
 from host.graph.run_store import RunRecord
 from mcp_client import McpServers
-from mcp_client.proxy import ProxiedImage, ProxiedResult, ProxiedTool, serve_tools
+from mcp_client.proxy import ProxiedResult, ProxiedTool, serve_tools
+from mcp_client.results import McpImage
 
 
 class McpGrants:
@@ -94,7 +95,7 @@ class McpGrants:
                 ToolCall(id=f"acp_{uuid.uuid4().hex[:12]}", name=by_name[name], input=arguments),
                 ctx,
             )
-            images = tuple(ProxiedImage(i.data, i.media_type) for i in result.images)
+            images = tuple(McpImage(i.media_type, i.data) for i in result.images)
             return ProxiedResult(result.content, is_error=result.is_error, images=images)
 
         offered = [
