@@ -26,7 +26,6 @@ from agents.backends.base import AgentBackend
 from agents.backends.inproc import InProcessBackend
 from agents.models.offline import OfflineProvider
 from agents.models.provider import ClosableProvider, ModelProvider
-from agents.permissions import DEFAULT_RULES_LABEL, rules_file_problem
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox, shown_by
 from agents.specialists import Specialist, default_specialists
@@ -36,7 +35,7 @@ from agents.workspace_tools import ShellPolicy
 from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapter
 from bot.channels import AdapterFactory
 from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
-from bot.home import HomeError, check_home, workspace_for
+from bot.home import check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings
@@ -71,7 +70,7 @@ from host.features.memory.group import close_request
 from host.features.memory.personal import MemoryWriter
 from host.features.oncall.feature import OncallFeature
 from host.features.oncall.site import CampaignSite
-from host.features.permissions.gate import PermissionGates
+from host.features.permissions.feature import PermissionsFeature
 from host.features.schedules.feature import SchedulesFeature
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.feature import SkillsFeature
@@ -278,14 +277,6 @@ def load_agents(settings: Settings, sandbox: Sandbox | None = None) -> AgentRegi
         raise RuntimeError(str(exc)) from None
 
 
-def check_permissions_file(settings: Settings) -> None:
-    """A broken RAVEN_HOME/permissions.toml stops the start (`HomeError`: one line naming the
-    file and the problem, as `doctor` reports it) rather than serve with every call denied."""
-    problem = rules_file_problem(settings.home / DEFAULT_RULES_LABEL)
-    if problem is not None:
-        raise HomeError(problem)
-
-
 def people_directories(adapters: Sequence[ChannelAdapter]) -> dict[str, PeopleDirectory]:
     """Each platform's directory of display names: the adapter itself where it is one
     (Slack, Discord), the local user for the console."""
@@ -317,6 +308,8 @@ def build_adapters(factories: Sequence[AdapterFactory]) -> tuple[ChannelAdapter,
 
 # The capabilities, in the order they subscribe, open and start (and stop in reverse).
 FEATURES: tuple[FeatureKind, ...] = (
+    # First: the gates every run passes, and its rules file checked before anything else.
+    PermissionsFeature,
     MemoryFeature,
     SkillsFeature,
     OncallFeature,
@@ -336,9 +329,11 @@ async def build_runtime(
     """Collect → validate → build the shared parts, then each feature, then the Host around
     what the features add → subscribe → open the store (crash leftovers marked)."""
     check_home(settings.home)
-    check_permissions_file(settings)
+    # A feature's broken file stops the start before anything is probed, opened or connected.
+    for kind in features:
+        kind.preflight(settings.home)
     adapters = build_adapters(adapter_factories)
-    parts = await host_parts(settings, adapters)
+    parts = await host_parts(settings, adapters, features)
     installed = tuple(kind(parts, settings.section(kind.Section)) for kind in features)
     home = settings.home
     roles = parts.roles
@@ -386,7 +381,7 @@ async def build_runtime(
                 )
             ),
             prefetch=DispatchContexts(dispatch) if dispatch else None,
-            gates=PermissionGates(home, parts.store),
+            gates=next((p for f in installed if (p := f.permit_factory()) is not None), None),
         ),
     )
     tool_deps = HostToolDeps(
@@ -472,8 +467,11 @@ async def build_runtime(
     return runtime
 
 
-async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> HostParts:
-    """The parts every feature and the Host are built from, each from parts already built."""
+async def host_parts(
+    settings: Settings, adapters: Sequence[ChannelAdapter], features: Sequence[FeatureKind]
+) -> HostParts:
+    """The parts every feature and the Host are built from, each from parts already built
+    (the store with the tables of the Host and of `features`)."""
     home = settings.home
     # Probed once (it runs bwrap): off the event loop.
     sandbox = await asyncio.to_thread(build_sandbox, settings)
@@ -482,7 +480,7 @@ async def host_parts(settings: Settings, adapters: Sequence[ChannelAdapter]) -> 
     provider = build_provider(settings)
     # The bot owns the log's checkpoints: its run journals are fsynced before each one, and
     # one-shot commands leave them to it while it runs.
-    store = Store(home / "raven.db", all_migrations(), log_owner=True)
+    store = Store(home / "raven.db", all_migrations(features), log_owner=True)
     conversation_log = ConversationLog(store)
     bus = EventBus()
     # People never see fence markers: every post and edit is unfenced on its way out.

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 
 from core.store import Migration
 from host.features.feature import FeatureKind
-from host.features.permissions.migrations import MIGRATIONS as PERMISSIONS
 from host.graph.migrations import MIGRATIONS as GRAPH
 from host.prompts.migrations import MIGRATIONS as PROMPTS
 from host.runtime.migrations import MIGRATIONS as CONVERSATIONS
 
 # The Host's own tables, before any feature's: conversations first (other packages' tables
 # refer to them, and memory's scope migration reads their messages).
-HOST_MIGRATIONS: tuple[Migration, ...] = (*CONVERSATIONS, *PROMPTS, *GRAPH, *PERMISSIONS)
+HOST_MIGRATIONS: tuple[Migration, ...] = (*CONVERSATIONS, *PROMPTS, *GRAPH)
 
 
 def all_migrations(features: Sequence[FeatureKind] | None = None) -> tuple[Migration, ...]:

@@ -26,8 +26,7 @@ from host.agent.host_agent import ContextSource
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
 from host.conversation.service import CommandHandler, ReplyGate
-from host.graph.executor import DispatchContext
-from host.graph.executor.deps import NodeTools
+from host.graph.executor import DispatchContext, NodeTools, PermitFactory
 from host.nudges.policy import NudgePolicy
 from host.prompts.broker import PromptBroker
 from host.prompts.clarify import CommandGrants
@@ -106,6 +105,11 @@ class Feature(Protocol):
         """The team's tools a node's task is granted (None: this feature grants none)."""
         ...
 
+    def permit_factory(self) -> PermitFactory | None:
+        """The permission gates a run's tool calls pass (None: this feature has none; one
+        feature provides them)."""
+        ...
+
     def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
         """Backends this feature runs agents with, by agent name (its own agents)."""
         ...
@@ -149,6 +153,12 @@ class FeatureKind(Protocol):
 
     Section: type[Any]
 
+    def preflight(self, home: Path) -> None:
+        """Before anything is built: raise `core.errors.ConfigError` (one line naming the file
+        and the fix) when this feature's files in RAVEN_HOME are unusable, so a broken file
+        stops the start before anything is probed, opened or connected."""
+        ...
+
     @property
     def migrations(self) -> Sequence[Migration]:
         """Its tables' migrations, each package's numbered 1, 2, … in this order (the store's
@@ -171,6 +181,10 @@ class BaseFeature:
     migrations: ClassVar[Sequence[Migration]] = ()
     migrations_after: ClassVar[Collection[str]] = frozenset()
 
+    @classmethod
+    def preflight(cls, home: Path) -> None:
+        return None
+
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         return ()
 
@@ -187,6 +201,9 @@ class BaseFeature:
         return None
 
     def node_tools(self) -> NodeTools | None:
+        return None
+
+    def permit_factory(self) -> PermitFactory | None:
         return None
 
     def agent_backends(self) -> Mapping[str, Callable[[AgentEntry], AgentBackend]]:
