@@ -5,6 +5,8 @@ arrive with the feature alone."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from host.prompts.migrations import MIGRATIONS as PROMPTS
 from host.runtime.migrations import MIGRATIONS as CONVERSATIONS
 from memory.migrations import MIGRATIONS as MEMORY
 from oncall.migrations import MIGRATIONS as ONCALL
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # The list bot/schema.py kept by hand before features declared their own migrations.
 HAND_LIST: tuple[Migration, ...] = (
@@ -76,14 +80,28 @@ def by_package(migrations: Sequence[Migration]) -> dict[str, list[Migration]]:
     return packages
 
 
-def test_the_features_declare_exactly_the_migrations_of_the_hand_list() -> None:
-    collected = all_migrations()
+@pytest.mark.parametrize("source", ["installed features", "feature folders"])
+def test_the_features_declare_exactly_the_migrations_of_the_hand_list(source: str) -> None:
+    # The serving bot collects them from its features; one-shot commands from the folders.
+    collected = all_migrations(FEATURES if source == "installed features" else None)
     assert sorted(collected, key=lambda m: m.key) == sorted(HAND_LIST, key=lambda m: m.key)
     # Same ids, names, SQL and legacy numbers, each package's in the same order.
     assert by_package(collected) == by_package(HAND_LIST)
     packages = [m.package for m in collected]
     assert packages.index("conversations") == 0
     assert packages.index("nudges") > max(i for i, p in enumerate(packages) if p == "schedules")
+
+
+def test_one_shot_commands_open_the_store_without_importing_the_runtime() -> None:
+    probe = (
+        "from bot.schema import all_migrations; all_migrations(); import sys; "
+        "print(' '.join(m for m in ('bot.app', 'host.features.feature', 'anthropic') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == []
 
 
 async def test_a_database_the_hand_list_made_upgrades_to_the_same_schema(tmp_path: Path) -> None:

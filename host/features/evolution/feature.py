@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from host.conversation.service import CommandHandler
-from host.evaluation.evolution.migrations import MIGRATIONS
 from host.evaluation.evolution.search import EvolveSettings
 from host.evaluation.evolution.session import evolve_agent
 from host.evaluation.evolution.tasks import read_evolve_tasks
 from host.evaluation.evolution.versions import HarnessVersions, VersionError
 from host.evaluation.maob.formats import EvalFileError
 from host.features.evolution.chat_runs import ChatRun, ChatRuns
+from host.features.evolution.migrations import MIGRATIONS
 from host.features.feature import BaseFeature, HostParts
 from host.nudges.notices import LaneNotifier
 from host.runtime.events import EventBus, subscribe_decision

@@ -18,6 +18,7 @@ from host.features.memory.group import (
     GroupMemoryWriter,
     GroupPrefetch,
 )
+from host.features.memory.migrations import MIGRATIONS
 from host.features.memory.personal import MemoryCommands, MemoryContext, MemoryWriter
 from host.graph.executor import DispatchContext
 from host.runtime.events import EventBus
@@ -26,7 +27,6 @@ from memory.episodes import RuleFormer
 from memory.erasure import UserErasure
 from memory.group_store import GroupStore
 from memory.index import HybridIndex
-from memory.migrations import MIGRATIONS
 from memory.service import MemoryService
 
 log = logging.getLogger(__name__)

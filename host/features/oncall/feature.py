@@ -20,6 +20,7 @@ from host.features.oncall.approval import (
 )
 from host.features.oncall.commands import CampaignCommands
 from host.features.oncall.decider import ModelDecider
+from host.features.oncall.migrations import MIGRATIONS
 from host.features.oncall.owners import CampaignOwners
 from host.features.oncall.site import CampaignSite, Wiring
 from host.features.oncall.tools import build_campaign_tools
@@ -37,7 +38,6 @@ from host.runtime.scheduling import FiredJob
 from host.runtime.turn import TurnContext
 from oncall.access import CampaignLimits
 from oncall.engine import CampaignEngine, EngineSettings
-from oncall.migrations import MIGRATIONS
 from oncall.model import FINAL_STATES
 from oncall.ports import CAMPAIGN_WAKE
 from oncall.store import CampaignStore
