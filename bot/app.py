@@ -335,6 +335,13 @@ async def build_runtime(
     adapters = build_adapters(adapter_factories)
     parts = await host_parts(settings, adapters, features)
     installed = tuple(kind(parts, settings.section(kind.Section)) for kind in features)
+    gates = next((p for f in installed if (p := f.permit_factory()) is not None), None)
+    if gates is None:
+        # Fail closed: without gates every tool call would run unchecked.
+        raise RuntimeError(
+            "no installed feature provides permission gates: list PermissionsFeature among "
+            "the features"
+        )
     home = settings.home
     roles = parts.roles
     dispatch = [c for f in installed for c in f.dispatch_contexts()]
@@ -381,7 +388,7 @@ async def build_runtime(
                 )
             ),
             prefetch=DispatchContexts(dispatch) if dispatch else None,
-            gates=next((p for f in installed if (p := f.permit_factory()) is not None), None),
+            gates=gates,
         ),
     )
     tool_deps = HostToolDeps(

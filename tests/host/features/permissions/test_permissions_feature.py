@@ -79,3 +79,9 @@ async def test_the_feature_owns_its_tables_and_gives_runs_their_gates(isolated_e
         await runtime.lifecycle.aclose()
     rows = db_rows(isolated_env, "SELECT tool, subject, allowed FROM permission_audit")
     assert rows == [("run_shell", "rm -rf build", 0)]
+
+
+async def test_a_runtime_without_permission_gates_is_refused(isolated_env: Path) -> None:
+    without = tuple(k for k in FEATURES if k is not PermissionsFeature)
+    with pytest.raises(RuntimeError, match="no installed feature provides permission gates"):
+        await build_runtime(load_settings(), [FakeChatAdapter], without)
