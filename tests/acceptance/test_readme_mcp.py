@@ -263,6 +263,7 @@ def test_the_readme_call_runs_a_read_only_tool_without_asking(
     report = " ".join(shown.split())
     assert all(issue in report for issue in FLAKY), shown
     assert "TRK-102" not in report, shown
+    assert not db_rows(world.home, "SELECT 1 FROM prompts"), "a question was asked"
     assert _audit(world.home, "tracker:search_issues") == [
         (1, "mode", 'approval = "smart" for tracker in mcp.json')
     ]
@@ -403,6 +404,20 @@ def test_the_bot_starts_with_the_agents_toml_block(tmp_path: Path, docs_port: in
     result = sh(".venv/bin/raven-bot chat", env=_env(home), cwd=project, stdin="status\n")
     assert result.code == 0, result.both
     assert "Status" in result.out, result.both
+
+
+def test_without_the_dotenv_the_start_names_the_missing_secret(
+    tmp_path: Path, docs_port: int
+) -> None:
+    # The control for `${VAR}` read from `.env`: the same setup started where no `.env` is.
+    home = _team_home(tmp_path, docs_port)
+    project = project_dir(tmp_path / "elsewhere")
+    result = sh(".venv/bin/raven-bot chat", env=_env(home), cwd=project, stdin="status\n")
+    assert result.code == 2, result.both
+    assert result.both.splitlines() == [
+        f"raven-bot: {home / 'mcp.json'}: mcpServers.tracker.env.TRACKER_TOKEN: "
+        "${TRACKER_TOKEN} is not set; add it to the bot's .env or environment"
+    ], result.both
 
 
 @pytest.mark.parametrize(
