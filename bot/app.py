@@ -409,6 +409,7 @@ async def build_runtime(
             OrchestrationContext(tool_deps),
             *(c for f in installed for c in f.context_sources(tool_names)),
         ),
+        tool_sources=[s for f in installed if (s := f.tool_source()) is not None],
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
     )

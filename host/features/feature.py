@@ -19,7 +19,7 @@ from agents.backends.base import AgentBackend
 from agents.models.provider import ModelProvider
 from agents.registry import AgentEntry, AgentRegistry
 from agents.sandbox import Sandbox
-from agents.tools import Tool
+from agents.tools import Tool, ToolSource
 from core.ids import ConversationRef
 from core.store import Migration, Store
 from host.agent.host_agent import ContextSource
@@ -81,7 +81,12 @@ class Feature(Protocol):
     """One capability installed into a runtime generation."""
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
-        """Tools the Host may call."""
+        """Tools the Host may call (fixed for the runtime's life)."""
+        ...
+
+    def tool_source(self) -> ToolSource[TurnContext] | None:
+        """Host tools that may change while the bot runs, asked for at every turn (opened
+        and closed with this feature's own start and stops)."""
         ...
 
     def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
@@ -187,6 +192,9 @@ class BaseFeature:
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         return ()
+
+    def tool_source(self) -> ToolSource[TurnContext] | None:
+        return None
 
     def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
         return ()

@@ -38,6 +38,11 @@ class McpFeature(BaseFeature):
 
     Section: ClassVar[type[McpSection]] = McpSection
 
+    @classmethod
+    def preflight(cls, home: Path) -> None:
+        """A broken mcp.json stops the start before anything is built."""
+        _read_config(home / MCP_FILE, Path.cwd())
+
     def __init__(self, parts: HostParts, section: McpSection) -> None:
         path = parts.home / MCP_FILE
         self._names: frozenset[str] = frozenset()
@@ -46,12 +51,11 @@ class McpFeature(BaseFeature):
         if not path.is_file():
             return  # no tool servers: the MCP SDK is not even imported (start-up stays fast)
         from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
-        from mcp_client import McpConfigError, McpServers, load_mcp_config
+        from mcp_client import McpServers
 
-        try:
-            config = load_mcp_config(path, server_environ(parts.cwd))
-        except McpConfigError as exc:
-            raise ConfigError(str(exc)) from None
+        config = _read_config(path, parts.cwd)
+        if config is None:  # removed since the preflight
+            return
         _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
         _check_readable(config, parts.hidden)
         self._names = frozenset(config.servers)
@@ -96,6 +100,19 @@ class McpFeature(BaseFeature):
         stack.push_async_callback(self.servers.close)
         reporter = asyncio.create_task(_report_starts(self.servers), name="mcp-start-report")
         stack.callback(reporter.cancel)
+
+
+def _read_config(path: Path, cwd: Path) -> McpConfig | None:
+    """mcp.json with its `${VAR}`s filled (None when absent: the SDK is not imported);
+    `ConfigError` says what is wrong in one line naming the file and key."""
+    if not path.is_file():
+        return None
+    from mcp_client import McpConfigError, load_mcp_config
+
+    try:
+        return load_mcp_config(path, server_environ(cwd))
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_agent_defaults(
