@@ -295,6 +295,14 @@ def test_the_allow_rule_runs_get_issue(world: World, console: Console) -> None:
     assert _audit(world.home, "tracker:get_issue") == [(1, "user_allow", "mcp:tracker:get_*")]
 
 
+def test_the_stdio_server_sees_only_its_declared_secret(console: Console) -> None:
+    _submit(console, "v1: mcp: tracker variable_names {}", "")
+    (names,) = [line.split() for line in _lines(_report(console, "v1")) if "TRACKER_TOKEN" in line]
+    # "a server sees no other variable of the bot's": not the other server's secret from the
+    # same `.env`, not RAVEN_HOME.
+    assert "DOCS_TOKEN" not in names and "RAVEN_HOME" not in names, names
+
+
 def test_an_excluded_tool_is_not_offered(world: World, console: Console) -> None:
     _submit(console, 'x1: mcp: tracker delete_issue {"id": "TRK-101"}', "")
     shown = " ".join(_report(console, "x1", "failed").split())
@@ -347,8 +355,8 @@ def test_mcp_list_shows_both_servers_ready(world: World) -> None:
     result = world.shell.sh(MCP_LIST)
     assert result.code == 0, result.both
     rows = {line.split()[0]: line.split() for line in result.out.splitlines()[1:] if line}
-    assert rows["tracker"][1:4] == ["stdio", "ready", "4"], result.out
-    assert rows["docs"][1:4] == ["http", "ready", "5"], result.out
+    assert rows["tracker"][1:4] == ["stdio", "ready", "5"], result.out
+    assert rows["docs"][1:4] == ["http", "ready", "6"], result.out
 
 
 def test_mcp_tools_lists_the_tracker_as_agents_see_it(world: World) -> None:
@@ -360,6 +368,7 @@ def test_mcp_tools_lists_the_tracker_as_agents_see_it(world: World) -> None:
         "mcp__tracker__get_issue": "read-only",
         "mcp__tracker__create_issue": "-",
         "mcp__tracker__whoami": "read-only",
+        "mcp__tracker__variable_names": "read-only",
     }, result.out
 
 
@@ -367,7 +376,7 @@ def test_mcp_list_and_tools_as_json(world: World) -> None:
     listed = world.shell.sh("raven-bot mcp list --json")
     assert listed.code == 0, listed.both
     servers = {s["name"]: (s["transport"], s["state"], s["tools"]) for s in json.loads(listed.out)}
-    assert servers == {"tracker": ("stdio", "ready", 4), "docs": ("http", "ready", 5)}, listed.out
+    assert servers == {"tracker": ("stdio", "ready", 5), "docs": ("http", "ready", 6)}, listed.out
     tools = world.shell.sh("raven-bot mcp tools tracker --json")
     assert tools.code == 0, tools.both
     hints = {t["name"]: t["read_only"] for t in json.loads(tools.out)}
@@ -376,6 +385,7 @@ def test_mcp_list_and_tools_as_json(world: World) -> None:
         "mcp__tracker__get_issue": True,
         "mcp__tracker__create_issue": False,
         "mcp__tracker__whoami": True,
+        "mcp__tracker__variable_names": True,
     }, tools.out
 
 
@@ -383,8 +393,8 @@ def test_doctor_reports_each_server_and_the_rules(world: World) -> None:
     result = world.shell.sh(DOCTOR)
     assert result.code == 0, result.both
     (mcp,) = [line for line in result.out.splitlines() if re.match(r"\s*\[ok\s*\] mcp\s", line)]
-    assert re.search(r"tracker: 4 tool\(s\), initialize \d+\.\d+ s", mcp), mcp
-    assert re.search(r"docs: 5 tool\(s\), initialize \d+\.\d+ s", mcp), mcp
+    assert re.search(r"tracker: 5 tool\(s\), initialize \d+\.\d+ s", mcp), mcp
+    assert re.search(r"docs: 6 tool\(s\), initialize \d+\.\d+ s", mcp), mcp
     (rules,) = [line for line in result.out.splitlines() if "] permissions " in line]
     assert "1 allow / 1 deny rule(s)" in rules, rules
 

@@ -5,7 +5,7 @@ README's `exclude` hides `delete_issue`). It needs `TRACKER_TOKEN`, as a real tr
 its credential, and says so when the variable is missing: the test proves mcp.json's
 `${TRACKER_TOKEN}` reached it. stdio by default; `--http PORT` serves streamable HTTP on
 127.0.0.1 (the README's `docs` entry), where `whoami` shows the fingerprint of the request's
-bearer token."""
+bearer token. `variable_names` shows which variables the server sees (names, never values)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,12 @@ def whoami(ctx: Context) -> str:
     auth = (ctx.headers or {}).get("authorization", "")
     token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
     return f"sha256:{hashlib.sha256(token.encode()).hexdigest()[:12]}" if token else "anonymous"
+
+
+@server.tool(annotations=READ_ONLY)
+def variable_names() -> str:
+    """The names (never the values) of the environment variables this server sees."""
+    return " ".join(sorted(os.environ))
 
 
 def main() -> None:
