@@ -91,6 +91,9 @@ class AgentEntry:
     # inproc and acp agents: the team's tool servers (names in mcp.json) every task of this
     # agent gets unless a node says otherwise (a node's `mcp` override).
     mcp: tuple[str, ...] = ()
+    # In-process agents: the skills every task gets unless a node says otherwise (None: the
+    # specialist's own defaults).
+    skills: tuple[str, ...] | None = None
 
     @property
     def tags(self) -> list[str]:
@@ -345,6 +348,7 @@ class _EntryConfig(BaseModel):
     idle_seconds: float | None = Field(None, gt=0)
     network: bool | None = None
     mcp: list[str] | None = None
+    skills: list[str] | None = None
 
 
 class _FileConfig(BaseModel):
@@ -462,8 +466,9 @@ def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) 
         given["env_allow"] = tuple(given["env_allow"])
     if "allow" in given:
         given["allow"] = tuple(given["allow"])
-    if "mcp" in given:
-        given["mcp"] = tuple(given["mcp"])
+    for key in ("mcp", "skills"):
+        if key in given:
+            given[key] = tuple(given[key])
     if base is None:
         if "description" not in given:
             raise RegistryError(f"{where} description: required for a new agent")
@@ -501,6 +506,8 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
                 "to grant this agent its own key"
             )
     _check_backend_keys(where, entry, given)
+    if "skills" in given and entry.backend != "inproc":
+        raise RegistryError(f"{where} skills: only in-process agents take skills")
     if "mcp" in given and (entry.backend not in ("inproc", "acp") or entry.runs_commands):
         raise RegistryError(
             f"{where} mcp: only in-process and acp agents can call the team's tool servers"

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from typing import ClassVar
 
 from agents.specialists import default_specialists
+from core.errors import ConfigError
 from host.agent.host_agent import ContextSource
 from host.features.feature import BaseFeature, HostParts
 from host.features.skills.completer import ProviderCompleter
@@ -60,7 +61,10 @@ class SkillsFeature(BaseFeature):
         return (
             NodeSkills(
                 self.catalog,
-                {e.name: specialists[e.role].default_skills for e in inproc},
+                {
+                    e.name: specialists[e.role].default_skills if e.skills is None else e.skills
+                    for e in inproc
+                },
                 router=self.router,
                 tools_by_agent={
                     e.name: specialists[e.role].tools(self._home).names() for e in inproc
@@ -84,6 +88,21 @@ class SkillsFeature(BaseFeature):
 
     async def open(self, stack: AsyncExitStack) -> None:
         stack.push_async_callback(self.writer.close)
+        if self._on:
+            await self._check_agent_defaults()
+
+    async def _check_agent_defaults(self) -> None:
+        """agents.toml's `skills` defaults name skills that exist (a typo would silently
+        give an agent nothing)."""
+        known = {skill.name for skill in await self.catalog.skills()}
+        for entry in self._registry.entries():
+            unknown = [n for n in entry.skills or () if n not in known]
+            if unknown:
+                names = ", ".join(f"`{n}`" for n in unknown)
+                raise ConfigError(
+                    f"{self._home / 'agents.toml'}: [agents.{entry.name}] skills: no skill "
+                    f"named {names} (`raven-bot skills list` shows them)"
+                )
 
     async def recover(self) -> None:
         waiting = await self.writer.catch_up()

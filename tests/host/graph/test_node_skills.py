@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.plan_syntax import parse_plan
+from core.errors import ConfigError
 from core.ids import ConversationRef
 from host.features.skills.forge import local_catalog
 from host.features.skills.prefetch import NodeSkills
@@ -119,3 +120,38 @@ async def test_a_plan_in_chat_naming_an_unknown_skill_is_refused_whole(isolated_
         said = adapter.texts[-1]
         assert "agent `shell` runs commands and takes no skills" in said, said
         assert db_rows(rt.settings.home, "SELECT id FROM graph_runs") == []
+
+
+async def test_agents_toml_gives_an_agent_its_default_skills(isolated_env: Path) -> None:
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    (isolated_env / "agents.toml").write_text('[agents.research]\nskills = ["svg-chart"]\n')
+    async with chat_runtime() as rt:
+        (skills,) = [
+            c for f in rt.features for c in f.dispatch_contexts() if isinstance(c, NodeSkills)
+        ]
+        run = RunRecord(
+            id="run_0000000002",
+            conversation=ConversationRef("test", "W", "C", "T"),
+            task_summary="t",
+            background=True,
+            state="running",
+            submitted_by="U1",
+            submission={},
+            run_dir=isolated_env / "run",
+            replaces_run=None,
+            status_message=None,
+            created_at=0.0,
+            finished_at=None,
+        )
+        block = await skills.for_node(run, "research", "brief me")
+        assert "name: svg-chart" in block  # the default from agents.toml (the router may add more)
+
+
+async def test_a_default_skill_that_does_not_exist_stops_the_start(isolated_env: Path) -> None:
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    (isolated_env / "agents.toml").write_text('[agents.research]\nskills = ["svg-chrat"]\n')
+    with pytest.raises(
+        ConfigError, match=r"\[agents\.research\] skills: no skill named `svg-chrat`"
+    ):
+        async with chat_runtime():
+            pass
