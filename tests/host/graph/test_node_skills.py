@@ -122,9 +122,13 @@ async def test_a_plan_in_chat_naming_an_unknown_skill_is_refused_whole(isolated_
         assert db_rows(rt.settings.home, "SELECT id FROM graph_runs") == []
 
 
+def _agents_toml(home: Path, text: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "agents.toml").write_text(text)
+
+
 async def test_agents_toml_gives_an_agent_its_default_skills(isolated_env: Path) -> None:
-    isolated_env.mkdir(parents=True, exist_ok=True)
-    (isolated_env / "agents.toml").write_text('[agents.research]\nskills = ["svg-chart"]\n')
+    _agents_toml(isolated_env, '[agents.research]\nskills = ["svg-chart"]\n')
     async with chat_runtime() as rt:
         (skills,) = [
             c for f in rt.features for c in f.dispatch_contexts() if isinstance(c, NodeSkills)
@@ -148,8 +152,7 @@ async def test_agents_toml_gives_an_agent_its_default_skills(isolated_env: Path)
 
 
 async def test_a_default_skill_that_does_not_exist_stops_the_start(isolated_env: Path) -> None:
-    isolated_env.mkdir(parents=True, exist_ok=True)
-    (isolated_env / "agents.toml").write_text('[agents.research]\nskills = ["svg-chrat"]\n')
+    _agents_toml(isolated_env, '[agents.research]\nskills = ["svg-chrat"]\n')
     with pytest.raises(
         ConfigError, match=r"\[agents\.research\] skills: no skill named `svg-chrat`"
     ):
