@@ -1,7 +1,9 @@
 """One `Settings` object read from `.env` and the environment; every knob has a default.
 
-A feature's own knobs are declared in its folder (`host/features/<name>/settings.py`) and read
-the same way; `feature_settings` finds them, so they are checked, listed and known with these.
+A feature's own knobs are declared in its folder (`host/features/<name>/settings.py`), a chat
+adapter's in its own (`bot/<platform>/settings.py`), and read the same way; `unit_settings`
+finds them, so they are checked, listed, known and redacted with these. A `SecretStr` field of
+any of them is a secret: `secret_names` is the one list every scrubber uses.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import os
 import pkgutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -23,6 +26,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+import bot
 import host.features
 from core.errors import FieldError, describe_validation_error
 from host.nudges.quiet import parse_quiet_hours
@@ -32,17 +36,9 @@ if TYPE_CHECKING:
 
 CsvList = Annotated[list[str], NoDecode]
 T = TypeVar("T", bound="DataclassInstance")
-# URL settings that may carry credentials (`https://user:token@proxy/`).
-_URL_FIELDS = frozenset(
-    {
-        "anthropic_base_url",
-        "slack_api_url",
-        "discord_api_url",
-        "discord_gateway_url",
-        "skills_hub_url",
-        "web_search_url",
-    }
-)
+# Settings named `*_url` may carry credentials (`https://user:token@proxy/`): masked and
+# redacted, whichever model declares them.
+_URL_SUFFIX = "_url"
 
 
 class SettingsError(ValueError):
@@ -279,51 +275,9 @@ class Settings(BaseSettings):
         "can then read the bot's secrets, .env and database). Only where bwrap cannot run.",
     )
 
-    slack_bot_token: SecretStr | None = Field(
-        default=None, validation_alias="SLACK_BOT_TOKEN", description="Slack bot token (xoxb-)."
-    )
-    slack_app_token: SecretStr | None = Field(
-        default=None,
-        validation_alias="SLACK_APP_TOKEN",
-        description="Slack app-level token (xapp-) for Socket Mode.",
-    )
-    slack_signing_secret: SecretStr | None = Field(
-        default=None,
-        validation_alias="SLACK_SIGNING_SECRET",
-        description="Slack signing secret for the HTTP Events API.",
-    )
-    slack_api_url: str = Field(
-        default="https://slack.com/api/",
-        validation_alias="RAVEN_SLACK_API_URL",
-        description="Slack Web API base URL (change only for a proxy or a test server).",
-    )
-    slack_http_host: str = Field(
-        default="0.0.0.0",
-        validation_alias="RAVEN_SLACK_HTTP_HOST",
-        description="Interface the HTTP Events API server listens on.",
-    )
-    slack_http_port: int = Field(
-        default=3000,
-        ge=0,
-        le=65535,
-        validation_alias="RAVEN_SLACK_HTTP_PORT",
-        description="Port of the HTTP Events API server (Request URL points here).",
-    )
-    slack_http_path: str = Field(
-        default="/slack/events",
-        validation_alias="RAVEN_SLACK_HTTP_PATH",
-        description="Path of the HTTP Events API endpoint (events and interactivity).",
-    )
-    slack_thread_replies: bool = Field(
-        default=True,
-        validation_alias="RAVEN_SLACK_THREAD_REPLIES",
-        description="Answer replies in threads the bot is part of without a new mention.",
-    )
-    slack_allow_bots: bool = Field(
-        default=False,
-        validation_alias="RAVEN_SLACK_ALLOW_BOTS",
-        description="Also answer messages from other bots (the bot's own are always ignored).",
-    )
+    # Each chat adapter's own settings (SLACK_*, DISCORD_*, RAVEN_SLACK_*, RAVEN_DISCORD_*)
+    # are declared in its folder: bot/<platform>/settings.py (see `adapter_settings`). What
+    # every platform shares stays here.
     dm_enabled: bool = Field(
         default=True,
         validation_alias="RAVEN_DM_ENABLED",
@@ -341,40 +295,6 @@ class Settings(BaseSettings):
         le=200,
         validation_alias="RAVEN_THREAD_CONTEXT_MESSAGES",
         description="Newest thread messages re-read on each mention for context.",
-    )
-
-    discord_token: SecretStr | None = Field(
-        default=None, validation_alias="DISCORD_TOKEN", description="Discord bot token."
-    )
-    discord_api_url: str = Field(
-        default="https://discord.com/api/v10",
-        validation_alias="RAVEN_DISCORD_API_URL",
-        description="Discord REST API base URL (change only for a proxy or a test server).",
-    )
-    discord_gateway_url: str | None = Field(
-        default=None,
-        validation_alias="RAVEN_DISCORD_GATEWAY_URL",
-        description="Discord gateway WebSocket URL (unset: Discord's; only for a test server).",
-    )
-    discord_thread_replies: bool = Field(
-        default=True,
-        validation_alias="RAVEN_DISCORD_THREADS",
-        description="A mention in a channel starts a thread (false: reply inline in the channel).",
-    )
-    discord_allow_bots: bool = Field(
-        default=False,
-        validation_alias="RAVEN_DISCORD_ALLOW_BOTS",
-        description="Also answer messages from other bots (the bot's own are always ignored).",
-    )
-    discord_allowed_guilds: CsvList = Field(
-        default_factory=list,
-        validation_alias="RAVEN_DISCORD_ALLOWED_GUILDS",
-        description="Comma-separated Discord server (guild) ids the bot answers in (empty: all).",
-    )
-    discord_allowed_roles: CsvList = Field(
-        default_factory=list,
-        validation_alias="RAVEN_DISCORD_ALLOWED_ROLES",
-        description="Comma-separated Discord role ids whose members may use the bot (empty: any).",
     )
 
     allowed_users: CsvList = Field(
@@ -485,8 +405,6 @@ class Settings(BaseSettings):
         "allowed_channels",
         "admins",
         "approvers",
-        "discord_allowed_guilds",
-        "discord_allowed_roles",
         "skills_blocked",
         mode="before",
     )
@@ -510,13 +428,6 @@ class Settings(BaseSettings):
         # Made absolute once, at start-up: every path under it reaches sandboxes and child
         # processes that run elsewhere, where a relative one means another directory.
         return value if value.expanduser().is_absolute() else Path(os.path.abspath(value))
-
-    @field_validator("slack_http_path")
-    @classmethod
-    def _absolute_path(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("must start with / (e.g. /slack/events)")
-        return value
 
     @field_validator("anthropic_base_url")
     @classmethod
@@ -544,17 +455,20 @@ class Settings(BaseSettings):
         reads .env and the environment itself); a capability's section must otherwise name
         real settings. `reveal`: secrets as plain strings (an adapter's tokens), else as
         SecretStr."""
-        known = type(self).model_fields
+        # An adapter's own settings (`adapter_settings`) are found as if they were here.
+        owner: dict[str, BaseSettings] = {}
+        for model in (self, *read_unit_settings()):
+            owner |= {n: model for n in type(model).model_fields if n not in owner}
         values: dict[str, Any] = {}
         missing: list[str] = []
         for f in dataclasses.fields(kind):
-            name = next((n for n in (prefix + f.name, f.name) if n in known), None)
+            name = next((n for n in (prefix + f.name, f.name) if n in owner), None)
             if name is None and _own_settings(f):
                 continue
             if name is None:
                 missing.append(f.name)
                 continue
-            value = getattr(self, name)
+            value = getattr(owner[name], name)
             values[f.name] = (
                 value.get_secret_value() if reveal and isinstance(value, SecretStr) else value
             )
@@ -564,7 +478,7 @@ class Settings(BaseSettings):
 
     def is_set(self, variable: str) -> bool:
         """True when the setting read from environment variable `variable` has a value."""
-        for model in (self, *read_feature_settings()):
+        for model in (self, *read_unit_settings()):
             for name, field in type(model).model_fields.items():
                 alias = field.validation_alias
                 names = alias.choices if isinstance(alias, AliasChoices) else [alias]
@@ -574,14 +488,15 @@ class Settings(BaseSettings):
         raise KeyError(f"no setting reads {variable}")
 
     def secret_values(self) -> list[str]:
-        """Every secret this configuration holds (tokens, URL credentials), for redaction."""
+        """Every secret this configuration holds, for the log redactor: the values of the
+        variables `secret_names` lists, and credentials inside URL settings."""
         secrets: list[str] = []
-        for model in (self, *read_feature_settings()):
+        for model in (self, *read_unit_settings()):
             for name in type(model).model_fields:
                 value = getattr(model, name)
                 if isinstance(value, SecretStr) and value.get_secret_value():
                     secrets.append(value.get_secret_value())
-                elif name in _URL_FIELDS and isinstance(value, str):
+                elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
                     secrets += url_credentials(value)
         return secrets
 
@@ -591,7 +506,7 @@ class Settings(BaseSettings):
         fields: list[tuple[BaseSettings, str, FieldInfo]] = [
             (self, n, f) for n, f in type(self).model_fields.items()
         ]
-        for model in read_feature_settings():
+        for model in read_unit_settings():
             fields += [(model, n, f) for n, f in type(model).model_fields.items()]
         for model, name, field in fields:
             alias = field.validation_alias
@@ -599,7 +514,7 @@ class Settings(BaseSettings):
             value = getattr(model, name)
             if isinstance(value, SecretStr):
                 shown = mask_secret(value.get_secret_value())
-            elif name in _URL_FIELDS and isinstance(value, str):
+            elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
                 shown = mask_url(value)
             elif value is None:
                 shown = "(unset)"
@@ -633,27 +548,83 @@ def url_credentials(url: str | None) -> list[str]:
 def known_variables() -> list[str]:
     """Every environment variable name some setting reads."""
     names: list[str] = []
-    models: tuple[type[BaseSettings], ...] = (Settings, *feature_settings())
+    models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
     for model in models:
         for field in model.model_fields.values():
-            alias = field.validation_alias
-            if isinstance(alias, AliasChoices):
-                names += [str(choice) for choice in alias.choices]
-            elif alias is not None:
-                names.append(str(alias))
+            names += _variables(field)
     return names
+
+
+def secret_names() -> list[str]:
+    """Every environment variable that holds a secret: those read by a `SecretStr` field of
+    any settings model (the model key, the skill hub's token, each adapter's and feature's
+    own). The one list the log redactor (through `secret_values`) and the child-process
+    environment scrub (`agents.process.withhold_secret_names`) both use, so a secret an
+    adapter or feature declares is scrubbed everywhere without another edit."""
+    names: list[str] = []
+    models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
+    for model in models:
+        for field in model.model_fields.values():
+            if _is_secret(field):
+                names += _variables(field)
+    return names
+
+
+def _variables(field: FieldInfo) -> list[str]:
+    """The environment variable names a settings field reads."""
+    alias = field.validation_alias
+    if isinstance(alias, AliasChoices):
+        return [str(choice) for choice in alias.choices]
+    return [] if alias is None else [str(alias)]
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    """Is the field declared as a secret (`SecretStr`, optional or not)?"""
+    kind = field.annotation
+    return kind is SecretStr or SecretStr in get_args(kind)
 
 
 def feature_settings() -> tuple[type[BaseSettings], ...]:
     """Every feature's own settings model: the `BaseSettings` classes of each
     `host/features/<name>/settings.py`, found by folder so a feature with a setting adds no
     line here (those modules import pydantic only: this runs before each command)."""
+    return _declared_under(host.features)
+
+
+def adapter_settings() -> tuple[type[BaseSettings], ...]:
+    """Every chat adapter's own settings model: those of each `bot/<platform>/settings.py`,
+    found by folder so a new adapter adds no line here. Imported by name, so no module of
+    `bot/` other than the adapter's own imports it (the import contracts hold)."""
+    return _declared_under(bot)
+
+
+def unit_settings() -> tuple[type[BaseSettings], ...]:
+    """The settings models of every feature and adapter, besides `Settings` itself."""
+    return (*feature_settings(), *adapter_settings())
+
+
+def read_feature_settings() -> tuple[BaseSettings, ...]:
+    """Each feature's own settings as read now (`load_settings` checked them first)."""
+    return tuple(model() for model in feature_settings())
+
+
+def read_unit_settings() -> tuple[BaseSettings, ...]:
+    """Each feature's and adapter's own settings as read now (`load_settings` checked them)."""
+    return tuple(model() for model in unit_settings())
+
+
+def _declared_under(parent: ModuleType) -> tuple[type[BaseSettings], ...]:
+    """The `BaseSettings` classes of `<parent>/<package>/settings.py`. The file is looked for
+    before anything is imported, so a package without settings is not imported at all."""
     models: list[type[BaseSettings]] = []
-    for package in pkgutil.iter_modules(host.features.__path__, "host.features."):
-        name = f"{package.name}.settings"
-        if not package.ispkg or importlib.util.find_spec(name) is None:
+    for package in pkgutil.iter_modules(parent.__path__, f"{parent.__name__}."):
+        folder = getattr(package.module_finder, "path", None)
+        short = package.name.rpartition(".")[2]
+        if not package.ispkg or folder is None:
             continue
-        module = importlib.import_module(name)
+        if not (Path(folder) / short / "settings.py").is_file():
+            continue
+        module = importlib.import_module(f"{package.name}.settings")
         models += [
             value
             for value in vars(module).values()
@@ -662,11 +633,6 @@ def feature_settings() -> tuple[type[BaseSettings], ...]:
             and value.__module__ == module.__name__
         ]
     return tuple(models)
-
-
-def read_feature_settings() -> tuple[BaseSettings, ...]:
-    """Each feature's own settings as read now (`load_settings` checked them first)."""
-    return tuple(model() for model in feature_settings())
 
 
 def _own_settings(f: dataclasses.Field[Any]) -> bool:
@@ -720,9 +686,8 @@ def load_settings(**overrides: Any) -> Settings:
     """Read settings, turning validation errors into one message naming each variable."""
     try:
         settings = Settings(**overrides)
-        # Each feature's own settings are checked now too: one message names every problem.
-        read_feature_settings()
-        return settings
+        # Each feature's and adapter's own settings are checked now too.
+        read_unit_settings()
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc)) from None
     except UnicodeDecodeError as exc:
@@ -730,6 +695,11 @@ def load_settings(**overrides: Any) -> Settings:
         raise SettingsError(
             f"Invalid configuration: .env is not UTF-8 text (byte {exc.start}); save it as UTF-8."
         ) from None
+    # Child processes started from here on never get a declared secret, whatever its name.
+    from agents.process import withhold_secret_names
+
+    withhold_secret_names(secret_names())
+    return settings
 
 
 def describe_errors(exc: ValidationError) -> str:

@@ -8,6 +8,7 @@ from bot.access import AccessPolicy
 from bot.channel import ChannelAdapter
 from bot.discord.adapter import DiscordAdapter
 from bot.discord.config import DiscordConfig
+from bot.discord.settings import DiscordSettings
 from bot.home import workspace_for
 from bot.settings import Settings
 
@@ -15,20 +16,22 @@ DOCTOR_TIMEOUT_SECONDS = 10.0
 
 
 def discord_config(settings: Settings) -> DiscordConfig:
-    """The adapter's configuration from settings (the token must be set)."""
-    assert settings.discord_token is not None
+    """The adapter's configuration from its own section (`DiscordSettings`) and what every
+    platform shares (the token must be set)."""
+    assert DiscordSettings().discord_token is not None
     return settings.section(DiscordConfig, prefix="discord_", reveal=True)
 
 
 def discord_adapter(settings: Settings) -> ChannelAdapter:
     """The Discord adapter from settings."""
+    own = DiscordSettings()
     policy = AccessPolicy.from_lists(
         allowed_users=settings.allowed_users,
         allowed_channels=settings.allowed_channels,
         admins=settings.admins,
         dm_enabled=settings.dm_enabled,
-        allowed_workspaces=settings.discord_allowed_guilds,
-        allowed_roles=settings.discord_allowed_roles,
+        allowed_workspaces=own.discord_allowed_guilds,
+        allowed_roles=own.discord_allowed_roles,
     )
     return DiscordAdapter(
         discord_config(settings), policy=policy, workspace=workspace_for(settings.home)
@@ -37,10 +40,11 @@ def discord_adapter(settings: Settings) -> ChannelAdapter:
 
 async def discord_doctor(settings: Settings) -> tuple[bool, str]:
     """(ok, detail) for `raven-bot doctor`: the token is valid and names a bot user."""
-    if settings.discord_token is None:
+    own = DiscordSettings()
+    if own.discord_token is None:
         return True, "not configured (set DISCORD_TOKEN to serve Discord)"
-    url = settings.discord_api_url.rstrip("/") + "/users/@me"
-    headers = {"Authorization": f"Bot {settings.discord_token.get_secret_value()}"}
+    url = own.discord_api_url.rstrip("/") + "/users/@me"
+    headers = {"Authorization": f"Bot {own.discord_token.get_secret_value()}"}
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DOCTOR_TIMEOUT_SECONDS)) as s,

@@ -9,16 +9,18 @@ from bot.settings import Settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.config import SlackConfig
 from bot.slack.doctor import check_slack
+from bot.slack.settings import SlackSettings
 
 
 def slack_configured(settings: Settings) -> bool:
     """Slack is served when its bot token is set."""
-    return settings.slack_bot_token is not None
+    return SlackSettings().slack_bot_token is not None
 
 
 def slack_adapter(settings: Settings) -> ChannelAdapter:
-    """The Slack adapter from settings (transport chosen by which tokens are set)."""
-    assert settings.slack_bot_token is not None
+    """The Slack adapter from settings (transport chosen by which tokens are set): its own
+    section (`SlackSettings`) and what every platform shares."""
+    assert SlackSettings().slack_bot_token is not None
     config = settings.section(SlackConfig, prefix="slack_", reveal=True)
     try:
         _ = config.transport
@@ -40,12 +42,11 @@ def slack_adapter(settings: Settings) -> ChannelAdapter:
 
 async def slack_doctor(settings: Settings) -> tuple[bool, str]:
     """(ok, detail) for `raven-bot doctor`: transport, token, identity and scopes."""
-    if settings.slack_bot_token is None:
+    own = SlackSettings()
+    if own.slack_bot_token is None:
         return True, "not configured (set SLACK_BOT_TOKEN to serve Slack)"
-    if settings.slack_app_token is None and settings.slack_signing_secret is None:
+    if own.slack_app_token is None and own.slack_signing_secret is None:
         return False, "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN or SLACK_SIGNING_SECRET"
-    ok, detail = await check_slack(
-        settings.slack_bot_token.get_secret_value(), settings.slack_api_url
-    )
-    transport = "Socket Mode" if settings.slack_app_token is not None else "HTTP Events API"
+    ok, detail = await check_slack(own.slack_bot_token.get_secret_value(), own.slack_api_url)
+    transport = "Socket Mode" if own.slack_app_token is not None else "HTTP Events API"
     return ok, f"{transport}: {detail}"

@@ -1,0 +1,141 @@
+"""A chat adapter owns its settings and secrets: a new adapter's folder declares a model in its
+`settings.py`, and with no other edit its variables are known and masked, and its secret is
+redacted from logs and withheld from a sandboxed child (one list, `secret_names`)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import bot
+from agents.models.types import ToolCall
+from agents.process import SECRET_NAME
+from agents.tools import ToolRegistry
+from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
+from bot.discord.settings import DiscordSettings
+from bot.logging_setup import REDACTED, SecretRedactor
+from bot.settings import (
+    adapter_settings,
+    known_variables,
+    load_settings,
+    secret_names,
+    unknown_variables,
+)
+from bot.slack.settings import SlackSettings
+from tests.sandboxing import real_sandbox
+
+PASSPHRASE = "correct-horse-battery-" + uuid.uuid4().hex
+ADAPTER_SETTINGS = """
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class MatrixSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+
+    matrix_passphrase: SecretStr | None = Field(
+        default=None, validation_alias="MATRIX_PASSPHRASE", description="Login passphrase."
+    )
+    matrix_room: str = Field(
+        default="", validation_alias="RAVEN_MATRIX_ROOM", description="Room to join."
+    )
+"""
+
+
+@pytest.fixture
+def new_adapter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A `bot/<platform>/` folder holding only a settings model, as a new adapter starts."""
+    name = f"matrix{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "more-adapters" / name
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text('"""A new chat adapter."""\n')
+    (folder / "settings.py").write_text(ADAPTER_SETTINGS)
+    monkeypatch.setattr(bot, "__path__", [*bot.__path__, str(folder.parent)])
+    yield name
+    for module in [m for m in sys.modules if m.startswith(f"bot.{name}")]:
+        del sys.modules[module]
+
+
+def test_slack_and_discord_declare_their_settings_in_their_folders() -> None:
+    assert {SlackSettings, DiscordSettings} <= set(adapter_settings())
+    names = secret_names()
+    for secret in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET", "DISCORD_TOKEN"):
+        assert secret in names
+    # The model key and the skill hub's token are secrets too; plain knobs are not.
+    assert {"ANTHROPIC_API_KEY", "RAVEN_SKILLS_HUB_TOKEN"} <= set(names)
+    assert "RAVEN_SLACK_API_URL" not in names and "RAVEN_DISCORD_THREADS" not in names
+
+
+def test_adapter_settings_keep_their_variables_and_errors(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAVEN_SLACK_HTTP_PATH", "events")
+    with pytest.raises(ValueError, match=r"RAVEN_SLACK_HTTP_PATH: .*must start with /"):
+        load_settings()
+    monkeypatch.setenv("RAVEN_SLACK_HTTP_PATH", "/x")
+    monkeypatch.setenv("RAVEN_DISCORD_ALLOWED_GUILDS", "1, 2,,3")
+    monkeypatch.setenv("RAVEN_DISCORD_API_URL", "https://user:pw-in-url@proxy.example/api")
+    settings = load_settings()
+    shown = settings.masked()
+    assert shown["RAVEN_SLACK_HTTP_PATH"] == "/x"
+    assert shown["RAVEN_DISCORD_ALLOWED_GUILDS"] == "1,2,3"
+    assert "pw-in-url" not in shown["RAVEN_DISCORD_API_URL"]
+    assert "user:pw-in-url" in settings.secret_values()
+
+
+async def test_a_new_adapters_secret_is_redacted_and_withheld(
+    new_adapter: str, isolated_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A name no pattern would call secret: only its declaration says so.
+    assert SECRET_NAME.search("MATRIX_PASSPHRASE") is None
+    monkeypatch.setenv("MATRIX_PASSPHRASE", PASSPHRASE)
+    monkeypatch.setenv("RAVEN_MATRIX_ROOM", "team-room")
+    settings = load_settings()
+    assert "MATRIX_PASSPHRASE" in secret_names()
+    assert {"MATRIX_PASSPHRASE", "RAVEN_MATRIX_ROOM"} <= set(known_variables())
+    assert unknown_variables({"RAVEN_MATRIX_ROOM": "x"}, None) == []
+    assert PASSPHRASE not in str(settings.masked())
+    assert settings.masked()["RAVEN_MATRIX_ROOM"] == "team-room"
+
+    # Logs: the redactor built from the settings' secrets, as `configure_logging` builds it.
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.addFilter(SecretRedactor(settings.secret_values()))
+    logger = logging.getLogger(f"test.{new_adapter}")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("login failed with %s", PASSPHRASE)
+    finally:
+        logger.removeHandler(handler)
+    assert PASSPHRASE not in written.getvalue() and REDACTED in written.getvalue()
+
+    # A sandboxed child: even an allow-list naming the secret does not pass it; a plain
+    # variable on the same list does (so the list itself works).
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    policy = ShellPolicy(
+        env_allow=("MATRIX_PASSPHRASE", "RAVEN_MATRIX_ROOM"), sandbox=real_sandbox()
+    )
+    tools = ToolRegistry([shell_tool(policy)])
+    result = await tools.dispatch(
+        ToolCall(id="t", name="run_shell", input={"command": "env"}),
+        ToolContext(workspace=workspace.resolve()),
+    )
+    assert "RAVEN_MATRIX_ROOM=team-room" in result.content
+    assert PASSPHRASE not in result.content and "MATRIX_PASSPHRASE" not in result.content
+
+
+def test_env_example_lists_every_adapter_setting() -> None:
+    text = (Path(__file__).resolve().parents[2] / ".env.example").read_text()
+    for model in adapter_settings():
+        for field in model.model_fields.values():
+            env = field.validation_alias
+            assert f"# {env}=" in text, f"{env} missing from .env.example"
+            assert field.description, f"{env} has no description"
