@@ -517,8 +517,14 @@ async def thread(tmp_path: Path, docs_port: int) -> AsyncIterator[Thread]:
         env = slack_env(home, slack.api_url)
         for name in ("TRACKER_TOKEN", "DOCS_TOKEN"):
             env.pop(name, None)
-        async with serving(env, _team_project(tmp_path), tmp_path / "raven-bot.log"):
-            await slack.wait_connected(within=WITHIN)
+        log = tmp_path / "raven-bot.log"
+        async with serving(env, _team_project(tmp_path), log):
+            try:
+                await slack.wait_connected(within=WITHIN)
+            except AssertionError as exc:  # say why: the bot's own last words
+                raise AssertionError(
+                    f"{exc}\nthe bot's output:\n{log.read_text()[-4000:]}"
+                ) from None
             yield Thread(slack, home)
 
 
