@@ -492,10 +492,11 @@ class Settings(BaseSettings):
         variables `secret_names` lists, and credentials inside URL settings."""
         secrets: list[str] = []
         for model in (self, *read_unit_settings()):
-            for name in type(model).model_fields:
+            for name, field in type(model).model_fields.items():
                 value = getattr(model, name)
-                if isinstance(value, SecretStr) and value.get_secret_value():
-                    secrets.append(value.get_secret_value())
+                if _is_secret(field):  # the fields `secret_names` names, so the two agree
+                    if isinstance(value, SecretStr) and value.get_secret_value():
+                        secrets.append(value.get_secret_value())
                 elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
                     secrets += url_credentials(value)
         return secrets
