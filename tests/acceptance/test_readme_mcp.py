@@ -400,12 +400,6 @@ def test_doctor_reports_each_server_and_the_rules(world: World) -> None:
 # -- Starting --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="host/features/mcp/feature.py checks agents.toml's `mcp` against no servers before "
-    "reading mcp.json (McpFeature.__init__, the first _check_agent_defaults call): remove this "
-    "mark with the fix",
-)
 def test_the_bot_starts_with_the_agents_toml_block(tmp_path: Path, docs_port: int) -> None:
     home = _team_home(tmp_path, docs_port, agents_toml=True)
     project = _team_project(tmp_path)

@@ -47,8 +47,8 @@ class McpFeature(BaseFeature):
         path = parts.home / MCP_FILE
         self._names: frozenset[str] = frozenset()
         self.servers: McpServers | None = None
-        _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
         if not path.is_file():
+            _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
             return  # no tool servers: the MCP SDK is not even imported (start-up stays fast)
         from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
         from mcp_client import McpServers

@@ -136,3 +136,18 @@ async def test_an_ask_server_asks_and_an_allow_for_the_conversation_is_kept_per_
         assert tiers == ["human", "remembered"]
     finally:
         await shutdown(runtime)
+
+
+async def test_agents_toml_naming_a_configured_server_starts_and_the_agent_gets_it(
+    isolated_env: Path,
+) -> None:
+    """Regression: agents.toml's `mcp` was checked against no servers before mcp.json was
+    read, so a valid default stopped the start."""
+    _tracker(isolated_env, "smart")
+    (isolated_env / "agents.toml").write_text('[agents.code]\nmcp = ["tracker"]\n')
+    runtime = await build_runtime(load_settings(), [FakeChatAdapter])
+    try:
+        code = runtime.registry.get("code")
+        assert code is not None and code.mcp == ("tracker",)
+    finally:
+        await shutdown(runtime)
