@@ -14,39 +14,19 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from agents.sandbox import Sandbox
+from core.secret_names import looks_secret
 from core.spawn import start_uncancelled
 
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER")
-SECRET_NAME: Final = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|^SLACK_|^DISCORD_|^ANTHROPIC_", re.I)
-# The variables the bot's settings declare secret (`bot.settings.secret_names`: every
-# adapter's and feature's too), withheld whatever they are called. Set by the process that
-# read the settings, before it starts children: this layer cannot ask the settings itself,
-# and a context variable reaches every task and worker thread started afterwards.
-_DECLARED_SECRETS: Final[ContextVar[frozenset[str]]] = ContextVar(
-    "declared_secret_names", default=frozenset()
-)
 STDERR_TAIL_CHARS: Final = 2000
 _READ_CHUNK: Final = 65536
 # After the main process exits, leftovers holding its pipes get this long before being killed.
 _DRAIN_GRACE_SECONDS: Final = 1.0
-
-
-def withhold_secret_names(names: Iterable[str]) -> None:
-    """From now on (in this context and those started from it), `looks_secret` is true for
-    `names` too. Names are only added: a secret once declared stays withheld."""
-    _DECLARED_SECRETS.set(_DECLARED_SECRETS.get() | {name.upper() for name in names})
-
-
-def looks_secret(name: str) -> bool:
-    """True for variable names that may hold credentials: a name the settings declare secret,
-    or one that looks like it (tokens, keys, chat/model secrets)."""
-    return name.upper() in _DECLARED_SECRETS.get() or SECRET_NAME.search(name) is not None
 
 
 def scrub_env(

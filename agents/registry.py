@@ -30,8 +30,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents.process import looks_secret
 from core.errors import FieldError, describe_validation_error, did_you_mean
+from core.secret_names import looks_secret
 
 # What agents.toml may name; `tool` is the bot's own `mcp` agent (one tool-server call).
 ConfigBackend = Literal["inproc", "cli", "api", "acp"]

@@ -560,7 +560,7 @@ def secret_names() -> list[str]:
     """Every environment variable that holds a secret: those read by a `SecretStr` field of
     any settings model (the model key, the skill hub's token, each adapter's and feature's
     own). The one list the log redactor (through `secret_values`) and the child-process
-    environment scrub (`agents.process.withhold_secret_names`) both use, so a secret an
+    environment scrub (`core.secret_names.withhold_secret_names`) both use, so a secret an
     adapter or feature declares is scrubbed everywhere without another edit."""
     names: list[str] = []
     models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
@@ -697,7 +697,7 @@ def load_settings(**overrides: Any) -> Settings:
             f"Invalid configuration: .env is not UTF-8 text (byte {exc.start}); save it as UTF-8."
         ) from None
     # Child processes started from here on never get a declared secret, whatever its name.
-    from agents.process import withhold_secret_names
+    from core.secret_names import withhold_secret_names
 
     withhold_secret_names(secret_names())
     return settings

@@ -17,12 +17,12 @@ import contextlib
 import errno
 import math
 import os
-import re
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from core.secret_names import looks_secret
 from core.spawn import kill_process, start_uncancelled
 from oncall.model import JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
@@ -37,9 +37,6 @@ DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 # The variables a round (and the ssh/slurm client commands) may see from the bot's environment.
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
 # Same rule as the agent sandbox: names that may hold credentials never reach a round.
-_SECRET_NAME: Final = re.compile(
-    r"TOKEN|SECRET|KEY|PASSWORD|^SLACK_|^DISCORD_|^ANTHROPIC_|^RAVEN_", re.I
-)
 
 
 def round_env(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[str, str]:
@@ -47,7 +44,7 @@ def round_env(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[
     env = {
         name: environ[name]
         for name in (*BASE_ENV, *allow)
-        if name in environ and not _SECRET_NAME.search(name)
+        if name in environ and not looks_secret(name) and not name.upper().startswith("RAVEN_")
     }
     env.setdefault("PATH", DEFAULT_PATH)
     return env

@@ -15,7 +15,6 @@ import pytest
 
 import bot
 from agents.models.types import ToolCall
-from agents.process import SECRET_NAME
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
 from bot.discord.settings import DiscordSettings
@@ -28,6 +27,7 @@ from bot.settings import (
     unknown_variables,
 )
 from bot.slack.settings import SlackSettings
+from core.secret_names import SECRET_NAME
 from tests.sandboxing import real_sandbox
 
 PASSPHRASE = "correct-horse-battery-" + uuid.uuid4().hex
