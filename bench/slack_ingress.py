@@ -68,6 +68,7 @@ from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.factory import slack_adapter
 from bot.slack.ingress import SlackIngress
+from bot.slack.settings import SlackSettings
 from core.store import Store, WriteStats
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, json_body, payloads, sign
@@ -1129,7 +1130,7 @@ async def bench(opts: Options) -> int:
             # Startup loads the memory embedder first.
             async with asyncio.timeout(180):
                 await adapter.ready.wait()
-            url = f"http://127.0.0.1:{adapter.http_port}{settings.slack_http_path}"
+            url = f"http://127.0.0.1:{adapter.http_port}{SlackSettings().slack_http_path}"
             rig = Rig(
                 url,
                 events,
