@@ -8,7 +8,7 @@ fire. Only facts are checked (records, ids, the commands' own output), not the b
 
 Substituted, because no coding agent is installed here: the README's ACP plan runs on the
 loopback ACP agent (as in test_acp_agents.py), configured in agents.toml as an operator
-would."""
+would; the README's tool servers are the loopback tracker (as in test_readme_mcp.py)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from tests.acceptance.harness import (
 )
 from tests.acceptance.readme import chat_examples, inline_spans, readme_text
 from tests.acceptance.test_acp_agents import _agents_toml
+from tests.acceptance.test_readme_mcp import DOTENV, docs_port, pasted_mcp_json  # noqa: F401
 from tests.helpers import db_rows
 
 pytestmark = pytest.mark.slow
@@ -79,13 +80,17 @@ class Walk:
 
 
 @pytest.fixture
-def walk(tmp_path: Path) -> Iterator[Walk]:
+def walk(tmp_path: Path, docs_port: int) -> Iterator[Walk]:  # noqa: F811 (the fixture)
     home = tmp_path / "raven-home"
     home.mkdir()
     # The operator's agents.toml: the README's ACP plan needs `claude-acp` installed.
     (home / "agents.toml").write_text(_agents_toml())
+    # The README's mcp.json, its servers the loopback tracker; their tokens in `.env`.
+    (home / "mcp.json").write_text(pasted_mcp_json(docs_port))
+    project = project_dir(tmp_path / "project")
+    (project / ".env").write_text(DOTENV)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        shell = Commands(project_dir(tmp_path / "project"), product_env(home), pool)
+        shell = Commands(project, product_env(home), pool)
         console = Console(shell.env, shell.cwd)
         try:
             console.expect_text("you> ")
