@@ -22,7 +22,7 @@ import fnmatch
 import re
 import shutil
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -33,9 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from core.errors import FieldError, describe_validation_error, did_you_mean
 from core.secret_names import looks_secret
 
-# What agents.toml may name; `tool` is the bot's own `mcp` agent (one tool-server call).
+# What agents.toml may name; `feature` is an agent a capability runs itself (its feature
+# gives the entry and the backend: the `mcp` agent's one tool-server call).
 ConfigBackend = Literal["inproc", "cli", "api", "acp"]
-Backend = Literal["inproc", "cli", "api", "acp", "tool"]
+Backend = Literal["inproc", "cli", "api", "acp", "feature"]
 Which = Callable[[str], str | None]
 # Whether a (real) path is visible to agent commands: the sandbox's view (agents.sandbox).
 Visible = Callable[[Path], bool]
@@ -187,20 +188,6 @@ def default_entries() -> list[AgentEntry]:
             ("claude", "-p"),
         ),
         *acp_presets(),
-        AgentEntry(
-            name="mcp",
-            description="Runs one call of a team tool server (RAVEN_HOME/mcp.json) as its "
-            'task, written `SERVER TOOL {"json": "arguments"}`; the call passes the permission '
-            "gate like any tool call.",
-            backend="tool",
-            stateful=False,
-            file_capable=False,
-            progress=False,
-            enabled=True,
-            role="raven",
-            timeout_seconds=600,
-            runs_commands=True,
-        ),
         _cli_preset(
             "codex",
             "OpenAI Codex CLI (`codex exec`) run headless in the workspace: code changes and "
@@ -373,24 +360,23 @@ def load_registry(
     *,
     which: Which = shutil.which,
     visible: Visible | None = None,
-    tool_servers: bool = False,
+    extra: Sequence[AgentEntry] = (),
 ) -> AgentRegistry:
     """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
 
     Raises `RegistryError` naming the file and key for anything invalid. CLI agents whose binary
     or ACP agents whose program is not on PATH, or (given `visible`, the sandbox's view) lives
     where the sandbox does not show it, are kept but disabled, with `disabled_reason` saying
-    why. `tool_servers`: whether any tool server is configured (else the `mcp` agent is off).
+    why. `extra`: agents the installed capabilities run themselves (overridable like the
+    defaults).
     """
-    entries = {e.name: e for e in default_entries()}
+    entries = {e.name: e for e in [*default_entries(), *extra]}
     if path is not None and path.exists():
         config = _read_config(path)
         label = str(path)
         for name, table in config.agents.items():
             entries[name] = _merge(label, name, entries.get(name), table)
-    return AgentRegistry(
-        _availability(e, which, visible, tool_servers=tool_servers) for e in entries.values()
-    )
+    return AgentRegistry(_availability(e, which, visible) for e in entries.values())
 
 
 def default_registry(
@@ -550,17 +536,12 @@ def command_allowed(command: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(text, pattern.strip()) for pattern in patterns)
 
 
-def _availability(
-    entry: AgentEntry, which: Which, visible: Visible | None, *, tool_servers: bool
-) -> AgentEntry:
+def _availability(entry: AgentEntry, which: Which, visible: Visible | None) -> AgentEntry:
     """Disable entries that cannot run here, saying why, instead of failing at startup."""
     if not entry.enabled:
         return (
             entry if entry.disabled_reason else replace(entry, disabled_reason="disabled in config")
         )
-    if entry.backend == "tool" and not tool_servers:
-        why = "no tool servers are configured (RAVEN_HOME/mcp.json)"
-        return replace(entry, enabled=False, disabled_reason=why)
     if entry.backend not in ("cli", "acp"):
         return entry
     program = entry.command[0]

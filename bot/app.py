@@ -63,7 +63,6 @@ from host.evaluation.evolution.runtime import (
 )
 from host.features.evolution.feature import EvolutionFeature
 from host.features.feature import Commands, Feature, FeatureKind, HostParts
-from host.features.mcp.environ import MCP_FILE
 from host.features.mcp.feature import McpFeature
 from host.features.memory.feature import MemoryFeature
 from host.features.memory.group import close_request
@@ -263,16 +262,20 @@ def build_embedder(settings: Settings) -> Embedder | None:
         raise RuntimeError(f"RAVEN_MEMORY_EMBEDDER=semantic, but {exc}") from None
 
 
-def load_agents(settings: Settings, sandbox: Sandbox | None = None) -> AgentRegistry:
-    """The agent registry from RAVEN_HOME/agents.toml (a RuntimeError naming the problem);
-    with `sandbox`, a CLI agent whose program that sandbox cannot see is disabled, saying so."""
+def load_agents(
+    settings: Settings,
+    sandbox: Sandbox | None = None,
+    features: Sequence[FeatureKind] | None = None,
+) -> AgentRegistry:
+    """The agent registry: the built-in agents and those the features run (all of
+    `FEATURES` unless given), then RAVEN_HOME/agents.toml (a RuntimeError naming the
+    problem); with `sandbox`, a CLI agent whose program that sandbox cannot see is disabled,
+    saying so."""
     visible = None if sandbox is None else shown_by(sandbox, os.environ)
+    kinds = FEATURES if features is None else features
+    extra = [entry for kind in kinds for entry in kind.agents(settings.home)]
     try:
-        return load_registry(
-            settings.home / "agents.toml",
-            visible=visible,
-            tool_servers=(settings.home / MCP_FILE).is_file(),
-        )
+        return load_registry(settings.home / "agents.toml", visible=visible, extra=extra)
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
 
@@ -532,7 +535,7 @@ async def host_parts(
         conversation_log=conversation_log,
         bus=bus,
         provider=provider,
-        registry=load_agents(settings, sandbox),
+        registry=load_agents(settings, sandbox, features),
         broker=broker,
         outbox=Outbox(conversation_log, channels),
         people=people,

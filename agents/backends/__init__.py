@@ -47,10 +47,9 @@ def build_backend(
     if not entry.enabled:
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
-    if entry.backend == "tool":
+    if entry.backend == "feature":
         raise BackendUnavailable(
-            f"agent `{entry.name}` calls tool servers, and none are configured here "
-            "(RAVEN_HOME/mcp.json)"
+            f"agent `{entry.name}` is run by a capability that is not installed here"
         )
     if entry.backend == "cli":
         return CommandLineBackend(entry, sandbox=sandbox, environ=environ)

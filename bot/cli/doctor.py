@@ -24,7 +24,7 @@ from agents.registry import (
     load_registry,
 )
 from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
-from bot.app import build_sandbox
+from bot.app import FEATURES, build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.cli.mcp import (
     DOCTOR_WAIT,
@@ -153,9 +153,9 @@ async def _registry(settings: Settings) -> tuple[Sandbox, AgentRegistry]:
     """The sandbox and the registry as the bot builds them (`RegistryError` if invalid)."""
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     path = settings.home / "agents.toml"
-    tool_servers = (settings.home / "mcp.json").is_file()
+    extra = [entry for kind in FEATURES for entry in kind.agents(settings.home)]
     visible = shown_by(sandbox, os.environ)
-    return sandbox, load_registry(path, visible=visible, tool_servers=tool_servers)
+    return sandbox, load_registry(path, visible=visible, extra=extra)
 
 
 async def _check_agents(settings: Settings) -> Check:
@@ -178,8 +178,8 @@ async def _check_agents(settings: Settings) -> Check:
 def _unexpectedly_off(entry: AgentEntry) -> bool:
     """Off for a reason worth a warning: not switched off in agents.toml, and not a preset
     whose program is simply not installed."""
-    if entry.disabled_reason == "disabled in config" or entry.backend == "tool":
-        return False  # the `mcp` agent is off exactly when no tool servers are configured
+    if entry.disabled_reason == "disabled in config" or entry.backend == "feature":
+        return False  # a capability's own agent is off exactly when it is not configured
     presets = {e.name for e in default_entries() if e.backend in ("cli", "acp")}
     missing = entry.backend in ("cli", "acp") and shutil.which(entry.command[0]) is None
     return not (entry.name in presets and missing)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from agents.registry import RegistryError, load_registry
+from agents.registry import AgentEntry, RegistryError, load_registry
 from bot.console.screen import markdown_for
 from bot.home import HomeError, check_home
 from bot.schema import all_migrations
@@ -44,7 +44,7 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     try:
         servers = _tool_server_names(settings)
         registry = load_registry(
-            agents_file or settings.home / "agents.toml", tool_servers=bool(servers)
+            agents_file or settings.home / "agents.toml", extra=_feature_agents(settings)
         )
     except (RegistryError, ConfigError) as exc:
         out.write(f"{exc}\n")
@@ -64,6 +64,13 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     note = " (asks for approval before it runs)" if graph.submission.confirm else ""
     out.write(f"admitted: {len(graph.order)} node(s), order {' → '.join(graph.order)}{note}\n")
     return 0
+
+
+def _feature_agents(settings: Settings) -> list[AgentEntry]:
+    """The agents the installed capabilities run themselves, as the bot registers them."""
+    from bot.app import FEATURES  # the feature list: only when a graph is validated
+
+    return [entry for kind in FEATURES for entry in kind.agents(settings.home)]
 
 
 def _tool_server_names(settings: Settings) -> frozenset[str] | None:

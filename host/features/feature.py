@@ -158,6 +158,11 @@ class FeatureKind(Protocol):
 
     Section: type[Any]
 
+    def agents(self, home: Path) -> Sequence[AgentEntry]:
+        """Agents this feature runs itself (their backends from `agent_backends`), added to
+        the registry before agents.toml, which may override them like the built-in ones."""
+        ...
+
     def preflight(self, home: Path) -> None:
         """Before anything is built: raise `core.errors.ConfigError` (one line naming the file
         and the fix) when this feature's files in RAVEN_HOME are unusable, so a broken file
@@ -185,6 +190,10 @@ class BaseFeature:
 
     migrations: ClassVar[Sequence[Migration]] = ()
     migrations_after: ClassVar[Collection[str]] = frozenset()
+
+    @classmethod
+    def agents(cls, home: Path) -> Sequence[AgentEntry]:
+        return ()
 
     @classmethod
     def preflight(cls, home: Path) -> None:

@@ -17,6 +17,7 @@ from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
 from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.mcp.agent import mcp_agent
 from host.features.mcp.environ import MCP_FILE, server_environ
 from host.graph.executor import NodeTools
 
@@ -37,6 +38,10 @@ class McpFeature(BaseFeature):
     """Tool servers for nodes: connected in the background, granted per node."""
 
     Section: ClassVar[type[McpSection]] = McpSection
+
+    @classmethod
+    def agents(cls, home: Path) -> Sequence[AgentEntry]:
+        return (mcp_agent(home),)
 
     @classmethod
     def preflight(cls, home: Path) -> None:

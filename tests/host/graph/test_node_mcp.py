@@ -26,9 +26,10 @@ from agents.permissions import (
     ToolTrust,
 )
 from agents.plan_syntax import parse_plan
-from agents.registry import AgentEntry, load_registry
+from agents.registry import AgentEntry, AgentRegistry, load_registry
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ToolContext
+from host.features.mcp.agent import mcp_agent
 from host.features.mcp.grants import McpGrants
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext, GraphSubmission
@@ -38,7 +39,13 @@ from tests.bot.cli.test_cli_end_to_end import _env, _run
 from tests.host.features.mcp.test_tools import FAKE, manager_for
 from tests.host.graph.test_node_skills import run  # noqa: F401  (the fixture)
 
-REGISTRY = load_registry(None, tool_servers=True)
+
+def _configured_registry() -> AgentRegistry:
+    """The registry with the `mcp` agent as a configured bot has it."""
+    return load_registry(None, extra=[replace(mcp_agent(Path("/")), enabled=True)])
+
+
+REGISTRY = _configured_registry()
 
 
 def test_a_plan_line_names_its_servers_or_none() -> None:

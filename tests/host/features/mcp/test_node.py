@@ -6,6 +6,7 @@ no call, or names no server or tool, fails saying so."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from agents.permissions import (
     ToolCallRequest,
     ToolTrust,
 )
-from agents.registry import load_registry
+from host.features.mcp.agent import mcp_agent
 from host.features.mcp.call_text import CallTextError, parse_call
 from host.features.mcp.node import McpCallBackend
 from mcp_client import McpServers
@@ -63,7 +64,7 @@ class Approvals:
 
 
 def _task(text: str, tmp: Path, **ports: object) -> AgentTask:
-    entry = load_registry(None, tool_servers=True).require("mcp")
+    entry = replace(mcp_agent(tmp), enabled=True)
     return AgentTask(node_id="m1", agent=entry, prompt=text, workspace=tmp, **ports)  # type: ignore[arg-type]
 
 
