@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, ClassVar
 from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
+from host.agent.host_agent import ContextSource
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.mcp.agent import mcp_agent
 from host.features.mcp.environ import MCP_FILE, server_environ
@@ -51,6 +52,7 @@ class McpFeature(BaseFeature):
     def __init__(self, parts: HostParts, section: McpSection) -> None:
         path = parts.home / MCP_FILE
         self._names: frozenset[str] = frozenset()
+        self._defaults: dict[str, list[str]] = {}
         self.servers: McpServers | None = None
         if not path.is_file():
             _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
@@ -64,6 +66,14 @@ class McpFeature(BaseFeature):
         _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
         _check_readable(config, parts.hidden)
         self._names = frozenset(config.servers)
+        self._defaults = {
+            server: [
+                e.name
+                for e in parts.registry.entries()
+                if e.enabled and (server in e.mcp or e.name in entry.agents)
+            ]
+            for server, entry in config.servers.items()
+        }
         launcher = sandboxed_launcher(parts.sandbox, server_workspaces(parts.home))
         self.servers = McpServers(config, launcher=launcher)
 
@@ -82,6 +92,13 @@ class McpFeature(BaseFeature):
 
         backend = McpCallBackend(self.servers, settle_seconds=SETTLE_SECONDS)
         return {"mcp": lambda entry: backend}
+
+    def context_sources(self, host_tools: Sequence[str]) -> Sequence[ContextSource]:
+        if self.servers is None or not self._names:
+            return ()
+        from host.features.mcp.context import ToolServersContext
+
+        return (ToolServersContext(self.servers, self._defaults),)
 
     def status_sources(self) -> Sequence[StatusSource]:
         if self.servers is None or not self._names:

@@ -6,6 +6,7 @@ per server and tool."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import pytest
 
 from bot.app import build_runtime, shutdown, start_serving
 from bot.settings import load_settings
+from host.features.mcp.feature import McpFeature
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import REPO, db_rows, eventually, inbound
 from tests.runtime_kit import online
@@ -42,6 +44,7 @@ class Models:
     def __init__(self) -> None:
         self.research_saw: list[str] = []
         self.offered: list[list[str]] = []
+        self.host_systems: list[str] = []
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         system = json.dumps(body.get("system"))
@@ -55,6 +58,7 @@ class Models:
                 return _tool("mcp__tracker__echo", {"text": SAID})
             self.research_saw.append(_text(messages[-1]))
             return {"content": "The tracker says bug 42 is open."}
+        self.host_systems.append(system)
         if "tool_result" in _text(messages[-1]):
             return {"content": "Research checked the tracker: bug 42 is open."}
         return _tool("delegate", {"agent": "research", "task": "Is bug 42 open? Ask the tracker."})
@@ -90,11 +94,18 @@ async def test_a_read_only_tool_of_a_smart_server_runs_and_its_answer_reaches_th
     runtime = await build_runtime(load_settings(), [FakeChatAdapter])
     try:
         await start_serving(runtime)  # the tool servers connect as the bot starts
+        (feature,) = [f for f in runtime.features if isinstance(f, McpFeature)]
+        assert feature.servers is not None
+        assert (await asyncio.wait_for(feature.servers.settled("tracker"), 30)).status == "ready"
         turn = await runtime.service.accept(inbound("is bug 42 open?", "e1"))
         assert turn is not None
         outcome = await turn
         assert outcome.text == "Research checked the tracker: bug 42 is open."
         assert "mcp__tracker__echo" in models.offered[0]
+        # The Host was told which agent has the tracker (and its tools by their safe names).
+        told = models.host_systems[0]
+        assert "Team tool servers (MCP)" in told and "`mcp__tracker__echo`" in told, told
+        assert "agents that have it: `research`" in told, told
         (seen,) = models.research_saw
         assert SAID in seen and "untrusted-data" in seen  # fenced for the model
         audit = db_rows(home, "SELECT tool, subject, allowed, tier FROM permission_audit")
