@@ -6,49 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bot.cli.main import main
 from bot.cli.mcp import shown
+from tests.bot.cli.mcp_home import fake_server, logging_kept, write_config
 from tests.bot.cli.test_cli_imports import _imported_by
 from tests.mcp_client.test_servers import http_url
 
-__all__ = ["http_url"]  # a fixture: the fake server over streamable HTTP on 127.0.0.1
+__all__ = ["http_url", "logging_kept"]  # fixtures: the fake over HTTP; the root logger kept
 
-FAKE = str(Path(__file__).parents[2] / "fakes" / "mcp_server.py")
 SECRET = "s3cr3t-from-dotenv-0123"
-
-
-@pytest.fixture(autouse=True)
-def _logging_kept() -> Iterator[None]:
-    """main() configures the root logger for a process; give the next test pytest's back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-def _fake(*flags: str, **extra: Any) -> dict[str, Any]:
-    # The fake lives in the repository, which the sandbox shows only when told.
-    readable = {"readonly": [str(Path(FAKE).parent)]}
-    return {"command": sys.executable, "args": [FAKE, *flags], **readable, **extra}
-
-
-def _write_config(home: Path, servers: dict[str, Any]) -> Path:
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": servers}))
-    return path
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -58,11 +29,11 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 
 def _two_servers(home: Path) -> Path:
-    return _write_config(
+    return write_config(
         home,
         {
-            "fake": _fake(tools={"exclude": ["crash"]}),
-            "broken": _fake("--fail-start"),
+            "fake": fake_server(tools={"exclude": ["crash"]}),
+            "broken": fake_server("--fail-start"),
         },
     )
 
@@ -108,7 +79,7 @@ def test_list_json_is_one_record_per_server(
 def test_a_server_that_never_answers_is_reported_within_its_timeout(
     isolated_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write_config(isolated_env, {"mute": _fake("--silent", timeout=1)})
+    write_config(isolated_env, {"mute": fake_server("--silent", timeout=1)})
     code, out, _ = _run(capsys, "mcp", "list", "--json")
     assert code == 0
     (mute,) = json.loads(out)
@@ -133,7 +104,7 @@ def test_no_mcp_json_says_so_and_how_to_create_one(
 def test_a_broken_mcp_json_is_one_line_naming_file_and_key(
     isolated_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write_config(isolated_env, {"fake": _fake(approval="sometimes")})
+    path = write_config(isolated_env, {"fake": fake_server(approval="sometimes")})
     for argv in (["mcp", "list"], ["mcp", "tools", "fake"]):
         code, out, err = _run(capsys, *argv)
         assert (code, out) == (2, "")
@@ -144,7 +115,7 @@ def test_a_broken_mcp_json_is_one_line_naming_file_and_key(
 def test_tools_are_named_as_agents_see_them_after_the_filter(
     isolated_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _write_config(isolated_env, {"fake": _fake(tools={"include": ["e*", "add"]})})
+    write_config(isolated_env, {"fake": fake_server(tools={"include": ["e*", "add"]})})
     code, out, err = _run(capsys, "mcp", "tools", "fake")
     assert code == 0, err
     lines = {line.split()[0]: line.split(None, 2)[1:] for line in out.splitlines()}
@@ -188,10 +159,10 @@ def test_a_secret_from_dotenv_reaches_the_server_but_never_the_output(
     # .env in the working directory, as the bot reads it (isolated_env runs tests in cwd/).
     Path(".env").write_text(f"TRACKER_TOKEN={SECRET}\n")
     leaky = "import os, sys; print('token is', os.environ['TOKEN'], file=sys.stderr); sys.exit(2)"
-    _write_config(
+    write_config(
         isolated_env,
         {
-            "fake": _fake(env={"TOKEN": "${TRACKER_TOKEN}"}),
+            "fake": fake_server(env={"TOKEN": "${TRACKER_TOKEN}"}),
             "leaky": {
                 "command": sys.executable,
                 "args": ["-c", leaky],
@@ -215,7 +186,7 @@ async def test_a_streamable_http_server_is_listed_without_its_header_secret(
     http_url: str,
 ) -> None:
     monkeypatch.setenv("DOCS_TOKEN", SECRET)
-    _write_config(
+    write_config(
         isolated_env,
         {
             "docs": {

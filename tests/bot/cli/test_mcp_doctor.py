@@ -6,46 +6,16 @@ past its cap."""
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bot.cli import doctor
 from bot.cli.main import main
 from bot.settings import load_settings
+from tests.bot.cli.mcp_home import fake_server, logging_kept, write_config
 
-FAKE = str(Path(__file__).parents[2] / "fakes" / "mcp_server.py")
-
-
-@pytest.fixture(autouse=True)
-def _logging_kept() -> Iterator[None]:
-    """main() configures the root logger for a process; give the next test pytest's back."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    for handler in root.handlers:
-        if handler not in handlers:
-            handler.close()
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-def _write_config(home: Path, servers: dict[str, Any]) -> Path:
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": servers}))
-    return path
-
-
-def _fake(*flags: str, **extra: Any) -> dict[str, Any]:
-    # The fake lives in the repository, which the sandbox shows only when told.
-    readable = {"readonly": [str(Path(FAKE).parent)]}
-    return {"command": sys.executable, "args": [FAKE, *flags], **readable, **extra}
+__all__ = ["logging_kept"]  # a fixture: the root logger kept for the next test
 
 
 async def _mcp_check() -> doctor.Check:
@@ -61,9 +31,12 @@ async def test_no_mcp_json_is_ok(isolated_env: Path) -> None:
 async def test_each_server_reports_its_tools_and_initialize_time_or_why_not(
     isolated_env: Path,
 ) -> None:
-    _write_config(
+    write_config(
         isolated_env,
-        {"fake": _fake(tools={"exclude": ["hang", "crash"]}), "broken": _fake("--fail-start")},
+        {
+            "fake": fake_server(tools={"exclude": ["hang", "crash"]}),
+            "broken": fake_server("--fail-start"),
+        },
     )
     check = await _mcp_check()
     assert check.level == "warn"  # the bot serves; only broken's tools are missing
@@ -74,7 +47,7 @@ async def test_each_server_reports_its_tools_and_initialize_time_or_why_not(
 
 
 async def test_every_server_ready_is_ok(isolated_env: Path) -> None:
-    _write_config(isolated_env, {"fake": _fake()})
+    write_config(isolated_env, {"fake": fake_server()})
     check = await _mcp_check()
     assert check.level == "ok", check.detail
     assert check.detail.startswith("fake: 8 tool(s), initialize ")
@@ -85,7 +58,7 @@ async def test_a_silent_server_cannot_hold_doctor_past_its_cap(
 ) -> None:
     # mcp.json allows it ten minutes; doctor waits at most its own cap.
     monkeypatch.setattr(doctor, "DOCTOR_WAIT", 1.0)
-    _write_config(isolated_env, {"mute": _fake("--silent", timeout=600)})
+    write_config(isolated_env, {"mute": fake_server("--silent", timeout=600)})
     check = await _mcp_check()
     assert (check.level, check.detail) == (
         "warn",
@@ -96,7 +69,7 @@ async def test_a_silent_server_cannot_hold_doctor_past_its_cap(
 def test_a_broken_mcp_json_fails_doctor_with_its_one_line_error(
     isolated_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write_config(isolated_env, {"fake": {"args": ["x"]}})
+    path = write_config(isolated_env, {"fake": {"args": ["x"]}})
     code = main(["doctor"])
     out = capsys.readouterr().out
     assert code == 1

@@ -127,26 +127,14 @@ def _agents_toml(home: Path, text: str) -> None:
     (home / "agents.toml").write_text(text)
 
 
-async def test_agents_toml_gives_an_agent_its_default_skills(isolated_env: Path) -> None:
+async def test_agents_toml_gives_an_agent_its_default_skills(
+    isolated_env: Path, run: RunRecord
+) -> None:
     _agents_toml(isolated_env, '[agents.research]\nskills = ["svg-chart"]\n')
     async with chat_runtime() as rt:
         (skills,) = [
             c for f in rt.features for c in f.dispatch_contexts() if isinstance(c, NodeSkills)
         ]
-        run = RunRecord(
-            id="run_0000000002",
-            conversation=ConversationRef("test", "W", "C", "T"),
-            task_summary="t",
-            background=True,
-            state="running",
-            submitted_by="U1",
-            submission={},
-            run_dir=isolated_env / "run",
-            replaces_run=None,
-            status_message=None,
-            created_at=0.0,
-            finished_at=None,
-        )
         block = await skills.for_node(run, "research", "brief me")
         assert "name: svg-chart" in block  # the default from agents.toml (the router may add more)
 
