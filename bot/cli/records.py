@@ -15,7 +15,7 @@ from bot.schema import all_migrations
 from bot.settings import Settings
 from core.errors import ConfigError
 from core.store import Store
-from host.features.mcp.environ import MCP_FILE, server_environ
+from host.features.mcp.environ import read_mcp_config
 from host.features.skills.forge import local_catalog
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
@@ -75,15 +75,8 @@ def _feature_agents(settings: Settings) -> list[AgentEntry]:
 
 def _tool_server_names(settings: Settings) -> frozenset[str] | None:
     """The tool servers a node's `mcp` override may name: mcp.json's (None: no file)."""
-    path = settings.home / MCP_FILE
-    if not path.is_file():
-        return None
-    from mcp_client import McpConfigError, load_mcp_config
-
-    try:
-        return frozenset(load_mcp_config(path, server_environ(Path.cwd())).servers)
-    except McpConfigError as exc:
-        raise ConfigError(str(exc)) from None
+    config = read_mcp_config(settings.home, Path.cwd())
+    return None if config is None else frozenset(config.servers)
 
 
 def _skill_names(settings: Settings) -> frozenset[str]:

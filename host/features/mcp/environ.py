@@ -7,8 +7,14 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dotenv import dotenv_values
+
+from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mcp_client import McpConfig
 
 # The tool servers' configuration, in RAVEN_HOME.
 MCP_FILE = "mcp.json"
@@ -40,3 +46,18 @@ def declared_secrets(home: Path, cwd: Path) -> list[str]:
         return []
     environ = server_environ(cwd)
     return [environ[name] for name in sorted(names) if environ.get(name)]
+
+
+def read_mcp_config(home: Path, cwd: Path) -> McpConfig | None:
+    """RAVEN_HOME/mcp.json with its `${VAR}`s filled for a bot started in `cwd` (None when
+    absent: the MCP SDK is not even imported); `ConfigError` says what is wrong in one line
+    naming the file and key."""
+    path = home / MCP_FILE
+    if not path.is_file():
+        return None
+    from mcp_client import McpConfigError, load_mcp_config
+
+    try:
+        return load_mcp_config(path, server_environ(cwd))
+    except McpConfigError as exc:
+        raise ConfigError(str(exc)) from None

@@ -19,7 +19,7 @@ from core.errors import ConfigError
 from host.agent.host_agent import ContextSource
 from host.features.feature import BaseFeature, HostParts, StatusSource
 from host.features.mcp.agent import mcp_agent
-from host.features.mcp.environ import MCP_FILE, server_environ
+from host.features.mcp.environ import read_mcp_config
 from host.graph.executor import NodeTools
 
 if TYPE_CHECKING:
@@ -47,23 +47,19 @@ class McpFeature(BaseFeature):
     @classmethod
     def preflight(cls, home: Path) -> None:
         """A broken mcp.json stops the start before anything is built."""
-        _read_config(home / MCP_FILE, Path.cwd())
+        read_mcp_config(home, Path.cwd())
 
     def __init__(self, parts: HostParts, section: McpSection) -> None:
-        path = parts.home / MCP_FILE
         self._names: frozenset[str] = frozenset()
         self._defaults: dict[str, list[str]] = {}
         self.servers: McpServers | None = None
-        if not path.is_file():
-            _check_agent_defaults(parts.registry, None, parts.home / "agents.toml")
+        config = read_mcp_config(parts.home, parts.cwd)
+        _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
+        if config is None:
             return  # no tool servers: the MCP SDK is not even imported (start-up stays fast)
         from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
         from mcp_client import McpServers
 
-        config = _read_config(path, parts.cwd)
-        if config is None:  # removed since the preflight
-            return
-        _check_agent_defaults(parts.registry, config, parts.home / "agents.toml")
         _check_readable(config, parts.hidden)
         self._names = frozenset(config.servers)
         self._defaults = {
@@ -122,19 +118,6 @@ class McpFeature(BaseFeature):
         stack.push_async_callback(self.servers.close)
         reporter = asyncio.create_task(_report_starts(self.servers), name="mcp-start-report")
         stack.callback(reporter.cancel)
-
-
-def _read_config(path: Path, cwd: Path) -> McpConfig | None:
-    """mcp.json with its `${VAR}`s filled (None when absent: the SDK is not imported);
-    `ConfigError` says what is wrong in one line naming the file and key."""
-    if not path.is_file():
-        return None
-    from mcp_client import McpConfigError, load_mcp_config
-
-    try:
-        return load_mcp_config(path, server_environ(cwd))
-    except McpConfigError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def _check_agent_defaults(
