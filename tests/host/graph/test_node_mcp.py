@@ -17,13 +17,7 @@ import pytest
 
 from agents.models.types import ToolCall
 from agents.permissions import (
-    Decision,
-    ListAudit,
-    MemoryRemembered,
-    PermissionGate,
     PermissionRules,
-    ToolCallRequest,
-    ToolTrust,
 )
 from agents.plan_syntax import parse_plan
 from agents.registry import AgentEntry, AgentRegistry, load_registry
@@ -36,6 +30,7 @@ from host.graph.model import AdmissionContext, GraphSubmission
 from host.graph.run_store import RunRecord
 from mcp_client import McpServers
 from tests.bot.cli.test_cli_end_to_end import _env, _run
+from tests.host.features.mcp.gates import TaskGate
 from tests.host.features.mcp.test_tools import FAKE, manager_for
 from tests.host.graph.test_node_skills import run  # noqa: F401  (the fixture)
 
@@ -129,40 +124,21 @@ async def test_which_servers_a_node_gets(servers: McpServers, run: RunRecord) ->
     assert grants.servers_for(firing, code, ["fake"]) == ["fake"]
 
 
-class _Gate:
-    """The real gate of an unattended run (nobody to ask)."""
-
-    def __init__(self, *, deny: list[str] | None = None) -> None:
-        self.audit = ListAudit()
-        self.gate = PermissionGate(
-            PermissionRules(deny=deny or []),
-            asker=None,
-            remembered=MemoryRemembered(),
-            audit=self.audit,
-        )
-
-    async def __call__(
-        self, tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
-    ) -> Decision:
-        call = ToolCallRequest(tool, subject, "C1:t1", "U1", "T1", detail, trust)
-        return await self.gate.check(call)
-
-
 async def test_an_in_process_agent_gets_tools_and_an_acp_agent_an_endpoint(
     servers: McpServers,
     run: RunRecord,  # noqa: F811
 ) -> None:
     grants = McpGrants(servers, settle_seconds=5)
-    async with grants.open(run, _entry("code"), ["fake"], _Gate()) as toolset:
+    async with grants.open(run, _entry("code"), ["fake"], TaskGate(PermissionRules())) as toolset:
         names = [t.name for t in toolset.tools]
         assert "mcp__fake__echo" in names and toolset.endpoints == ()
     acp = _entry("claude-acp", enabled=True)
-    async with grants.open(run, acp, ["fake"], _Gate()) as toolset:
+    async with grants.open(run, acp, ["fake"], TaskGate(PermissionRules())) as toolset:
         (endpoint,) = toolset.endpoints
         assert endpoint.name == "fake" and endpoint.url.startswith("http://127.0.0.1:")
         assert toolset.tools == ()
     shell = _entry("shell")
-    async with grants.open(run, shell, ["fake"], _Gate()) as toolset:
+    async with grants.open(run, shell, ["fake"], TaskGate(PermissionRules())) as toolset:
         assert toolset.tools == () and toolset.endpoints == ()
 
 
@@ -174,7 +150,7 @@ async def test_a_firing_calls_the_servers_its_approved_plan_names_without_asking
     approval. A deny rule still refuses."""
     call = ToolCall(id="c1", name="mcp__fake__add", input={"a": 2, "b": 3})
     grants = McpGrants(servers, settle_seconds=5)
-    gate = _Gate()
+    gate = TaskGate(PermissionRules())
     async with grants.open(run, _entry("code"), ["fake"], gate) as toolset:
         ctx = ToolContext(workspace=Path(), permit=gate)
         refused = await ToolRegistry(list(toolset.tools)).dispatch(call, ctx)
@@ -187,7 +163,7 @@ async def test_a_firing_calls_the_servers_its_approved_plan_names_without_asking
     assert not result.is_error and "5" in result.content
     assert "approved that plan" in gate.audit.decisions[-1].reason
 
-    denied = _Gate(deny=["mcp:fake:add"])
+    denied = TaskGate(PermissionRules(deny=["mcp:fake:add"]))
     async with grants.open(firing, _entry("code"), ["fake"], denied) as toolset:
         ctx = ToolContext(workspace=Path(), permit=denied)
         result = await ToolRegistry(list(toolset.tools)).dispatch(call, ctx)

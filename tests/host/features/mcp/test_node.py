@@ -13,18 +13,13 @@ import pytest
 
 from agents.backends.base import AgentTask
 from agents.permissions import (
-    Decision,
-    ListAudit,
-    MemoryRemembered,
-    PermissionGate,
     PermissionRules,
-    ToolCallRequest,
-    ToolTrust,
 )
 from host.features.mcp.agent import mcp_agent
 from host.features.mcp.call_text import CallTextError, parse_call
 from host.features.mcp.node import McpCallBackend
 from mcp_client import McpServers
+from tests.host.features.mcp.gates import TaskGate
 from tests.host.features.mcp.test_tools import FAKE, ScriptedAsker, manager_for
 
 
@@ -33,22 +28,6 @@ async def servers() -> AsyncIterator[McpServers]:
     manager = manager_for(FAKE, "ask")
     async with manager:
         yield manager
-
-
-class Gate:
-    """The real gate for one task, and what it was asked."""
-
-    def __init__(self, rules: PermissionRules, asker: ScriptedAsker | None) -> None:
-        self.audit = ListAudit()
-        self.gate = PermissionGate(
-            rules, asker=asker, remembered=MemoryRemembered(), audit=self.audit
-        )
-
-    async def __call__(
-        self, tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
-    ) -> Decision:
-        call = ToolCallRequest(tool, subject, "C1:t1", "U1", "T1", detail, trust)
-        return await self.gate.check(call)
 
 
 class Approvals:
@@ -72,7 +51,7 @@ async def test_an_approved_call_runs_and_its_answer_is_the_output(
     servers: McpServers, tmp_path: Path
 ) -> None:
     asker = ScriptedAsker("allow_once")
-    gate = Gate(PermissionRules(), asker)
+    gate = TaskGate(PermissionRules(), asker)
     backend = McpCallBackend(servers, settle_seconds=30)
     outcome = await backend.run(_task('fake echo {"text": "hi there"}', tmp_path, permit=gate))
     assert outcome.error is None and outcome.output == "hi there"
@@ -83,7 +62,7 @@ async def test_an_approved_call_runs_and_its_answer_is_the_output(
 
 
 async def test_a_declined_call_is_not_made(servers: McpServers, tmp_path: Path) -> None:
-    gate = Gate(PermissionRules(), ScriptedAsker("deny"))
+    gate = TaskGate(PermissionRules(), ScriptedAsker("deny"))
     outcome = await McpCallBackend(servers, settle_seconds=30).run(
         _task('fake add {"a": 1, "b": 2}', tmp_path, permit=gate)
     )
@@ -97,7 +76,7 @@ async def test_an_unattended_run_runs_only_what_its_task_approved(
     text = 'fake add {"a": 1, "b": 2}'
     backend = McpCallBackend(servers, settle_seconds=30)
     granted = Approvals(True)
-    gate = Gate(PermissionRules(), asker=None)
+    gate = TaskGate(PermissionRules(), asker=None)
     outcome = await backend.run(_task(text, tmp_path, permit=gate, approve=granted))
     assert outcome.output == "3" and granted.asked == [text]  # the task's text, byte for byte
 
@@ -110,7 +89,7 @@ async def test_a_deny_rule_is_never_overruled_by_a_tasks_approval(
     servers: McpServers, tmp_path: Path
 ) -> None:
     approvals = Approvals(True)
-    gate = Gate(PermissionRules(deny=["mcp:fake:add"]), asker=None)
+    gate = TaskGate(PermissionRules(deny=["mcp:fake:add"]), asker=None)
     outcome = await McpCallBackend(servers, settle_seconds=30).run(
         _task('fake add {"a": 1, "b": 2}', tmp_path, permit=gate, approve=approvals)
     )
@@ -121,7 +100,7 @@ async def test_a_deny_rule_is_never_overruled_by_a_tasks_approval(
 async def test_an_allow_rule_runs_the_call_without_asking(
     servers: McpServers, tmp_path: Path
 ) -> None:
-    gate = Gate(PermissionRules(allow=["mcp:fake:ec*"]), ScriptedAsker())
+    gate = TaskGate(PermissionRules(allow=["mcp:fake:ec*"]), ScriptedAsker())
     outcome = await McpCallBackend(servers, settle_seconds=30).run(
         _task('fake echo {"text": "ok"}', tmp_path, permit=gate)
     )
@@ -143,7 +122,7 @@ def test_a_task_that_is_no_call_says_how_to_write_one(text: str, said: str) -> N
 
 async def test_unknown_servers_and_tools_are_named(servers: McpServers, tmp_path: Path) -> None:
     backend = McpCallBackend(servers, settle_seconds=30)
-    gate = Gate(PermissionRules(mode="full-access"), asker=None)
+    gate = TaskGate(PermissionRules(mode="full-access"), asker=None)
     outcome = await backend.run(_task("nosuch echo", tmp_path, permit=gate))
     assert outcome.error is not None and "No tool server named `nosuch`" in outcome.error
     outcome = await backend.run(_task("fake ech", tmp_path, permit=gate))

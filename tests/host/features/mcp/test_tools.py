@@ -18,10 +18,6 @@ import pytest
 from agents.models.types import MAX_RESULT_IMAGES, ToolCall, ToolImage, ToolResult
 from agents.permissions import (
     Answer,
-    Decision,
-    ListAudit,
-    MemoryRemembered,
-    PermissionGate,
     PermissionRules,
     ToolCallRequest,
     ToolTrust,
@@ -35,6 +31,7 @@ from host.features.mcp.tools import agent_tool_name, mcp_tool, mcp_tools
 from host.features.permissions.gate import PermissionGates
 from mcp_client import McpServers, McpTool, parse_mcp_config
 from tests.helpers import REPO
+from tests.host.features.mcp.gates import TaskGate
 from tests.host.features.mcp.image_server import PNG_BASE64
 
 FAKE = str(REPO / "tests" / "fakes" / "mcp_server.py")
@@ -63,21 +60,9 @@ class Harness:
     def __init__(self, manager: McpServers, asker: ScriptedAsker | None, server: str) -> None:
         self.servers = manager
         self.asker = asker
-        self.audit = ListAudit()
         self.registry: ToolRegistry[ToolContext] = ToolRegistry(mcp_tools(manager, [server]))
-        self.gate = PermissionGate(
-            PermissionRules(mode="smart"),
-            asker=asker,
-            remembered=MemoryRemembered(),
-            audit=self.audit,
-        )
-
-    async def permit(
-        self, tool: str, subject: str, detail: str = "", *, trust: ToolTrust | None = None
-    ) -> Decision:
-        return await self.gate.check(
-            ToolCallRequest(tool, subject, "C1:t1", "U1", "T1", detail, trust)
-        )
+        self.permit = TaskGate(PermissionRules(mode="smart"), asker)
+        self.audit = self.permit.audit
 
     async def call(self, name: str, *, gated: bool = True, **arguments: Any) -> ToolResult:
         ctx = ToolContext(workspace=Path("/nonexistent"), permit=self.permit if gated else None)
