@@ -20,7 +20,8 @@ from typing import Any, TextIO
 
 from bot.settings import Settings, url_credentials
 from core.errors import did_you_mean
-from host.features.mcp.environ import MCP_FILE, server_environ
+from host.features.mcp.environ import MCP_FILE, referenced_values, server_environ
+from host.features.mcp.tools import agent_tool_name
 from mcp_client import (
     HttpServerEntry,
     McpConfig,
@@ -38,7 +39,6 @@ from mcp_client import (
 DOCTOR_WAIT = 30.0
 DESCRIPTION_CAP = 100
 ERROR_CAP = 300
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # C0/C1 controls and DEL: an untrusted server must not move the cursor or recolour a terminal.
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Shorter values are too common to scrub from text (a port, "1", "on").
@@ -164,10 +164,9 @@ def secrets_of(
     """Every value that must never be printed: what mcp.json's `${VAR}`s resolve to, every
     env and header value of its servers, and the bot's own secrets."""
     try:
-        referenced = set(_VARIABLE.findall(path.read_text(encoding="utf-8")))
+        values = referenced_values(path.read_text(encoding="utf-8"), environ)
     except (OSError, UnicodeDecodeError):
-        referenced = set()
-    values = [environ[name] for name in referenced if name in environ]
+        values = []
     for entry in config.servers.values():
         if isinstance(entry, HttpServerEntry):
             values += [*entry.headers.values(), *url_credentials(entry.url)]
@@ -184,11 +183,6 @@ def shown(text: str, secrets: Sequence[str], cap: int) -> str:
         text = text.replace(secret, "****")
     line = " ".join(_CONTROLS.sub(" ", text).split())
     return line if len(line) <= cap else line[: cap - 1] + "…"
-
-
-def agent_tool_name(tool: McpTool) -> str:
-    """The name an agent calls the tool by."""
-    return f"mcp__{tool.server}__{tool.name}"
 
 
 def mcp_command(
@@ -301,7 +295,7 @@ def _tools(
         return 1
     listed: list[dict[str, Any]] = [
         {
-            "name": agent_tool_name(tool),
+            "name": agent_tool_name(tool.server, tool.name),
             "tool": tool.name,
             "read_only": tool.read_only,
             "description": _first_line(tool.description, secrets),

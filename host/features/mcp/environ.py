@@ -41,11 +41,13 @@ def declared_secrets(home: Path, cwd: Path) -> list[str]:
         text = (home / MCP_FILE).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    names = set(_VARIABLE.findall(text))
-    if not names:
-        return []
-    environ = server_environ(cwd)
-    return [environ[name] for name in sorted(names) if environ.get(name)]
+    return referenced_values(text, server_environ(cwd)) if _VARIABLE.search(text) else []
+
+
+def referenced_values(text: str, environ: Mapping[str, str]) -> list[str]:
+    """What the `${VAR}`s in `text` stand for in `environ` (the set ones), by name."""
+    names = sorted(set(_VARIABLE.findall(text)))
+    return [environ[name] for name in names if environ.get(name)]
 
 
 def read_mcp_config(home: Path, cwd: Path) -> McpConfig | None:
