@@ -3,7 +3,8 @@ streamable HTTP with `--http PORT` (on 127.0.0.1). `--fail-start` writes to stde
 before speaking MCP, as a misconfigured server does. `--probes` adds `read_file` and
 `list_dir` (what a sandboxed server can see) and `toggle_extra`, which adds or removes a tool
 and sends `notifications/tools/list_changed` as a server whose tools change does (behind a flag
-so the default tool list, which other tests count, stays as it is)."""
+so the default tool list, which other tests count, stays as it is). `--dotted` adds a tool
+named `issues.search` (a name no model accepts as it is)."""
 
 from __future__ import annotations
 
@@ -109,9 +110,21 @@ def add_probes() -> None:
     server.add_tool(toggle_extra)
 
 
-def main() -> None:
+def issues_search(query: str) -> str:
+    """A tool whose name has a dot, as some servers name theirs (`--dotted`)."""
+    return f"no issue matches {query}"
+
+
+def add_flagged_tools() -> None:
+    """The tools only some tests want (the default list is counted by others)."""
     if "--probes" in sys.argv:
         add_probes()
+    if "--dotted" in sys.argv:
+        server.add_tool(issues_search, name="issues.search", annotations=READ_ONLY)
+
+
+def main() -> None:
+    add_flagged_tools()
     if "--silent" in sys.argv:  # reads requests, never answers
         for _ in sys.stdin:
             pass

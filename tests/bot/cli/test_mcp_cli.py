@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from bot.cli.main import main
 from bot.cli.mcp import shown
+from host.features.mcp.tools import agent_tool_name
 from tests.bot.cli.mcp_home import fake_server, logging_kept, write_config
 from tests.bot.cli.test_cli_imports import _imported_by
 from tests.mcp_client.test_servers import http_url
@@ -130,6 +132,20 @@ def test_tools_are_named_as_agents_see_them_after_the_filter(
         "read_only": True,
         "description": "Return the text unchanged.",
     }
+
+
+def test_a_tool_name_models_refuse_is_listed_as_agents_get_it(
+    isolated_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: the CLI built `mcp__server__tool` itself, so `issues.search` was listed
+    under a name no agent is ever given."""
+    write_config(isolated_env, {"fake": fake_server("--dotted", tools={"include": ["issues*"]})})
+    code, out, err = _run(capsys, "mcp", "tools", "fake", "--json")
+    assert code == 0, err
+    (dotted,) = json.loads(out)
+    assert dotted["tool"] == "issues.search"
+    assert dotted["name"] == agent_tool_name("fake", "issues.search")
+    assert re.fullmatch(r"mcp__fake__issues_search_[0-9a-f]{8}", dotted["name"]), dotted
 
 
 def test_an_unknown_server_gets_did_you_mean_and_the_names(
