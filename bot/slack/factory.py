@@ -20,7 +20,6 @@ def slack_configured(settings: Settings) -> bool:
 def slack_adapter(settings: Settings) -> ChannelAdapter:
     """The Slack adapter from settings (transport chosen by which tokens are set): its own
     section (`SlackSettings`) and what every platform shares."""
-    assert SlackSettings().slack_bot_token is not None
     config = settings.section(SlackConfig, prefix="slack_", reveal=True)
     try:
         _ = config.transport
