@@ -25,6 +25,10 @@ def tree(tmp_path: Path) -> Path:
             ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
         )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    # The contract types of our own the configuration names.
+    (tmp_path / "tests").mkdir()
+    for name in ("__init__.py", "architecture.py"):
+        shutil.copy(ROOT / "tests" / name, tmp_path / "tests" / name)
     return tmp_path
 
 
@@ -67,3 +71,13 @@ def test_a_new_bot_module_importing_an_adapter_or_its_library_breaks_the_contrac
     assert result.returncode != 0
     assert "bot.newthing is not allowed to import bot.slack" in result.stdout
     assert "bot.newthing is not allowed to import discord" in result.stdout
+
+
+def test_a_new_adapter_folder_importing_another_adapter_breaks_independence(tree: Path) -> None:
+    folder = tree / "bot" / "matrix"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    (folder / "adapter.py").write_text("import bot.console.screen\n")
+    result = lint_imports(tree)
+    assert result.returncode != 0
+    assert "bot.matrix is not allowed to import bot.console" in result.stdout
