@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
-from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dotenv import dotenv_values
@@ -29,6 +28,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 import bot
 import host.features
 from core.errors import FieldError, describe_validation_error
+from core.url_secrets import mask_url, url_credentials
 from host.nudges.quiet import parse_quiet_hours
 
 if TYPE_CHECKING:
@@ -525,25 +525,6 @@ class Settings(BaseSettings):
                 shown = str(value)
             out[str(env)] = shown
         return out
-
-
-def mask_url(url: str) -> str:
-    """The URL with credentials (`user:password@`) and any query string masked."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc and not parts.query:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"****@{host}" if "@" in parts.netloc else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "****" if parts.query else "", ""))
-
-
-def url_credentials(url: str | None) -> list[str]:
-    """The secret parts of a URL (userinfo, password, query) for log redaction."""
-    if not url:
-        return []
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    return [v for v in (userinfo, parts.password, parts.query) if v]
 
 
 def known_variables() -> list[str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import load_settings, mask_url, unknown_variables
+from bot.settings import load_settings, unknown_variables
+from core.url_secrets import mask_url
 from tests.bot.cli.test_cli_end_to_end import RAVEN, _env, _run
 
 # Real processes (the raven-bot CLI, a pty, Slurm, ssh, restarts): `-m "not slow"` skips them.
