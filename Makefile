@@ -24,7 +24,7 @@ PACKAGES := agents bot core host memory oncall skills
 # `make pytest` compiles the rest.
 WARM := bot.app, bot.cli.main, bot.console.adapter, faiss, onnxruntime, tokenizers
 
-.PHONY: run test lint pytest bench install clean
+.PHONY: run test lint pytest bench install clean env-example
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,13 @@ test: lint pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# .env.example is rendered from the settings models (bot/env_example.py), so a feature's or
+# adapter's new setting is listed without a hand edit; a test fails until this is run again.
+# Written through a temporary file: a failed render leaves the committed file as it was.
+env-example: $(STAMP)
+	$(BIN)/python -m bot.env_example > .env.example.tmp
+	mv .env.example.tmp .env.example
 
 clean:
 	rm -rf $(VENV)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import AliasChoices
 
 from bot.settings import (
     SettingsError,
@@ -19,7 +18,6 @@ from bot.settings import (
 from host.features.schedules.feature import SchedulesSection
 from host.features.schedules.settings import SchedulesSettings
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEDULE_VARIABLES = {
     "RAVEN_SCHEDULE_MAX_PER_USER",
     "RAVEN_SCHEDULE_MIN_INTERVAL",
@@ -66,13 +64,3 @@ def test_an_invalid_feature_setting_stops_the_start_naming_its_variable(
     message = str(caught.value)
     assert message.startswith("Invalid configuration (fix these in .env or the environment):")
     assert "RAVEN_SCHEDULE_MIN_INTERVAL" in message and "'10'" in message
-
-
-def test_env_example_lists_every_feature_setting() -> None:
-    text = (ROOT / ".env.example").read_text()
-    for model in feature_settings():
-        for field in model.model_fields.values():
-            alias = field.validation_alias
-            env = alias.choices[0] if isinstance(alias, AliasChoices) else alias
-            assert f"# {env}=" in text, f"{env} missing from .env.example"
-            assert field.description, f"{env} has no description"

@@ -12,8 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class SchedulesSettings(BaseSettings):
-    """How many tasks a person may have, how often they may fire, and how many firings one
-    channel may get."""
+    """Scheduled tasks (`schedule: every 2h | …` in a thread): how many one person may have,
+    how often they may fire, and how many firings one channel may get."""
 
     model_config = SettingsConfigDict(
         env_file=".env", env_file_encoding="utf-8", extra="ignore", populate_by_name=True
