@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import os
 import shutil
 import sqlite3
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
 from agents.backends import AcpProcesses
 from agents.backends.acp.process import AgentStartError
-from agents.permissions import DEFAULT_RULES_LABEL, load_rules, rules_file_problem
 from agents.registry import (
     AgentEntry,
     AgentRegistry,
@@ -26,39 +25,22 @@ from agents.registry import (
 from agents.sandbox import INSTALL_HINT, Sandbox, shown_by
 from bot.app import FEATURES, build_sandbox
 from bot.channels import CHANNELS, configured_channels
-from bot.cli.mcp import (
-    DOCTOR_WAIT,
-    bot_launcher,
-    doctor_line,
-    mcp_path,
-    probe_servers,
-    team_servers,
-)
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
 from bot.schema import all_migrations
 from bot.settings import Settings, unknown_variables
-from bot.skill_forge import USER_SKILLS_DIR, local_catalog
 from core.serving_lock import serving_holder
 from core.store import Store
+from host.features.feature import DoctorCheck, DoctorParts
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
 from host.runtime.job_store_health import damaged_copies, job_store_damage
-from mcp_client import McpConfigError
 from memory.embeddings import semantic_unavailable_reason
 from oncall.machines.health import slurm_problem
 from oncall.machines.registry import load_machines
 
-Level = Literal["ok", "warn", "fail"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One doctor finding."""
-
-    name: str
-    level: Level
-    detail: str
+# A feature's finding and the bot's own are one kind of line.
+Check = DoctorCheck
 
 
 LIBRARIES = {
@@ -216,63 +198,6 @@ async def _acp_version(entry: AgentEntry, sandbox: Sandbox) -> str:
     return f"found, {info.name} {info.version}".rstrip()
 
 
-async def _check_permissions(settings: Settings) -> Check:
-    """The tool permission rules file, every section (`run` and `chat` refuse to start with
-    exactly this line when it fails)."""
-    path = settings.home / DEFAULT_RULES_LABEL
-    problem = await asyncio.to_thread(rules_file_problem, path)
-    if problem is not None:
-        return Check("permissions", "fail", problem)
-    rules = await asyncio.to_thread(load_rules, path, "")
-    source = str(path) if path.exists() else "defaults (no permissions.toml)"
-    return Check(
-        "permissions",
-        "ok",
-        f"mode {rules.mode}, {len(rules.allow)} allow / {len(rules.deny)} deny rule(s), "
-        f"from {source}",
-    )
-
-
-def _catalog_dir(settings: Settings) -> str:
-    """Where the user's skills live."""
-    return str(settings.home / USER_SKILLS_DIR)
-
-
-async def _check_skills(settings: Settings) -> Check:
-    """The SKILL.md catalog: how many skills load, and which files are skipped and why."""
-    if not settings.skills:
-        return Check("skills", "ok", "Skill Forge is off (RAVEN_SKILLS=false)")
-    catalog = local_catalog(settings)
-    loaded = await catalog.skills()
-    problems = catalog.load_problems
-    detail = f"{len(loaded)} skill(s) from bundled and {_catalog_dir(settings)}"
-    if problems:
-        skipped = "; ".join(f"{path}: {problem}" for path, problem in problems[:3])
-        return Check("skills", "warn", f"{detail}; skipped {len(problems)}: {skipped}")
-    return Check("skills", "ok", detail)
-
-
-async def _check_mcp(settings: Settings) -> Check:
-    """The team's tool servers (RAVEN_HOME/mcp.json): each connected at once, its tools and
-    initialize time or why it did not start; a wrong file fails as `run` would refuse it.
-    Bounded: no server is waited for longer than `DOCTOR_WAIT`."""
-    path = mcp_path(settings)
-    if not path.exists():
-        return Check("mcp", "ok", f"no tool servers ({path} absent)")
-    try:
-        config, secrets = team_servers(settings)
-    except McpConfigError as exc:
-        return Check("mcp", "fail", str(exc))
-    if not config.servers:
-        return Check("mcp", "ok", f"no tool servers ({path} lists none)")
-    reports = await probe_servers(
-        config, secrets, wait_cap=DOCTOR_WAIT, launcher=bot_launcher(settings)
-    )
-    all_ready, detail = doctor_line(reports)
-    # A server that does not start leaves the bot serving without its tools: a warning.
-    return Check("mcp", "ok" if all_ready else "warn", detail)
-
-
 async def _check_machines(settings: Settings) -> Check:
     """Campaign machines from machines.toml, and whether their tools are installed."""
     try:
@@ -296,6 +221,27 @@ async def _check_machines(settings: Settings) -> Check:
     if problems:
         return Check("machines", "warn", f"{detail}; {'; '.join(problems)}")
     return Check("machines", "ok", detail)
+
+
+async def _check_features(settings: Settings) -> list[Check]:
+    """Each capability's own checks of its files and services (`Feature.doctor`), with its
+    settings as `run` reads them."""
+    sandbox = functools.cache(functools.partial(build_sandbox, settings))
+    parts = DoctorParts(
+        home=settings.home,
+        cwd=Path.cwd(),
+        environ=os.environ,
+        secret_values=settings.secret_values(),
+        sandbox=sandbox,
+    )
+    checks: list[Check] = []
+    for kind in FEATURES:
+        try:
+            checks += await kind.doctor(parts, settings.section(kind.Section))
+        except Exception as exc:  # one capability's broken check hides no other's
+            name = getattr(kind, "__name__", "feature").removesuffix("Feature").lower()
+            checks.append(Check(name, "fail", repr(exc)))
+    return checks
 
 
 async def _check_settings(settings: Settings) -> Check:
@@ -411,9 +357,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_agents,
     _check_acp_agents,
     _check_machines,
-    _check_permissions,
-    _check_skills,
-    _check_mcp,
+    _check_features,
     _check_settings,
     _check_thread_replies,
     _check_nudges,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from agents.backends.base import AgentBackend
 from agents.models.provider import ModelProvider
@@ -42,6 +42,31 @@ from memory.embeddings import Embedder
 from oncall.model import Machine
 
 StatusSource = Callable[[ConversationRef], Awaitable[str]]
+DoctorLevel = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One `doctor` finding: `fail` when `run` would refuse to start, `warn` when the bot
+    would serve without something."""
+
+    name: str
+    level: DoctorLevel
+    detail: str
+
+
+@dataclass(frozen=True)
+class DoctorParts:
+    """What a feature's `doctor` checks may use: no runtime is built (a bot may be serving
+    from the same RAVEN_HOME meanwhile)."""
+
+    home: Path
+    cwd: Path
+    environ: Mapping[str, str]
+    # The bot's own secret values: never printed, whatever a checked server echoes.
+    secret_values: Sequence[str]
+    # The sandbox as the bot builds it, probed only by a check that starts something.
+    sandbox: Callable[[], Sandbox]
 
 
 @dataclass(frozen=True)
@@ -169,6 +194,11 @@ class FeatureKind(Protocol):
         stops the start before anything is probed, opened or connected."""
         ...
 
+    async def doctor(self, parts: DoctorParts, section: Any) -> Sequence[DoctorCheck]:
+        """`doctor`'s findings on this feature's files and services, bounded in time, with
+        nothing left running; `section` is its settings as `run` reads them."""
+        ...
+
     @property
     def migrations(self) -> Sequence[Migration]:
         """Its tables' migrations, each package's numbered 1, 2, … in this order (the store's
@@ -198,6 +228,10 @@ class BaseFeature:
     @classmethod
     def preflight(cls, home: Path) -> None:
         return None
+
+    @classmethod
+    async def doctor(cls, parts: DoctorParts, section: Any) -> Sequence[DoctorCheck]:
+        return ()
 
     def host_tools(self) -> Sequence[Tool[TurnContext]]:
         return ()

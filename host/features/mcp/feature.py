@@ -17,9 +17,15 @@ from agents.backends.base import AgentBackend
 from agents.registry import AgentEntry, AgentRegistry
 from core.errors import ConfigError
 from host.agent.host_agent import ContextSource
-from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.feature import (
+    BaseFeature,
+    DoctorCheck,
+    DoctorParts,
+    HostParts,
+    StatusSource,
+)
 from host.features.mcp.agent import mcp_agent
-from host.features.mcp.environ import read_mcp_config
+from host.features.mcp.environ import MCP_FILE, read_mcp_config
 from host.graph.executor import NodeTools
 
 if TYPE_CHECKING:
@@ -48,6 +54,32 @@ class McpFeature(BaseFeature):
     def preflight(cls, home: Path) -> None:
         """A broken mcp.json stops the start before anything is built."""
         read_mcp_config(home, Path.cwd())
+
+    @classmethod
+    async def doctor(cls, parts: DoctorParts, section: McpSection) -> Sequence[DoctorCheck]:
+        """Each server connected at once: its tools and initialize time, or why it did not
+        start (a wrong file fails as `run` would refuse it). No server is waited for longer
+        than the doctor's limit."""
+        from host.features.mcp.probe import DOCTOR_WAIT, doctor_line, probe_servers, team_servers
+        from host.features.mcp.sandboxed import sandboxed_launcher, server_workspaces
+        from mcp_client import McpConfigError
+
+        path = parts.home / MCP_FILE
+        if not path.exists():
+            return (DoctorCheck("mcp", "ok", f"no tool servers ({path} absent)"),)
+        try:
+            config, secrets = team_servers(
+                parts.home, parts.cwd, parts.secret_values, parts.environ
+            )
+        except McpConfigError as exc:
+            return (DoctorCheck("mcp", "fail", str(exc)),)
+        if not config.servers:
+            return (DoctorCheck("mcp", "ok", f"no tool servers ({path} lists none)"),)
+        launcher = sandboxed_launcher(parts.sandbox(), server_workspaces(parts.home))
+        reports = await probe_servers(config, secrets, wait_cap=DOCTOR_WAIT, launcher=launcher)
+        all_ready, detail = doctor_line(reports)
+        # A server that does not start leaves the bot serving without its tools: a warning.
+        return (DoctorCheck("mcp", "ok" if all_ready else "warn", detail),)
 
     def __init__(self, parts: HostParts, section: McpSection) -> None:
         self._names: frozenset[str] = frozenset()

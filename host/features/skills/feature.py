@@ -11,11 +11,16 @@ from typing import ClassVar
 from agents.specialists import default_specialists
 from core.errors import ConfigError
 from host.agent.host_agent import ContextSource
-from host.features.feature import BaseFeature, HostParts
+from host.features.feature import BaseFeature, DoctorCheck, DoctorParts, HostParts
 from host.features.skills.completer import ProviderCompleter
 from host.features.skills.context import SkillContext
 from host.features.skills.experience import ExperienceWriter
-from host.features.skills.forge import SkillsSection, local_catalog, skill_router
+from host.features.skills.forge import (
+    USER_SKILLS_DIR,
+    SkillsSection,
+    local_catalog,
+    skill_router,
+)
 from host.features.skills.migrations import MIGRATIONS
 from host.features.skills.prefetch import NodeSkills
 from host.features.skills.store import ExperienceStore
@@ -30,6 +35,21 @@ class SkillsFeature(BaseFeature):
 
     Section: ClassVar[type[SkillsSection]] = SkillsSection
     migrations = MIGRATIONS
+
+    @classmethod
+    async def doctor(cls, parts: DoctorParts, section: SkillsSection) -> Sequence[DoctorCheck]:
+        """The SKILL.md catalog: how many skills load, and which files are skipped and why."""
+        if not section.skills:
+            return (DoctorCheck("skills", "ok", "Skill Forge is off (RAVEN_SKILLS=false)"),)
+        catalog = local_catalog(parts.home)
+        loaded = await catalog.skills()
+        problems = catalog.load_problems
+        detail = f"{len(loaded)} skill(s) from bundled and {parts.home / USER_SKILLS_DIR}"
+        if problems:
+            skipped = "; ".join(f"{path}: {problem}" for path, problem in problems[:3])
+            detail = f"{detail}; skipped {len(problems)}: {skipped}"
+            return (DoctorCheck("skills", "warn", detail),)
+        return (DoctorCheck("skills", "ok", detail),)
 
     def __init__(self, parts: HostParts, section: SkillsSection) -> None:
         self._on = section.skills

@@ -13,13 +13,17 @@ import pytest
 from bot.cli import doctor
 from bot.cli.main import main
 from bot.settings import load_settings
+from host.features.mcp import probe
 from tests.bot.cli.mcp_home import fake_server, logging_kept, write_config
 
 __all__ = ["logging_kept"]  # a fixture: the root logger kept for the next test
 
 
 async def _mcp_check() -> doctor.Check:
-    return await asyncio.wait_for(doctor._check_mcp(load_settings()), 20)
+    """The `mcp` line among the capabilities' own checks, as doctor runs them."""
+    checks = await asyncio.wait_for(doctor._check_features(load_settings()), 20)
+    (check,) = [c for c in checks if c.name == "mcp"]
+    return check
 
 
 async def test_no_mcp_json_is_ok(isolated_env: Path) -> None:
@@ -57,7 +61,7 @@ async def test_a_silent_server_cannot_hold_doctor_past_its_cap(
     isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # mcp.json allows it ten minutes; doctor waits at most its own cap.
-    monkeypatch.setattr(doctor, "DOCTOR_WAIT", 1.0)
+    monkeypatch.setattr(probe, "DOCTOR_WAIT", 1.0)
     write_config(isolated_env, {"mute": fake_server("--silent", timeout=600)})
     check = await _mcp_check()
     assert (check.level, check.detail) == (
