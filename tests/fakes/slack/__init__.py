@@ -13,8 +13,11 @@ from tests.fakes.slack.server import (
     Hold,
     MethodResponder,
     ResponseUrlPost,
+    SlashCommand,
 )
 from tests.fakes.slack.signing import form_body, json_body, sign
+from tests.fakes.slack.status import StatusUpdate
+from tests.fakes.slack.uploads import SharedFile
 
 __all__ = [
     "DEFAULT_SCOPES",
@@ -25,6 +28,9 @@ __all__ = [
     "Hold",
     "MethodResponder",
     "ResponseUrlPost",
+    "SharedFile",
+    "SlashCommand",
+    "StatusUpdate",
     "form_body",
     "json_body",
     "payloads",

@@ -8,6 +8,8 @@ It is built to be driven by the *real* slack_sdk / slack-bolt clients; see
 * Slack's reply shapes, including `X-OAuth-Scopes` on responses to bot tokens;
 * faults: a real HTTP 429 with `Retry-After` (the only thing slack_sdk retries) or a 200
   `ok:false` reply, queued per method;
+* the external upload flow of `files_upload_v2` (uploads.py), `assistant.threads.setStatus`
+  (status.py) and `missing_scope` for the methods that need `files:write` (scopes.py);
 * Socket Mode on `/link/?ticket=…`: `hello`, envelopes, acks, `disconnect` frames, autopong.
 """
 
@@ -19,7 +21,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import TracebackType
@@ -27,6 +29,10 @@ from typing import Any, Literal, TypeVar
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.slack import payloads
+from tests.fakes.slack.scopes import missing_scope
+from tests.fakes.slack.status import StatusUpdate, ThreadStatuses
+from tests.fakes.slack.uploads import MAX_FILE_BYTES, SharedFile, SlackUploads
 from tests.helpers import eventually
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "Hold",
     "MethodResponder",
     "ResponseUrlPost",
+    "SlashCommand",
 ]
 
 T = TypeVar("T")
@@ -49,7 +56,9 @@ DEFAULT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
     "channels:history",
     "chat:write",
+    "commands",
     "files:read",
+    "files:write",
     "groups:history",
     "im:history",
     "reactions:write",
@@ -110,6 +119,22 @@ class Envelope:
     at: float
 
 
+@dataclass(frozen=True)
+class SlashCommand:
+    """One slash command delivered over Socket Mode, with the client's ack."""
+
+    envelope_id: str
+    payload: dict[str, str]
+    ack: dict[str, Any]
+    response_url_id: str
+
+    @property
+    def ack_payload(self) -> dict[str, Any] | None:
+        """What the app acked with (`ack(text)` / `ack(blocks=…)`), None for a bare ack."""
+        payload = self.ack.get("payload")
+        return payload if isinstance(payload, dict) else None
+
+
 @dataclass
 class Hold:
     """Holds back the HTTP responses to matching calls until `release()`.
@@ -159,6 +184,7 @@ class _Fault:
     kind: FaultKind
     retry_after: int
     error: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -224,6 +250,7 @@ class FakeSlack:
         app_id: str = "A1",
         scopes: Iterable[str] = DEFAULT_SCOPES,
         strict: bool = False,
+        max_upload_bytes: int = MAX_FILE_BYTES,
     ) -> None:
         self.team_id = team_id
         self.team = team
@@ -264,6 +291,10 @@ class FakeSlack:
         self._sockets: list[web.WebSocketResponse] = []
         self._last_ts = _FIRST_TS_MICROS - _TS_STEP_MICROS
         self._view_seq = 0
+        self._command_seq = 0
+        self._clock_offset = 0.0
+        self.uploads = SlackUploads("", bot_user_id, team_id, max_upload_bytes)
+        self.statuses = ThreadStatuses()
         self._runner: web.AppRunner | None = None
         self._methods: dict[str, Callable[[dict[str, Any], str], _Reply]] = {
             "auth.test": self._auth_test,
@@ -276,6 +307,10 @@ class FakeSlack:
             "users.info": self._users_info,
             "views.open": self._views_open,
             "apps.connections.open": self._apps_connections_open,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
+            "files.info": self._files_info,
+            "assistant.threads.setStatus": self._assistant_set_status,
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -286,6 +321,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/files/{file_id}/{name}", self._file)
         app.router.add_post("/response_url/{id}", self._response_url)
+        app.router.add_post("/upload/v1/{file_id}", self._upload)
         app.router.add_get("/link/", self._link)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -294,6 +330,7 @@ class FakeSlack:
         self.port = int(self._runner.addresses[0][1])
         self.base_url = f"http://{self.host}:{self.port}"
         self.api_url = f"{self.base_url}/api/"
+        self.uploads.base_url = self.base_url
         return self
 
     async def stop(self) -> None:
@@ -468,17 +505,19 @@ class FakeSlack:
         retry_after: int = 1,
         error: str = "internal_error",
         times: int = 1,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """Queue `times` faults for the next calls to `method`; faults stack in order.
 
         `http429`: status 429, `Retry-After: retry_after`, body `{ok:false, error:ratelimited}`.
-        `ok_false`: status 200, body `{ok:false, error:error}`.
+        `ok_false`: status 200, body `{ok:false, error:error, **extra}` (e.g. `extra=
+        {"needed": "files:write"}` next to `error="missing_scope"`).
         """
         if kind not in ("http429", "ok_false"):
             raise ValueError(f"unknown fault kind {kind!r}")
         queue = self._faults.setdefault(method, deque())
         for _ in range(times):
-            queue.append(_Fault(kind, retry_after, error))
+            queue.append(_Fault(kind, retry_after, error, dict(extra or {})))
 
     def drop_reads(self, channel: str) -> None:
         """Drop the connection, unanswered, on every `conversations.history` and
@@ -602,6 +641,26 @@ class FakeSlack:
             return token or None
         return None
 
+    def _queued_fault(self, method: str) -> _Reply | None:
+        queue = self._faults.get(method)
+        if not queue:
+            return None
+        fault = queue.popleft()
+        if fault.kind == "http429":
+            return _Reply(
+                {"ok": False, "error": "ratelimited"},
+                status=429,
+                headers={"Retry-After": str(fault.retry_after)},
+            )
+        return _error(fault.error, **fault.extra)
+
+    def _scope_refusal(self, method: str) -> _Reply | None:
+        refused = missing_scope(method, self.scopes)
+        if refused is None:
+            return None
+        body, accepted = refused
+        return _Reply(body, headers={"X-Accepted-OAuth-Scopes": accepted})
+
     def _dispatch(self, method: str, args: dict[str, Any], token: str | None) -> _Reply:
         if method not in self._methods and method not in self._custom:
             return _error("unknown_method", req_method=method)
@@ -614,16 +673,9 @@ class FakeSlack:
                 return _error("not_allowed_token_type")
         elif token.startswith("xapp-"):
             return _error("not_allowed_token_type")
-        queue = self._faults.get(method)
-        if queue:
-            fault = queue.popleft()
-            if fault.kind == "http429":
-                return _Reply(
-                    {"ok": False, "error": "ratelimited"},
-                    status=429,
-                    headers={"Retry-After": str(fault.retry_after)},
-                )
-            return _error(fault.error)
+        refused = self._queued_fault(method) or self._scope_refusal(method)
+        if refused is not None:
+            return refused
         if method in self._custom:
             return _Reply(self._custom[method](args))
         return self._methods[method](args, token)
@@ -869,6 +921,213 @@ class FakeSlack:
         self._tickets.add(ticket)
         ws_base = self.base_url.replace("http://", "ws://", 1)
         return _Reply({"ok": True, "url": f"{ws_base}/link/?ticket={ticket}&app_id={self.app_id}"})
+
+    # -- uploads and thread status -----------------------------------------------------------
+
+    def _files_get_upload_url(self, args: dict[str, Any], token: str) -> _Reply:
+        return _Reply(self.uploads.start(args))
+
+    def _files_complete_upload(self, args: dict[str, Any], token: str) -> _Reply:
+        items = self.uploads.parse_files(args)
+        if items is None:
+            return _error("invalid_arguments")
+        missing = self.uploads.missing(items)
+        if missing is not None:
+            return _error("file_not_found", file_id=missing)
+        channel = str(args["channel_id"]) if args.get("channel_id") else None
+        if channel is None and args.get("channels"):
+            channel = str(args["channels"]).split(",")[0]
+        thread_ts = str(args["thread_ts"]) if args.get("thread_ts") else None
+        if thread_ts is not None and channel is None:
+            return _error("invalid_arguments")
+        if self.strict and thread_ts is not None and not self.thread(str(channel), thread_ts):
+            return _error("thread_not_found")
+        comment = str(args["initial_comment"]) if args.get("initial_comment") else None
+        message_ts = self.next_ts() if channel is not None else None
+        shared = self.uploads.complete(
+            items,
+            channel=channel,
+            thread_ts=thread_ts,
+            comment=comment,
+            message_ts=message_ts,
+            at=time.time(),
+        )
+        for file in shared:
+            self._files[file.file_id] = _File(file.file_id, file.name, file.data, file.mimetype)
+        if channel is not None and message_ts is not None:
+            self._share_message(channel, thread_ts, comment, message_ts, shared)
+        return _Reply(
+            {
+                "ok": True,
+                "files": [self.uploads.file_object(f, with_shares=False) for f in shared],
+            }
+        )
+
+    def _share_message(
+        self,
+        channel: str,
+        thread_ts: str | None,
+        comment: str | None,
+        ts: str,
+        shared: list[SharedFile],
+    ) -> None:
+        """The message that carries shared files, as `conversations.history/replies` show it."""
+        message: dict[str, Any] = {
+            "type": "message",
+            "subtype": "file_share",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "app_id": self.app_id,
+            "text": comment or "",
+            "ts": ts,
+            "team": self.team_id,
+            "upload": True,
+            "display_as_bot": False,
+            "files": [self.uploads.file_object(f, with_shares=True) for f in shared],
+        }
+        if thread_ts is not None:
+            message["thread_ts"] = thread_ts
+        self._messages.setdefault(channel, []).append(message)
+
+    def _files_info(self, args: dict[str, Any], token: str) -> _Reply:
+        file_id = str(args.get("file") or "")
+        for shared in self.uploads.shared:
+            if shared.file_id == file_id:
+                return _Reply(
+                    {"ok": True, "file": self.uploads.file_object(shared, with_shares=True)}
+                )
+        return _error("file_not_found")
+
+    def _assistant_set_status(self, args: dict[str, Any], token: str) -> _Reply:
+        return _Reply(self.statuses.set(args, time.monotonic()))
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: raw bytes (what slack_sdk sends) or a multipart `file` part."""
+        file_id = request.match_info["file_id"]
+        data = b""
+        if request.content_type == "multipart/form-data":
+            form = await request.post()
+            part = form.get("file") or form.get("filename")
+            if isinstance(part, web.FileField):
+                data = part.file.read()
+            elif isinstance(part, str):
+                data = part.encode()
+        else:
+            data = await request.read()
+        status, text = self.uploads.receive(file_id, data)
+        return web.Response(status=status, text=text)
+
+    # -- clock ----------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The fake's clock: `time.monotonic()` moved on by `advance`."""
+        return time.monotonic() + self._clock_offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the fake's clock on (e.g. past the two minutes a thread status lasts)."""
+        self._clock_offset += seconds
+
+    # -- inspection: uploads, statuses, commands -----------------------------------------
+
+    @property
+    def shared_files(self) -> list[SharedFile]:
+        """Every completed upload, oldest first."""
+        return list(self.uploads.shared)
+
+    def files_in(self, channel: str, thread_ts: str | None = None) -> list[SharedFile]:
+        """Completed uploads shared to a channel (and, if given, to one thread of it)."""
+        return [
+            f
+            for f in self.uploads.shared
+            if f.channel == channel and (thread_ts is None or f.thread_ts == thread_ts)
+        ]
+
+    async def wait_for_files(
+        self, count: int = 1, channel: str | None = None, within: float = 5.0
+    ) -> list[SharedFile]:
+        """Wait until `count` uploads were completed (to `channel`, if given)."""
+
+        def matching() -> list[SharedFile]:
+            return [f for f in self.uploads.shared if channel is None or f.channel == channel]
+
+        def probe() -> list[SharedFile] | None:
+            found = matching()
+            return found if len(found) >= count else None
+
+        def why() -> str:
+            return (
+                f"expected {count} shared file(s) (channel={channel!r}) within {within}s, got "
+                f"{len(matching())}; {self._describe_calls()}"
+            )
+
+        return await self._poll(probe, within, why)
+
+    def status_history(self, channel_id: str, thread_ts: str) -> list[StatusUpdate]:
+        """Every `assistant.threads.setStatus` accepted for one thread, oldest first."""
+        return self.statuses.history(channel_id, thread_ts)
+
+    def status_texts(self, channel_id: str, thread_ts: str) -> list[str]:
+        """The statuses set on one thread, oldest first ("" is a clear)."""
+        return self.statuses.texts(channel_id, thread_ts)
+
+    def current_status(self, channel_id: str, thread_ts: str) -> str:
+        """The status Slack shows under the thread now: "" once cleared, after a reply by
+        the app in the thread, or two minutes (of `now()`) after it was set."""
+        replies = [
+            c.at
+            for c in self.calls
+            if c.ok
+            and c.method in ("chat.postMessage", "files.completeUploadExternal")
+            and (c.args.get("channel") or c.args.get("channel_id")) == channel_id
+            and str(c.args.get("thread_ts") or "") == thread_ts
+        ]
+        return self.statuses.current(
+            channel_id,
+            thread_ts,
+            now=self.now(),
+            last_reply_at=max(replies) if replies else None,
+        )
+
+    def ephemeral_posts(self, user: str | None = None) -> list[dict[str, Any]]:
+        """Arguments of successful `chat.postEphemeral` calls (optionally to one user)."""
+        return [
+            c.args
+            for c in self.calls_to("chat.postEphemeral")
+            if c.ok and (user is None or c.args.get("user") == user)
+        ]
+
+    async def send_slash_command(
+        self,
+        text: str,
+        *,
+        user: str = "U1",
+        channel: str = "C0GENERAL",
+        command: str = "/raven",
+        user_name: str | None = None,
+        within: float = 5.0,
+    ) -> SlashCommand:
+        """A user types `command text` in `channel`: a `slash_commands` envelope goes to the
+        connected app and this waits for its ack. The payload's `response_url` points at this
+        fake; read what the app sent there with `responses_to(cmd)`."""
+        self._command_seq += 1
+        response_url_id = f"cmd-{self._command_seq}"
+        payload = payloads.slash_command(
+            command,
+            text,
+            user,
+            channel,
+            self.response_url(response_url_id),
+            user_name=user_name,
+            team_id=self.team_id,
+            api_app_id=self.app_id,
+        )
+        envelope_id = await self.send_envelope("slash_commands", payload)
+        ack = await self.wait_for_ack(envelope_id, within)
+        return SlashCommand(envelope_id, payload, ack, response_url_id)
+
+    def responses_to(self, command: SlashCommand) -> list[ResponseUrlPost]:
+        """What the app POSTed to a slash command's `response_url`, oldest first."""
+        return [p for p in self.response_url_posts if p.id == command.response_url_id]
 
     # -- files and response_url --------------------------------------------------------------
 
