@@ -4,6 +4,21 @@ real discord.py client offline."""
 from __future__ import annotations
 
 from tests.fakes.discord import payloads
-from tests.fakes.discord.server import MESSAGE_CONTENT_INTENT, FakeDiscord, Recorded, UploadedFile
+from tests.fakes.discord.commands import CommandSync
+from tests.fakes.discord.server import (
+    INTERACTION_TTL_S,
+    MESSAGE_CONTENT_INTENT,
+    FakeDiscord,
+    Recorded,
+    UploadedFile,
+)
 
-__all__ = ["MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile", "payloads"]
+__all__ = [
+    "INTERACTION_TTL_S",
+    "MESSAGE_CONTENT_INTENT",
+    "CommandSync",
+    "FakeDiscord",
+    "Recorded",
+    "UploadedFile",
+    "payloads",
+]

@@ -509,7 +509,7 @@ def interaction(
     message_obj: JSON | None = None,
     locale: str = "en-US",
 ) -> JSON:
-    """An INTERACTION_CREATE payload (component 3, modal submit 5).
+    """An INTERACTION_CREATE payload (application command 2, component 3, modal submit 5).
 
     `invoker` is an interaction member (with `user`) for a guild, or a user for a DM.
     """
@@ -543,3 +543,16 @@ def interaction(
     if message_obj is not None:
         payload["message"] = message_obj
     return payload
+
+
+def subcommand(name: str, options: Sequence[JSON] = ()) -> JSON:
+    """A SUB_COMMAND option of an application-command interaction (`/raven status`)."""
+    option: JSON = {"type": 1, "name": name}
+    if options:
+        option["options"] = list(options)
+    return option
+
+
+def string_option(name: str, value: str) -> JSON:
+    """A STRING option value of an application-command interaction."""
+    return {"type": 3, "name": name, "value": value}

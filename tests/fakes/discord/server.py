@@ -11,6 +11,10 @@ behaviour recorded in `/work/shared/notes/testing-discord-offline.md`:
 * interaction callbacks answer 200 JSON `{"interaction": {...}}` (discord.py >= 2.5 parses it);
 * 429s carry `Via` and a JSON `retry_after`, which is what makes discord.py retry.
 
+Application commands (commands.py) are registered per guild and globally, and invoked with
+`invoke_command`; interaction tokens expire on the fake's clock (`now`, `advance`) with
+Discord's errors; typing indicators and upload sizes are checked and recorded.
+
 Like Discord, the bot's own REST writes come back over the gateway (MESSAGE_CREATE, _UPDATE,
 _DELETE, THREAD_CREATE) unless `echo_bot_messages` is False, and MESSAGE_CREATE content is
 blanked for a session that did not ask for the message-content intent.
@@ -23,6 +27,7 @@ import copy
 import inspect
 import json
 import math
+import mimetypes
 import re
 import time
 import uuid
@@ -38,9 +43,10 @@ import yarl
 from aiohttp import BodyPartReader, WSMsgType, web
 
 from tests.fakes.discord import payloads
+from tests.fakes.discord.commands import CommandRegistry, command_problem
 from tests.helpers import eventually
 
-__all__ = ["MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile"]
+__all__ = ["INTERACTION_TTL_S", "MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile"]
 
 JSON = dict[str, Any]
 
@@ -51,6 +57,8 @@ SUPPRESS_EMBEDS = 1 << 2
 MAX_CONTENT = 2000
 # Discord dedups `enforce_nonce` sends "within the past few minutes".
 NONCE_WINDOW_S = 300.0
+# An interaction token lives 15 minutes; the first response is due within 3 seconds.
+INTERACTION_TTL_S = 15 * 60.0
 _POLL_INTERVAL = 0.005
 _MESSAGE_KEYS = ("content", "embeds", "components", "poll", "sticker_ids")
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
@@ -206,6 +214,7 @@ class _Interaction:
     response_id: str | None = None
     loading: bool = False  # a type-5 "thinking" message not yet completed
     followup_ids: list[str] = field(default_factory=list)
+    created_at: float = 0.0  # the fake's clock
 
 
 @dataclass
@@ -232,11 +241,19 @@ class FakeDiscord:
         app_id: str = "900000000000000002",
         guild_id: str = "800000000000000001",
         heartbeat_interval_ms: int = 41250,
+        interaction_ttl_s: float = INTERACTION_TTL_S,
+        callback_window_s: float | None = None,
+        max_upload_bytes: int = payloads.ATTACHMENT_SIZE_LIMIT,
     ) -> None:
         self.bot_id = bot_id
         self.app_id = app_id
         self.guild_id = guild_id
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        # Tokens die `interaction_ttl_s` after the interaction; with `callback_window_s` set
+        # (Discord: 3 s) a late initial response is refused too (off by default: slow CI).
+        self.interaction_ttl_s = interaction_ttl_s
+        self.callback_window_s = callback_window_s
+        self.max_upload_bytes = max_upload_bytes
         self.guild_name = "Fake Guild"
         # Real Discord echoes the bot's own writes over the gateway; a bot must ignore them.
         self.echo_bot_messages = True
@@ -259,8 +276,11 @@ class FakeDiscord:
         self.gateway_received: list[JSON] = []  # every frame a client sent, heartbeats included
         self.gateway_paths: list[str] = []  # the path of each WebSocket connection
         self.downloads: list[str] = []  # attachment names served
+        self.typing: list[tuple[str, float]] = []  # (channel id, fake clock) per typing POST
 
         self._ids = payloads.Snowflakes()
+        self._clock_offset = 0.0
+        self.commands = CommandRegistry(app_id, self._ids.next)
         self._created = payloads.timestamp()
         self._owner = payloads.user("900000000000000099", "fake-owner", global_name="Owner")
         self._users: dict[str, JSON] = {}
@@ -704,6 +724,7 @@ class FakeDiscord:
             channel_id=channel_id,
             user_id=user_id,
             message_id=message_id,
+            created_at=self.now(),
         )
         payload = payloads.interaction(
             inter.id,
@@ -746,6 +767,59 @@ class FakeDiscord:
         ]
         data = {"custom_id": custom_id, "components": rows}
         return await self._interact(5, channel_id, user_id, data, message_id)
+
+    async def invoke_command(
+        self,
+        name: str,
+        channel_id: str,
+        user_id: str,
+        *,
+        options: Sequence[JSON] = (),
+        resolved: JSON | None = None,
+    ) -> JSON:
+        """A user runs the slash command `/name` in `channel_id`: INTERACTION_CREATE type 2
+        (APPLICATION_COMMAND) with `data {id, name, type: 1, options, guild_id}`; returns the
+        payload (with `id` and `token`). The command must have been registered (in the
+        channel's guild or globally), as Discord offers no other; subcommands are options of
+        type 1 (`payloads.subcommand`)."""
+        guild_id = self._guild_of(channel_id)
+        command = self.commands.find(name, guild_id)
+        if command is None:
+            raise LookupError(
+                f"/{name} is not registered for guild {guild_id} nor globally; registered: "
+                f"{[c['name'] for c in self.commands.commands(guild_id)]} (guild), "
+                f"{[c['name'] for c in self.commands.global_commands]} (global)"
+            )
+        data: JSON = {"id": command["id"], "name": name, "type": 1}
+        if options:
+            data["options"] = list(options)
+        if resolved:
+            data["resolved"] = resolved
+        if "guild_id" in command:
+            data["guild_id"] = command["guild_id"]
+        return await self._interact(2, channel_id, user_id, data, None)
+
+    # -- clock -------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The fake's clock: `time.monotonic()` moved on by `advance`."""
+        return time.monotonic() + self._clock_offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the fake's clock on (e.g. past an interaction token's 15 minutes)."""
+        self._clock_offset += seconds
+
+    # -- inspection: typing, gateway events --------------------------------------------------
+
+    def typing_in(self, channel_id: str) -> list[float]:
+        """When (fake clock) the bot triggered the typing indicator in a channel."""
+        return [at for channel, at in self.typing if channel == channel_id]
+
+    def dispatched(self, t: str) -> list[JSON]:
+        """The `d` of every event of type `t` sent in the current gateway session."""
+        if self._session is None:
+            return []
+        return [frame["d"] for frame in self._session.events if frame["t"] == t]
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -826,6 +900,17 @@ class FakeDiscord:
             ("POST", "/channels/{channel_id}/threads", self._post_thread, True),
             ("PUT", "/channels/{channel_id}/thread-members/@me", self._put_thread_member, True),
             ("POST", "/channels/{channel_id}/typing", self._post_typing, True),
+            ("GET", "/applications/{app_id}/commands", self._get_commands, True),
+            ("PUT", "/applications/{app_id}/commands", self._put_commands, True),
+            ("POST", "/applications/{app_id}/commands", self._post_command, True),
+            ("GET", "/applications/{app_id}/guilds/{guild_id}/commands", self._get_commands, True),
+            ("PUT", "/applications/{app_id}/guilds/{guild_id}/commands", self._put_commands, True),
+            (
+                "POST",
+                "/applications/{app_id}/guilds/{guild_id}/commands",
+                self._post_command,
+                True,
+            ),
             (
                 "POST",
                 "/interactions/{interaction_id}/{token*}/callback",
@@ -977,7 +1062,7 @@ class FakeDiscord:
         channel_id = p["channel_id"]
         if self.channel(channel_id) is None:
             return _not_found("Channel", 10003)
-        problem = _message_problem(call.body, call.files)
+        problem = _message_problem(call.body, call.files) or self._upload_problem(call.files)
         if problem is not None:
             return problem
         duplicate = self._nonce_duplicate(channel_id, call.body)
@@ -988,6 +1073,12 @@ class FakeDiscord:
         self._put_message(channel_id, msg)
         await self._echo("MESSAGE_CREATE", self._gateway_message(msg))
         return _Reply(body=msg)
+
+    def _upload_problem(self, files: Sequence[UploadedFile]) -> _Reply | None:
+        """Discord refuses a request whose files exceed the upload limit with 413/40005."""
+        if sum(len(f.data) for f in files) > self.max_upload_bytes:
+            return _error(413, "Request entity too large", 40005)
+        return None
 
     def _nonce_duplicate(self, channel_id: str, body: JSON) -> JSON | None:
         nonce = body.get("nonce")
@@ -1070,14 +1161,19 @@ class FakeDiscord:
             attachment_id = self._ids.next()
             filename = str(meta.get("filename") or upload.filename)
             name = f"{attachment_id}/{filename}"
-            self._blobs[name] = _Blob(upload.data, upload.content_type)
+            # discord.py labels every part application/octet-stream; Discord sniffs the
+            # type from the name (and content), e.g. image/png.
+            content_type = upload.content_type
+            if content_type == "application/octet-stream":
+                content_type = mimetypes.guess_type(filename)[0] or content_type
+            self._blobs[name] = _Blob(upload.data, content_type)
             out.append(
                 payloads.attachment(
                     attachment_id,
                     filename,
                     size=len(upload.data),
                     url=self._attachment_url(name),
-                    content_type=upload.content_type,
+                    content_type=content_type,
                     description=meta.get("description"),
                 )
             )
@@ -1194,13 +1290,54 @@ class FakeDiscord:
     async def _post_typing(self, call: _Call, p: dict[str, str]) -> _Reply:
         if self.channel(p["channel_id"]) is None:
             return _not_found("Channel", 10003)
+        self.typing.append((p["channel_id"], self.now()))
         return _Reply(204)
+
+    # -- REST: application commands ----------------------------------------------------------
+
+    def _commands_scope(self, p: dict[str, str]) -> tuple[str | None, _Reply | None]:
+        """The guild (None: global) a commands route is for, or Discord's error."""
+        if p["app_id"] != self.app_id:
+            return None, _error(403, "Missing Access", 50001)
+        guild_id = p.get("guild_id")
+        if guild_id is not None and guild_id != self.guild_id:
+            return None, _error(403, "Missing Access", 50001)
+        return guild_id, None
+
+    async def _get_commands(self, call: _Call, p: dict[str, str]) -> _Reply:
+        guild_id, problem = self._commands_scope(p)
+        return problem or _Reply(body=self.commands.commands(guild_id))
+
+    async def _put_commands(self, call: _Call, p: dict[str, str]) -> _Reply:
+        guild_id, problem = self._commands_scope(p)
+        if problem is not None:
+            return problem
+        payload = call.json if isinstance(call.json, list) else None
+        if payload is None:
+            return _invalid_form("_root", "LIST_TYPE_CONVERT", "Must be a list.")
+        if len(payload) > 100:
+            return _invalid_form("_root", "BASE_TYPE_MAX_LENGTH", "Must be 100 or fewer.")
+        for index, command in enumerate(payload):
+            found = command_problem(index, command)
+            if found is not None:
+                return _invalid_form(*found)
+        return _Reply(body=self.commands.overwrite(guild_id, payload))
+
+    async def _post_command(self, call: _Call, p: dict[str, str]) -> _Reply:
+        guild_id, problem = self._commands_scope(p)
+        if problem is not None:
+            return problem
+        found = command_problem(0, call.json)
+        if found is not None:
+            return _invalid_form(*found)
+        command, created = self.commands.upsert(guild_id, call.body)
+        return _Reply(201 if created else 200, command)
 
     # -- REST: interactions and webhooks -----------------------------------------------------
 
     async def _post_callback(self, call: _Call, p: dict[str, str]) -> _Reply:
         inter = self._interactions.get(p["interaction_id"])
-        if inter is None or inter.token != p["token"]:
+        if inter is None or inter.token != p["token"] or self._callback_late(inter):
             return _not_found("interaction", 10062)
         if inter.callback_type is not None:
             return _error(400, "Interaction has already been acknowledged.", 40060)
@@ -1290,13 +1427,25 @@ class FakeDiscord:
             await self._echo("MESSAGE_CREATE", msg)
         return msg
 
-    def _webhook_interaction(self, p: dict[str, str]) -> _Interaction | None:
+    def _webhook_interaction(self, p: dict[str, str]) -> _Interaction | _Reply:
+        """The interaction behind a webhook token, or Discord's error for the token."""
         inter_id = self._by_token.get(p["token"])
         if p["app_id"] != self.app_id or inter_id is None:
-            return None
+            return _not_found("Webhook", 10015)
         inter = self._interactions[inter_id]
+        if self.now() - inter.created_at >= self.interaction_ttl_s:
+            return _error(401, "Invalid Webhook Token", 50027)
         # Follow-ups and @original need an initial response first.
-        return inter if inter.callback_type is not None else None
+        if inter.callback_type is None:
+            return _not_found("Webhook", 10015)
+        return inter
+
+    def _callback_late(self, inter: _Interaction) -> bool:
+        """Whether the initial response comes after the token died (or, with a callback
+        window set, after that window): Discord then no longer knows the interaction."""
+        age = self.now() - inter.created_at
+        window = self.callback_window_s
+        return age >= self.interaction_ttl_s or (window is not None and age > window)
 
     def _find_interaction_message(self, inter: _Interaction, message_id: str) -> JSON | None:
         if message_id == "@original":
@@ -1314,8 +1463,8 @@ class FakeDiscord:
 
     async def _post_followup(self, call: _Call, p: dict[str, str]) -> _Reply:
         inter = self._webhook_interaction(p)
-        if inter is None:
-            return _not_found("Webhook", 10015)
+        if isinstance(inter, _Reply):
+            return inter
         problem = _message_problem(call.body, call.files)
         if problem is not None:
             return problem
@@ -1358,15 +1507,15 @@ class FakeDiscord:
 
     async def _get_wh_msg(self, call: _Call, p: dict[str, str]) -> _Reply:
         inter = self._webhook_interaction(p)
-        if inter is None:
-            return _not_found("Webhook", 10015)
+        if isinstance(inter, _Reply):
+            return inter
         msg = self._find_interaction_message(inter, p["message_id"])
         return _Reply(body=msg) if msg else _not_found("Message", 10008)
 
     async def _patch_wh_msg(self, call: _Call, p: dict[str, str]) -> _Reply:
         inter = self._webhook_interaction(p)
-        if inter is None:
-            return _not_found("Webhook", 10015)
+        if isinstance(inter, _Reply):
+            return inter
         msg = self._find_interaction_message(inter, p["message_id"])
         if msg is None:
             return _not_found("Message", 10008)
@@ -1384,8 +1533,8 @@ class FakeDiscord:
 
     async def _delete_wh_msg(self, call: _Call, p: dict[str, str]) -> _Reply:
         inter = self._webhook_interaction(p)
-        if inter is None:
-            return _not_found("Webhook", 10015)
+        if isinstance(inter, _Reply):
+            return inter
         msg = self._find_interaction_message(inter, p["message_id"])
         if msg is None:
             return _not_found("Message", 10008)
