@@ -9,7 +9,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -31,7 +31,7 @@ from bot.schema import all_migrations
 from bot.settings import Settings, unknown_variables
 from core.serving_lock import serving_holder
 from core.store import Store
-from host.features.feature import DoctorCheck, DoctorParts
+from host.features.feature import DoctorCheck, DoctorParts, FeatureKind
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
 from host.runtime.job_store_health import damaged_copies, job_store_damage
@@ -223,7 +223,9 @@ async def _check_machines(settings: Settings) -> Check:
     return Check("machines", "ok", detail)
 
 
-async def _check_features(settings: Settings) -> list[Check]:
+async def _check_features(
+    settings: Settings, features: Sequence[FeatureKind] = FEATURES
+) -> list[Check]:
     """Each capability's own checks of its files and services (`Feature.doctor`), with its
     settings as `run` reads them."""
     sandbox = functools.cache(functools.partial(build_sandbox, settings))
@@ -235,7 +237,7 @@ async def _check_features(settings: Settings) -> list[Check]:
         sandbox=sandbox,
     )
     checks: list[Check] = []
-    for kind in FEATURES:
+    for kind in features:
         try:
             checks += await kind.doctor(parts, settings.section(kind.Section))
         except Exception as exc:  # one capability's broken check hides no other's
