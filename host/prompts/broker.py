@@ -7,7 +7,8 @@ per broker and is retried by `recover()` when it failed or a crash interrupted i
 This module is the façade: the jobs live next to it (`prompt_store` keeps the rows,
 `posting` shows and closes messages, `responders` says who may answer, `decisions` decides
 and runs handlers, `typed` reads typed answers, `expiry` and `upkeep` keep deadlines and
-finish what a restart interrupted).
+finish what a restart interrupted, `reminders` reminds the person asked, `waiting` says what a
+deadline does).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from core.ids import ConversationRef
 from core.store import Store
+from host.nudges.policy import NudgePolicy
 from host.prompts.decisions import (
     AnswerOutcome,
     AnswerStatus,
@@ -28,12 +30,20 @@ from host.prompts.decisions import (
     DecisionHandler,
     DecisionParts,
 )
-from host.prompts.expiry import PROMPT_EXPIRY_JOB, ExpiryJobs, expiry_job_id
+from host.prompts.expiry import (
+    PROMPT_EXPIRY_JOB,
+    PROMPT_REMINDER_JOB,
+    ExpiryJobs,
+    expiry_job_id,
+    reminder_job_id,
+)
 from host.prompts.posting import PromptPoster
 from host.prompts.prompt_store import KINDS, PromptStore
+from host.prompts.reminders import Notices, PromptReminders
 from host.prompts.responders import PromptPolicy, Responders
 from host.prompts.typed import TypedAnswers
 from host.prompts.upkeep import PromptUpkeep
+from host.prompts.waiting import ON_EXPIRY_CHOICES, OnExpiry, is_held, shown_time
 from host.prompts.wording import MAX_ANSWER_CHARS, TYPED_ANSWER_HELP, gist, short_ids
 from host.runtime.admission import Admission
 from host.runtime.events import ConversationStopped, EventBus, StoppedItem
@@ -45,15 +55,19 @@ from host.runtime.scheduling import FiredJob, Scheduler
 # The prompts room's vocabulary, importable from its façade.
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "ON_EXPIRY_CHOICES",
     "PROMPT_EXPIRY_JOB",
+    "PROMPT_REMINDER_JOB",
     "TYPED_ANSWER_HELP",
     "AnswerOutcome",
     "AnswerStatus",
     "DecisionHandler",
+    "OnExpiry",
     "PromptBroker",
     "PromptPolicy",
     "expiry_job_id",
     "gist",
+    "reminder_job_id",
     "short_ids",
 ]
 
@@ -73,6 +87,7 @@ class PromptBroker:
         admission: Admission | None = None,
         clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] | None = None,
+        on_expiry: OnExpiry = "deny",
     ) -> None:
         self._records = PromptStore(store)
         # A click passes the access rules a message passes (a removed requester's included).
@@ -88,11 +103,21 @@ class PromptBroker:
         self._expiry = ExpiryJobs(scheduler)
         self._decider = Decider(
             DecisionParts(
-                self._records, self._poster, self._responders, self._expiry, bus, people, clock
+                self._records,
+                self._poster,
+                self._responders,
+                self._expiry,
+                bus,
+                people,
+                clock,
+                on_expiry,
             )
         )
+        self._people = people
         self._typed = TypedAnswers(self._records, self._responders, self._decider, clock)
         self._upkeep = PromptUpkeep(self._records, self._decider, self._poster, self._expiry, clock)
+        # Off until `remind_through` gives them a way to post.
+        self._reminders = PromptReminders(self._records, self._expiry, people, clock, on_expiry)
 
     # ----------------------------------------------------------------------------- create
 
@@ -143,6 +168,7 @@ class PromptBroker:
         await self._records.insert(prompt)
         # Before showing: an answer during the show cancels the job, so it must exist by then.
         await self._expiry.schedule(prompt)
+        await self._reminders.schedule(prompt)
         return await self._poster.show(prompt)
 
     # ----------------------------------------------------------------------------- answer
@@ -204,9 +230,20 @@ class PromptBroker:
         await self._upkeep.on_expiry_job(job)
 
     async def schedule_expiries(self) -> int:
-        """Schedule the expiry job of every pending prompt (after the scheduler starts);
-        idempotent. Returns how many."""
-        return await self._upkeep.schedule_expiries()
+        """Schedule the expiry job of every pending prompt (after the scheduler starts), and
+        the reminder of each not reminded yet; idempotent. Returns how many prompts."""
+        count = await self._upkeep.schedule_expiries()
+        await self._reminders.schedule_all()
+        return count
+
+    def remind_through(self, notices: Notices, nudges: NudgePolicy | None = None) -> None:
+        """Remind the person asked at 80 % of a prompt's lifetime, posting through `notices`
+        under the nudge policy `nudges` (before the scheduler starts)."""
+        self._reminders.send_through(notices, nudges)
+
+    async def on_reminder_job(self, job: FiredJob) -> None:
+        """Scheduler handler for `prompt_reminder` jobs: remind once, unless answered."""
+        await self._reminders.on_job(job)
 
     async def recover(self) -> None:
         """At startup: finish decided-but-unhandled prompts, expire overdue ones, show the
@@ -254,11 +291,23 @@ class PromptBroker:
         return await self._records.get(prompt_id)
 
     async def status(self, conversation: ConversationRef) -> str:
-        """The conversation's pending prompts, one line each, for `status`."""
+        """The conversation's pending prompts, one line each, for `status`: what waits,
+        for whom, since when, and whether it is held past its deadline."""
         pending = await self.pending(conversation)
         # By the short ids a typed answer can name them with (`1 abc12345`).
         shorts = short_ids(pending)
-        return "\n".join(f"- prompt `{shorts[p.id]}` waiting: {gist(p.question)}" for p in pending)
+        lines = []
+        for p in pending:
+            asked = p.allowed_responders if p.requester not in p.allowed_responders else ()
+            names = await self._people.names(conversation, asked or (p.requester,))
+            line = (
+                f"- prompt `{shorts[p.id]}` waiting: {gist(p.question)} "
+                f"(waiting for an answer from {', '.join(names)} since {shown_time(p.created_at)})"
+            )
+            if is_held(p):
+                line += " — held past its deadline: answer it, or `stop` ends it"
+            lines.append(line)
+        return "\n".join(lines)
 
     async def with_payload(self, purpose: str, key: str, value: str) -> list[Prompt]:
         """Every prompt of `purpose` (any state) whose payload's `key` is `value`, oldest first."""

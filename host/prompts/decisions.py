@@ -2,7 +2,9 @@
 
 Every decision (answer, expiry, cancel) is a conditional UPDATE on `state = 'pending'`;
 only the winner wakes waiters, drops the expiry job, closes the message and runs the
-decision handler (under a per-prompt lock, marked handled once it succeeded).
+decision handler (under a per-prompt lock, marked handled once it succeeded). Under
+`RAVEN_PROMPT_ON_EXPIRY=hold` a deadline decides nothing: the prompt is held (see waiting.py)
+and its message says so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from host.prompts.expiry import ExpiryJobs
 from host.prompts.posting import PromptPoster
 from host.prompts.prompt_store import PromptStore
 from host.prompts.responders import Responders
+from host.prompts.waiting import OnExpiry, is_held
 from host.prompts.wording import expired_text, normalise, quote
 from host.runtime.events import EventBus, PromptDecided
 from host.runtime.people import People
@@ -53,6 +56,8 @@ class DecisionParts:
     bus: EventBus
     people: People
     clock: Callable[[], float]
+    # What a deadline does: expire the prompt (approvals denied), or hold it.
+    on_expiry: OnExpiry = "deny"
 
 
 class Decider:
@@ -80,6 +85,9 @@ class Decider:
             # Fail closed even when the expiry sweep has not run yet.
             await self.expire([prompt.id], now)
             current = await self._records.get(prompt.id) or prompt
+            if is_held(current):
+                # Held at its deadline (now or before): still answerable.
+                return await self.answer(current, responder_id, raw, message_id=message_id)
             if current.state != "expired":
                 return await self._duplicate(current, responder_id, raw)
             return AnswerOutcome("expired", expired_text(current), current)
@@ -110,10 +118,22 @@ class Decider:
         return AnswerOutcome("accepted", f"Recorded {name}'s answer: {quote(value)}.", decided)
 
     async def expire(self, prompt_ids: Sequence[str], now: float) -> list[Prompt]:
-        """Expire those of `prompt_ids` that are due (approvals count as denied)."""
+        """Expire those of `prompt_ids` that are due (approvals count as denied), or under
+        `hold` hold them; return the ones expired."""
         if not prompt_ids:
             return []
+        if self._parts.on_expiry == "hold":
+            await self._hold(prompt_ids, now)
+            return []
         return await self._finish_all(await self._records.expire(prompt_ids, now))
+
+    async def _hold(self, prompt_ids: Sequence[str], now: float) -> None:
+        """Hold the due ones: nothing is decided, so waiters keep waiting and nothing is
+        handled; only the message changes (its buttons stay answerable)."""
+        for prompt_id in await self._records.hold(prompt_ids, now):
+            held = await self._records.get(prompt_id)
+            if held is not None and held.state == "pending":
+                await self._parts.poster.close(held)
 
     async def cancel(
         self, conversation: ConversationRef, *, actor: str, requester: str | None

@@ -51,4 +51,29 @@ MIGRATIONS: tuple[Migration, ...] = (
         CREATE INDEX prompt_audit_by_prompt ON prompt_audit(prompt_id, id);
         """,
     ),
+    Migration(
+        package="prompts",
+        version=2,
+        name="prompt reminders and held prompts",
+        # The audit table is rebuilt: SQLite cannot change its CHECK in place.
+        sql="""
+        ALTER TABLE prompts ADD COLUMN reminded_at REAL;
+        ALTER TABLE prompts ADD COLUMN held_at REAL;
+        CREATE TABLE prompt_audit_v2 (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            prompt_id   TEXT NOT NULL REFERENCES prompts(id),
+            at          REAL NOT NULL,
+            actor       TEXT NOT NULL,
+            action      TEXT NOT NULL CHECK (action IN ('created', 'shown', 'answered', 'refused',
+                            'expired', 'cancelled', 'duplicate', 'handled', 'reminded',
+                            'held')),
+            detail      TEXT
+        );
+        INSERT INTO prompt_audit_v2 (id, prompt_id, at, actor, action, detail)
+            SELECT id, prompt_id, at, actor, action, detail FROM prompt_audit;
+        DROP TABLE prompt_audit;
+        ALTER TABLE prompt_audit_v2 RENAME TO prompt_audit;
+        CREATE INDEX prompt_audit_by_prompt ON prompt_audit(prompt_id, id);
+        """,
+    ),
 )

@@ -14,6 +14,7 @@ import aiosqlite
 
 from core.ids import ConversationRef
 from core.store import Row, Store
+from host.prompts.waiting import NO_DEADLINE
 from host.runtime.conversation_log import ensure_conversation
 from host.runtime.prompt_record import Prompt, PromptKind, PromptState
 
@@ -121,6 +122,38 @@ class PromptStore:
                     )
         return won
 
+    async def hold(self, prompt_ids: Sequence[str], at: float) -> list[str]:
+        """Hold those of `prompt_ids` still pending and due at `at`: no deadline from now on
+        (see host/prompts/waiting.py); return the ones won."""
+        won: list[str] = []
+        async with self._store.transaction() as db:
+            for prompt_id in prompt_ids:
+                cur = await db.execute(
+                    "UPDATE prompts SET expires_at = ?, held_at = ?"
+                    " WHERE id = ? AND state = 'pending' AND expires_at <= ?",
+                    (NO_DEADLINE, at, prompt_id, at),
+                )
+                if cur.rowcount == 1:
+                    won.append(prompt_id)
+                    await _audit(
+                        db, prompt_id, "held", by="system", at=at, detail="deadline passed"
+                    )
+        return won
+
+    async def claim_reminder(self, prompt_id: str, *, at: float, detail: str) -> bool:
+        """Record the reminder of a pending prompt (once: False when it was recorded, or the
+        prompt was decided)."""
+        async with self._store.transaction() as db:
+            cur = await db.execute(
+                "UPDATE prompts SET reminded_at = ?"
+                " WHERE id = ? AND state = 'pending' AND reminded_at IS NULL",
+                (at, prompt_id),
+            )
+            if cur.rowcount != 1:
+                return False
+            await _audit(db, prompt_id, "reminded", by="system", at=at, detail=detail)
+        return True
+
     async def cancel_pending(
         self, conversation: ConversationRef, *, actor: str, requester: str | None, at: float
     ) -> list[str]:
@@ -212,6 +245,21 @@ class PromptStore:
                 (conversation.id,),
             )
         return [_prompt(r) for r in rows]
+
+    async def unreminded(self) -> list[Prompt]:
+        """Pending prompts whose reminder was not recorded yet, oldest first."""
+        rows = await self._store.fetchall(
+            "SELECT * FROM prompts WHERE state = 'pending' AND reminded_at IS NULL"
+            " ORDER BY created_at, rowid"
+        )
+        return [_prompt(r) for r in rows]
+
+    async def reminded(self, prompt_id: str) -> bool:
+        """True once the prompt's reminder was recorded (sent, or skipped for good)."""
+        row = await self._store.fetchone(
+            "SELECT reminded_at FROM prompts WHERE id = ?", (prompt_id,)
+        )
+        return row is not None and row["reminded_at"] is not None
 
     async def decided_with_id_start(
         self, conversation: ConversationRef, start: str
