@@ -10,6 +10,8 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
+from core.files import atomic_write
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -57,7 +59,28 @@ def figure_bytes(figure: Figure, fmt: PictureFormat) -> bytes:
         raise PictureError(f"{fmt!r} is not a picture format; use one of {', '.join(FORMATS)}")
     FigureCanvasAgg(figure)  # Agg: renders in memory, never opens a window
     buffer = io.BytesIO()
-    # SVG element ids are random unless salted; text as paths looks alike without our fonts.
-    with matplotlib.rc_context({"svg.hashsalt": "raven-bot", "svg.fonttype": "path"}):
+    # SVG element ids are random unless salted; its text stays text (searchable, smaller).
+    with matplotlib.rc_context({"svg.hashsalt": "raven-bot", "svg.fonttype": "none"}):
         figure.savefig(buffer, format=fmt, dpi=DPI, metadata=_METADATA[fmt])
     return buffer.getvalue()
+
+
+def check_destination(path: Path) -> PictureFormat:
+    """The format `path` asks for, once it is a place a picture can be written: its
+    directory exists and it is not itself a directory (checked before any drawing)."""
+    fmt = format_for(path)
+    if path.is_dir():
+        raise PictureError(f"cannot write {path}: it is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise PictureError(
+            f"cannot write {path}: the directory {path.parent} does not exist; create it first"
+        )
+    return fmt
+
+
+def save_picture(path: Path, data: bytes) -> None:
+    """Write a picture whole or not at all (a crash never leaves half a PNG)."""
+    try:
+        atomic_write(path, data)
+    except OSError as exc:
+        raise PictureError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -107,7 +107,8 @@ def render_chart(chart: CampaignChart, fmt: PictureFormat = "png") -> bytes:
             [x for x, _ in finite], [v for _, v in finite], s=_marker_size(len(finite)),
             color=_POINT, zorder=3, label=f"{chart.metric} (each value)",
         )  # fmt: skip
-        best_x, best_y = _best_so_far(finite, chart.direction)
+        best_x = [x for x, _ in finite]
+        best_y = best_so_far([v for _, v in finite], chart.direction)
         ax.step(best_x, best_y, where="post", color=_BEST, linewidth=2.5, zorder=4,
                 label="best so far")  # fmt: skip
     _lines(ax, chart)
@@ -147,18 +148,13 @@ def _marker_size(count: int) -> float:
     return max(6.0, min(80.0, 4000.0 / max(count, 1)))
 
 
-def _best_so_far(
-    finite: Sequence[tuple[float, float]], direction: Direction
-) -> tuple[list[float], list[float]]:
+def best_so_far(values: Sequence[float], direction: Direction) -> list[float]:
+    """The best value up to each one (the lowest for `min`, the highest for `max`)."""
     pick = min if direction == "min" else max
-    best_x: list[float] = []
-    best_y: list[float] = []
-    for x, value in finite:
-        best = value if not best_y else pick(best_y[-1], value)
-        best_x.append(x)
-        best_y.append(best)
-    # The line goes on to the last point's x, so the final best is visible as a step.
-    return best_x, best_y
+    best: list[float] = []
+    for value in values:
+        best.append(value if not best else pick(best[-1], value))
+    return best
 
 
 def _failed_rounds(ax: Axes, chart: CampaignChart, xs: Sequence[float]) -> None:
