@@ -238,7 +238,7 @@ class PromptBroker:
 
     def remind_through(self, notices: Notices, nudges: NudgePolicy | None = None) -> None:
         """Remind the person asked at 80 % of a prompt's lifetime, posting through `notices`
-        under the nudge policy `nudges` (before the scheduler starts)."""
+        (the outbox) under the nudge policy `nudges` (before the scheduler starts)."""
         self._reminders.send_through(notices, nudges)
 
     async def on_reminder_job(self, job: FiredJob) -> None:

@@ -4,9 +4,13 @@ asked by display name, at 80 % of the prompt's lifetime.
 The reminder is a notice the bot says on its own, so it passes the nudge policy like the
 others: in the recipient's quiet hours its durable job is moved to their end (a reminder
 after the deadline is sent only for a held prompt: an expired one is decided), and over the
-caps it is left out. It is posted through the notices' path (recorded in the outbox under a
-key, then posted in the conversation's lane), so a crash and restart post it once; the
-prompt's row then records it, so its job never sends a second one.
+caps it is left out. It goes through the outbox under a key (recorded, then posted; a
+failed post retried, one cut off by a crash posted by the next start's redelivery), so it is
+posted once; the prompt's row then records it, so its job never sends a second one.
+
+Not through the conversation's lane, unlike other notices: a turn waiting there for a
+foreground run may be what waits for this very prompt, and a reminder queued behind it would
+come after the answer.
 """
 
 from __future__ import annotations
@@ -31,18 +35,10 @@ log = logging.getLogger(__name__)
 
 
 class Notices(Protocol):
-    """How the bot posts a notice of its own (host.nudges.notices.LaneNotifier)."""
+    """Where the reminder is posted: the outbox (host.conversation.outbox.Outbox)."""
 
-    async def send(
-        self,
-        conv: ConversationRef,
-        text: str,
-        *,
-        idempotency_key: str,
-        recipient: str = "",
-        essential: bool = False,
-    ) -> None:
-        """Record the notice in the outbox, then post it once."""
+    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> object:
+        """Record the message under its key, then post it unless it was posted already."""
         ...
 
 
@@ -130,18 +126,22 @@ class PromptReminders:
                 log.info("the reminder of prompt %s waits for quiet hours to end", prompt.id)
                 await self._jobs.schedule_reminder(prompt, until.timestamp())
                 return
-            if not await self._nudges.admit(nudge, now=now):
+            # Caps only: each reminder is about its own prompt (its key keeps it to one post),
+            # and one counted before a crash must not hold back its own second attempt.
+            if not await self._nudges.admit(nudge, dedup=False, now=now):
                 await self._records.claim_reminder(
                     prompt.id,
                     at=now,
-                    detail="not sent: the nudge policy left it out (said already, or over a cap)",
+                    detail="not sent: over the nudge policy's caps",
                 )
                 return
         # Recorded in the outbox first (its key posts it once), then marked here: a crash
         # in between sends the same key again, which the outbox does not post twice.
-        await self._notices.send(
-            conv, text, idempotency_key=reminder_key(prompt.id), recipient=asked[0], essential=True
-        )
+        try:
+            await self._notices.send(conv, text, idempotency_key=reminder_key(prompt.id))
+        except Exception as exc:
+            # Recorded: the outbox retries it (or the next start redelivers it).
+            log.warning("the reminder of prompt %s is not posted yet: %s", prompt.id, exc)
         await self._records.claim_reminder(prompt.id, at=now, detail="sent")
 
     async def _zone(self, conv: ConversationRef, person: str) -> ZoneInfo:

@@ -3,7 +3,7 @@ the outbox, never after an answer, never twice across a restart), and
 `RAVEN_PROMPT_ON_EXPIRY=hold` (the run keeps waiting, `status` lists it, the buttons stay
 answerable, `stop` ends it) next to the unchanged `deny`.
 
-Real broker, store, outbox, lanes, notices and nudge policy; the clock is moved by hand and
+Real broker, store, outbox and nudge policy; the clock is moved by hand and
 jobs are fired as the scheduler fires them (one test lets the real APScheduler fire both)."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from pathlib import Path
@@ -21,9 +20,7 @@ import pytest
 
 from core.ids import ConversationRef
 from core.store import Store
-from host.conversation.lanes import LaneManager
 from host.conversation.outbox import Outbox
-from host.nudges.notices import LaneNotifier
 from host.nudges.policy import NudgeLimits, NudgePolicy
 from host.nudges.quiet import QuietHours
 from host.prompts.broker import (
@@ -39,7 +36,7 @@ from host.prompts.reminders import Notices, reminder_key
 from host.prompts.waiting import is_held
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
 from host.runtime.conversation_log import ConversationLog
-from host.runtime.events import ConversationStopped, EventBus, StopTally
+from host.runtime.events import ConversationStopped, StopTally
 from host.runtime.people import People
 from host.runtime.prompt_record import Prompt
 from host.runtime.scheduling import FiredJob
@@ -76,45 +73,27 @@ class Rig:
     channel: RecordingChannel
     decided: list[Prompt]
     clock: FakeClock
-    lanes: LaneManager
 
 
-@pytest.fixture
-async def lanes() -> AsyncIterator[list[LaneManager]]:
-    made: list[LaneManager] = []
-    yield made
-    for manager in made:
-        await manager.drain(1.0)
-
-
-class Killed(Exception):
-    """The process died here (kill -9)."""
+class Killed(BaseException):
+    """The process died here (kill -9): nothing after it runs."""
 
 
 @dataclass
 class KilledAfterSend:
-    """Notices whose process dies right after the reminder was recorded in the outbox,
-    before its lane posted it and before the prompt's row recorded it."""
+    """An outbox whose process dies right after the reminder was recorded, before it was
+    posted and before the prompt's row recorded it."""
 
     log: ConversationLog
 
-    async def send(
-        self,
-        conv: ConversationRef,
-        text: str,
-        *,
-        idempotency_key: str,
-        recipient: str = "",
-        essential: bool = False,
-    ) -> None:
-        # What the notices' path does first (LaneNotifier._record_and_queue), then death.
+    async def send(self, conv: ConversationRef, text: str, *, idempotency_key: str) -> None:
+        # What the outbox does first (Outbox.send), then death.
         await self.log.record_outbound(conv, idempotency_key=idempotency_key, text=text)
         raise Killed
 
 
 def make_rig(
     store: Store,
-    lanes: list[LaneManager],
     *,
     on_expiry: OnExpiry = "deny",
     clock: FakeClock | None = None,
@@ -133,8 +112,6 @@ def make_rig(
 
     people = People({"test": Directory()})
     log = ConversationLog(store)
-    manager = LaneManager(EventBus())
-    lanes.append(manager)
     ids = itertools.count(1)
     broker = PromptBroker(
         store,
@@ -147,9 +124,9 @@ def make_rig(
         on_expiry=on_expiry,
     )
     nudges = NudgePolicy(store, NudgeLimits(), quiet=quiet, people=people, clock=clock)
-    notices: Notices = LaneNotifier(log, Outbox(log, {"test": channel}), manager, clock=clock)
+    notices: Notices = Outbox(log, {"test": channel})
     broker.remind_through(KilledAfterSend(log) if killed_after_send else notices, nudges)
-    return Rig(broker, surface, channel, decided, clock, manager)
+    return Rig(broker, surface, channel, decided, clock)
 
 
 async def approval(rig: Rig) -> Prompt:
@@ -184,10 +161,8 @@ async def actions(rig: Rig, prompt_id: str) -> list[str]:
 # ---------------------------------------------------------------------------- the reminder
 
 
-async def test_the_reminder_comes_at_80_percent_addressed_by_name(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    rig = make_rig(store, lanes)
+async def test_the_reminder_comes_at_80_percent_addressed_by_name(store: Store) -> None:
+    rig = make_rig(store)
     prompt = await approval(rig)
     rig.clock.now = prompt.created_at + 0.79 * LIFETIME
     await remind(rig, prompt)  # fired early (clock skew): re-armed, nothing said
@@ -195,7 +170,6 @@ async def test_the_reminder_comes_at_80_percent_addressed_by_name(
 
     rig.clock.now = prompt.created_at + 0.8 * LIFETIME
     await remind(rig, prompt)
-    await asyncio.wait_for(rig.channel.posted.wait(), WITHIN)
     ((conv, message),) = rig.channel.posts
     assert conv == CONV  # in the prompt's own thread
     text = message.text
@@ -212,50 +186,42 @@ async def test_the_reminder_comes_at_80_percent_addressed_by_name(
     assert outcome.status == "accepted"
 
 
-async def test_a_prompt_answered_first_gets_no_reminder(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    rig = make_rig(store, lanes)
+async def test_a_prompt_answered_first_gets_no_reminder(store: Store) -> None:
+    rig = make_rig(store)
     prompt = await approval(rig)
     assert (await rig.broker.answer(prompt.id, prompt.nonce, "alice", "deny")).status == "accepted"
     rig.clock.now = prompt.created_at + 0.8 * LIFETIME
     # A job that fired anyway (its cancel raced the answer) finds it decided.
     await remind(rig, prompt)
-    await rig.lanes.drain(WITHIN)
     assert rig.channel.posts == []
     assert "reminded" not in await actions(rig, prompt.id)
 
 
-async def test_the_reminder_is_not_doubled_by_a_crash_and_restart(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    first = make_rig(store, lanes, killed_after_send=True)
+async def test_the_reminder_is_not_doubled_by_a_crash_and_restart(store: Store) -> None:
+    first = make_rig(store, killed_after_send=True)
     prompt = await approval(first)
     first.clock.now = prompt.created_at + 0.8 * LIFETIME
-    # Killed right after the reminder was recorded in the outbox: its lane never posted it,
-    # and the prompt's row never recorded it.
+    # Killed right after the reminder was recorded in the outbox: never posted, and the
+    # prompt's row never recorded it.
     with pytest.raises(Killed):
         await remind(first, prompt)
     assert first.channel.posts == []
     assert "reminded" not in await actions(first, prompt.id)
 
     channel = RecordingChannel()
-    restarted = make_rig(store, lanes, clock=first.clock, channel=channel)
-    # The start's redelivery posts what was recorded; the reminder job fires again.
-    log = ConversationLog(store)
-    await Outbox(log, {"test": channel}).redeliver_pending("test")
+    restarted = make_rig(store, clock=first.clock, channel=channel)
+    # The start re-arms the reminder job, which fires again (twice, for good measure), and
+    # the start's redelivery of what the outbox recorded runs too.
     await restarted.broker.schedule_expiries()
     await remind(restarted, prompt)
     await remind(restarted, prompt)
-    await restarted.lanes.drain(WITHIN)
+    await Outbox(ConversationLog(store), {"test": channel}).redeliver_pending("test")
     assert [m.idempotency_key for _, m in channel.posts] == [reminder_key(prompt.id)]
     assert (await actions(restarted, prompt.id)).count("reminded") == 1
 
 
-async def test_quiet_hours_move_the_reminder_to_their_end(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    rig = make_rig(store, lanes, on_expiry="hold", quiet=QuietHours(time(11, 0), time(13, 0)))
+async def test_quiet_hours_move_the_reminder_to_their_end(store: Store) -> None:
+    rig = make_rig(store, on_expiry="hold", quiet=QuietHours(time(11, 0), time(13, 0)))
     prompt = await approval(rig)
     rig.clock.now = prompt.created_at + 0.8 * LIFETIME
     await remind(rig, prompt)  # in Alice's quiet hours: not said, not used up
@@ -264,18 +230,15 @@ async def test_quiet_hours_move_the_reminder_to_their_end(
     rig.clock.now = datetime(2026, 12, 7, 13, 0, tzinfo=UTC).timestamp()
     await rig.broker.expire_due()
     await remind(rig, prompt)
-    await asyncio.wait_for(rig.channel.posted.wait(), WITHIN)
     (text,) = rig.channel.texts
     assert "It passed its deadline and is held" in text and "`stop`" in text
 
 
 async def test_the_real_scheduler_fires_the_reminder_before_the_expiry(
-    store: Store, tmp_path: Path, lanes: list[LaneManager]
+    store: Store, tmp_path: Path
 ) -> None:
     channel = RecordingChannel()
     log = ConversationLog(store)
-    manager = LaneManager(EventBus())
-    lanes.append(manager)
 
     async def on_reminder(job: FiredJob) -> None:
         await broker.on_reminder_job(job)
@@ -295,7 +258,7 @@ async def test_the_real_scheduler_fires_the_reminder_before_the_expiry(
         bus=decision_bus({"deploy": lambda p: asyncio.sleep(0)}),
         scheduler=scheduler,
     )
-    broker.remind_through(LaneNotifier(log, Outbox(log, {"test": channel}), manager))
+    broker.remind_through(Outbox(log, {"test": channel}))
     await scheduler.start()
     try:
         prompt = await broker.create(
@@ -333,7 +296,6 @@ async def test_answering_cancels_the_reminder_job(store: Store, tmp_path: Path) 
     scheduler = ApschedulerScheduler(
         tmp_path / "scheduler.db", wake_up_bus(handlers), misfire_grace_seconds=3600
     )
-    manager = LaneManager(EventBus())
     log = ConversationLog(store)
     broker = PromptBroker(
         store,
@@ -341,7 +303,7 @@ async def test_answering_cancels_the_reminder_job(store: Store, tmp_path: Path) 
         bus=decision_bus({"deploy": lambda p: asyncio.sleep(0)}),
         scheduler=scheduler,
     )
-    broker.remind_through(LaneNotifier(log, Outbox(log, {}), manager))
+    broker.remind_through(Outbox(log, {}))
     await scheduler.start()
     try:
         prompt = await broker.create(
@@ -352,14 +314,13 @@ async def test_answering_cancels_the_reminder_job(store: Store, tmp_path: Path) 
         assert await scheduler.pending_job_ids() == []
     finally:
         await scheduler.stop()
-        await manager.drain(1.0)
 
 
 # ---------------------------------------------------------------------- what a deadline does
 
 
-async def test_deny_expires_the_prompt_as_before(store: Store, lanes: list[LaneManager]) -> None:
-    rig = make_rig(store, lanes)
+async def test_deny_expires_the_prompt_as_before(store: Store) -> None:
+    rig = make_rig(store)
     prompt = await approval(rig)
     waiter = asyncio.create_task(rig.broker.wait(prompt.id, poll_interval=3600))
     rig.clock.now = prompt.expires_at
@@ -373,10 +334,8 @@ async def test_deny_expires_the_prompt_as_before(store: Store, lanes: list[LaneM
     assert "held" not in await actions(rig, prompt.id)
 
 
-async def test_hold_keeps_the_run_waiting_visible_and_answerable(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    rig = make_rig(store, lanes, on_expiry="hold")
+async def test_hold_keeps_the_run_waiting_visible_and_answerable(store: Store) -> None:
+    rig = make_rig(store, on_expiry="hold")
     prompt = await approval(rig)
     waiter = asyncio.create_task(rig.broker.wait(prompt.id, poll_interval=3600))
     rig.clock.now = prompt.expires_at + 5
@@ -407,8 +366,8 @@ async def test_hold_keeps_the_run_waiting_visible_and_answerable(
     assert await rig.broker.status(CONV) == ""
 
 
-async def test_a_typed_answer_answers_a_held_prompt(store: Store, lanes: list[LaneManager]) -> None:
-    rig = make_rig(store, lanes, on_expiry="hold")
+async def test_a_typed_answer_answers_a_held_prompt(store: Store) -> None:
+    rig = make_rig(store, on_expiry="hold")
     prompt = await approval(rig)
     rig.clock.now = prompt.expires_at
     # Answered at its deadline: held on the spot, then answered (not refused as expired).
@@ -417,8 +376,8 @@ async def test_a_typed_answer_answers_a_held_prompt(store: Store, lanes: list[La
     assert (await actions(rig, prompt.id))[2:] == ["held", "answered", "handled"]
 
 
-async def test_stop_ends_a_held_prompt(store: Store, lanes: list[LaneManager]) -> None:
-    rig = make_rig(store, lanes, on_expiry="hold")
+async def test_stop_ends_a_held_prompt(store: Store) -> None:
+    rig = make_rig(store, on_expiry="hold")
     prompt = await approval(rig)
     waiter = asyncio.create_task(rig.broker.wait(prompt.id, poll_interval=3600))
     rig.clock.now = prompt.expires_at
@@ -433,13 +392,11 @@ async def test_stop_ends_a_held_prompt(store: Store, lanes: list[LaneManager]) -
     assert await rig.broker.pending() == []
 
 
-async def test_a_prompt_that_lapsed_while_down_is_held_at_the_next_start(
-    store: Store, lanes: list[LaneManager]
-) -> None:
-    first = make_rig(store, lanes, on_expiry="hold")
+async def test_a_prompt_that_lapsed_while_down_is_held_at_the_next_start(store: Store) -> None:
+    first = make_rig(store, on_expiry="hold")
     prompt = await approval(first)
     first.clock.now = prompt.expires_at + LIFETIME
-    restarted = make_rig(store, lanes, on_expiry="hold", clock=first.clock)
+    restarted = make_rig(store, on_expiry="hold", clock=first.clock)
     await restarted.broker.recover()
     held = await restarted.broker.get(prompt.id)
     assert held is not None and is_held(held)
