@@ -58,7 +58,9 @@ def _pixels(image: Image.Image) -> np.ndarray:
 
 
 def _colours(image: Image.Image) -> int:
-    return len(np.unique(_pixels(image), axis=0))
+    """How many distinct colours (RGB packed into one integer)."""
+    rgb = np.asarray(image, dtype=np.uint32)
+    return len(np.unique((rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]))
 
 
 def _pixels_near(image: Image.Image, colour: tuple[int, int, int], tolerance: int = 12) -> int:
