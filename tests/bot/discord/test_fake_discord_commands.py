@@ -155,6 +155,30 @@ async def test_deferred_command_follows_up_and_edits_the_original(fake: FakeDisc
         assert bot.invoked == [("stop r-42", int(ALICE))]
 
 
+async def test_global_commands_sync_and_answer_with_a_file(fake: FakeDiscord) -> None:
+    bot = Bot()
+    tree = app_commands.CommandTree(bot)
+
+    @tree.command(name="chart", description="The campaign chart")
+    async def chart(interaction: discord.Interaction) -> None:
+        await interaction.response.send_message(
+            "chart", file=discord.File(io.BytesIO(PNG), filename="chart.png"), ephemeral=True
+        )
+
+    async with running(fake, bot) as h:
+        synced = await h.run(tree.sync())
+        (sync,) = fake.commands.syncs
+        assert sync.guild_id is None and [c["name"] for c in sync.commands] == ["chart"]
+        (stored,) = fake.commands.global_commands
+        assert "guild_id" not in stored and str(synced[0].id) == stored["id"]
+
+        payload = await fake.invoke_command("chart", GENERAL, ALICE)
+        assert "guild_id" not in payload["data"]
+        await h.until(lambda: len(fake.interaction_callbacks) == 1)
+        (callback,) = fake.requests_to("POST", "/interactions/{i}/*/callback")
+        assert [(f.filename, f.data) for f in callback.files] == [("chart.png", PNG)]
+
+
 async def test_unregistered_command_cannot_be_invoked(fake: FakeDiscord) -> None:
     bot = CommandBot(fake.guild_id)
     async with running(fake, bot):

@@ -1465,7 +1465,7 @@ class FakeDiscord:
         inter = self._webhook_interaction(p)
         if isinstance(inter, _Reply):
             return inter
-        problem = _message_problem(call.body, call.files)
+        problem = _message_problem(call.body, call.files) or self._upload_problem(call.files)
         if problem is not None:
             return problem
         if inter.loading:
