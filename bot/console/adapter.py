@@ -31,6 +31,7 @@ from bot.console.terminal import USER_PROMPT, Terminal
 from bot.console.thread import label, next_thread
 from core.ids import ConversationRef
 from host.conversation.service import TurnOutcome, control_word
+from host.prompts.waiting import is_held
 from host.runtime.messages import MAX_INBOUND_CHARS
 from host.runtime.prompt_record import Prompt
 
@@ -105,8 +106,11 @@ class ConsoleAdapter:
         """Render a prompt as numbered choices; a typed number or option answers it. The
         question is shown as Markdown (a command in it is a code block, shown as is); the
         options are shown as plain text."""
-        expires = time.strftime("%H:%M UTC", time.gmtime(prompt.expires_at))
-        about = f"prompt {prompt.id[:SHOWN_ID_CHARS]}, expires {expires}"
+        if is_held(prompt):
+            about = f"prompt {prompt.id[:SHOWN_ID_CHARS]}, held past its deadline"
+        else:
+            expires = time.strftime("%H:%M UTC", time.gmtime(prompt.expires_at))
+            about = f"prompt {prompt.id[:SHOWN_ID_CHARS]}, expires {expires}"
         if prompt.options:
             footer = [
                 "   ".join(f"{i}) {o}" for i, o in enumerate(prompt.options, 1)),
@@ -121,7 +125,14 @@ class ConsoleAdapter:
 
     async def close_prompt(self, prompt: Prompt) -> None:
         """Show how a prompt ended when nobody answered it. An answer was typed here, and the
-        reply to it already names the prompt and the answer, so it is not said twice."""
+        reply to it already names the prompt and the answer, so it is not said twice. A held
+        prompt stays open: it is still answered by typing."""
+        if is_held(prompt):
+            self._screen.say(
+                f"Prompt `{prompt.id[:SHOWN_ID_CHARS]}` expired — still waiting (held): "
+                "type your answer, or `stop` to end the run."
+            )
+            return
         self._open.pop(prompt.id, None)
         if prompt.state == "answered":
             return

@@ -1,5 +1,11 @@
 """Prompts on Discord: shown with buttons (or an `Answer…` button and its modal), closed
-with the outcome, and answered from clicks and form submissions, each once."""
+with the outcome, and answered from clicks and form submissions, each once.
+
+A prompt is posted with `channel.send` and edited with the channel's message edit (PATCH
+`/channels/{id}/messages/{id}` with the bot token), never through an interaction's
+webhook token (which dies 15 minutes after the click): a prompt that expires or is held
+hours later is still edited.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from bot.discord.notes import HeldInteractions, followup
 from bot.discord.threads import Threads, partial_message
 from bot.discord.views import AnswerModal, PromptView, closed_content, prompt_content
 from bot.prompt_ui import TEXT_CHOICE, Click, handle_click, handle_submission
+from host.prompts.waiting import held_line, is_held
 from host.runtime.prompt_record import Prompt
 
 log = logging.getLogger(__name__)
@@ -42,7 +49,7 @@ class PromptMessages:
         try:
             channel = await self._threads.target(prompt.conversation)
             sent = await channel.send(
-                prompt_content(prompt, await self._names.shown(prompt.requester)),
+                await self._pending_content(prompt),
                 view=PromptView(prompt),
                 # The requester is named, not mentioned: nothing in a prompt pings.
                 allowed_mentions=discord.AllowedMentions.none(),
@@ -54,9 +61,34 @@ class PromptMessages:
         return str(sent.id)
 
     async def close(self, prompt: Prompt) -> None:
-        """Show the outcome and who decided; the buttons stay, disabled."""
-        if prompt.message_id:
+        """Show the outcome and who decided; the buttons stay, disabled. A held prompt's
+        buttons stay live, and its message says it is held."""
+        if not prompt.message_id:
+            return
+        if not is_held(prompt):
             await self.close_message(prompt, prompt.message_id)
+            return
+        try:
+            channel = await self._threads.target(prompt.conversation)
+            await partial_message(channel, prompt.message_id).edit(
+                content=await self._pending_content(prompt),
+                view=PromptView(prompt),
+                allowed_mentions=discord.AllowedMentions.none(),
+            )
+        except discord.HTTPException as exc:
+            raise channel_error(exc) from exc
+
+    async def _pending_content(self, prompt: Prompt) -> str:
+        """Question, then who may answer until when (or that it is held)."""
+        requester = await self._names.shown(prompt.requester)
+        if not is_held(prompt):
+            return prompt_content(prompt, requester)
+        # Held: no deadline to show; the hint line says what waits instead.
+        shown = prompt_content(replace(prompt, expires_at=prompt.created_at), requester)
+        question = shown.rsplit("\n-# ", 1)[0]
+        # As views.py names people: plain text, never a mention.
+        name = discord.utils.escape_mentions(discord.utils.escape_markdown(requester))
+        return f"{question}\n-# {held_line(name)}"
 
     async def close_message(self, prompt: Prompt, message_id: str) -> None:
         """Close message `message_id` as showing `prompt` decided."""
