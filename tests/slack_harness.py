@@ -18,7 +18,7 @@ from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.factory import slack_adapter
 from core.ids import ConversationRef
-from tests.fakes.slack import FakeSlack, json_body, payloads, sign
+from tests.fakes.slack import FakeSlack, SlashCommand, form_body, json_body, payloads, sign
 from tests.helpers import eventually
 
 SECRET = "test-signing-secret"
@@ -126,6 +126,23 @@ class SlackBot:
             response_url=self.fake.response_url("r1"),
         )
         assert await self.send(body, form=True) == 200
+
+    async def slash(self, text: str, *, user: str = "U1", command: str = "/raven") -> SlashCommand:
+        """`user` types `command text` in the test channel, over the bot's transport. The ack
+        is in the result; later answers are `fake.responses_to(result)` (response_url) and
+        `fake.ephemeral_posts(user)`."""
+        if self.transport == "socket":
+            return await self.fake.send_slash_command(
+                text, user=user, channel=CHANNEL, command=command
+            )
+        payload, url_id = self.fake.slash_command_payload(
+            text, user=user, channel=CHANNEL, command=command
+        )
+        body = form_body(payload)
+        headers = {**sign(SECRET, body), "Content-Type": "application/x-www-form-urlencoded"}
+        status, answer = await self.post_raw(body, headers)
+        assert status == 200, f"{command} {text} was answered {status}: {answer}"
+        return SlashCommand("", payload, {"payload": json.loads(answer)} if answer else {}, url_id)
 
     def posts(self, thread: str | None = None) -> list[dict[str, Any]]:
         calls = [c for c in self.fake.calls_to("chat.postMessage") if c.ok]

@@ -1109,6 +1109,24 @@ class FakeSlack:
         """A user types `command text` in `channel`: a `slash_commands` envelope goes to the
         connected app and this waits for its ack. The payload's `response_url` points at this
         fake; read what the app sent there with `responses_to(cmd)`."""
+        payload, response_url_id = self.slash_command_payload(
+            text, user=user, channel=channel, command=command, user_name=user_name
+        )
+        envelope_id = await self.send_envelope("slash_commands", payload)
+        ack = await self.wait_for_ack(envelope_id, within)
+        return SlashCommand(envelope_id, payload, ack, response_url_id)
+
+    def slash_command_payload(
+        self,
+        text: str,
+        *,
+        user: str = "U1",
+        channel: str = "C0GENERAL",
+        command: str = "/raven",
+        user_name: str | None = None,
+    ) -> tuple[dict[str, str], str]:
+        """A slash-command payload whose `response_url` is a fresh one on this fake, and that
+        URL's id (to POST over HTTP yourself; Socket Mode: `send_slash_command`)."""
         self._command_seq += 1
         response_url_id = f"cmd-{self._command_seq}"
         payload = payloads.slash_command(
@@ -1121,9 +1139,7 @@ class FakeSlack:
             team_id=self.team_id,
             api_app_id=self.app_id,
         )
-        envelope_id = await self.send_envelope("slash_commands", payload)
-        ack = await self.wait_for_ack(envelope_id, within)
-        return SlashCommand(envelope_id, payload, ack, response_url_id)
+        return payload, response_url_id
 
     def responses_to(self, command: SlashCommand) -> list[ResponseUrlPost]:
         """What the app POSTed to a slash command's `response_url`, oldest first."""
