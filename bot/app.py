@@ -83,7 +83,12 @@ from host.nudges.feature import NudgesFeature
 from host.nudges.policy import NudgeLimits, NudgePolicy
 from host.nudges.quiet import parse_quiet_hours
 from host.nudges.status import proactive_status
-from host.prompts.broker import PROMPT_EXPIRY_JOB, PromptBroker, PromptPolicy
+from host.prompts.broker import (
+    PROMPT_EXPIRY_JOB,
+    PROMPT_REMINDER_JOB,
+    PromptBroker,
+    PromptPolicy,
+)
 from host.prompts.clarify import Clarifier
 from host.runtime.admission import AccessDirectory, Admission
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -524,6 +529,7 @@ async def host_parts(
         scheduler=scheduler,
         people=people,
         admission=admission,
+        on_expiry=settings.prompt_on_expiry,
     )
     # Where campaign rounds and standing checks run (reads machines.toml: assembly).
     site = campaign_site(settings, sandbox, one_shot=False)
@@ -583,6 +589,10 @@ def subscribe(
     bus.subscribe(ConversationStopped, runs.stop_conversation)
     bus.subscribe(ConversationStopped, broker.cancel_conversation_id)
     subscribe_job(bus, PROMPT_EXPIRY_JOB, broker.on_expiry_job)
+    # A prompt's reminder is a notice the bot says on its own: through the outbox, under the
+    # nudge policy (host/prompts/reminders.py).
+    broker.remind_through(parts.outbox, parts.nudges)
+    subscribe_job(bus, PROMPT_REMINDER_JOB, broker.on_reminder_job)
     bus.subscribe(TurnRequested, service.requested_turn)
     for feature in features:
         feature.subscribe(bus)

@@ -323,6 +323,13 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_PROMPT_EXPIRY_SECONDS",
         description="Approvals and clarifications expire (fail closed) after this long.",
     )
+    prompt_on_expiry: Literal["deny", "hold"] = Field(
+        default="deny",
+        validation_alias="RAVEN_PROMPT_ON_EXPIRY",
+        description="What an unanswered prompt's deadline does: deny (it expires; approvals "
+        "count as denied) or hold (the run keeps waiting, listed in status, until someone "
+        "answers or types stop).",
+    )
     campaign_report_tolerance: float = Field(
         default=1e-3,
         ge=0,

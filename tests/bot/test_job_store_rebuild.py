@@ -21,7 +21,7 @@ from host.features.schedules.tasks import job_id
 from host.features.schedules.work import parse_check
 from host.nudges.held import HeldPosts
 from host.nudges.policy import Nudge
-from host.prompts.expiry import expiry_job_id
+from host.prompts.expiry import expiry_job_id, reminder_job_id
 from host.runtime.apscheduler_adapter import fire
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import approve_campaigns, db_rows, eventually
@@ -88,6 +88,7 @@ async def _make_one_job_of_every_kind(rt: Runtime, chat: FakeChatAdapter) -> dic
         "task": job_id(tasks["task"]),
         "check": job_id(tasks["check"]),
         "prompt expiry": expiry_job_id(prompt.id),
+        "prompt reminder": reminder_job_id(prompt.id),
         "campaign wake-up": str(wake),
         "held post": f"held:{HELD_KEY}",
         "campaign": str(campaign.id),
