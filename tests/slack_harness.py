@@ -18,7 +18,7 @@ from bot.settings import load_settings
 from bot.slack.adapter import SlackAdapter
 from bot.slack.factory import slack_adapter
 from core.ids import ConversationRef
-from tests.fakes.slack import FakeSlack, SlashCommand, form_body, json_body, payloads, sign
+from tests.fakes.slack import FakeSlack, SlashCommand, command_body, json_body, payloads, sign
 from tests.helpers import eventually
 
 SECRET = "test-signing-secret"
@@ -138,7 +138,7 @@ class SlackBot:
         payload, url_id = self.fake.slash_command_payload(
             text, user=user, channel=CHANNEL, command=command
         )
-        body = form_body(payload)
+        body = command_body(payload)
         headers = {**sign(SECRET, body), "Content-Type": "application/x-www-form-urlencoded"}
         status, answer = await self.post_raw(body, headers)
         assert status == 200, f"{command} {text} was answered {status}: {answer}"

@@ -6,16 +6,18 @@ Proxy variables are cleared by the autouse `isolated_env` fixture in tests/conft
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, command_body, sign
+from tests.fakes.slack.signing import FORM_CONTENT_TYPE
 
 BOT_TOKEN = "xoxb-1-fake-bot-token"
 APP_TOKEN = "xapp-1-A1-1-fake-app-token"
@@ -172,3 +174,29 @@ async def test_slash_command_in_channel_and_post_ephemeral(fake: FakeSlack, bolt
     (ephemeral,) = fake.ephemeral_posts(user="U9")
     assert (ephemeral["channel"], ephemeral["text"]) == (CHANNEL, "Unknown command.")
     assert fake.ephemeral_posts(user="U7") == []
+
+
+async def test_slash_command_payload_over_http_reaches_a_bolt_listener(fake: FakeSlack) -> None:
+    """The same payload, as a signed form POST (the HTTP Events API transport)."""
+    secret = "fake-signing-secret"
+    app = AsyncApp(
+        client=AsyncWebClient(base_url=fake.api_url, token=BOT_TOKEN),
+        signing_secret=secret,
+        process_before_response=True,
+    )
+
+    @app.command("/raven")
+    async def raven(ack: AsyncAck, respond: AsyncRespond) -> None:
+        await ack()
+        await respond("Nothing is running.", response_type="ephemeral")
+
+    payload, url_id = fake.slash_command_payload("status", user="U3")
+    body = command_body(payload)
+    headers: dict[str, str | Sequence[str]] = {
+        **sign(secret, body),
+        "Content-Type": FORM_CONTENT_TYPE,
+    }
+    resp = await app.async_dispatch(AsyncBoltRequest(body=body.decode(), headers=headers))
+    assert resp.status == 200
+    (post,) = await fake.wait_for_response_url_post(url_id)
+    assert (post.json["response_type"], post.json["text"]) == ("ephemeral", "Nothing is running.")

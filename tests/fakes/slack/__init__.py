@@ -15,7 +15,7 @@ from tests.fakes.slack.server import (
     ResponseUrlPost,
     SlashCommand,
 )
-from tests.fakes.slack.signing import form_body, json_body, sign
+from tests.fakes.slack.signing import command_body, form_body, json_body, sign
 from tests.fakes.slack.status import StatusUpdate
 from tests.fakes.slack.uploads import SharedFile
 
@@ -31,6 +31,7 @@ __all__ = [
     "SharedFile",
     "SlashCommand",
     "StatusUpdate",
+    "command_body",
     "form_body",
     "json_body",
     "payloads",

@@ -9,7 +9,14 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["FORM_CONTENT_TYPE", "JSON_CONTENT_TYPE", "form_body", "json_body", "sign"]
+__all__ = [
+    "FORM_CONTENT_TYPE",
+    "JSON_CONTENT_TYPE",
+    "command_body",
+    "form_body",
+    "json_body",
+    "sign",
+]
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 JSON_CONTENT_TYPE = "application/json"
@@ -29,6 +36,12 @@ def sign(secret: str, body: bytes, timestamp: int | None = None) -> dict[str, st
 def form_body(payload: dict[str, Any]) -> bytes:
     """An interactivity body: `payload=<json>`, urlencoded (send as FORM_CONTENT_TYPE)."""
     return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def command_body(payload: dict[str, str]) -> bytes:
+    """A slash-command body: the fields themselves, urlencoded (no `payload=` wrapper, unlike
+    interactivity; send as FORM_CONTENT_TYPE)."""
+    return urlencode(payload).encode()
 
 
 def json_body(payload: dict[str, Any]) -> bytes:
