@@ -68,9 +68,9 @@ def figure_bytes(figure: Figure, fmt: PictureFormat) -> bytes:
 def check_destination(path: Path) -> PictureFormat:
     """The format `path` asks for, once it is a place a picture can be written: its
     directory exists and it is not itself a directory (checked before any drawing)."""
-    fmt = format_for(path)
     if path.is_dir():
         raise PictureError(f"cannot write {path}: it is a directory; give a file name")
+    fmt = format_for(path)
     if not path.parent.is_dir():
         raise PictureError(
             f"cannot write {path}: the directory {path.parent} does not exist; create it first"

@@ -1,6 +1,7 @@
-"""`raven-bot campaigns list|show|stop|run`: campaign records from the command line, and one
-campaign run headless in the foreground (scripts and CI) with the configured decider: the
-model with ANTHROPIC_API_KEY, else the offline rule-based policy.
+"""`raven-bot campaigns list|show|chart|stop|run`: campaign records from the command line (a
+campaign's chart as PNG or SVG), and one campaign run headless in the foreground (scripts
+and CI) with the configured decider: the model with ANTHROPIC_API_KEY, else the offline
+rule-based policy.
 
 Reading commands open RAVEN_HOME/raven.db as `raven-bot runs` does. `stop` works while a bot
 (or a headless run) monitors the campaign in another process: it commits the cancelled state
@@ -27,7 +28,9 @@ from typing import Any, Final, TextIO
 from bot.cli.database import open_database
 from bot.home import HomeError, check_home
 from bot.settings import Settings
+from core.pictures import PictureError, check_destination, save_picture
 from host.features.oncall.site import machine_specs
+from oncall.chart import CampaignChart, chart_of, render_chart
 from oncall.machines.registry import build_machines
 from oncall.model import (
     FINAL_STATES,
@@ -61,6 +64,8 @@ def campaigns_command(args: argparse.Namespace, settings: Settings) -> int:
             return asyncio.run(_list(settings, args.json, args.limit, sys.stdout))
         if action == "show":
             return asyncio.run(_show(settings, args.campaign, args.json, sys.stdout))
+        if action == "chart":
+            return asyncio.run(_chart(settings, args.campaign, args.out, sys.stdout))
         return asyncio.run(_stop(settings, args.campaign, sys.stdout))
     except HomeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
@@ -307,6 +312,35 @@ async def _show(settings: Settings, campaign_id: str, as_json: bool, out: TextIO
             return 2
         data = await campaign_json(campaigns, record)
     out.write((json.dumps(data, indent=2) if as_json else describe(data)) + "\n")
+    return 0
+
+
+async def load_chart(campaigns: CampaignStore, campaign_id: str) -> CampaignChart | None:
+    """What a campaign's chart shows, from its records (None: no such campaign)."""
+    record = await campaigns.get(campaign_id)
+    if record is None:
+        return None
+    rounds = await campaigns.rounds(record.id)
+    return chart_of(record, rounds, await campaigns.measurements(record.id))
+
+
+async def _chart(settings: Settings, campaign_id: str, path: Path, out: TextIO) -> int:
+    try:
+        fmt = check_destination(path)  # before anything is read or drawn
+        async with open_campaigns(settings.home) as campaigns:
+            chart = await load_chart(campaigns, campaign_id)
+        if chart is None:
+            print(_unknown(campaign_id), file=sys.stderr)
+            return 2
+        save_picture(path, await asyncio.to_thread(render_chart, chart, fmt))
+    except PictureError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 2
+    values = len(chart.points)
+    out.write(
+        f"Wrote {path}: campaign {chart.campaign_id}'s {chart.metric} over {chart.rounds} "
+        f"round(s), {values} value{'s' if values != 1 else ''}.\n"
+    )
     return 0
 
 

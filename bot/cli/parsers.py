@@ -26,6 +26,8 @@ the model calls measured while the campaign waited). Exit code 0 when the campai
 terminated and the campaign cancelled).
 """
 
+_PICTURE_OUT = "where to write it: FILE.png or FILE.svg (an existing directory)"
+
 
 def parser() -> argparse.ArgumentParser:
     """The whole `raven-bot` command line."""
@@ -68,6 +70,14 @@ def parser() -> argparse.ArgumentParser:
     runs_sub.add_parser("list", help="recent runs", description="List recent runs, newest first.")
     show = runs_sub.add_parser("show", help="one run's report", description="Show one run.")
     show.add_argument("run", help="run id (from `raven-bot runs list`)")
+    picture = runs_sub.add_parser(
+        "graph",
+        help="draw one run's graph as a picture",
+        description="Draw the run's nodes (coloured by state, labelled with id and agent) and "
+        "their dependencies, left to right, as PNG or SVG (by the file's suffix).",
+    )
+    picture.add_argument("run", help="run id (from `raven-bot runs list`)")
+    picture.add_argument("--out", type=Path, required=True, metavar="FILE", help=_PICTURE_OUT)
     _add_campaigns(sub)
     _add_schedules(sub)
     _add_memory(sub)
@@ -104,6 +114,14 @@ def _add_campaigns(sub: _Commands) -> None:
         description="Cancel a campaign and terminate its round; works while a bot runs it.",
     )
     stop.add_argument("campaign", help="campaign id (from `raven-bot campaigns list`)")
+    chart = actions.add_parser(
+        "chart",
+        help="draw a campaign's metric over its rounds",
+        description="Draw the metric's values by round, the best so far, failed rounds and "
+        "the baseline, as a 1200 x 600 PNG or an SVG (by the file's suffix).",
+    )
+    chart.add_argument("campaign", help="campaign id (from `raven-bot campaigns list`)")
+    chart.add_argument("--out", type=Path, required=True, metavar="FILE", help=_PICTURE_OUT)
     _add_run_parser(actions)
 
 

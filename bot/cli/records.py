@@ -1,4 +1,5 @@
-"""`raven-bot graph validate` and `raven-bot runs list|show`: offline views of the runtime."""
+"""`raven-bot graph validate` and `raven-bot runs list|show|graph`: offline views of the
+runtime (a run's graph as a PNG or SVG picture)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from bot.home import HomeError, check_home
 from bot.schema import all_migrations
 from bot.settings import Settings
 from core.errors import ConfigError
+from core.pictures import PictureError, check_destination, save_picture
 from core.store import Store
 from host.features.mcp.environ import read_mcp_config
 from host.features.skills.forge import local_catalog
 from host.graph.admission import AdmissionError, admit
 from host.graph.model import AdmissionContext
+from host.graph.picture import picture_of, render_run
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.report import node_line
 from host.graph.report_loader import load_report
@@ -122,7 +125,7 @@ async def _show(settings: Settings, run_id: str, out: TextIO) -> int:
     try:
         record = await runs.run(run_id)
         if record is None:
-            out.write(f"No run `{run_id}`; `raven-bot runs list` shows the recorded ones.\n")
+            out.write(_no_run(run_id) + "\n")
             return 2
         files = RunFiles(settings.home / "runs")
         # The report is built from records only; no run executes here. Outputs are whole.
@@ -157,13 +160,50 @@ def _records(files: RunFiles, node: NodeRecord, journal: dict[str, NodeRecords])
     return "; ".join(parts)
 
 
-def runs_command(settings: Settings, action: str, run_id: str | None) -> int:
-    """Entry for `raven-bot runs list|show RUN`; 2 with one line when RAVEN_HOME is unusable."""
+async def _graph(settings: Settings, run_id: str, path: Path | None, out: TextIO) -> int:
+    if path is None:
+        print("raven-bot: `runs graph` needs --out FILE.png or FILE.svg", file=sys.stderr)
+        return 2
+    try:
+        fmt = check_destination(path)  # before anything is read or drawn
+        store, runs = await _with_store(settings)
+        try:
+            run = await runs.run(run_id)
+            nodes = await runs.nodes_of_run(run_id) if run is not None else []
+        finally:
+            await store.close()
+        if run is None:
+            print(f"raven-bot: {_no_run(run_id)}", file=sys.stderr)
+            return 2
+        picture = picture_of(run, nodes)
+        save_picture(path, await asyncio.to_thread(render_run, picture, fmt))
+    except PictureError as exc:
+        print(f"raven-bot: {exc}", file=sys.stderr)
+        return 2
+    count = len(picture.nodes)
+    out.write(
+        f"Wrote {path}: run {run.id} ({run.state}), {count} node{'s' if count != 1 else ''}.\n"
+    )
+    return 0
+
+
+def _no_run(run_id: str) -> str:
+    return f"No run `{run_id}`; `raven-bot runs list` shows the recorded ones."
+
+
+def runs_command(
+    settings: Settings, action: str, run_id: str | None, *, out: Path | None = None
+) -> int:
+    """Entry for `raven-bot runs list|show RUN|graph RUN --out FILE`; 2 with one line when
+    RAVEN_HOME is unusable."""
     try:
         check_home(settings.home)
         if action == "show":
             assert run_id is not None
             return asyncio.run(_show(settings, run_id, sys.stdout))
+        if action == "graph":
+            assert run_id is not None
+            return asyncio.run(_graph(settings, run_id, out, sys.stdout))
         return asyncio.run(_list(settings, sys.stdout))
     except HomeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
