@@ -73,6 +73,13 @@ class CommandBot(Bot):
             except discord.HTTPException as exc:
                 self.errors.append(exc)
 
+        schedule = app_commands.Group(name="schedule", description="Schedules", parent=raven)
+
+        @schedule.command(name="list", description="List the schedules")
+        async def schedule_list(interaction: discord.Interaction) -> None:
+            self.invoked.append(("schedule list", interaction.user.id))
+            await interaction.response.send_message("No schedules.", ephemeral=True)
+
         return raven
 
     async def setup_hook(self) -> None:
@@ -108,7 +115,8 @@ async def test_tree_sync_registers_guild_commands(fake: FakeDiscord) -> None:
             fake.guild_id,
             fake.app_id,
         )
-        assert [o["name"] for o in raven["options"]] == ["status", "stop", "later", "slow"]
+        names = [o["name"] for o in raven["options"]]
+        assert names == ["status", "stop", "later", "slow", "schedule"]
         assert fake.commands.global_commands == []
         # discord.py parsed the answer into AppCommands with Discord's ids.
         assert [(c.name, str(c.id)) for c in bot.synced] == [("raven", raven["id"])]
@@ -136,6 +144,16 @@ async def test_status_is_answered_ephemerally(fake: FakeDiscord) -> None:
         assert bot.invoked == [("status", int(ALICE))]
         # Ephemeral: only the caller sees it, nothing lands in the channel.
         assert fake.bot_messages(GENERAL) == []
+
+
+async def test_a_subcommand_of_a_group_is_routed(fake: FakeDiscord) -> None:
+    bot = CommandBot(fake.guild_id)
+    async with running(fake, bot) as h:
+        options = [payloads.subcommand_group("schedule", [payloads.subcommand("list")])]
+        await fake.invoke_command("raven", GENERAL, ALICE, options=options)
+        await h.until(lambda: len(fake.interaction_callbacks) == 1)
+        assert bot.invoked == [("schedule list", int(ALICE))]
+        assert fake.interaction_callbacks[0]["data"]["content"] == "No schedules."
 
 
 async def test_deferred_command_follows_up_and_edits_the_original(fake: FakeDiscord) -> None:

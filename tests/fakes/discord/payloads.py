@@ -556,3 +556,9 @@ def subcommand(name: str, options: Sequence[JSON] = ()) -> JSON:
 def string_option(name: str, value: str) -> JSON:
     """A STRING option value of an application-command interaction."""
     return {"type": 3, "name": name, "value": value}
+
+
+def subcommand_group(name: str, subcommands: Sequence[JSON]) -> JSON:
+    """A SUB_COMMAND_GROUP option (`/raven schedule list`: group `schedule`, subcommand
+    `list`)."""
+    return {"type": 2, "name": name, "options": list(subcommands)}
