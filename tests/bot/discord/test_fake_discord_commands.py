@@ -262,6 +262,9 @@ async def test_send_with_a_file_stores_and_dispatches_the_attachment(fake: FakeD
         (attachment,) = sent.attachments
         assert (attachment.filename, attachment.size) == ("chart.png", len(PNG))
         assert attachment.content_type == "image/png"
+        (stored,) = fake.attachments_in(GENERAL)
+        assert (stored.message_id, stored.filename) == (str(sent.id), "chart.png")
+        assert (stored.content_type, stored.data) == ("image/png", PNG)
 
         # The gateway echo carries the attachment, and discord.py parses it.
         echoed = await h.run(own)

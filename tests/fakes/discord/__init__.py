@@ -10,6 +10,7 @@ from tests.fakes.discord.server import (
     MESSAGE_CONTENT_INTENT,
     FakeDiscord,
     Recorded,
+    StoredAttachment,
     UploadedFile,
 )
 
@@ -19,6 +20,7 @@ __all__ = [
     "CommandSync",
     "FakeDiscord",
     "Recorded",
+    "StoredAttachment",
     "UploadedFile",
     "payloads",
 ]

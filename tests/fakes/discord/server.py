@@ -46,7 +46,14 @@ from tests.fakes.discord import payloads
 from tests.fakes.discord.commands import CommandRegistry, command_problem
 from tests.helpers import eventually
 
-__all__ = ["INTERACTION_TTL_S", "MESSAGE_CONTENT_INTENT", "FakeDiscord", "Recorded", "UploadedFile"]
+__all__ = [
+    "INTERACTION_TTL_S",
+    "MESSAGE_CONTENT_INTENT",
+    "FakeDiscord",
+    "Recorded",
+    "StoredAttachment",
+    "UploadedFile",
+]
 
 JSON = dict[str, Any]
 
@@ -73,6 +80,17 @@ class UploadedFile:
     field: str
     filename: str
     content_type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class StoredAttachment:
+    """A file the bot attached to a message, as Discord stored it."""
+
+    message_id: str
+    filename: str
+    size: int
+    content_type: str | None
     data: bytes
 
 
@@ -814,6 +832,22 @@ class FakeDiscord:
     def typing_in(self, channel_id: str) -> list[float]:
         """When (fake clock) the bot triggered the typing indicator in a channel."""
         return [at for channel, at in self.typing if channel == channel_id]
+
+    def attachments_in(self, channel_id: str) -> list[StoredAttachment]:
+        """Every file the bot attached to a message (in history) of a channel or thread,
+        oldest first, with its bytes."""
+        out: list[StoredAttachment] = []
+        for msg in self.messages.get(channel_id, {}).values():
+            for att in msg.get("attachments") or []:
+                blob = self._blobs.get(f"{att['id']}/{att['filename']}")
+                if blob is None or msg["author"]["id"] != self.bot_id:
+                    continue
+                out.append(
+                    StoredAttachment(
+                        msg["id"], att["filename"], att["size"], att["content_type"], blob.data
+                    )
+                )
+        return out
 
     def dispatched(self, t: str) -> list[JSON]:
         """The `d` of every event of type `t` sent in the current gateway session."""
