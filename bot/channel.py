@@ -28,6 +28,7 @@ __all__ = [
     "Inbox",
     "Ingress",
     "OutboundMessage",
+    "PrivateCommands",
     "PromptAnswers",
     "SupportsEnrichment",
     "check_adapter",
@@ -86,6 +87,16 @@ class Inbox(Protocol):
 
     async def quiesce(self, conv: ConversationRef) -> None:
         """Wait until the conversation has no turn, queued turn or graph run left."""
+        ...
+
+
+@runtime_checkable
+class PrivateCommands(Protocol):
+    """An inbox that answers slash commands to their caller alone (the conversation
+    service); adapters offer `/raven` only when theirs does."""
+
+    async def answer_privately(self, msg: InboundMessage) -> asyncio.Task[str] | None:
+        """Record and dedup the command (None: a duplicate); the task gives its answer."""
         ...
 
 

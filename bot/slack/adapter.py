@@ -34,6 +34,7 @@ from bot.slack.normalize import DM_THREAD
 from bot.slack.outgoing import SlackOutgoing
 from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
+from bot.slack.slash import register_slash_command
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
 from host.runtime.messages import InboundMessage, OutboundMessage
@@ -114,6 +115,7 @@ class SlackAdapter:
         listener = SlackIngress(ingress.inbox, deps)
         interactions = SlackInteractions(ingress.prompts, self._prompt_messages, self._background)
         app = connection.build_app(Listeners(listener, interactions))
+        register_slash_command(app, ingress, deps)
         connection.open_session()
         try:
             if not await connection.authenticate():

@@ -612,20 +612,46 @@ class ConversationService:
         )
 
     async def _control(self, word: ControlWord, msg: InboundMessage, message_id: int) -> None:
+        text = await self._control_text(word, msg, message_id)
+        await self._outbox.send(msg.conversation, text, idempotency_key=f"ctl:{msg.event_id}")
+
+    async def _control_text(self, word: ControlWord, msg: InboundMessage, message_id: int) -> str:
         conv = msg.conversation
         if word == "stop":
-            text = await self._stop(msg, message_id)
-        elif word == "status":
-            await self._log.mark_handled(message_id)
+            return await self._stop(msg, message_id)
+        await self._log.mark_handled(message_id)
+        if word == "status":
             status = self._lanes.status(conv.id)
             running = status.running or "nothing"
             head = f"**Status**: running {running}; {status.queued} request(s) queued."
             sections = [await source(conv) for source in self._status_sources]
-            text = status_reply(head, [*sections, await self._delivery_status(conv)])
-        else:
-            await self._log.mark_handled(message_id)
-            text = help_text(self._commands.help if self._commands is not None else "")
-        await self._outbox.send(conv, text, idempotency_key=f"ctl:{msg.event_id}")
+            return status_reply(head, [*sections, await self._delivery_status(conv)])
+        return help_text(self._commands.help if self._commands is not None else "")
+
+    async def answer_privately(self, msg: InboundMessage) -> asyncio.Task[str] | None:
+        """A command whose answer only its caller sees (a slash command): recorded and
+        deduplicated like a typed message (None: a duplicate), then answered in order with
+        the conversation's other messages, as the typed control word or chat command would
+        be, with the same rules. The answer is returned, never posted or logged as the
+        bot's message, and never a Host turn: text that is no command gets `help`.
+
+        Marked handled at once: after a crash it must not resume as a typed message, whose
+        answer everyone would see (a command cut short is simply given again)."""
+        message_id = await self._claim(msg)
+        if message_id is None:
+            return None
+        await self._log.mark_handled(message_id)
+
+        async def answer() -> str:
+            word = control_word(msg.text)
+            if word is not None:
+                return await self._control_text(word, msg, message_id)
+            reply = await self._commands.handle(msg) if self._commands is not None else None
+            if reply is not None:
+                return reply
+            return help_text(self._commands.help if self._commands is not None else "")
+
+        return self._ingress.spawn(msg.conversation.id, answer)
 
     async def _stop(self, msg: InboundMessage, message_id: int) -> str:
         """Cancel what the typist may stop (everything when privileged); the reply says
