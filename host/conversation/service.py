@@ -30,6 +30,7 @@ from host.conversation.near_misses import (
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.conversation.status_text import status_reply
+from host.conversation.working import THINKING, WorkingStatuses
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.runtime.conversation_log import ConversationLog, LoggedMessage
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted, TurnRequested
@@ -250,6 +251,8 @@ class ConversationExtras:
     people: People = field(default_factory=People)
     # Whether a scheduled firing's result is posted.
     reply_gate: ReplyGate | None = None
+    # The "is thinking…" line shown while a turn works (none: not shown).
+    working: WorkingStatuses | None = None
 
 
 class ConversationService:
@@ -284,6 +287,7 @@ class ConversationService:
         self._background_idle = extras.background_idle
         self._enrichers = extras.enrichers
         self._reply_gate = extras.reply_gate
+        self._working = extras.working
         self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
         self._privileged = config.admins | config.approvers
@@ -366,6 +370,8 @@ class ConversationService:
         stop retrying failed posts (they stay recorded and go out at the next start)."""
         await self._ingress.close()
         await self._outbox.close()
+        if self._working is not None:
+            await self._working.close()
 
     async def _dispatch(
         self, msg: InboundMessage, message_id: int
@@ -466,6 +472,19 @@ class ConversationService:
         return await self._log.exists(conv.id)
 
     async def _run_turn(self, msg: InboundMessage, message_id: int, turn_id: str) -> TurnOutcome:
+        conv = msg.conversation
+        # "is thinking…" from the start (enrichment may take a while) until the turn ends.
+        if self._working is not None:
+            self._working.begin(conv, f"turn:{turn_id}", THINKING)
+        try:
+            return await self._enriched_turn(msg, message_id, turn_id)
+        finally:
+            if self._working is not None:
+                self._working.end(conv, f"turn:{turn_id}")
+
+    async def _enriched_turn(
+        self, msg: InboundMessage, message_id: int, turn_id: str
+    ) -> TurnOutcome:
         conv = msg.conversation
         enrich = self._enrichers.get(msg.platform)
         if enrich is not None and msg.origin == "user":

@@ -88,3 +88,18 @@ class PeopleDirectory(Protocol):
         """The person's display name as the platform has it (untrusted: the core cleans it);
         the id itself when the platform cannot say."""
         ...
+
+
+@runtime_checkable
+class WorkingStatus(Protocol):
+    """Where a platform shows that the bot is working in a conversation (Slack's thread
+    status, Discord's typing indicator). The core calls it one conversation at a time, in
+    order; a failure is the platform's to log, never the turn's."""
+
+    async def show(self, conv: ConversationRef, text: str) -> None:
+        """Show (or replace) the working line of `conv`, kept alive until `clear`."""
+        ...
+
+    async def clear(self, conv: ConversationRef) -> None:
+        """Nothing works in `conv` any more: remove the working line."""
+        ...
