@@ -222,7 +222,8 @@ class PromptBroker:
     # ------------------------------------------------------------------ expiry and cancel
 
     async def expire_due(self) -> list[Prompt]:
-        """Expire every pending prompt past its deadline (approvals count as denied)."""
+        """Expire every pending prompt past its deadline (approvals count as denied), or
+        hold them under `RAVEN_PROMPT_ON_EXPIRY=hold`; return the ones expired."""
         return await self._upkeep.expire_due()
 
     async def on_expiry_job(self, job: FiredJob) -> None:

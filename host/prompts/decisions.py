@@ -132,8 +132,14 @@ class Decider:
         handled; only the message changes (its buttons stay answerable)."""
         for prompt_id in await self._records.hold(prompt_ids, now):
             held = await self._records.get(prompt_id)
-            if held is not None and held.state == "pending":
-                await self._parts.poster.close(held)
+            if held is None or held.state != "pending":
+                continue  # answered or stopped meanwhile: its decider closed it
+            await self._parts.poster.close(held)
+            latest = await self._records.get(prompt_id)
+            if latest is not None and latest.state != "pending":
+                # Decided while the held message was being written: show the outcome again,
+                # or live buttons would stay on a decided prompt (closing is idempotent).
+                await self._parts.poster.close(latest)
 
     async def cancel(
         self, conversation: ConversationRef, *, actor: str, requester: str | None

@@ -33,7 +33,7 @@ class PromptUpkeep:
         self._clock = clock
 
     async def expire_due(self) -> list[Prompt]:
-        """Expire every pending prompt past its deadline (approvals count as denied)."""
+        """Expire (or hold) every pending prompt past its deadline; return the ones expired."""
         now = self._clock()
         return await self._decider.expire(await self._records.due_ids(now), now)
 

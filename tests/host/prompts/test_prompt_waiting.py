@@ -401,3 +401,38 @@ async def test_a_prompt_that_lapsed_while_down_is_held_at_the_next_start(store: 
     held = await restarted.broker.get(prompt.id)
     assert held is not None and is_held(held)
     assert restarted.decided == []
+
+
+class AnsweredWhileHeld(RecordingPromptSurface):
+    """A surface on which someone clicks Approve while the held message is being written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broker: PromptBroker | None = None
+
+    async def close_prompt(self, prompt: Prompt) -> None:
+        if is_held(prompt) and self.broker is not None:
+            await self.broker.answer(prompt.id, prompt.nonce, "alice", "approve")
+        await super().close_prompt(prompt)
+
+
+async def test_a_prompt_answered_while_its_hold_is_shown_ends_showing_the_answer(
+    store: Store,
+) -> None:
+    surface = AnsweredWhileHeld()
+    clock = FakeClock()
+    broker = PromptBroker(
+        store,
+        surfaces=MappingProxyType({"test": surface}),
+        bus=decision_bus({"deploy": lambda p: asyncio.sleep(0)}),
+        clock=clock,
+        on_expiry="hold",
+    )
+    surface.broker = broker
+    prompt = await broker.create(
+        conversation=CONV, kind="approval", question="Deploy?", requester="alice", purpose="deploy"
+    )
+    clock.now = prompt.expires_at
+    await broker.expire_due()
+    # The held edit landed after the answer's: the message is shown answered once more.
+    assert [(p.state, is_held(p)) for p in surface.closed][-1] == ("answered", False)
