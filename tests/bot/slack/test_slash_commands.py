@@ -5,11 +5,16 @@ rules of the typed word, recorded once however often Slack delivers it."""
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 from pathlib import Path
 
 import pytest
+import yaml
 
+from bot.slack.doctor import required_scopes
+from bot.slack.slash import COMMAND
 from core.ids import ConversationRef
+from host.conversation.slash import USAGE_HINT, typed_text
 from host.features.schedules.feature import SchedulesFeature
 from host.runtime.messages import InboundMessage
 from tests.fakes.slack import payloads
@@ -165,3 +170,17 @@ def _said(conv: ConversationRef, user: str, name: str, text: str) -> InboundMess
         text=text,
         event_id=f"e-{text[:20]}",
     )
+
+
+def test_the_manifest_declares_raven_with_its_scope() -> None:
+    manifest = yaml.safe_load(
+        resources.files("bot.slack").joinpath("manifest.yaml").read_text("utf-8")
+    )
+    (raven,) = manifest["features"]["slash_commands"]
+    assert (raven["command"], raven["should_escape"]) == (COMMAND, False)
+    # Each subcommand the hint offers is one the bot knows (none falls through to `help`).
+    assert raven["usage_hint"] == USAGE_HINT
+    for offered in USAGE_HINT.split(" | "):
+        assert typed_text(offered) != "help" or offered == "help", offered
+    assert "url" not in raven  # Socket Mode: Slack needs no request URL
+    assert "commands" in required_scopes()
