@@ -40,6 +40,7 @@ from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings
 from bot.wind_down import wind_down
+from bot.working import working_statuses
 from core.lifecycle import TimedExitStack
 from core.store import Store
 from host.agent.host_agent import HostAgent
@@ -422,6 +423,9 @@ async def build_runtime(
         max_tokens=settings.max_tokens,
     )
     commands = [h for f in installed if (h := f.commands()) is not None]
+    # "is thinking…" / "is running `s2`…" while a turn or a node works in a thread.
+    working = working_statuses(settings, adapters)
+    working.subscribe(parts.bus)
     service = ConversationService(
         ConversationParts(parts.conversation_log, parts.lanes, host, parts.outbox, parts.bus),
         ConversationConfig(
@@ -445,6 +449,7 @@ async def build_runtime(
             ),
             people=parts.people,
             reply_gate=next((g for f in installed if (g := f.reply_gate()) is not None), None),
+            working=working,
         ),
     )
     run_events = ConversationRunEvents(

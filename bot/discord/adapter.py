@@ -30,6 +30,7 @@ from bot.discord.notes import HeldInteractions
 from bot.discord.posting import Poster
 from bot.discord.prompts import PromptMessages
 from bot.discord.threads import Threads
+from bot.discord.working import DiscordTyping
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
 from host.runtime.messages import InboundMessage, OutboundMessage
@@ -37,8 +38,8 @@ from host.runtime.prompt_record import Prompt
 
 
 class DiscordAdapter:
-    """One Discord bot connection (a `ChannelAdapter`, a `PromptSurface` and an
-    `AccessDirectory`)."""
+    """One Discord bot connection (a `ChannelAdapter`, a `PromptSurface`, an
+    `AccessDirectory` and a `WorkingStatus`)."""
 
     def __init__(
         self,
@@ -56,6 +57,8 @@ class DiscordAdapter:
         self._poster = Poster(self._link, threads, held)
         self._prompts = PromptMessages(self._link, threads, self._names, held)
         self._access = MemberAccess(self._link, policy)
+        # Typing while the bot works (tests shorten its interval).
+        self.working = DiscordTyping(threads)
 
     @property
     def config(self) -> DiscordConfig:
@@ -122,6 +125,7 @@ class DiscordAdapter:
     async def close(self) -> None:
         """Disconnect (idempotent); owned tasks are cancelled."""
         await self._ingress.close()
+        await self.working.close()
         await self._link.cancel()
         client = self._link.connected
         if client is not None and not client.is_closed():
@@ -163,6 +167,14 @@ class DiscordAdapter:
         if conv.thread == MAIN_THREAD:
             return None
         return dataclasses.replace(conv, thread=MAIN_THREAD)
+
+    async def show(self, conv: ConversationRef, text: str) -> None:
+        """Typing while the bot works in the conversation (`WorkingStatus`)."""
+        await self.working.show(conv, text)
+
+    async def clear(self, conv: ConversationRef) -> None:
+        """Nothing works in the conversation any more: typing stops."""
+        await self.working.clear(conv)
 
     # -- prompts -----------------------------------------------------------------------
 

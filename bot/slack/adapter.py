@@ -34,6 +34,7 @@ from bot.slack.normalize import DM_THREAD
 from bot.slack.outgoing import SlackOutgoing
 from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
+from bot.slack.working import SlackWorking
 from bot.slack.slash import register_slash_command
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
@@ -50,8 +51,9 @@ _DRAIN_SECONDS = 5.0
 
 class SlackAdapter:
     """One Slack workspace connection (a `ChannelAdapter`, a `PromptSurface`, a
-    `PeopleDirectory`, an `AccessDirectory` and `SupportsEnrichment`). `config` is read
-    again when serving starts (tests shorten the connect backoff on a built adapter)."""
+    `PeopleDirectory`, an `AccessDirectory`, a `WorkingStatus` and `SupportsEnrichment`).
+    `config` is read again when serving starts (tests shorten the connect backoff on a
+    built adapter)."""
 
     def __init__(
         self,
@@ -78,6 +80,8 @@ class SlackAdapter:
         self._outgoing = SlackOutgoing(self._client, self._identity, self._history)
         self._prompt_messages = SlackPromptMessages(self._outgoing, self._identity)
         self._enricher = SlackEnricher(config, policy, workspace, self._identity, self._history)
+        # The thread status while the bot works (tests shorten its refresh interval).
+        self.working = SlackWorking(self._client)
         self._closed = asyncio.Event()
         self.ready = asyncio.Event()
         self.http_port: int | None = None
@@ -130,6 +134,7 @@ class SlackAdapter:
         finally:
             await connection.stop_receiving()
             await self._background.drain(_DRAIN_SECONDS)
+            await self.working.close()
             await connection.close_session()
 
     async def close(self) -> None:
@@ -149,6 +154,14 @@ class SlackAdapter:
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place (`chat.update`)."""
         await self._outgoing.edit(conv, message_id, message)
+
+    async def show(self, conv: ConversationRef, text: str) -> None:
+        """The thread's status while the bot works there (`WorkingStatus`)."""
+        await self.working.show(conv, text)
+
+    async def clear(self, conv: ConversationRef) -> None:
+        """Nothing works in the thread any more: its status is cleared."""
+        await self.working.clear(conv)
 
     async def show_prompt(self, prompt: Prompt) -> str:
         """Buttons (Approve/Deny or options) or an `Answer…` button that opens a modal."""
