@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 WIDTH_PX: Final = 1200  # readable as a Slack or Discord preview (about 360 px wide)
 HEIGHT_PX: Final = 600
 FAILED_REASONS: Final = frozenset({"died", "vanished"})
-_GOAL_SHOWN: Final = 70  # characters of the goal in the title
+_TITLE_SHOWN: Final = 84  # characters of the title (17 pt bold fills 1,200 px at about 95)
 
 _POINT = "#1f77b4"
 _BEST = "#2ca02c"
@@ -103,11 +103,11 @@ def render_chart(chart: CampaignChart, fmt: PictureFormat = "png") -> bytes:
     finite = [(x, p.value) for x, p in zip(xs, chart.points, strict=True) if _finite(p.value)]
     _failed_rounds(ax, chart, xs)
     if finite:
-        ax.scatter(
-            [x for x, _ in finite], [v for _, v in finite], s=_marker_size(len(finite)),
-            color=_POINT, zorder=3, label=f"{chart.metric} (each value)",
-        )  # fmt: skip
         best_x = [x for x, _ in finite]
+        # A line of markers, not a scatter: one marker drawn once, stamped (faster by far).
+        ax.plot(best_x, [v for _, v in finite], linestyle="none", marker="o",
+                markersize=_marker_size(len(finite)), color=_POINT, zorder=3,
+                label=f"{chart.metric} (each value)")  # fmt: skip
         best_y = best_so_far([v for _, v in finite], chart.direction)
         ax.step(best_x, best_y, where="post", color=_BEST, linewidth=2.5, zorder=4,
                 label="best so far")  # fmt: skip
@@ -117,7 +117,12 @@ def render_chart(chart: CampaignChart, fmt: PictureFormat = "png") -> bytes:
     figure.text(0.075, 0.93, _title(chart), fontsize=17, fontweight="bold", ha="left")
     figure.text(0.075, 0.875, _subtitle(chart), fontsize=12, color="#444444", ha="left")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize=11, framealpha=0.9)
+        # Where an improving metric's values are not (the best place, searched for, costs
+        # a test against every point).
+        if chart.direction == "min":
+            ax.legend(loc="upper right", fontsize=11, framealpha=0.9)
+        else:
+            ax.legend(loc="lower right", fontsize=11, framealpha=0.9)
     return figure_bytes(figure, fmt)
 
 
@@ -144,8 +149,9 @@ def _positions(points: Sequence[ChartPoint]) -> list[float]:
 
 
 def _marker_size(count: int) -> float:
-    """Large dots for a few values (seen in a thumbnail), small ones for a thousand."""
-    return max(6.0, min(80.0, 4000.0 / max(count, 1)))
+    """Large dots for a few values (seen in a thumbnail), small ones for a thousand (points
+    across)."""
+    return max(2.5, min(9.0, 63.0 / math.sqrt(max(count, 1))))
 
 
 def best_so_far(values: Sequence[float], direction: Direction) -> list[float]:
@@ -208,8 +214,8 @@ def _axes(ax: Axes, chart: CampaignChart) -> None:
 
 
 def _title(chart: CampaignChart) -> str:
-    goal = chart.goal if len(chart.goal) <= _GOAL_SHOWN else chart.goal[: _GOAL_SHOWN - 1] + "…"
-    return f"Campaign {chart.campaign_id} · {chart.metric}: {goal}"
+    title = f"Campaign {chart.campaign_id} · {chart.metric}: {' '.join(chart.goal.split())}"
+    return title if len(title) <= _TITLE_SHOWN else title[: _TITLE_SHOWN - 1] + "…"
 
 
 def _subtitle(chart: CampaignChart) -> str:

@@ -163,7 +163,7 @@ def _arrows(ax: Axes, picture: RunPicture, positions: dict[str, tuple[float, flo
         x2, y2 = positions[node.id]
         for dep in node.deps:
             x1, y1 = positions[dep]
-            skips = round((x2 - x1) / _COLUMN) > 1  # curve past the layers in between
+            bend = _bend(x1, y1, x2, y2)
             ax.add_patch(
                 FancyArrowPatch(
                     (x1 + _BOX_W / 2, y1),
@@ -172,10 +172,21 @@ def _arrows(ax: Axes, picture: RunPicture, positions: dict[str, tuple[float, flo
                     mutation_scale=16,
                     linewidth=1.6,
                     color="#555555",
-                    connectionstyle=f"arc3,rad={0.25 if skips else 0.0}",
+                    connectionstyle=f"arc3,rad={bend:.3f}",
                     zorder=1,
                 )
             )
+
+
+def _bend(x1: float, y1: float, x2: float, y2: float) -> float:
+    """How much an arrow curves: past the layers it skips (over their boxes), by the same
+    height whatever its length, towards the middle (so it stays inside the picture)."""
+    layers_spanned = round((x2 - x1) / _COLUMN)
+    if layers_spanned <= 1:
+        return 0.0
+    # arc3 bends by rad x length, to the right of the arrow's direction (down, going right).
+    towards_middle = 1.0 if (y1 + y2) >= 0 else -1.0
+    return towards_middle * 0.35 / layers_spanned
 
 
 def _box(ax: Axes, x: float, y: float, node_id: str, agent: str, state: str, font: int) -> None:
