@@ -81,8 +81,10 @@ class PromptReminders:
         """At start: a job for every pending prompt not reminded yet (idempotent)."""
         if self._notices is None:
             return
+        now = self._clock()
         for prompt in await self._records.unreminded():
-            await self._jobs.schedule_reminder(prompt)
+            # One due while the bot was down fires now (a past date may count as missed).
+            await self._jobs.schedule_reminder(prompt, max(remind_at(prompt), now))
 
     async def on_job(self, job: FiredJob) -> None:
         """Scheduler handler for `prompt_reminder` jobs: remind once, if still due."""

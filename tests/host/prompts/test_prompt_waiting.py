@@ -436,3 +436,61 @@ async def test_a_prompt_answered_while_its_hold_is_shown_ends_showing_the_answer
     await broker.expire_due()
     # The held edit landed after the answer's: the message is shown answered once more.
     assert [(p.state, is_held(p)) for p in surface.closed][-1] == ("answered", False)
+
+
+async def test_the_reminder_job_survives_a_restart_in_the_scheduler_store(
+    store: Store, tmp_path: Path
+) -> None:
+    """Stored by one process's scheduler, fired by the next one's, posted once."""
+    channel = RecordingChannel()
+    log = ConversationLog(store)
+
+    def process() -> tuple[PromptBroker, ApschedulerScheduler]:
+        async def on_reminder(job: FiredJob) -> None:
+            await broker.on_reminder_job(job)
+
+        async def on_expiry(job: FiredJob) -> None:
+            await broker.on_expiry_job(job)
+
+        scheduler = ApschedulerScheduler(
+            tmp_path / "scheduler.db",
+            wake_up_bus({PROMPT_REMINDER_JOB: on_reminder, PROMPT_EXPIRY_JOB: on_expiry}),
+            misfire_grace_seconds=3600,
+        )
+        broker = PromptBroker(
+            store,
+            surfaces=MappingProxyType({"test": RecordingPromptSurface()}),
+            bus=decision_bus({"deploy": lambda p: asyncio.sleep(0)}),
+            scheduler=scheduler,
+            on_expiry="hold",
+        )
+        broker.remind_through(Outbox(log, {"test": channel}))
+        return broker, scheduler
+
+    first, scheduler = process()
+    await scheduler.start()
+    prompt = await first.create(
+        conversation=CONV,
+        kind="approval",
+        question="Deploy?",
+        requester="alice",
+        purpose="deploy",
+        expires_in=2.0,
+    )
+    await scheduler.stop()  # down before the reminder is due
+    assert channel.posts == []
+
+    second, scheduler = process()
+    await scheduler.start()
+    try:
+        await second.schedule_expiries()  # as every start does: replaces, never doubles
+        await eventually(lambda: channel.posts, within=WITHIN, what="the reminder")
+
+        async def held() -> bool:
+            return "held" in [a["action"] for a in await second.audit(prompt.id)]
+
+        await eventually(held, within=WITHIN)
+        assert len(channel.posts) == 1 and channel.texts[0].startswith("⏰ alice")
+        assert await scheduler.pending_job_ids() == []
+    finally:
+        await scheduler.stop()
