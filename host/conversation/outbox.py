@@ -1,5 +1,5 @@
-"""Outgoing messages: recorded before they are sent, sent once, retried, redelivered after a
-crash."""
+"""Outgoing messages and files: recorded before they are sent, sent once, retried, redelivered
+after a crash. Files go out after the reply they belong to (see `host.conversation.uploads`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from contextlib import AbstractAsyncContextManager
 
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
+from host.conversation.uploads import FileRecord, Uploads
 from host.runtime.conversation_log import ConversationLog
-from host.runtime.messages import OutboundMessage
+from host.runtime.messages import OutboundFile, OutboundMessage
 from host.runtime.ports import Channel, ChannelError, ThreadStarts
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,13 @@ class Outbox:
         self._inflight = KeyedLocks()
         # Background retries of failed posts, one per idempotency key.
         self._retries: dict[str, asyncio.Task[None]] = {}
+        # Files, uploaded in tasks of their own after the reply they belong to.
+        self._uploads = Uploads(
+            conversation_log,
+            channels,
+            lambda conv, text, key: self.send(conv, text, idempotency_key=key),
+            retry_delays=self._retry_delays,
+        )
 
     def channel_level(self, conv: ConversationRef) -> ConversationRef | None:
         """Where a post starts a thread of its own in `conv`'s channel (None: the platform
@@ -83,6 +91,19 @@ class Outbox:
                     self._schedule_retry(conv, message)
                 raise
 
+    async def attach(
+        self,
+        conv: ConversationRef,
+        files: Sequence[OutboundFile],
+        *,
+        key: str,
+        after: str | None = None,
+    ) -> None:
+        """Record `files` for the thread (idempotent by `key`), then upload them in the
+        background, once the turn that took up the inbound record `after` (its key) has
+        replied; returns once they are recorded, so nothing waits for an upload."""
+        await self._uploads.queue(conv, files, key=key, after=after)
+
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         """Replace the text of an earlier message (status messages); failures are logged."""
         channel = self._channels.get(conv.platform)
@@ -96,7 +117,13 @@ class Outbox:
     async def redeliver_pending(self, platform: str) -> int:
         """Send messages recorded as pending before a crash; return how many went out."""
         sent = 0
+        files: dict[tuple[str, str], tuple[ConversationRef, list[tuple[str, FileRecord]]]] = {}
         for record, conv in await self._log.pending_outbound(platform):
+            if record.file is not None:
+                item = FileRecord.model_validate_json(record.file)
+                batch = files.setdefault((conv.id, item.batch), (conv, []))
+                batch[1].append((record.idempotency_key, item))
+                continue
             message = OutboundMessage(
                 text=record.text, idempotency_key=record.idempotency_key, redelivery=True
             )
@@ -108,6 +135,9 @@ class Outbox:
                 log.warning("redelivery of %s failed: %s", record.idempotency_key, exc)
                 if exc.retryable:
                     self._schedule_retry(conv, message)
+        # Files go out in the background, after their replies (which may be among these).
+        for conv, items in files.values():
+            self._uploads.start(conv, items, redelivery=True)
         return sent
 
     def retrying(self, conv: ConversationRef) -> int:
@@ -116,12 +146,14 @@ class Outbox:
         return sum(1 for key in self._retries if key.startswith(prefix))
 
     async def idle(self) -> None:
-        """Wait until no retry is scheduled (tests and shutdown)."""
+        """Wait until no retry is scheduled and no file is uploading (tests and shutdown)."""
         while self._retries:
             await asyncio.wait(set(self._retries.values()))
+        await self._uploads.idle()
 
     async def close(self) -> None:
         """Stop retrying; messages still failing stay recorded and go out at the next start."""
+        await self._uploads.close()
         tasks = list(self._retries.values())
         for task in tasks:
             task.cancel()
@@ -198,4 +230,5 @@ class Outbox:
                 f"could not post to {conv.platform}: {exc}", retryable=retryable
             ) from exc
         await self._log.mark_delivery(message.idempotency_key, "sent", message_id)
+        self._uploads.posted()
         return message_id

@@ -30,6 +30,8 @@ class LoggedMessage:
     idempotency_key: str
     delivery: Delivery
     platform_message_id: str | None
+    # An outgoing file to attach (JSON the outbox wrote; None for a text message).
+    file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -369,17 +371,19 @@ class ConversationLog:
         turn_id: str | None = None,
         author_id: str = "raven",
         author_name: str = "raven",
+        file: str | None = None,
     ) -> LoggedMessage:
-        """Persist an outgoing message as `pending` before it is sent (idempotent by key)."""
+        """Persist an outgoing message as `pending` before it is sent (idempotent by key);
+        `file`: the record is a file to attach (the outbox's JSON), `text` names it."""
         now = self._clock()
 
         def record(db: sqlite3.Connection) -> LoggedMessage:
             ensure_conversation_sync(db, conv, now)
             db.execute(
                 "INSERT OR IGNORE INTO messages (conversation_id, turn_id, direction, author_id,"
-                " author_name, text, idempotency_key, delivery, created_at)"
-                " VALUES (?, ?, 'out', ?, ?, ?, ?, 'pending', ?)",
-                (conv.id, turn_id, author_id, author_name, text, idempotency_key, now),
+                " author_name, text, idempotency_key, delivery, created_at, file)"
+                " VALUES (?, ?, 'out', ?, ?, ?, ?, 'pending', ?, ?)",
+                (conv.id, turn_id, author_id, author_name, text, idempotency_key, now, file),
             )
             row = db.execute(
                 "SELECT * FROM messages WHERE idempotency_key = ?", (idempotency_key,)
@@ -429,6 +433,34 @@ class ConversationLog:
             )
             for r in rows
         ]
+
+    async def turn_answered(self, inbound_key: str) -> bool:
+        """Whether the turn that took up the inbound message recorded under `inbound_key`
+        (`in:<platform>:event:<event id>`) is over and its reply is no longer waiting to go
+        out: what files attached to that reply wait for. True for a message a `stop`
+        cancelled; False while it was never recorded, is queued, or its turn runs."""
+        row = await self._store.fetchone(
+            "SELECT m.turn_id, m.stopped, t.status, t.no_reply FROM messages m"
+            " LEFT JOIN turns t ON t.id = m.turn_id WHERE m.idempotency_key = ?",
+            (inbound_key,),
+        )
+        if row is None:
+            return False
+        if row["stopped"]:
+            return True
+        status = row["status"]
+        if row["turn_id"] is None or status in (None, "running"):
+            return False
+        if status not in ("completed", "failed") or row["no_reply"]:
+            return True  # cancelled or interrupted: no reply is coming
+        # The turn is recorded over a moment before its reply is recorded: wait for the reply
+        # (or the error) itself to be sent.
+        said = "reply" if status == "completed" else "error"
+        sent = await self._store.fetchone(
+            "SELECT 1 FROM messages WHERE idempotency_key = ? AND delivery = 'sent'",
+            (f"turn:{row['turn_id']}:{said}",),
+        )
+        return sent is not None
 
     async def exists(self, conversation_id: str) -> bool:
         """True when the bot has taken part in this conversation before."""
@@ -489,6 +521,7 @@ def _message(row: Any) -> LoggedMessage:
         idempotency_key=row["idempotency_key"],
         delivery=row["delivery"],
         platform_message_id=row["platform_message_id"],
+        file=row["file"],
     )
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.ids import ConversationRef
 from host.runtime.turn import TurnOrigin
@@ -104,3 +104,21 @@ class OutboundMessage(BaseModel):
     redelivery: bool = Field(
         default=False, description="resent after a crash: the platform may already have it"
     )
+
+
+class OutboundFile(BaseModel):
+    """A file the bot attaches to a conversation's thread: shown as `name`, read from `path`
+    on the bot's host (checked to be a regular file reached without links) when it is sent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=255, description="what people see")
+    path: Path = Field(description="absolute path on the bot's host; never shown in chat")
+    size: int = Field(ge=0)
+    content_type: str = Field(default="application/octet-stream", max_length=255)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: Path) -> Path:
+        if not path.is_absolute():
+            raise ValueError(f"an attached file's path must be absolute, not {path}")
+        return path

@@ -111,4 +111,12 @@ CREATE INDEX admission_audit_by_subject ON admission_audit(subject, at)
 ALTER TABLE turns ADD COLUMN no_reply INTEGER NOT NULL DEFAULT 0
 """,
     ),
+    Migration(
+        package="conversations",
+        version=6,
+        name="messages: an outgoing record may be a file to attach (its JSON), sent after text",
+        sql="""
+ALTER TABLE messages ADD COLUMN file TEXT
+""",
+    ),
 )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from core.ids import ConversationRef
-from host.runtime.messages import OutboundMessage
+from host.runtime.messages import OutboundFile, OutboundMessage
 from host.runtime.prompt_record import Prompt
 
 
@@ -102,4 +102,32 @@ class WorkingStatus(Protocol):
 
     async def clear(self, conv: ConversationRef) -> None:
         """Nothing works in `conv` any more: remove the working line."""
+        ...
+
+
+# Why a platform refuses a file for good: the token lacks the permission, the file is bigger
+# than the platform takes, or it is no longer a regular file reached without links.
+FileRefusal = Literal["missing_scope", "too_large", "unreadable"]
+
+
+class FileRefused(ChannelError):
+    """A file the platform (or the safety check) will not take however often it is tried;
+    `why` says so to people in plain words ("this workspace hasn't given me …")."""
+
+    def __init__(self, message: str, *, reason: FileRefusal, why: str) -> None:
+        super().__init__(message, retryable=False)
+        self.reason: FileRefusal = reason
+        self.why = why
+
+
+@runtime_checkable
+class FileSink(Protocol):
+    """Where a platform takes files into a conversation's thread (Slack uploads, Discord
+    attachments, the console's printed paths)."""
+
+    async def upload(
+        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+    ) -> str:
+        """Share `file` in the thread; return the platform's id for it. On `redelivery` first
+        look for the same file already shared by the bot, and return its id instead."""
         ...
