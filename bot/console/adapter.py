@@ -32,7 +32,7 @@ from bot.console.thread import label, next_thread
 from core.ids import ConversationRef
 from host.conversation.service import TurnOutcome, control_word
 from host.prompts.waiting import is_held
-from host.runtime.messages import MAX_INBOUND_CHARS
+from host.runtime.messages import MAX_INBOUND_CHARS, OutboundFile
 from host.runtime.prompt_record import Prompt
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,15 @@ class ConsoleAdapter:
         n = next(self._ids)
         if not self._screen.say(message.text, key=f"console-{n}"):
             return f"console-unread-{n}"
+        return f"console-{n}"
+
+    async def upload(
+        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+    ) -> str:
+        """A file the run made: its path, on one line (the console runs on the bot's host,
+        so the reader can open it; printing twice after a crash does no harm)."""
+        n = next(self._ids)
+        self._screen.say(f"📎 {file.name}: `{file.path}`", key=f"console-{n}")
         return f"console-{n}"
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:

@@ -33,7 +33,7 @@ from bot.discord.threads import Threads
 from bot.discord.working import DiscordTyping
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
-from host.runtime.messages import InboundMessage, OutboundMessage
+from host.runtime.messages import InboundMessage, OutboundFile, OutboundMessage
 from host.runtime.prompt_record import Prompt
 
 
@@ -148,6 +148,14 @@ class DiscordAdapter:
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
         """Post into the thread in ≤2,000-char parts (see `Poster.post`)."""
         return await self._poster.post(conv, message)
+
+    async def upload(
+        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+    ) -> str:
+        """Attach a file in the thread (see `Poster.upload`)."""
+        return await self._poster.upload(
+            conv, file, idempotency_key=idempotency_key, redelivery=redelivery
+        )
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place."""

@@ -1,9 +1,11 @@
 """What the bot says on Discord: replies in ≤2,000-char parts (a redelivery skips parts
-already shown), status messages edited in place, and notes only one person sees."""
+already shown), files as attachments, status messages edited in place, and notes only one
+person sees."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 
 import discord
@@ -13,12 +15,25 @@ from bot.discord.markdown import render_for_discord
 from bot.discord.notes import HeldInteractions, followup
 from bot.discord.threads import Threads, partial_message
 from core.ids import ConversationRef
-from host.runtime.messages import OutboundMessage
+from host.runtime.attachment_bytes import attachment_bytes
+from host.runtime.messages import OutboundFile, OutboundMessage
+from host.runtime.ports import ChannelError, FileRefused
 
 log = logging.getLogger(__name__)
 
 # How far back a redelivery looks for parts Discord already shows.
 _ALREADY_POSTED_MESSAGES = 50
+# Discord's codes for a file it will never take: too large for the server's upload limit, and
+# no permission to attach files in the channel.
+_TOO_LARGE_CODE = 40005
+_MISSING_PERMISSIONS_CODE = 50013
+TOO_LARGE = (
+    "it is bigger than this server lets bots upload; it stays in the run's records on the "
+    "bot's host."
+)
+NO_PERMISSION = (
+    "I lack the Attach Files permission in this channel. Ask a server admin to grant it."
+)
 
 
 class Poster:
@@ -53,6 +68,43 @@ class Poster:
         except discord.HTTPException as exc:
             raise channel_error(exc) from exc
         return first or ""
+
+    async def upload(
+        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+    ) -> str:
+        """Attach `file` in the thread as a message of its own (nonce from the key, so a
+        repeat within Discord's window is dropped); a redelivery first looks for the bot's
+        recent attachment of the same name and size. Returns the message id."""
+        try:
+            channel = await self._threads.target(conv)
+            if redelivery:
+                shown = await self._already_attached(channel, file)
+                if shown is not None:
+                    return shown
+            data = await attachment_bytes(file)
+            sent = await channel.send(
+                file=discord.File(io.BytesIO(data), filename=file.name),
+                allowed_mentions=discord.AllowedMentions.none(),
+                nonce=_nonce(idempotency_key, 0),
+            )
+        except discord.HTTPException as exc:
+            raise _file_refusal(exc, file) from exc
+        return str(sent.id)
+
+    async def _already_attached(
+        self, channel: discord.abc.Messageable, file: OutboundFile
+    ) -> str | None:
+        client = self._link.client
+        assert client.user is not None
+        try:
+            async for m in channel.history(limit=_ALREADY_POSTED_MESSAGES):
+                if m.author.id == client.user.id and any(
+                    a.filename == file.name and a.size == file.size for a in m.attachments
+                ):
+                    return str(m.id)
+        except discord.HTTPException as exc:
+            log.warning("discord: could not check for an earlier attachment: %s", exc)
+        return None
 
     async def _already_posted(self, channel: discord.abc.Messageable) -> dict[str, str]:
         """Text → id of the bot's recent messages in the channel (redelivery after a crash)."""
@@ -99,6 +151,18 @@ class Poster:
                     everyone=False, roles=False, users=[discord.Object(id=int(user_id))]
                 ),
             )
+
+
+def _file_refusal(exc: discord.HTTPException, file: OutboundFile) -> ChannelError:
+    if exc.status == 413 or exc.code == _TOO_LARGE_CODE:
+        return FileRefused(
+            f"Discord refused {file.name}: {exc.text}", reason="too_large", why=TOO_LARGE
+        )
+    if exc.code == _MISSING_PERMISSIONS_CODE:
+        return FileRefused(
+            f"Discord refused {file.name}: {exc.text}", reason="missing_scope", why=NO_PERMISSION
+        )
+    return channel_error(exc)
 
 
 def _nonce(key: str, index: int) -> str:

@@ -36,9 +36,10 @@ from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
 from bot.slack.working import SlackWorking
 from bot.slack.slash import register_slash_command
+from bot.slack.uploads import SlackFiles
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
-from host.runtime.messages import InboundMessage, OutboundMessage
+from host.runtime.messages import InboundMessage, OutboundFile, OutboundMessage
 from host.runtime.prompt_record import Prompt
 
 __all__ = ["SlackAdapter", "SlackConfig"]
@@ -78,6 +79,7 @@ class SlackAdapter:
         self._identity = SlackIdentity(self._client)
         self._history = SlackHistory(self._client)
         self._outgoing = SlackOutgoing(self._client, self._identity, self._history)
+        self._files = SlackFiles(self._client, self._identity, self._history)
         self._prompt_messages = SlackPromptMessages(self._outgoing, self._identity)
         self._enricher = SlackEnricher(config, policy, workspace, self._identity, self._history)
         # The thread status while the bot works (tests shorten its refresh interval).
@@ -162,6 +164,14 @@ class SlackAdapter:
     async def clear(self, conv: ConversationRef) -> None:
         """Nothing works in the thread any more: its status is cleared."""
         await self.working.clear(conv)
+
+    async def upload(
+        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+    ) -> str:
+        """Share a file in the thread (`files_upload_v2`; see `SlackFiles.upload`)."""
+        return await self._files.upload(
+            conv, file, idempotency_key=idempotency_key, redelivery=redelivery
+        )
 
     async def show_prompt(self, prompt: Prompt) -> str:
         """Buttons (Approve/Deny or options) or an `Answer…` button that opens a modal."""

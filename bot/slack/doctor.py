@@ -41,5 +41,13 @@ async def check_slack(token: str, api_url: str) -> tuple[bool, str]:
     missing = [s for s in required_scopes() if s not in granted]
     who = f"team {resp.get('team')} ({resp.get('team_id')}), bot <@{resp.get('user_id')}>"
     if missing:
-        return False, f"{who}; missing scopes: {', '.join(missing)} (reinstall with the manifest)"
+        why = (
+            "; without files:write no file is attached to a thread"
+            if "files:write" in missing
+            else ""
+        )
+        return False, (
+            f"{who}; missing scopes: {', '.join(missing)} "
+            f"(reinstall the app with bot/slack/manifest.yaml{why})"
+        )
     return True, who
