@@ -100,17 +100,13 @@ def render_chart(chart: CampaignChart, fmt: PictureFormat = "png") -> bytes:
     figure = new_figure(WIDTH_PX, HEIGHT_PX)
     ax = figure.add_axes((0.075, 0.12, 0.9, 0.7))
     xs = _positions(chart.points)
-    finite = [(x, p.value) for x, p in zip(xs, chart.points, strict=True) if _finite(p.value)]
-    _failed_rounds(ax, chart, xs)
+    finite = [(x, p) for x, p in zip(xs, chart.points, strict=True) if _finite(p.value)]
+    _failed_rounds(ax, chart)
     if finite:
-        best_x = [x for x, _ in finite]
-        # A line of markers, not a scatter: one marker drawn once, stamped (faster by far).
-        ax.plot(best_x, [v for _, v in finite], linestyle="none", marker="o",
-                markersize=_marker_size(len(finite)), color=_POINT, zorder=3,
-                label=f"{chart.metric} (each value)")  # fmt: skip
-        best_y = best_so_far([v for _, v in finite], chart.direction)
-        ax.step(best_x, best_y, where="post", color=_BEST, linewidth=2.5, zorder=4,
-                label="best so far")  # fmt: skip
+        _values(ax, chart, finite)
+        best_y = best_so_far([p.value for _, p in finite], chart.direction)
+        ax.step([x for x, _ in finite], best_y, where="post", color=_BEST, linewidth=2.5,
+                zorder=4, label="best so far")  # fmt: skip
     _lines(ax, chart)
     _not_finite(ax, chart, xs)
     _axes(ax, chart)
@@ -163,7 +159,22 @@ def best_so_far(values: Sequence[float], direction: Direction) -> list[float]:
     return best
 
 
-def _failed_rounds(ax: Axes, chart: CampaignChart, xs: Sequence[float]) -> None:
+def _values(ax: Axes, chart: CampaignChart, finite: Sequence[tuple[float, ChartPoint]]) -> None:
+    """Each value a dot; a failed round's values hollow and red-rimmed."""
+    size = _marker_size(len(finite))
+    for failed in (False, True):
+        mine = [(x, p.value) for x, p in finite if (p.round in chart.failed_rounds) == failed]
+        if not mine:
+            continue
+        label = "value of a failed round" if failed else f"{chart.metric} (each value)"
+        # A line of markers, not a scatter: one marker drawn once, stamped (faster by far).
+        ax.plot([x for x, _ in mine], [v for _, v in mine], linestyle="none", marker="o",
+                markersize=size, zorder=3, label=label,
+                markerfacecolor="white" if failed else _POINT,
+                markeredgecolor=_FAILED if failed else _POINT)  # fmt: skip
+
+
+def _failed_rounds(ax: Axes, chart: CampaignChart) -> None:
     """A red band over each failed round, and a cross on the axis where it has no value."""
     valued = {p.round for p in chart.points if _finite(p.value)}
     for n, r in enumerate(sorted(chart.failed_rounds)):
@@ -230,7 +241,8 @@ def _subtitle(chart: CampaignChart) -> str:
     if odd:
         parts.append(f"{odd} not finite")
     if chart.failed_rounds:
-        parts.append(f"{len(chart.failed_rounds)} failed")
+        failed = len(chart.failed_rounds)
+        parts.append(f"{failed} failed round{'s' if failed != 1 else ''}")
     if chart.started_at is not None:
         start = datetime.fromtimestamp(chart.started_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
         span = f"from {start}"

@@ -233,8 +233,10 @@ def _heading(figure: Figure, picture: RunPicture) -> None:
     ordered = sorted(counts.items(), key=lambda item: _state_rank(item[0]))
     tally = ", ".join(f"{count} {state}" for state, count in ordered)
     line = f"{len(picture.nodes)} {noun}" + (f": {tally}" if tally else "")
-    figure.text(0.02, 0.905, f"{line} · {summary}" if summary else line, fontsize=12,
-                color="#444444", ha="left", va="top")  # fmt: skip
+    line = f"{line} · {summary}" if summary else line
+    fits = int(figure.get_figwidth() * figure.dpi / 7.5)  # 12 pt characters across
+    figure.text(0.02, 0.905, _short(line, fits), fontsize=12, color="#444444", ha="left",
+                va="top")  # fmt: skip
 
 
 def _legend(figure: Figure, picture: RunPicture, positions: dict[str, tuple[float, float]]) -> None:
