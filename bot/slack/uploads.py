@@ -78,12 +78,24 @@ class SlackFiles:
         except SlackApiError as exc:
             log.warning("slack: could not check for an earlier upload: %s", exc)
             return None
-        bot = self._identity.bot_user_id
+        bot = self._identity.bot_user_id or await self._who_am_i()
+        if bot is None:
+            return None
         for message in messages:
             for shared in message.get("files") or []:
                 if _same(shared, file) and bot in (message.get("user"), shared.get("user")):
                     return str(shared.get("id") or "")
         return None
+
+    async def _who_am_i(self) -> str | None:
+        """The bot's user id before any event told it (`auth.test`)."""
+        try:
+            resp = await self._client.auth_test()
+        except SlackApiError as exc:
+            log.warning("slack: could not tell the bot's own user id: %s", exc)
+            return None
+        self._identity.seen(resp.get("user_id"))
+        return self._identity.bot_user_id
 
 
 def _same(shared: dict[str, Any], file: OutboundFile) -> bool:

@@ -17,8 +17,9 @@ from typing import Protocol
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError
+from host.conversation.run_files import ChosenFiles, RunAttachments
 from host.graph.report import progress_text
-from host.graph.report_loader import load_report
+from host.graph.report_loader import Audience, load_report
 from host.graph.run_store import RunStore
 from host.runtime.events import EventBus, RunException, RunFinished, RunProgress
 from host.runtime.run_snapshot import RunSnapshot
@@ -58,8 +59,11 @@ class ConversationRunEvents:
         edit_interval: float = EDIT_INTERVAL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         reports_reach_users: bool = False,
+        attachments: RunAttachments | None = None,
     ) -> None:
         self._store = store
+        # What a run made goes to its thread as files, after the report's reply (None: not).
+        self._attachments = attachments
         # Offline: the report is posted as it is (no model writes a reply from it).
         self._reports_reach_users = reports_reach_users
         self._report = reports
@@ -172,8 +176,26 @@ class ConversationRunEvents:
             report = await load_report(self._store, run.id, audience="chat")
         else:
             report = await self._report.report(run.id)
-        await self._port.system_turn(run.conversation, report, key=f"run:{run.id}:report")
+        key = f"run:{run.id}:report"
+        chosen = await self._files_of(run)
+        # Recorded before the report turn: they follow its reply, and never hold it back.
+        if self._attachments is not None:
+            await self._attachments.queue(run.conversation, run.id, chosen, report_key=key)
+        report = chosen.named(report, run.id)
+        await self._port.system_turn(run.conversation, report, key=key)
         await self._store.mark_reported(run.id)
+
+    async def _files_of(self, run: RunSnapshot) -> ChosenFiles:
+        """The run's files to attach (none without attachments, or when listing fails: the
+        report goes out regardless)."""
+        if self._attachments is None:
+            return ChosenFiles()
+        audience: Audience = "chat" if self._reports_reach_users else "host"
+        try:
+            return await self._attachments.choose(self._store, run.id, audience=audience)
+        except Exception:
+            log.exception("choosing the files of run %s failed; none attached", run.id)
+            return ChosenFiles()
 
 
 class ReportSource(Protocol):
