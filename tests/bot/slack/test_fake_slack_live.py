@@ -78,6 +78,19 @@ async def test_a_reply_or_two_minutes_hide_the_status(
     assert fake.current_status(CHANNEL, thread) == ""
 
 
+async def test_a_status_set_after_the_clock_moved_lasts_its_two_minutes(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    # Regression: statuses were stamped with the wall clock, not the fake's, so one set
+    # after `advance` looked expired at once.
+    thread = (await client.chat_postMessage(channel=CHANNEL, text="go"))["ts"]
+    fake.advance(600)
+    await client.assistant_threads_setStatus(channel_id=CHANNEL, thread_ts=thread, status="late")
+    assert fake.current_status(CHANNEL, thread) == "late"
+    fake.advance(119)
+    assert fake.current_status(CHANNEL, thread) == "late"
+
+
 async def test_set_status_needs_chat_write_or_assistant_write(fake: FakeSlack) -> None:
     fake.scopes = ["app_mentions:read"]
     client = AsyncWebClient(base_url=fake.api_url, token=BOT_TOKEN)

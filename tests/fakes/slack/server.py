@@ -999,7 +999,7 @@ class FakeSlack:
         return _error("file_not_found")
 
     def _assistant_set_status(self, args: dict[str, Any], token: str) -> _Reply:
-        return _Reply(self.statuses.set(args, time.monotonic()))
+        return _Reply(self.statuses.set(args, self.now()))
 
     async def _upload(self, request: web.Request) -> web.Response:
         """The upload URL: raw bytes (what slack_sdk sends) or a multipart `file` part."""
