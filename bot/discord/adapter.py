@@ -20,6 +20,7 @@ import discord
 from bot.access import AccessPolicy
 from bot.channel import ChannelFeatures, Ingress
 from bot.discord.access import MemberAccess
+from bot.discord.app_commands import RavenCommands
 from bot.discord.client import ClientHooks, RavenClient
 from bot.discord.config import DiscordConfig, intents, point_at
 from bot.discord.ingress import MessageIngress, readable_text
@@ -57,6 +58,7 @@ class DiscordAdapter:
         self._poster = Poster(self._link, threads, held)
         self._prompts = PromptMessages(self._link, threads, self._names, held)
         self._access = MemberAccess(self._link, policy)
+        self.commands = RavenCommands(self._link, policy)
         # Typing while the bot works (tests shorten its interval).
         self.working = DiscordTyping(threads)
 
@@ -102,6 +104,7 @@ class DiscordAdapter:
             click=self._prompts.clicked,
         )
         client = RavenClient(self.config, hooks)
+        self.commands.attach(client)
         self._link.connected = client
         try:
             await client.start(self.config.token)
@@ -117,10 +120,12 @@ class DiscordAdapter:
             ) from None
 
     def _on_ready(self) -> None:
-        """The first time, catch up on what arrived while the bot was down."""
+        """The first time, catch up on what arrived while the bot was down and register
+        `/raven` (guilds are known now)."""
         if not self._link.ready.is_set():
             self._link.ready.set()
             self._ingress.catch_up()
+            self._link.spawn(self.commands.sync(), "register /raven")
 
     async def close(self) -> None:
         """Disconnect (idempotent); owned tasks are cancelled."""

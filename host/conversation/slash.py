@@ -20,6 +20,7 @@ class Subcommand:
     typed: str
     description: str
     argument: str = ""  # what the argument is, for Discord's option ("" when none)
+    option: str = ""  # the argument's name as Discord shows it
     argument_required: bool = False
 
 
@@ -31,17 +32,18 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
         "stop": Subcommand("stop", "Stop what you asked for here"),
         "help": Subcommand("help", "What raven understands"),
         "schedule list": Subcommand(
-            "schedule: list", "The scheduled tasks here", "`all` (admins): every task"
+            "schedule: list", "The scheduled tasks here", "all (admins): every task", "scope"
         ),
         "memory show": Subcommand("what do you remember about me", "What I remember about you"),
         "mute": Subcommand(
-            "mute", "Silence scheduled tasks here", "a task id (t_…): only that one"
+            "mute", "Silence scheduled tasks here", "a task id (t_…): only that one", "task"
         ),
-        "unmute": Subcommand("unmute", "Let muted tasks speak again", "a task id (t_…)"),
+        "unmute": Subcommand("unmute", "Let muted tasks speak again", "a task id (t_…)", "task"),
         "snooze": Subcommand(
             "snooze",
             "Silence scheduled tasks for a while",
             "how long, e.g. 2h (optionally a task id: 2h t_…)",
+            "duration",
             argument_required=True,
         ),
     }
