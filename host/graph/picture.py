@@ -28,14 +28,17 @@ STATE_COLOURS: Final[dict[str, tuple[str, bool]]] = {
     "completed": ("#2ca02c", False),
     "running": ("#1f77b4", False),
     "queued": ("#f2d94e", True),
-    "pending": ("#d9d9d9", True),
+    "pending": ("#f7efbe", True),
     "exception": ("#ff7f0e", True),
     "failed": ("#d62728", False),
-    "skipped": ("#a6a6a6", True),
+    "skipped": ("#c4c4c4", True),
     "cancelled": ("#595959", False),
     EARLIER: ("#ffffff", True),
 }
 _UNKNOWN: Final = ("#e377c2", True)
+# Skipped and cancelled are both greys (nothing ran): skipped is hatched as well.
+_HATCH: Final = {"skipped": "//"}
+_HATCH_COLOUR: Final = "#8c8c8c"  # light enough for the label over it to read
 
 _COLUMN: Final = 2.0  # data units between layers (a box is 1.4 wide)
 _ROW: Final = 1.0  # data units between nodes of a layer (a box is 0.6 high)
@@ -203,6 +206,8 @@ def _box(ax: Axes, x: float, y: float, node_id: str, agent: str, state: str, fon
             edgecolor="#333333",
             linewidth=1.5,
             linestyle="--" if state == EARLIER else "-",
+            hatch=_HATCH.get(state),
+            hatchcolor=_HATCH_COLOUR,
             zorder=2,
         )
     )
@@ -254,6 +259,8 @@ def _legend(figure: Figure, picture: RunPicture, positions: dict[str, tuple[floa
             facecolor=STATE_COLOURS.get(s, _UNKNOWN)[0],
             edgecolor="#333333",
             linestyle="--" if s == EARLIER else "-",
+            hatch=_HATCH.get(s),
+            hatchcolor=_HATCH_COLOUR,
             label=s,
         )
         for s in shown
