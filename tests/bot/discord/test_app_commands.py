@@ -145,3 +145,27 @@ async def test_mute_in_a_dm_quiets_that_dms_task(monkeypatch: pytest.MonkeyPatch
         remembered = await _invoke(bot, "memory show", channel=dm_channel)
         assert remembered  # the typed `what do you remember about me` answer
         await bot.runtime.service.quiesce(dm)
+
+
+async def test_an_answer_not_ready_in_time_is_deferred_then_followed_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with discord_bot(monkeypatch) as bot:
+        await _registered(bot.fake)
+        bot.adapter.commands.defer_after = 0.0  # every answer is "late"
+        sent = await bot.fake.invoke_command(
+            "raven", GENERAL, ALICE, options=[payloads.subcommand("status")]
+        )
+        await bot.fake.wait_for(lambda: _followups(bot, sent) != [])
+        await bot.adapter.idle()
+        (deferred,) = _callbacks(bot, sent)
+        # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE, ephemeral: "raven is thinking…" to Alice alone.
+        assert deferred["type"] == 5 and deferred["data"]["flags"] & EPHEMERAL, deferred
+        (answer,) = _followups(bot, sent)
+        assert answer["message"]["content"].startswith("**Status**: running nothing")
+        assert answer["message"]["flags"] & EPHEMERAL
+        assert bot.texts(GENERAL) == []
+
+
+def _followups(bot: DiscordBot, sent: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in bot.fake.followups if f["interaction_id"] == sent["id"]]

@@ -157,6 +157,19 @@ async def test_mute_in_a_dm_quiets_that_dms_task_as_typed_mute_does(
         await asyncio.wait_for(bot.runtime.service.quiesce(dm), 10)
 
 
+async def test_over_the_http_events_api_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with slack_bot(monkeypatch, transport="http") as bot:
+        response_url = bot.fake.response_url("http-status")
+        command = payloads.slash_command("/raven", "status", ALICE, CHANNEL, response_url)
+        # Signed by Slack, checked by the edge, answered by the bot behind it.
+        assert await bot.send(command, form=True) == 200
+        (post,) = await bot.fake.wait_for_response_url_post("http-status")
+        await bot.adapter.idle()
+        assert post.json["response_type"] == "ephemeral"
+        assert str(post.json["text"]).startswith("*Status*: running nothing")
+        _nothing_said_in_public(bot)
+
+
 def _said(conv: ConversationRef, user: str, name: str, text: str) -> InboundMessage:
     """A message `user` sent in `conv`, as the adapter hands it over."""
     return InboundMessage(
