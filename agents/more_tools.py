@@ -177,7 +177,7 @@ def python_tool(policy: ShellPolicy) -> Tool[ToolContext]:
             result = await run_process(
                 ["python3", str(script.relative_to(workspace))],
                 cwd=workspace,
-                env=scrub_env(environ, allow=policy.env_allow),
+                env=scrub_env(environ, secret_names=policy.secret_names, allow=policy.env_allow),
                 sandbox=policy.sandbox,
                 timeout=timeout,
                 output_cap=policy.output_cap_chars,
@@ -339,7 +339,7 @@ async def _screenshot(ctx: ToolContext, target: Path, policy: ShellPolicy) -> st
         result = await run_process(
             argv,
             cwd=workspace,
-            env=scrub_env(environ, allow=policy.env_allow),
+            env=scrub_env(environ, secret_names=policy.secret_names, allow=policy.env_allow),
             sandbox=policy.sandbox,
             timeout=min(60.0, policy.timeout_seconds),
             output_cap=4000,

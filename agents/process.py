@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from agents.sandbox import Sandbox
-from core.secret_names import looks_secret
+from core.secret_names import SecretNames
 from core.spawn import start_uncancelled
 
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER")
@@ -32,10 +32,12 @@ _DRAIN_GRACE_SECONDS: Final = 1.0
 def scrub_env(
     environ: Mapping[str, str],
     *,
+    secret_names: SecretNames,
     allow: Iterable[str] = (),
     secrets: Iterable[str] = (),
 ) -> dict[str, str]:
-    """The child environment: base variables plus `allow`, minus anything that looks secret.
+    """The child environment: base variables plus `allow`, minus anything `secret_names`
+    calls secret (the settings' declared names, given by the assembly root, and the pattern).
 
     `secrets` names credentials deliberately granted to this child (an agent's own
     `api_key_env`); nothing else secret-looking passes, even if listed in `allow`.
@@ -46,7 +48,7 @@ def scrub_env(
     for name in names:
         if name not in environ:
             continue
-        if looks_secret(name) and name not in granted:
+        if secret_names.looks_secret(name) and name not in granted:
             continue
         env[name] = environ[name]
     return env

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import FieldError, describe_validation_error, did_you_mean
-from core.secret_names import looks_secret
+from core.secret_names import SecretNames
 
 # What agents.toml may name; `feature` is an agent a capability runs itself (its feature
 # gives the entry and the backend: the `mcp` agent's one tool-server call).
@@ -361,6 +361,7 @@ def load_registry(
     which: Which = shutil.which,
     visible: Visible | None = None,
     extra: Sequence[AgentEntry] = (),
+    secret_names: SecretNames,
 ) -> AgentRegistry:
     """Defaults, overridden/extended by the TOML file at `path` if it exists; then availability.
 
@@ -368,22 +369,22 @@ def load_registry(
     or ACP agents whose program is not on PATH, or (given `visible`, the sandbox's view) lives
     where the sandbox does not show it, are kept but disabled, with `disabled_reason` saying
     why. `extra`: agents the installed capabilities run themselves (overridable like the
-    defaults).
+    defaults). `secret_names`: the settings' secret names, which no `env_allow` may list.
     """
     entries = {e.name: e for e in [*default_entries(), *extra]}
     if path is not None and path.exists():
         config = _read_config(path)
         label = str(path)
         for name, table in config.agents.items():
-            entries[name] = _merge(label, name, entries.get(name), table)
+            entries[name] = _merge(label, name, entries.get(name), table, secret_names)
     return AgentRegistry(_availability(e, which, visible) for e in entries.values())
 
 
 def default_registry(
     *, which: Which = shutil.which, visible: Visible | None = None
 ) -> AgentRegistry:
-    """The registry with no configuration file."""
-    return load_registry(None, which=which, visible=visible)
+    """The registry with no configuration file (nothing to check against secret names)."""
+    return load_registry(None, which=which, visible=visible, secret_names=SecretNames())
 
 
 def _read_config(path: Path) -> _FileConfig:
@@ -434,7 +435,13 @@ def _not_table(err: FieldError) -> str | None:
     return f"{where} must be a table of settings" if where and not rest else None
 
 
-def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) -> AgentEntry:
+def _merge(
+    label: str,
+    name: str,
+    base: AgentEntry | None,
+    table: _EntryConfig,
+    secret_names: SecretNames,
+) -> AgentEntry:
     where = f"{label}: [agents.{name}]"
     if not NAME_PATTERN.match(name):
         raise RegistryError(
@@ -472,11 +479,13 @@ def _merge(label: str, name: str, base: AgentEntry | None, table: _EntryConfig) 
         entry = AgentEntry(**values)
     else:
         entry = replace(base, **given)
-    _check(where, entry, given)
+    _check(where, entry, given, secret_names=secret_names)
     return entry
 
 
-def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
+def _check(
+    where: str, entry: AgentEntry, given: Mapping[str, Any], *, secret_names: SecretNames
+) -> None:
     if entry.role not in ROLES:
         raise RegistryError(f"{where} role: must be one of {', '.join(map(repr, ROLES))}")
     if entry.backend == "cli" and not entry.command:
@@ -486,7 +495,7 @@ def _check(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:
     if entry.backend == "api" and not entry.model:
         raise RegistryError(f"{where} model: an api agent needs a model name")
     for name in entry.env_allow:
-        if looks_secret(name) and name != entry.api_key_env:
+        if secret_names.looks_secret(name) and name != entry.api_key_env:
             raise RegistryError(
                 f"{where} env_allow: '{name}' looks like a secret; set api_key_env = '{name}' "
                 "to grant this agent its own key"

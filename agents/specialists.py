@@ -19,6 +19,7 @@ from agents.workspace_tools import (
     ToolContext,
     shell_tool,
 )
+from core.secret_names import SecretNames
 
 ToolFactory = Callable[[Path], ToolRegistry[ToolContext]]
 # A hook for web access: given the workspace, the extra tools research may use (none by default).
@@ -79,8 +80,9 @@ def default_specialists(
     `shell` configures the code agent's `run_shell`; `web_tools`, if given, adds web access to
     research (not implemented here: the hook is for a configured web search/fetch).
     """
-    run_shell = shell_tool(shell)
-    policy = shell or ShellPolicy()
+    # Without the assembly root's policy the command tools run nothing (its sandbox refuses).
+    policy = shell or ShellPolicy(secret_names=SecretNames())
+    run_shell = shell_tool(policy)
     run_python, check = python_tool(policy), artifact_tool(policy)
 
     def research_tools(workspace: Path) -> ToolRegistry[ToolContext]:

@@ -17,6 +17,7 @@ from agents.process import describe_exit, run_process, scrub_env
 from agents.sandbox import Refusing, Sandbox, SandboxUnavailable
 from agents.secret_paths import SECRETS_WHAT, is_secret_path, secret_targets
 from agents.tools import MAX_TOOL_OUTPUT_CHARS, Tool, ToolTrust
+from core.secret_names import SecretNames
 
 READ_CHUNK_CHARS: Final = 16_000
 MAX_LIST_ENTRIES: Final = 500
@@ -421,6 +422,8 @@ def denied_reason(command: str) -> str | None:
 class ShellPolicy:
     """How `run_shell` runs: timeout, output cap, and extra environment names passed through."""
 
+    # The settings' secret names (from the assembly root): never passed, even if allowed.
+    secret_names: SecretNames = field(kw_only=True)
     timeout_seconds: float = 120.0
     output_cap_chars: int = MAX_TOOL_OUTPUT_CHARS - 500
     env_allow: tuple[str, ...] = ()
@@ -439,9 +442,8 @@ class RunShellInput(BaseModel):
     )
 
 
-def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
+def shell_tool(policy: ShellPolicy) -> Tool[ToolContext]:
     """The `run_shell` tool under `policy` (workspace cwd, scrubbed env, timeout, output cap)."""
-    rules = policy or ShellPolicy()
 
     async def run_shell(ctx: ToolContext, args: RunShellInput) -> str:
         reason = denied_reason(args.command)
@@ -463,17 +465,17 @@ def shell_tool(policy: ShellPolicy | None = None) -> Tool[ToolContext]:
                 f"secrets, and {SECRETS_WHAT} is never allowed here (builtin deny rule). "
                 "Leave those files out of the command."
             )
-        limit = rules.timeout_seconds
+        limit = policy.timeout_seconds
         timeout = min(args.timeout_seconds or limit, limit)
-        environ = rules.environ if rules.environ is not None else os.environ
+        environ = policy.environ if policy.environ is not None else os.environ
         try:
             result = await run_process(
-                [rules.shell, "-c", args.command],
+                [policy.shell, "-c", args.command],
                 cwd=workspace,
-                env=scrub_env(environ, allow=rules.env_allow),
-                sandbox=rules.sandbox,
+                env=scrub_env(environ, secret_names=policy.secret_names, allow=policy.env_allow),
+                sandbox=policy.sandbox,
                 timeout=timeout,
-                output_cap=rules.output_cap_chars,
+                output_cap=policy.output_cap_chars,
                 merge_stderr=True,
             )
         except SandboxUnavailable as exc:

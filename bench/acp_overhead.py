@@ -108,6 +108,7 @@ from agents.process import scrub_env
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox, select_sandbox
 from bench.lib.figures import goal, pct
+from core.secret_names import SecretNames
 
 REPO = Path(__file__).resolve().parent.parent
 # Only its path: the script is copied into each workspace (the sandbox shows nothing else).
@@ -118,6 +119,8 @@ EXPECTED = f"echo: {PROMPT}"
 ADDED_GOAL = 0.005  # seconds added per trivial turn, at p50
 CPU_GOAL = 0.002  # seconds of this process's CPU per turn
 WITHIN = 30.0  # hang guard for one turn or one start
+# The bench reads no settings: only names that look secret are withheld (the pattern).
+SECRETS = SecretNames()
 
 
 def entry(**changes: Any) -> AgentEntry:
@@ -192,7 +195,7 @@ class BareAgent:
     ) -> BareAgent:
         """Spawned as `AcpProcess.start` spawns it (argv, network, environment, cwd, own
         process group)."""
-        env = scrub_env(os.environ, allow=agent.env_allow)
+        env = scrub_env(os.environ, secret_names=SECRETS, allow=agent.env_allow)
         launch = sandbox.launch(
             list(agent.command), workspace=where, env=env, network=agent.network
         )
@@ -341,7 +344,7 @@ class Cold:
 
 async def cold_bot(sandbox: Sandbox, where: Path, cold: Cold) -> None:
     agent = entry(stateful=False)
-    pool = AcpProcesses(sandbox)
+    pool = AcpProcesses(sandbox, secret_names=SECRETS)
     try:
         cpu, wall = time.process_time(), time.perf_counter()
         async with asyncio.timeout(WITHIN):
@@ -667,7 +670,7 @@ async def bench(args: argparse.Namespace) -> int:
     )
     root = Path(tempfile.mkdtemp(prefix="raven-bench-acp-", dir=scratch(args.tmp)))
     print(f"workspaces under {root.parent}")
-    pool = AcpProcesses(sandbox)
+    pool = AcpProcesses(sandbox, secret_names=SECRETS)
     started = time.perf_counter()
     try:
         await cold_phase(sandbox, root, args.cold)

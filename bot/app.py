@@ -38,7 +38,7 @@ from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import check_home, workspace_for
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
-from bot.settings import Settings
+from bot.settings import Settings, declared_secret_names
 from bot.wind_down import wind_down
 from bot.working import working_statuses
 from core.lifecycle import TimedExitStack
@@ -213,8 +213,10 @@ def backend_factory(
     """Builds each agent's backend once, on first use; an in-process specialist with a
     promoted harness runs with it; `own`: the agents a feature runs itself, by name."""
     web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
+    secret_names = declared_secret_names()
     specialists = default_specialists(
-        shell=ShellPolicy(sandbox=sandbox), web_tools=web_tools_hook(web)
+        shell=ShellPolicy(sandbox=sandbox, secret_names=secret_names),
+        web_tools=web_tools_hook(web),
     )
     built: dict[str, AgentBackend] = {}
 
@@ -233,6 +235,7 @@ def backend_factory(
                 provider=provider,
                 specialists=specialists,
                 sandbox=sandbox,
+                secret_names=secret_names,
                 max_iterations=settings.max_iterations,
                 max_tokens=settings.max_tokens,
                 acp=acp,
@@ -281,7 +284,12 @@ def load_agents(
     kinds = FEATURES if features is None else features
     extra = [entry for kind in kinds for entry in kind.agents(settings.home)]
     try:
-        return load_registry(settings.home / "agents.toml", visible=visible, extra=extra)
+        return load_registry(
+            settings.home / "agents.toml",
+            visible=visible,
+            extra=extra,
+            secret_names=declared_secret_names(),
+        )
     except RegistryError as exc:
         raise RuntimeError(str(exc)) from None
 
@@ -356,7 +364,7 @@ async def build_runtime(
     dispatch = [c for f in installed for c in f.dispatch_contexts()]
     run_store = RunStore(parts.store)
     # The ACP agents' processes, one per agent and conversation (closed after the runs).
-    agent_processes = AcpProcesses(parts.sandbox)
+    agent_processes = AcpProcesses(parts.sandbox, secret_names=declared_secret_names())
     harnesses = ActiveHarnesses()
     runs = RunManager(
         RunParts(
@@ -562,7 +570,7 @@ async def host_parts(
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
         sandbox=sandbox,
         embedder=build_embedder(settings),
-        machines=site.machines(site.machine_specs()),
+        machines=site.machines(site.machine_specs(), secret_names=declared_secret_names()),
         nudges=NudgePolicy(
             store,
             NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour),

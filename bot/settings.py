@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 import bot
 import host.features
 from core.errors import FieldError, describe_validation_error
+from core.secret_names import SecretNames
 from core.url_secrets import mask_url, url_credentials
 from host.nudges.quiet import parse_quiet_hours
 
@@ -548,7 +549,7 @@ def secret_names() -> list[str]:
     """Every environment variable that holds a secret: those read by a `SecretStr` field of
     any settings model (the model key, the skill hub's token, each adapter's and feature's
     own). The one list the log redactor (through `secret_values`) and the child-process
-    environment scrub (`core.secret_names.withhold_secret_names`) both use, so a secret an
+    environment scrubbers (through `declared_secret_names`) both use, so a secret an
     adapter or feature declares is scrubbed everywhere without another edit."""
     names: list[str] = []
     models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
@@ -557,6 +558,12 @@ def secret_names() -> list[str]:
             if _is_secret(field):
                 names += _variables(field)
     return names
+
+
+def declared_secret_names() -> SecretNames:
+    """`secret_names` as the value the assembly root hands every scrubber of a child's
+    environment (agent commands, ACP agents, checks, campaign rounds)."""
+    return SecretNames.of(secret_names())
 
 
 def _variables(field: FieldInfo) -> list[str]:
@@ -684,10 +691,6 @@ def load_settings(**overrides: Any) -> Settings:
         raise SettingsError(
             f"Invalid configuration: .env is not UTF-8 text (byte {exc.start}); save it as UTF-8."
         ) from None
-    # Child processes started from here on never get a declared secret, whatever its name.
-    from core.secret_names import withhold_secret_names
-
-    withhold_secret_names(secret_names())
     return settings
 
 

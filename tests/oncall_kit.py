@@ -12,6 +12,7 @@ from pathlib import Path
 from agents.sandbox import DetachedSandbox
 from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from core.store import Store
 from oncall.deciders import RuleBasedDecider
 from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, EngineSettings
@@ -174,7 +175,11 @@ async def oncall_kit(
     campaigns = CampaignStore(store)
     local = MachineSpec(name="local", kind="local", slots=slots)
     if machine is None:
-        machine = LocalMachine(local, DetachedSandbox(real_sandbox(hidden=(tmp / "hidden",))))
+        machine = LocalMachine(
+            local,
+            DetachedSandbox(real_sandbox(hidden=(tmp / "hidden",))),
+            secret_names=SecretNames(),
+        )
     scheduler = MemoryScheduler()
     notifier = RecordingNotifier()
     options: dict[str, object] = {}

@@ -18,6 +18,7 @@ from agents.models.provider import ModelProvider
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
 from agents.specialists import Specialist
+from core.secret_names import SecretNames
 
 __all__ = [
     "AcpProcesses",
@@ -38,12 +39,15 @@ def build_backend(
     provider: ModelProvider,
     specialists: Mapping[str, Specialist],
     sandbox: Sandbox,
+    secret_names: SecretNames,
     environ: Mapping[str, str] | None = None,
     max_iterations: int = 40,
     max_tokens: int = 4096,
     acp: AcpProcesses | None = None,
 ) -> AgentBackend:
-    """The backend that runs `entry`; `BackendUnavailable` (with the reason) if it cannot."""
+    """The backend that runs `entry`; `BackendUnavailable` (with the reason) if it cannot.
+    `secret_names`: what a command-line agent's environment never gets (an ACP agent's pool
+    has its own)."""
     if not entry.enabled:
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
@@ -52,7 +56,9 @@ def build_backend(
             f"agent `{entry.name}` is run by a capability that is not installed here"
         )
     if entry.backend == "cli":
-        return CommandLineBackend(entry, sandbox=sandbox, environ=environ)
+        return CommandLineBackend(
+            entry, sandbox=sandbox, secret_names=secret_names, environ=environ
+        )
     if entry.backend == "acp":
         if acp is None:
             raise BackendUnavailable(f"agent `{entry.name}`: no ACP process pool was given")

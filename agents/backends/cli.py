@@ -12,6 +12,7 @@ from agents.process import describe_exit, run_process, scrub_env
 from agents.registry import AgentEntry, command_allowed
 from agents.sandbox import Sandbox, SandboxUnavailable
 from agents.workspace_tools import denied_reason
+from core.secret_names import SecretNames
 
 
 class CommandLineBackend:
@@ -24,6 +25,7 @@ class CommandLineBackend:
         entry: AgentEntry,
         *,
         sandbox: Sandbox,
+        secret_names: SecretNames,
         environ: Mapping[str, str] | None = None,
         kill_grace: float = 2.0,
     ) -> None:
@@ -31,6 +33,7 @@ class CommandLineBackend:
             raise ValueError(f"cli agent `{entry.name}` has no command")
         self._entry = entry
         self._sandbox = sandbox
+        self._secret_names = secret_names
         self._environ = environ
         self._kill_grace = kill_grace
 
@@ -49,7 +52,9 @@ class CommandLineBackend:
         environ = self._environ if self._environ is not None else os.environ
         # The agent's own key passes only when configured as its api_key_env.
         granted = (entry.api_key_env,) if entry.api_key_env else ()
-        env = scrub_env(environ, allow=entry.env_allow, secrets=granted)
+        env = scrub_env(
+            environ, secret_names=self._secret_names, allow=entry.env_allow, secrets=granted
+        )
         shown = shlex.join(entry.command)
         task.workspace.mkdir(parents=True, exist_ok=True)
         try:

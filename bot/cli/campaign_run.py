@@ -30,7 +30,7 @@ from bot.cli.campaigns import (
 )
 from bot.home import check_home
 from bot.schema import all_migrations
-from bot.settings import Settings
+from bot.settings import Settings, declared_secret_names
 from core.ids import ConversationRef
 from core.store import Store
 from host.features.oncall.decider import ModelDecider
@@ -351,7 +351,7 @@ async def build_headless(settings: Settings, store: Store) -> Headless:
     decider: Decider = RuleBasedDecider() if model is None else ModelDecider(model)
     # The bot's own site and engine, wired to this terminal.
     site = campaign_site(settings, sandbox, one_shot=True)
-    machines = site.machines(specs)
+    machines = site.machines(specs, secret_names=declared_secret_names())
     engine = site.engine(
         specs,
         Wiring(campaigns, scheduler, notifier, decider),

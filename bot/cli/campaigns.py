@@ -27,7 +27,7 @@ from typing import Any, Final, TextIO
 
 from bot.cli.database import open_database
 from bot.home import HomeError, check_home
-from bot.settings import Settings
+from bot.settings import Settings, declared_secret_names
 from core.pictures import PictureError, check_destination, save_picture
 from host.features.oncall.site import machine_specs
 from oncall.chart import CampaignChart, chart_of, render_chart
@@ -370,7 +370,7 @@ async def _stop(settings: Settings, campaign_id: str, out: TextIO) -> int:
     except RuntimeError as exc:
         print(f"raven-bot: {exc}", file=sys.stderr)
         return 2
-    machines = build_machines(specs, _NoRounds())
+    machines = build_machines(specs, _NoRounds(), secret_names=declared_secret_names())
     async with open_campaigns(settings.home) as campaigns:
         code, line = await stop_campaign(
             campaigns, machines, campaign_id, by="`raven-bot campaigns stop`"

@@ -13,7 +13,7 @@ from agents.registry import AgentEntry, RegistryError, load_registry
 from bot.console.screen import markdown_for
 from bot.home import HomeError, check_home
 from bot.schema import all_migrations
-from bot.settings import Settings
+from bot.settings import Settings, declared_secret_names
 from core.errors import ConfigError
 from core.pictures import PictureError, check_destination, save_picture
 from core.store import Store
@@ -47,7 +47,9 @@ def validate_graph(path: Path, agents_file: Path | None, settings: Settings, out
     try:
         servers = _tool_server_names(settings)
         registry = load_registry(
-            agents_file or settings.home / "agents.toml", extra=_feature_agents(settings)
+            agents_file or settings.home / "agents.toml",
+            extra=_feature_agents(settings),
+            secret_names=declared_secret_names(),
         )
     except (RegistryError, ConfigError) as exc:
         out.write(f"{exc}\n")

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
-from core.secret_names import looks_secret
+from core.secret_names import SecretNames
 from core.spawn import kill_process, start_uncancelled
 from oncall.model import JobRequest, JobStatus, MachineSpec, MachineUnavailable
 
@@ -36,15 +36,19 @@ MAX_LOG_CHUNK: Final = 1 << 20
 DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 # The variables a round (and the ssh/slurm client commands) may see from the bot's environment.
 BASE_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
-# Same rule as the agent sandbox: names that may hold credentials never reach a round.
 
 
-def round_env(environ: Mapping[str, str], *, allow: Iterable[str] = ()) -> dict[str, str]:
-    """The base variables plus `allow` from `environ`, minus anything that looks secret."""
+def round_env(
+    environ: Mapping[str, str], *, secret_names: SecretNames, allow: Iterable[str] = ()
+) -> dict[str, str]:
+    """The base variables plus `allow` from `environ`, minus anything `secret_names` calls
+    secret (the same rule as the agent sandbox) and the bot's own `RAVEN_*` settings."""
     env = {
         name: environ[name]
         for name in (*BASE_ENV, *allow)
-        if name in environ and not looks_secret(name) and not name.upper().startswith("RAVEN_")
+        if name in environ
+        and not secret_names.looks_secret(name)
+        and not name.upper().startswith("RAVEN_")
     }
     env.setdefault("PATH", DEFAULT_PATH)
     return env

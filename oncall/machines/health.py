@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from core.secret_names import SecretNames
 from oncall.machines.common import round_env, run_client
 from oncall.model import MachineUnavailable
 
@@ -18,11 +19,15 @@ _SLURM_ENV: Final = ("SLURM_CONF",)
 
 
 async def slurm_problem(
-    environ: Mapping[str, str], partition: str | None = None, *, seconds: float = PING_SECONDS
+    environ: Mapping[str, str],
+    partition: str | None = None,
+    *,
+    secret_names: SecretNames,
+    seconds: float = PING_SECONDS,
 ) -> str | None:
     """Why the Slurm controller cannot take rounds (it does not answer, or has no such
-    `partition`), or None when it answers."""
-    env = round_env(environ, allow=_SLURM_ENV)
+    `partition`), or None when it answers. `secret_names`: never passed to the clients."""
+    env = round_env(environ, secret_names=secret_names, allow=_SLURM_ENV)
     problem = await _ask(["scontrol", "ping"], env, seconds)
     if problem is not None:
         return (

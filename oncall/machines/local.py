@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
+from core.secret_names import SecretNames
 from core.spawn import kill_process, start_uncancelled
 from oncall.machines import _proc
 from oncall.machines.common import (
@@ -70,11 +71,14 @@ class LocalMachine:
         spec: MachineSpec,
         wrapper: CommandWrapper,
         *,
+        secret_names: SecretNames,
         clock: Clock = time.time,
         environ: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
+        """`secret_names`: the settings' secret names, never passed to a round."""
         self._spec = spec
+        self._secret_names = secret_names
         self._wrapper = wrapper
         self._clock = clock
         self._environ = environ
@@ -92,7 +96,10 @@ class LocalMachine:
         )
         log, exit_path = directory / LOG_NAME, directory / EXIT_NAME
         workdir = await asyncio.to_thread(command_dir, self._spec, request, directory)
-        env = round_env(os.environ if self._environ is None else self._environ)
+        env = round_env(
+            os.environ if self._environ is None else self._environ,
+            secret_names=self._secret_names,
+        )
         try:
             wrapped = self._wrapper.wrap(
                 ["sh", "-c", request.command],

@@ -39,6 +39,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from core.errors import FieldError, describe_validation_error
+from core.secret_names import SecretNames
 from oncall.machines.local import CommandWrapper, LocalMachine
 from oncall.machines.slurm import SlurmMachine
 from oncall.machines.ssh import SshMachine
@@ -199,20 +200,28 @@ def build_machine(
     spec: MachineSpec,
     wrapper: CommandWrapper,
     *,
+    secret_names: SecretNames,
     clock: Clock = time.time,
     confinement: Confinement | None = None,
 ) -> Machine:
     """The machine for `spec`; local rounds run inside `wrapper` (the sandbox, detached),
-    remote ones confined as `confinement` says (default: from the process environment)."""
+    remote ones confined as `confinement` says (default: from the process environment).
+    `secret_names`: the settings' secret names, which no round or client command gets."""
     hidden = confinement.hidden if confinement is not None else None
     machine: Machine
     if spec.kind == "local":
-        machine = LocalMachine(spec, wrapper, clock=clock)
+        machine = LocalMachine(spec, wrapper, secret_names=secret_names, clock=clock)
     elif spec.kind == "ssh":
-        machine = SshMachine(spec, clock=clock, hidden=hidden)
+        machine = SshMachine(spec, secret_names=secret_names, clock=clock, hidden=hidden)
     else:
         unsandboxed = confinement.unsandboxed if confinement is not None else None
-        machine = SlurmMachine(spec, clock=clock, hidden=hidden, unsandboxed=unsandboxed)
+        machine = SlurmMachine(
+            spec,
+            secret_names=secret_names,
+            clock=clock,
+            hidden=hidden,
+            unsandboxed=unsandboxed,
+        )
     return machine
 
 
@@ -220,12 +229,15 @@ def build_machines(
     specs: Mapping[str, MachineSpec],
     wrapper: CommandWrapper,
     *,
+    secret_names: SecretNames,
     clock: Clock = time.time,
     confinement: Confinement | None = None,
 ) -> dict[str, Machine]:
     """Every registered machine, by name."""
     return {
-        name: build_machine(spec, wrapper, clock=clock, confinement=confinement)
+        name: build_machine(
+            spec, wrapper, secret_names=secret_names, clock=clock, confinement=confinement
+        )
         for name, spec in specs.items()
     }
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from core.secret_names import SecretNames
 from oncall.machines.common import (
     EXIT_NAME,
     EXIT_TMP_NAME,
@@ -154,6 +155,7 @@ class SlurmMachine:
         self,
         spec: MachineSpec,
         *,
+        secret_names: SecretNames,
         clock: Clock = time.time,
         environ: Mapping[str, str] | None = None,
         hidden: Sequence[Path] | None = None,
@@ -161,8 +163,10 @@ class SlurmMachine:
     ) -> None:
         """`hidden`: directories the round must not see (default: RAVEN_HOME and the bot's
         working directory); `unsandboxed`: run on a node without bubblewrap anyway (default:
-        RAVEN_UNSANDBOXED in `environ`)."""
+        RAVEN_UNSANDBOXED in `environ`); `secret_names`: the settings' secret names, never
+        passed to the Slurm clients or a job."""
         self._spec = spec
+        self._secret_names = secret_names
         self._clock = clock
         self._environ = environ
         bot_env = os.environ if environ is None else environ
@@ -178,7 +182,11 @@ class SlurmMachine:
 
     async def _run(self, argv: Sequence[str]) -> tuple[int, str, str]:
         """Run one Slurm client command: (exit code, stdout, stderr); unavailable if it hangs."""
-        env = round_env(os.environ if self._environ is None else self._environ, allow=_SLURM_ENV)
+        env = round_env(
+            os.environ if self._environ is None else self._environ,
+            secret_names=self._secret_names,
+            allow=_SLURM_ENV,
+        )
         code, out, err = await run_client(
             argv,
             env=env,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Final
 
+from core.secret_names import SecretNames
 from oncall.machines.common import (
     EXIT_NAME,
     LOG_NAME,
@@ -200,6 +201,7 @@ class SshMachine:
         self,
         spec: MachineSpec,
         *,
+        secret_names: SecretNames,
         ssh: str = "ssh",
         connect_timeout: float = 10,
         clock: Clock = time.time,
@@ -207,8 +209,10 @@ class SshMachine:
         hidden: Sequence[Path] | None = None,
     ) -> None:
         """`hidden`: directories the round must not see should they exist on the host
-        (default: RAVEN_HOME and the bot's working directory)."""
+        (default: RAVEN_HOME and the bot's working directory); `secret_names`: the settings'
+        secret names, never passed to the ssh client."""
         self._spec = spec
+        self._secret_names = secret_names
         self._ssh = ssh
         self._connect_timeout = connect_timeout
         self._clock = clock
@@ -233,7 +237,11 @@ class SshMachine:
         argv = ssh_command(
             self._spec, script, args, ssh=self._ssh, connect_timeout=self._connect_timeout
         )
-        env = round_env(os.environ if self._environ is None else self._environ, allow=_SSH_ENV)
+        env = round_env(
+            os.environ if self._environ is None else self._environ,
+            secret_names=self._secret_names,
+            allow=_SSH_ENV,
+        )
         limit = self._connect_timeout + _EXTRA_SECONDS + extra_seconds
         returncode, out, err = await run_client(
             argv, env=env, seconds=limit, where=self._where(), silence="no answer over ssh"

@@ -20,6 +20,7 @@ import pytest
 from agents.backends import AcpProcesses, AgentTask
 from agents.backends.acp.backend import AcpBackend, session_of
 from agents.registry import AgentEntry
+from core.secret_names import SecretNames
 from host.graph.executor.shelf import RecordShelf
 from host.graph.records import RunFiles
 from host.graph.render import Artifact
@@ -70,7 +71,7 @@ class Gate:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[AcpProcesses]:
-    processes = AcpProcesses(real_sandbox())
+    processes = AcpProcesses(real_sandbox(), secret_names=SecretNames())
     yield processes
     await processes.close()
 
@@ -116,7 +117,7 @@ async def test_a_stateful_instance_keeps_its_session_across_turns_and_processes(
     assert session_of(second.history) == session_of(first.history)
     # A new process (after a restart or an idle reap) loads the session.
     await pool.close()
-    again = AcpProcesses(real_sandbox())
+    again = AcpProcesses(real_sandbox(), secret_names=SecretNames())
     try:
         third = await AcpBackend(_entry(), again).run(
             _task(workspace, "recall", history=second.history)
@@ -125,9 +126,9 @@ async def test_a_stateful_instance_keeps_its_session_across_turns_and_processes(
         await again.close()
     assert third.output == "you said: the blue door", third.error
     # A stateless agent starts a fresh session each time.
-    fresh = await AcpBackend(_entry(stateful=False), AcpProcesses(real_sandbox())).run(
-        _task(workspace, "recall", history=second.history)
-    )
+    fresh = await AcpBackend(
+        _entry(stateful=False), AcpProcesses(real_sandbox(), secret_names=SecretNames())
+    ).run(_task(workspace, "recall", history=second.history))
     assert fresh.output != "you said: the blue door"
 
 
@@ -272,7 +273,9 @@ async def test_a_broken_turn_fails_the_node_with_what_the_agent_said_fenced(
 
 async def test_an_agent_that_never_answers_initialize_fails_clearly(workspace: Path) -> None:
     pool = AcpProcesses(
-        real_sandbox(), environ={"FAKE_ACP_SILENT_INIT": "1", "PATH": "/usr/bin:/bin"}
+        real_sandbox(),
+        environ={"FAKE_ACP_SILENT_INIT": "1", "PATH": "/usr/bin:/bin"},
+        secret_names=SecretNames(),
     )
     entry = _entry(init_timeout_seconds=1, env_allow=("FAKE_ACP_SILENT_INIT",))
     try:

@@ -19,6 +19,7 @@ from agents.backends import AcpProcesses, AgentTask
 from agents.backends.acp.backend import AcpBackend, session_of
 from agents.backends.base import McpEndpoint, NodeToolset
 from agents.registry import AgentEntry
+from core.secret_names import SecretNames
 from mcp_client.proxy import ProxiedResult, ProxiedTool, ProxyEndpoint, serve_tools
 from tests.sandboxing import real_sandbox
 
@@ -66,7 +67,7 @@ class Gate:
 
 @pytest.fixture
 async def pool() -> AsyncIterator[AcpProcesses]:
-    processes = AcpProcesses(real_sandbox())
+    processes = AcpProcesses(real_sandbox(), secret_names=SecretNames())
     yield processes
     await processes.close()
 
@@ -198,7 +199,9 @@ async def test_an_agent_that_takes_no_http_mcp_servers_fails_a_node_granted_tool
     workspace: Path,
 ) -> None:
     pool = AcpProcesses(
-        real_sandbox(), environ={"FAKE_ACP_NO_HTTP_MCP": "1", "PATH": "/usr/bin:/bin"}
+        real_sandbox(),
+        environ={"FAKE_ACP_NO_HTTP_MCP": "1", "PATH": "/usr/bin:/bin"},
+        secret_names=SecretNames(),
     )
     entry = _entry(env_allow=("FAKE_ACP_NO_HTTP_MCP",))
     gate = Gate()

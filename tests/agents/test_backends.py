@@ -40,6 +40,7 @@ from agents.sandbox import Refusing
 from agents.specialists import default_specialists
 from agents.tools import Tool
 from agents.workspace_tools import ToolContext
+from core.secret_names import SecretNames
 from tests.agents.test_agent_loop import ScriptedProvider
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import eventually
@@ -230,7 +231,9 @@ PY = sys.executable
 
 async def test_cli_stdin_mode_runs_in_the_workspace(workspace: Path) -> None:
     script = "import os, sys; print('got:' + sys.stdin.read()); print('cwd:' + os.getcwd())"
-    backend = CommandLineBackend(_cli(PY, "-c", script), sandbox=real_sandbox())
+    backend = CommandLineBackend(
+        _cli(PY, "-c", script), sandbox=real_sandbox(), secret_names=SecretNames()
+    )
     outcome = await backend.run(_task(_cli(PY), workspace, "hello via stdin"))
     assert outcome.error is None
     assert outcome.output.splitlines() == ["got:hello via stdin", f"cwd:{workspace}"]
@@ -240,9 +243,9 @@ async def test_cli_stdin_mode_runs_in_the_workspace(workspace: Path) -> None:
 
 async def test_cli_arg_mode_passes_the_prompt_as_the_last_argument(workspace: Path) -> None:
     entry = _cli("sh", "-c", 'printf "arg:%s|" "$1"; cat', "agent", prompt_via="arg")
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
-        _task(entry, workspace, "it's $HOME; `x`")
-    )
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace, "it's $HOME; `x`"))
     # The prompt arrives verbatim as one argument (no shell expansion), stdin is empty.
     assert outcome.error is None and outcome.output == "arg:it's $HOME; `x`|"
 
@@ -256,7 +259,9 @@ async def test_cli_environment_is_scrubbed(
     monkeypatch.setenv("SOME_PASSWORD", "hunter2")
     script = "import json, os; print(json.dumps(dict(os.environ)))"
     entry = _cli(PY, "-c", script)
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace))
     env = json.loads(outcome.output)
     # PWD is set by the sandbox (its working directory, the workspace).
     assert set(env) <= {
@@ -275,7 +280,9 @@ async def test_cli_environment_is_scrubbed(
     entry = _cli(PY, "-c", script, api_key_env="ANTHROPIC_API_KEY")
     env = json.loads(
         (
-            await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+            await CommandLineBackend(entry, sandbox=real_sandbox(), secret_names=SecretNames()).run(
+                _task(entry, workspace)
+            )
         ).output
     )
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-fake-key"
@@ -316,9 +323,9 @@ def process_alive(pid: int) -> bool:
 async def test_cli_timeout_kills_the_whole_process_group(workspace: Path) -> None:
     token = sleeper_token()
     entry = _cli("sh", "-c", f"sleep {token} & echo started; wait", timeout_seconds=0.5)
-    outcome = await CommandLineBackend(entry, kill_grace=0.5, sandbox=real_sandbox()).run(
-        _task(entry, workspace)
-    )
+    outcome = await CommandLineBackend(
+        entry, kill_grace=0.5, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace))
     assert outcome.error is not None and "timed out after 0.5 s" in outcome.error
     assert outcome.output == "started"
     await eventually(lambda: not pids_running("sleep", token), within=5)
@@ -327,7 +334,9 @@ async def test_cli_timeout_kills_the_whole_process_group(workspace: Path) -> Non
 async def test_cli_output_cap_truncates(workspace: Path) -> None:
     script = "print('HEAD' + 'x' * 100_000 + 'TAIL')"
     entry = _cli(PY, "-c", script, output_cap_chars=1000)
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace))
     assert outcome.truncated and outcome.error is None
     assert len(outcome.output) < 1100
     assert outcome.output.startswith("HEAD") and outcome.output.endswith("TAIL")
@@ -336,7 +345,9 @@ async def test_cli_output_cap_truncates(workspace: Path) -> None:
 
 async def test_cli_nonzero_exit_reports_code_and_stderr(workspace: Path) -> None:
     entry = _cli("sh", "-c", "echo partial; echo 'boom: config missing' >&2; exit 7")
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace))
     assert outcome.output == "partial"
     assert outcome.error is not None
     assert "exited with code 7" in outcome.error and "boom: config missing" in outcome.error
@@ -344,18 +355,20 @@ async def test_cli_nonzero_exit_reports_code_and_stderr(workspace: Path) -> None
 
 async def test_cli_missing_binary_is_an_error_not_a_crash(workspace: Path) -> None:
     entry = _cli("raven-test-no-such-binary", "-p")
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace))
     assert outcome.error is not None and "could not start" in outcome.error
 
 
 async def test_cli_continuation_carries_the_earlier_session(workspace: Path) -> None:
     entry = _cli("cat")
-    first = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
+    first = await CommandLineBackend(entry, sandbox=real_sandbox(), secret_names=SecretNames()).run(
         _task(entry, workspace, "step one")
     )
-    second = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
-        _task(entry, workspace, "step one", history=first.history, continuation="step two")
-    )
+    second = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, workspace, "step one", history=first.history, continuation="step two"))
     assert "step one" in second.output and second.output.endswith("Now:\nstep two")
 
 
@@ -545,37 +558,78 @@ def test_build_backend_picks_the_backend() -> None:
     provider = OfflineProvider()
     code = registry.require("code")
     assert isinstance(
-        build_backend(code, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED),
+        build_backend(
+            code,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            secret_names=SecretNames(),
+        ),
         InProcessBackend,
     )
     claude = registry.require("claude-code")
     assert isinstance(
-        build_backend(claude, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED),
+        build_backend(
+            claude,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            secret_names=SecretNames(),
+        ),
         CommandLineBackend,
     )
     acp = _entry("opencode", backend="acp", command=("opencode", "acp"))
     with pytest.raises(BackendUnavailable, match="no ACP process pool"):
-        build_backend(acp, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED)
-    pool = AcpProcesses(UNUSED)
+        build_backend(
+            acp,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            secret_names=SecretNames(),
+        )
+    pool = AcpProcesses(UNUSED, secret_names=SecretNames())
     assert isinstance(
-        build_backend(acp, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED, acp=pool),
+        build_backend(
+            acp,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            acp=pool,
+            secret_names=SecretNames(),
+        ),
         AcpBackend,
     )
     off = default_registry(which=lambda name: None).get("codex")
     assert off is not None
     with pytest.raises(BackendUnavailable, match="not found on PATH"):
-        build_backend(off, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED)
+        build_backend(
+            off,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            secret_names=SecretNames(),
+        )
     with pytest.raises(BackendUnavailable, match="no specialist"):
-        build_backend(code, provider=provider, specialists={}, sandbox=UNUSED)
+        build_backend(
+            code, provider=provider, specialists={}, sandbox=UNUSED, secret_names=SecretNames()
+        )
     api = _entry("remote", backend="api", model="m", api_key_env="NOPE_KEY")
     with pytest.raises(BackendUnavailable, match="NOPE_KEY"):
-        build_backend(api, provider=provider, specialists=SPECIALISTS, sandbox=UNUSED, environ={})
+        build_backend(
+            api,
+            provider=provider,
+            specialists=SPECIALISTS,
+            sandbox=UNUSED,
+            environ={},
+            secret_names=SecretNames(),
+        )
     api_ok = build_backend(
         api,
         provider=provider,
         specialists=SPECIALISTS,
         sandbox=UNUSED,
         environ={"NOPE_KEY": "sk-123456789"},
+        secret_names=SecretNames(),
     )
     assert isinstance(api_ok, ApiBackend)
     assert os.environ.get("NOPE_KEY") is None
@@ -585,7 +639,9 @@ async def test_cancelling_a_cli_run_kills_its_processes(workspace: Path) -> None
     token = sleeper_token()
     entry = _cli("sh", "-c", f"sleep {token} & wait", timeout_seconds=60)
     run = asyncio.create_task(
-        CommandLineBackend(entry, sandbox=real_sandbox()).run(_task(entry, workspace))
+        CommandLineBackend(entry, sandbox=real_sandbox(), secret_names=SecretNames()).run(
+            _task(entry, workspace)
+        )
     )
     await eventually(lambda: bool(pids_running("sleep", token)))
     run.cancel()

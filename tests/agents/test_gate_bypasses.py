@@ -36,6 +36,7 @@ from agents.workspace_tools import (
 from bot.app import build_runtime, shutdown
 from bot.home import workspace_for
 from bot.settings import load_settings
+from core.secret_names import SecretNames
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import db_rows, eventually, inbound
@@ -69,7 +70,7 @@ class Bench:
         self.gate = PermissionGate(
             rules, asker=self.asker, remembered=MemoryRemembered(), audit=self.audit
         )
-        policy = ShellPolicy(sandbox=real_sandbox(), timeout_seconds=30)
+        policy = ShellPolicy(sandbox=real_sandbox(), timeout_seconds=30, secret_names=SecretNames())
         self.tools = ToolRegistry(
             [
                 READ_FILE,

@@ -13,6 +13,7 @@ from agents.models.types import ToolCall
 from agents.more_tools import EDIT_FILE, SEARCH_FILES, artifact_tool, check_text, python_tool
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy, ToolContext
+from core.secret_names import SecretNames
 from tests.sandboxing import real_sandbox
 
 GOOD_SVG = (
@@ -28,7 +29,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def _registry() -> ToolRegistry[ToolContext]:
-    policy = ShellPolicy(sandbox=real_sandbox(), timeout_seconds=30)
+    policy = ShellPolicy(sandbox=real_sandbox(), timeout_seconds=30, secret_names=SecretNames())
     return ToolRegistry([EDIT_FILE, SEARCH_FILES, python_tool(policy), artifact_tool(policy)])
 
 

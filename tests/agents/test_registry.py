@@ -14,6 +14,7 @@ from agents.registry import (
     default_registry,
     load_registry,
 )
+from core.secret_names import SecretNames
 
 ROSTER = ["raven", "research", "code", "design", "oncall"]
 
@@ -75,7 +76,9 @@ def test_roster_text_lists_enabled_agents_with_tags() -> None:
 
 
 def test_missing_file_means_defaults(tmp_path: Path) -> None:
-    registry = load_registry(tmp_path / "agents.toml", which=nothing_on_path)
+    registry = load_registry(
+        tmp_path / "agents.toml", which=nothing_on_path, secret_names=SecretNames()
+    )
     assert [e.name for e in registry.enabled()] == ROSTER
 
 
@@ -106,7 +109,7 @@ model = "qwen"
 base_url = "http://127.0.0.1:8000/v1"
 """,
     )
-    registry = load_registry(path, which=everything_on_path)
+    registry = load_registry(path, which=everything_on_path, secret_names=SecretNames())
     code = registry.get("code")
     assert code is not None
     assert code.description == "Our code agent" and code.timeout_seconds == 60
@@ -132,7 +135,7 @@ def test_anthropic_style_api_agents_get_loop_capabilities(tmp_path: Path) -> Non
         '[agents.remote]\nbackend = "api"\ndescription = "Remote"\nmodel = "claude-x"\n'
         'role = "code"\nprogress = false\n',
     )
-    remote = load_registry(path, which=nothing_on_path).get("remote")
+    remote = load_registry(path, which=nothing_on_path, secret_names=SecretNames()).get("remote")
     assert remote is not None and remote.stateful and remote.file_capable
     assert not remote.progress  # an explicit key still wins
 
@@ -146,7 +149,7 @@ backend = "cli"
 command = ["my-researcher"]
 """,
     )
-    registry = load_registry(path, which=everything_on_path)
+    registry = load_registry(path, which=everything_on_path, secret_names=SecretNames())
     research = registry.get("research")
     assert research is not None and research.backend == "cli"
     assert research.command == ("my-researcher",) and research.enabled
@@ -161,14 +164,16 @@ def test_an_acp_entry_runs_its_command_when_found_and_says_why_not_otherwise(
         'command = ["zed-acp"]\nargs = ["--stdio"]\nmode = "code"\nidle_seconds = 60\n'
         "network = false\n",
     )
-    entry = load_registry(path, which=everything_on_path).require("zed")
+    entry = load_registry(path, which=everything_on_path, secret_names=SecretNames()).require("zed")
     assert entry.command == ("zed-acp", "--stdio") and entry.stateful and entry.mode == "code"
     assert not entry.network
-    missing = load_registry(path, which=nothing_on_path).get("zed")
+    missing = load_registry(path, which=nothing_on_path, secret_names=SecretNames()).get("zed")
     assert missing is not None and not missing.enabled
     assert missing.disabled_reason == "`zed-acp` was not found on PATH"
     # A preset says how to install it.
-    claude = load_registry(None, which=nothing_on_path).get("claude-acp")
+    claude = load_registry(None, which=nothing_on_path, secret_names=SecretNames()).get(
+        "claude-acp"
+    )
     assert claude is not None and "npm install -g @agentclientprotocol/claude-agent-acp" in (
         claude.disabled_reason
     )
@@ -177,10 +182,10 @@ def test_an_acp_entry_runs_its_command_when_found_and_says_why_not_otherwise(
 def test_a_wrong_acp_entry_is_refused_naming_the_key(tmp_path: Path) -> None:
     path = _write(tmp_path, '[agents.zed]\nbackend = "acp"\ndescription = "Zed"\n')
     with pytest.raises(RegistryError, match="an acp agent needs the command that starts it"):
-        load_registry(path, which=everything_on_path)
+        load_registry(path, which=everything_on_path, secret_names=SecretNames())
     path = _write(tmp_path, '[agents.raven]\nmode = "code"\n')
     with pytest.raises(RegistryError, match=r"\[agents.raven\] mode: only used by acp agents"):
-        load_registry(path, which=everything_on_path)
+        load_registry(path, which=everything_on_path, secret_names=SecretNames())
 
 
 def test_require_names_the_available_agents() -> None:
@@ -259,7 +264,7 @@ def test_registry_is_immutable() -> None:
 def test_invalid_files_name_the_file_and_key(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)
     with pytest.raises(RegistryError) as info:
-        load_registry(path, which=everything_on_path)
+        load_registry(path, which=everything_on_path, secret_names=SecretNames())
     message = str(info.value)
     assert message.startswith(f"{path}: "), message
     assert expected in message, message
@@ -268,7 +273,7 @@ def test_invalid_files_name_the_file_and_key(tmp_path: Path, text: str, expected
 def test_invalid_toml_names_line_and_column(tmp_path: Path) -> None:
     path = _write(tmp_path, '[agents.code]\nenabled = false\ndescription = "unterminated\n')
     with pytest.raises(RegistryError) as info:
-        load_registry(path, which=everything_on_path)
+        load_registry(path, which=everything_on_path, secret_names=SecretNames())
     message = str(info.value)
     assert message.startswith(f"{path}: invalid TOML") and "line 3" in message
     assert "column" in message
@@ -277,7 +282,7 @@ def test_invalid_toml_names_line_and_column(tmp_path: Path) -> None:
 def test_every_error_in_a_file_is_reported(tmp_path: Path) -> None:
     path = _write(tmp_path, "[agents.code]\nstateful = 1\n\n[agents.design]\nprogres = true\n")
     with pytest.raises(RegistryError) as info:
-        load_registry(path, which=everything_on_path)
+        load_registry(path, which=everything_on_path, secret_names=SecretNames())
     lines = str(info.value).splitlines()
     assert len(lines) == 2 and all(line.startswith(str(path)) for line in lines)
 

@@ -37,6 +37,7 @@ from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
 from bot.app import build_sandbox
 from bot.cli.doctor import run_checks
 from bot.settings import load_settings
+from core.secret_names import SecretNames
 from tests.agents.test_backends import pids_running, sleeper_token
 from tests.bot.cli.test_cli_end_to_end import RAVEN, _env
 from tests.helpers import cancel_while_spawning, eventually
@@ -99,7 +100,7 @@ _BOT_SIDE = textwrap.dedent(
     from bot.app import backend_factory, build_sandbox
     from host.evaluation.evolution.runtime import ActiveHarnesses
     from bot.home import workspace_for
-    from bot.settings import load_settings
+    from bot.settings import declared_secret_names, load_settings
     from core.ids import ConversationRef
 
     async def main() -> None:
@@ -114,14 +115,15 @@ _BOT_SIDE = textwrap.dedent(
             file_capable=True, progress=False, enabled=True, role="raven",
             command=("sh", "-c", cli_script),
         )
-        processes = AcpProcesses(sandbox)
+        processes = AcpProcesses(sandbox, secret_names=declared_secret_names())
         backend = backend_factory(
             OfflineProvider(), settings, sandbox, processes, ActiveHarnesses()
         )(entry)
         outcome = await backend.run(
             AgentTask(node_id="n1", agent=entry, prompt="go", workspace=workspace)
         )
-        tools = default_specialists(shell=ShellPolicy(sandbox=sandbox))["code"].tools(workspace)
+        policy = ShellPolicy(sandbox=sandbox, secret_names=declared_secret_names())
+        tools = default_specialists(shell=policy)["code"].tools(workspace)
         # From a script file, as an agent would hide it: the permission gate (which refuses
         # these paths when they are spelled out) cannot see inside; the sandbox must hold.
         (workspace / "probe.sh").write_text(shell_script)
@@ -202,7 +204,7 @@ async def test_commands_cannot_read_the_bots_secrets_or_write_outside(tmp_path: 
 
 
 def _shell(sandbox: Sandbox) -> ToolRegistry[ToolContext]:
-    return ToolRegistry([shell_tool(ShellPolicy(sandbox=sandbox))])
+    return ToolRegistry([shell_tool(ShellPolicy(sandbox=sandbox, secret_names=SecretNames()))])
 
 
 async def _run_shell(sandbox: Sandbox, workspace: Path, command: str) -> str:
@@ -222,7 +224,7 @@ async def test_without_bwrap_agents_and_shell_refuse(tmp_path: Path) -> None:
     assert "Refused" in out and "apt-get install bubblewrap" in out
     assert "RAVEN_UNSANDBOXED=1" in out and "unsafe" in out
     entry = _cli_entry("sh", "-c", "echo ran > ran.txt")
-    outcome = await CommandLineBackend(entry, sandbox=sandbox).run(
+    outcome = await CommandLineBackend(entry, sandbox=sandbox, secret_names=SecretNames()).run(
         AgentTask(node_id="n1", agent=entry, prompt="go", workspace=ws)
     )
     assert outcome.error is not None and "apt-get install bubblewrap" in outcome.error
@@ -443,14 +445,14 @@ async def test_an_agent_without_network_reaches_nothing_not_even_loopback(
     entry = _cli_entry(sys.executable, "-c", probe)
     sandbox = real_sandbox()
     try:
-        reached = await CommandLineBackend(entry, sandbox=sandbox).run(
+        reached = await CommandLineBackend(entry, sandbox=sandbox, secret_names=SecretNames()).run(
             AgentTask(node_id="n1", agent=entry, prompt="", workspace=ws)
         )
         assert reached.error is None, reached.error
         await asyncio.wait_for(served.wait(), 10)
         served.clear()
         cut = dataclasses.replace(entry, network=False)
-        refused = await CommandLineBackend(cut, sandbox=sandbox).run(
+        refused = await CommandLineBackend(cut, sandbox=sandbox, secret_names=SecretNames()).run(
             AgentTask(node_id="n2", agent=cut, prompt="", workspace=ws)
         )
         assert refused.error is not None and "exited with" in refused.error, refused.error

@@ -19,6 +19,7 @@ from agents.registry import (
     default_registry,
     load_registry,
 )
+from core.secret_names import SecretNames
 from host.prompts.clarify import command_question
 from tests.bot.cli.test_cli_end_to_end import RAVEN, _env, _run
 from tests.helpers import write_agents
@@ -62,11 +63,11 @@ def test_allow_patterns(command: str, allowed: bool) -> None:
 def test_allow_list_loads_from_agents_toml(tmp_path: Path) -> None:
     path = tmp_path / "agents.toml"
     path.write_text('[agents.shell]\nallow = ["ls", "echo *"]\n')
-    shell = load_registry(path).require("shell")
+    shell = load_registry(path, secret_names=SecretNames()).require("shell")
     assert shell.allow == ("ls", "echo *") and shell.runs_commands
     path.write_text('[agents.code]\nallow = ["ls"]\n')
     with pytest.raises(RegistryError, match="allow"):
-        load_registry(path)
+        load_registry(path, secret_names=SecretNames())
 
 
 def test_the_approval_question_shows_the_exact_command_fenced() -> None:
@@ -76,9 +77,9 @@ def test_the_approval_question_shows_the_exact_command_fenced() -> None:
 
 async def test_without_an_approver_nothing_runs(tmp_path: Path) -> None:
     entry = _shell_entry()
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
-        _task(entry, tmp_path, "touch ran.txt")
-    )
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, tmp_path, "touch ran.txt"))
     assert outcome.error is not None and "not approved" in outcome.error
     assert not (tmp_path / "ran.txt").exists()  # the run has returned: it never started
 
@@ -95,7 +96,7 @@ async def test_a_denied_command_does_not_run_and_an_approved_one_does(tmp_path: 
         return True
 
     entry = _shell_entry()
-    backend = CommandLineBackend(entry, sandbox=real_sandbox())
+    backend = CommandLineBackend(entry, sandbox=real_sandbox(), secret_names=SecretNames())
     outcome = await backend.run(_task(entry, tmp_path, "touch ran.txt", approve=deny))
     assert outcome.error is not None and "not approved" in outcome.error
     assert not (tmp_path / "ran.txt").exists()
@@ -112,9 +113,9 @@ async def test_allow_listed_commands_run_without_asking(tmp_path: Path) -> None:
         raise AssertionError(f"asked about an allow-listed command: {command}")
 
     entry = _shell_entry(allow=ALLOW)
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
-        _task(entry, tmp_path, "echo hello", approve=never)
-    )
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, tmp_path, "echo hello", approve=never))
     assert outcome.error is None and outcome.output == "hello"
 
 
@@ -123,9 +124,9 @@ async def test_builtin_deny_rules_apply_even_when_approved(tmp_path: Path) -> No
         return True
 
     entry = _shell_entry()
-    outcome = await CommandLineBackend(entry, sandbox=real_sandbox()).run(
-        _task(entry, tmp_path, "rm -rf /", approve=approve)
-    )
+    outcome = await CommandLineBackend(
+        entry, sandbox=real_sandbox(), secret_names=SecretNames()
+    ).run(_task(entry, tmp_path, "rm -rf /", approve=approve))
     assert outcome.error is not None and "never run here" in outcome.error
 
 

@@ -23,6 +23,7 @@ from agents.workspace_tools import (
     resolve_in_workspace,
     shell_tool,
 )
+from core.secret_names import SecretNames
 from tests.agents.test_backends import pids_running, sleeper_token
 from tests.helpers import eventually
 from tests.sandboxing import real_sandbox
@@ -37,7 +38,9 @@ def workspace(tmp_path: Path) -> Path:
 
 def _tools(policy: ShellPolicy | None = None) -> ToolRegistry[ToolContext]:
     # Shell commands run in the real bubblewrap sandbox, as in the bot.
-    sandboxed = dataclasses.replace(policy or ShellPolicy(), sandbox=real_sandbox())
+    sandboxed = dataclasses.replace(
+        policy or ShellPolicy(secret_names=SecretNames()), sandbox=real_sandbox()
+    )
     return ToolRegistry([READ_FILE, WRITE_FILE, LIST_FILES, shell_tool(sandboxed)])
 
 
@@ -168,7 +171,7 @@ def test_ordinary_commands_are_not_denied(command: str) -> None:
 
 
 async def test_shell_timeout_kills_the_command(workspace: Path) -> None:
-    policy = ShellPolicy(timeout_seconds=0.5)
+    policy = ShellPolicy(timeout_seconds=0.5, secret_names=SecretNames())
     started = time.monotonic()
     out, _ = await _call(workspace, "run_shell", policy, command="echo start; sleep 30; echo end")
     assert time.monotonic() - started < 10
@@ -176,7 +179,7 @@ async def test_shell_timeout_kills_the_command(workspace: Path) -> None:
 
 
 async def test_shell_output_is_capped(workspace: Path) -> None:
-    policy = ShellPolicy(output_cap_chars=1000)
+    policy = ShellPolicy(output_cap_chars=1000, secret_names=SecretNames())
     out, _ = await _call(
         workspace,
         "run_shell",
@@ -201,7 +204,7 @@ async def test_shell_environment_is_scrubbed(
     for leaked in ("xoxb-fake", "sk-ant-fake", "ghp-fake", "hunter2", "visible-if-allowed"):
         assert leaked not in out
     assert f"PATH={os.environ['PATH']}" in out
-    policy = ShellPolicy(env_allow=("HARMLESS_SETTING", "GITHUB_TOKEN"))
+    policy = ShellPolicy(env_allow=("HARMLESS_SETTING", "GITHUB_TOKEN"), secret_names=SecretNames())
     out, _ = await _call(workspace, "run_shell", policy, command="env")
     assert "HARMLESS_SETTING=visible-if-allowed" in out
     assert "ghp-fake" not in out  # secret-looking names never pass through an allow-list

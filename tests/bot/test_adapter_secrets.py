@@ -1,6 +1,7 @@
 """A chat adapter owns its settings and secrets: a new adapter's folder declares a model in its
 `settings.py`, and with no other edit its variables are known and masked, and its secret is
-redacted from logs and withheld from a sandboxed child (one list, `secret_names`)."""
+redacted from logs and withheld from a sandboxed child (one list, `secret_names`, which the
+assembly root hands every scrubber: nothing is withheld because some process read settings)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,29 @@ from pathlib import Path
 import pytest
 
 import bot
+from agents.backends import AcpProcesses
+from agents.backends.base import AgentTask
+from agents.models.offline import OfflineProvider
 from agents.models.types import ToolCall
+from agents.process import scrub_env
+from agents.registry import AgentEntry, RegistryError, load_registry
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ShellPolicy, ToolContext, shell_tool
+from bot.app import backend_factory, load_agents
 from bot.discord.settings import DiscordSettings
 from bot.logging_setup import REDACTED, SecretRedactor
 from bot.settings import (
     adapter_settings,
+    declared_secret_names,
     known_variables,
     load_settings,
     secret_names,
     unknown_variables,
 )
 from bot.slack.settings import SlackSettings
-from core.secret_names import SECRET_NAME
+from core.secret_names import SECRET_NAME, SecretNames
+from host.evaluation.evolution.runtime import ActiveHarnesses
+from oncall.machines.common import round_env
 from tests.sandboxing import real_sandbox
 
 PASSPHRASE = "correct-horse-battery-" + uuid.uuid4().hex
@@ -121,7 +131,9 @@ async def test_a_new_adapters_secret_is_redacted_and_withheld(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     policy = ShellPolicy(
-        env_allow=("MATRIX_PASSPHRASE", "RAVEN_MATRIX_ROOM"), sandbox=real_sandbox()
+        env_allow=("MATRIX_PASSPHRASE", "RAVEN_MATRIX_ROOM"),
+        sandbox=real_sandbox(),
+        secret_names=declared_secret_names(),
     )
     tools = ToolRegistry([shell_tool(policy)])
     result = await tools.dispatch(
@@ -130,3 +142,58 @@ async def test_a_new_adapters_secret_is_redacted_and_withheld(
     )
     assert "RAVEN_MATRIX_ROOM=team-room" in result.content
     assert PASSPHRASE not in result.content and "MATRIX_PASSPHRASE" not in result.content
+
+    # An agent as the bot's own assembly builds it (`backend_factory`): the same.
+    sandbox = real_sandbox()
+    spy = AgentEntry(
+        name="spy",
+        description="prints its environment",
+        backend="cli",
+        stateful=False,
+        file_capable=True,
+        progress=False,
+        enabled=True,
+        role="raven",
+        command=("env",),
+        env_allow=("MATRIX_PASSPHRASE", "RAVEN_MATRIX_ROOM"),
+    )
+    processes = AcpProcesses(sandbox, secret_names=declared_secret_names())
+    backend = backend_factory(OfflineProvider(), settings, sandbox, processes, ActiveHarnesses())
+    outcome = await backend(spy).run(AgentTask("n1", spy, "go", workspace))
+    assert "RAVEN_MATRIX_ROOM=team-room" in outcome.output
+    assert PASSPHRASE not in outcome.output and "MATRIX_PASSPHRASE" not in outcome.output
+
+
+def test_a_declared_name_is_withheld_only_where_the_assembly_passes_it(
+    new_adapter: str, isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scrubber withholds an adapter's plain-named secret when handed the settings'
+    names, and passes it when handed names without it: the names are injected, not
+    remembered from `load_settings`."""
+    assert SECRET_NAME.search("MATRIX_PASSPHRASE") is None  # only the declaration says so
+    load_settings()  # read first, as the bot does: it must not make the names stick
+    environ = {"PATH": "/usr/bin", "MATRIX_PASSPHRASE": PASSPHRASE}
+    allow = ["MATRIX_PASSPHRASE"]
+    declared, fresh = declared_secret_names(), SecretNames()
+    assert declared.looks_secret("MATRIX_PASSPHRASE")
+
+    assert "MATRIX_PASSPHRASE" not in scrub_env(environ, secret_names=declared, allow=allow)
+    assert "MATRIX_PASSPHRASE" not in round_env(environ, secret_names=declared, allow=allow)
+    assert scrub_env(environ, secret_names=fresh, allow=allow)["MATRIX_PASSPHRASE"] == PASSPHRASE
+    assert round_env(environ, secret_names=fresh, allow=allow)["MATRIX_PASSPHRASE"] == PASSPHRASE
+
+    # agents.toml may not allow it either: the bot's registry (as the assembly loads it)
+    # refuses the file; the same file checked against names without it is accepted.
+    isolated_env.mkdir(parents=True, exist_ok=True)
+    agents_file = isolated_env / "agents.toml"
+    agents_file.write_text(
+        '[agents.matrix]\ndescription = "x"\nbackend = "cli"\ncommand = ["env"]\n'
+        'env_allow = ["MATRIX_PASSPHRASE"]\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RuntimeError, match="MATRIX_PASSPHRASE' looks like a secret"):
+        load_agents(load_settings())
+    with pytest.raises(RegistryError, match="looks like a secret"):
+        load_registry(agents_file, secret_names=declared)
+    entry = load_registry(agents_file, secret_names=fresh).require("matrix")
+    assert entry.env_allow == ("MATRIX_PASSPHRASE",)

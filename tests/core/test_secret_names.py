@@ -1,26 +1,33 @@
-"""One list of secret names for every scrubber: a name the settings declare secret is withheld
-from agent commands and campaign rounds alike, whatever it is called."""
+"""Secret names are a value handed to each scrubber, not state a process sets: a name one
+value declares secret says nothing about another value, nor about the module."""
 
 from __future__ import annotations
 
-import contextvars
+import dataclasses
 
-from agents.process import scrub_env
-from core.secret_names import looks_secret, withhold_secret_names
-from oncall.machines.common import round_env
+import pytest
 
-ENVIRON = {"PATH": "/usr/bin", "MATRIX_PASSPHRASE": "hunter2", "RAVEN_HOME": "/srv/raven"}
+from core.secret_names import SecretNames
 
 
-def _scrubbed() -> tuple[dict[str, str], dict[str, str]]:
-    withhold_secret_names(["matrix_passphrase"])
-    allow = ["MATRIX_PASSPHRASE", "RAVEN_HOME"]
-    return scrub_env(ENVIRON, allow=allow), round_env(ENVIRON, allow=allow)
+def test_a_declared_name_is_secret_whatever_its_case() -> None:
+    names = SecretNames.of(["matrix_passphrase"])
+    assert names.declared == frozenset({"MATRIX_PASSPHRASE"})
+    assert names.looks_secret("MATRIX_PASSPHRASE") and names.looks_secret("Matrix_Passphrase")
+    assert not names.looks_secret("MATRIX_ROOM")
 
 
-def test_a_declared_secret_is_withheld_by_every_scrubber() -> None:
-    assert not looks_secret("MATRIX_PASSPHRASE")  # an unusual name: the pattern misses it
-    agent, rounds = contextvars.copy_context().run(_scrubbed)
-    assert "MATRIX_PASSPHRASE" not in agent and "MATRIX_PASSPHRASE" not in rounds
-    assert "RAVEN_HOME" not in rounds and rounds["PATH"] == "/usr/bin"
-    assert not looks_secret("MATRIX_PASSPHRASE")  # declared in that context only
+def test_the_pattern_holds_without_declarations() -> None:
+    plain = SecretNames()
+    for name in ("GITHUB_TOKEN", "MY_PASSWORD", "SLACK_APP_LEVEL", "anthropic_base_url"):
+        assert plain.looks_secret(name), name
+    assert not plain.looks_secret("MATRIX_PASSPHRASE")  # an unusual name: the pattern misses it
+
+
+def test_declaring_names_in_one_value_leaves_every_other_alone() -> None:
+    declared = SecretNames.of(["MATRIX_PASSPHRASE"])
+    assert declared.looks_secret("MATRIX_PASSPHRASE")
+    assert not SecretNames().looks_secret("MATRIX_PASSPHRASE")
+    assert not SecretNames.of(["OTHER"]).looks_secret("MATRIX_PASSPHRASE")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        declared.declared = frozenset()  # type: ignore[misc]

@@ -27,6 +27,7 @@ from agents.sandbox import DetachedSandbox
 from bot.app import Runtime
 from bot.home import workspace_for
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from host.features.oncall.decider import campaign_brief
 from host.runtime.messages import InboundMessage
 from oncall.access import Requester
@@ -297,6 +298,7 @@ async def test_a_local_round_runs_in_its_workdir_sees_its_mounts_read_only_not_i
     machine = LocalMachine(
         MachineSpec(name="local", kind="local", mounts=(str(data),)),
         DetachedSandbox(real_sandbox(hidden=(home,))),
+        secret_names=SecretNames(),
     )
     command = (
         f"cat {data}/in.txt; touch {data}/new 2>/dev/null || echo mount read-only; "
@@ -358,7 +360,11 @@ async def test_a_slurm_round_runs_python_train_py_in_its_workdir(
 ) -> None:
     project = tmp_path / "project"
     _train_py(project)
-    machine = SlurmMachine(MachineSpec(name="local", kind="slurm"), environ=slurm_cluster.environ)
+    machine = SlurmMachine(
+        MachineSpec(name="local", kind="slurm"),
+        environ=slurm_cluster.environ,
+        secret_names=SecretNames(),
+    )
     # The kit's data directory (its RAVEN_HOME) beside the project, not around it.
     (tmp_path / "kit").mkdir()
     async with oncall_kit(tmp_path / "kit", machine=machine) as kit:

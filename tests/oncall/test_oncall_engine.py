@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.campaigns import stop_campaign
+from core.secret_names import SecretNames
 from oncall.engine import CampaignError, EngineSettings
 from oncall.model import Budget
 from tests.oncall_kit import CONV, oncall_kit, spec
@@ -218,7 +219,7 @@ async def test_an_unreachable_machine_is_a_recorded_and_reported_failure(tmp_pat
 
     # Nothing listens on port 1 of the loopback: ssh fails at once, no network needed.
     spec_ = MachineSpec(name="local", kind="ssh", host="127.0.0.1", port=1, workdir="/tmp/x")
-    machine = SshMachine(spec_, connect_timeout=2)
+    machine = SshMachine(spec_, connect_timeout=2, secret_names=SecretNames())
     async with oncall_kit(tmp_path, machine=machine) as kit:
         record = await kit.engine.start("U1", CONV, spec("echo loss=1"))
         final = await kit.until_final(record.id)

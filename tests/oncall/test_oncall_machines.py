@@ -24,6 +24,7 @@ from agents.sandbox import (
     SandboxUnavailable,
     Unsandboxed,
 )
+from core.secret_names import SecretNames
 from oncall.machines import (
     Allocator,
     LocalMachine,
@@ -76,7 +77,11 @@ def _own_start_time() -> str:
 @pytest.fixture
 def local(tmp_path: Path) -> LocalMachine:
     """The local machine over the real bubblewrap sandbox, detached."""
-    return LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(tmp_path / "hidden",))))
+    return LocalMachine(
+        LOCAL,
+        DetachedSandbox(real_sandbox(hidden=(tmp_path / "hidden",))),
+        secret_names=SecretNames(),
+    )
 
 
 # -- the sandbox's detached mode ------------------------------------------------------------
@@ -103,7 +108,9 @@ def test_a_detached_bwrap_still_dies_with_its_parent(tmp_path: Path) -> None:
 
 async def test_a_refusing_sandbox_makes_the_machine_unavailable(tmp_path: Path) -> None:
     machine = LocalMachine(
-        LOCAL, DetachedSandbox(Refusing("bubblewrap (`bwrap`) is not installed"))
+        LOCAL,
+        DetachedSandbox(Refusing("bubblewrap (`bwrap`) is not installed")),
+        secret_names=SecretNames(),
     )
     with pytest.raises(MachineUnavailable) as caught:
         await machine.submit(_request(tmp_path / "r1", "echo never > ran.txt"))
@@ -186,13 +193,18 @@ _PARENT = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from agents.sandbox import DetachedSandbox, select_sandbox
+    from core.secret_names import SecretNames
     from oncall.machines import LocalMachine
     from oncall.model import JobRequest, MachineSpec
 
     async def main() -> None:
         sandbox = select_sandbox(hidden=(), unsandboxed=False)
         assert sandbox.kind == "bwrap", sandbox.description
-        machine = LocalMachine(MachineSpec(name="local", kind="local"), DetachedSandbox(sandbox))
+        machine = LocalMachine(
+            MachineSpec(name="local", kind="local"),
+            DetachedSandbox(sandbox),
+            secret_names=SecretNames(),
+        )
         request = JobRequest(campaign_id="c1", round=1, command=sys.argv[2],
                              workdir=Path(sys.argv[1]))
         handle = await machine.submit(request)
@@ -266,7 +278,9 @@ async def test_the_detached_sandbox_hides_raven_home_and_the_bots_environment(
     (home / "secrets" / "token.txt").write_text(FAKE_HOME_SECRET)
     monkeypatch.setenv("SLACK_BOT_TOKEN", FAKE_TOKEN)
     monkeypatch.setenv("RAVEN_SECRET_THING", FAKE_TOKEN)
-    machine = LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))))
+    machine = LocalMachine(
+        LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))), secret_names=SecretNames()
+    )
     workdir = home / "campaigns" / "c1" / "round-1"
     command = (
         f"cat {home}/secrets/token.txt; ls -a {home}; env; "
@@ -287,9 +301,10 @@ def test_round_env_keeps_base_variables_and_drops_secrets() -> None:
     env = round_env(
         {"PATH": "/bin", "HOME": "/h", "ANTHROPIC_API_KEY": "k", "SLURM_CONF": "/c", "X": "1"},
         allow=("SLURM_CONF", "GITHUB_TOKEN"),
+        secret_names=SecretNames(),
     )
     assert env == {"PATH": "/bin", "HOME": "/h", "SLURM_CONF": "/c"}
-    assert round_env({})["PATH"]  # a default PATH, so `sh` is found
+    assert round_env({}, secret_names=SecretNames())["PATH"]  # a default PATH, so `sh` is found
 
 
 # -- ssh ------------------------------------------------------------------------------------
@@ -330,7 +345,7 @@ async def test_an_unreachable_ssh_host_is_unavailable_with_what_ssh_said(tmp_pat
         pytest.skip("the ssh client is not installed (apt-get install openssh-client)")
     # A port nothing listens on: connect refused at once (no network needed).
     spec = MachineSpec(name="gpu", kind="ssh", host="127.0.0.1", port=_closed_port())
-    machine = SshMachine(spec, connect_timeout=3)
+    machine = SshMachine(spec, connect_timeout=3, secret_names=SecretNames())
     with pytest.raises(MachineUnavailable) as caught:
         await machine.submit(_request(tmp_path / "r", "echo hi"))
     message = str(caught.value)
@@ -364,7 +379,7 @@ def loopback_ssh(tmp_path: Path) -> SshMachine:
     fake.write_text(_FAKE_SSH)
     fake.chmod(0o755)
     spec = MachineSpec(name="gpu", kind="ssh", host="gpu1")
-    return SshMachine(spec, ssh=str(fake))
+    return SshMachine(spec, ssh=str(fake), secret_names=SecretNames())
 
 
 @pytest.mark.slow
@@ -447,9 +462,13 @@ def test_machines_toml_registers_each_kind(isolated_env: Path) -> None:
     }
     assert specs["gpu"].port == 2222 and specs["cluster"].slots == 8
     wrapper = DetachedSandbox(Unsandboxed())
-    assert isinstance(build_machine(specs["local"], wrapper), LocalMachine)
-    assert isinstance(build_machine(specs["gpu"], wrapper), SshMachine)
-    assert isinstance(build_machine(specs["cluster"], wrapper), SlurmMachine)
+    assert isinstance(
+        build_machine(specs["local"], wrapper, secret_names=SecretNames()), LocalMachine
+    )
+    assert isinstance(build_machine(specs["gpu"], wrapper, secret_names=SecretNames()), SshMachine)
+    assert isinstance(
+        build_machine(specs["cluster"], wrapper, secret_names=SecretNames()), SlurmMachine
+    )
 
 
 @pytest.mark.parametrize(

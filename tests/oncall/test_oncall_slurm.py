@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core.secret_names import SecretNames
 from oncall.machines import SlurmMachine
 from oncall.machines.slurm import batch_script, exit_code_of, sbatch_argv
 from oncall.model import JobHandle, JobRequest, JobStatus, MachineSpec, MachineUnavailable
@@ -25,7 +26,7 @@ SPEC = MachineSpec(name="cluster", kind="slurm", slots=2)
 @pytest.fixture
 def slurm(slurm_cluster: SlurmCluster) -> SlurmMachine:
     """The machine, its client commands pointed at the session's cluster."""
-    return SlurmMachine(SPEC, environ=slurm_cluster.environ)
+    return SlurmMachine(SPEC, environ=slurm_cluster.environ, secret_names=SecretNames())
 
 
 def _request(workdir: Path, command: str, **extra: object) -> JobRequest:
@@ -149,7 +150,9 @@ async def test_a_controller_that_is_down_is_unavailable(tmp_path: Path) -> None:
     conf.write_text(
         "ClusterName=down\nSlurmctldHost=localhost\nSlurmctldPort=1\nMessageTimeout=1\n"
     )
-    machine = SlurmMachine(SPEC, environ={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(conf)})
+    machine = SlurmMachine(
+        SPEC, environ={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(conf)}, secret_names=SecretNames()
+    )
     with pytest.raises(MachineUnavailable) as caught:
         await machine.submit(_request(tmp_path / "r", "true"))
     assert "sbatch refused" in str(caught.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from core.secret_names import SecretNames
 from oncall.machines import SlurmMachine
 from oncall.model import MachineSpec
 from tests.oncall_kit import CONV, oncall_kit, spec
@@ -23,7 +24,7 @@ DECREASING = 'for v in 0.9 0.7 0.5 0.42; do echo "loss $v"; sleep 0.2; done'
 async def test_a_campaign_on_slurm_reads_its_output_wakes_on_exit_and_reports(
     tmp_path: Path, slurm_cluster: SlurmCluster
 ) -> None:
-    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ)
+    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ, secret_names=SecretNames())
     async with oncall_kit(tmp_path, machine=machine) as kit:
         record = await kit.engine.start("U1", CONV, spec(DECREASING, poll_seconds=0.2))
         final = await kit.until_final(record.id, within=120)
@@ -38,7 +39,7 @@ async def test_a_campaign_on_slurm_reads_its_output_wakes_on_exit_and_reports(
 async def test_a_diverging_slurm_round_is_scancelled(
     tmp_path: Path, slurm_cluster: SlurmCluster
 ) -> None:
-    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ)
+    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ, secret_names=SecretNames())
     command = "echo loss 0.8; echo loss nan; sleep 120"
     async with oncall_kit(tmp_path, machine=machine) as kit:
         record = await kit.engine.start("U1", CONV, spec(command, poll_seconds=0.2))

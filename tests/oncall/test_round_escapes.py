@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from agents.sandbox import DetachedSandbox
+from core.secret_names import SecretNames
 from oncall.machines import LocalMachine, SlurmMachine, SshMachine
 from oncall.model import JobHandle, JobRequest, JobStatus, Machine, MachineSpec
 from tests.helpers import eventually
@@ -77,7 +78,9 @@ def home(isolated_env: Path) -> Path:
 @pytest.fixture
 def local(home: Path) -> LocalMachine:
     """The local machine over the real sandbox, hiding RAVEN_HOME as the bot does."""
-    return LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))))
+    return LocalMachine(
+        LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))), secret_names=SecretNames()
+    )
 
 
 def _round_dir(home: Path) -> Path:
@@ -103,7 +106,9 @@ async def test_a_log_symlink_to_a_hidden_file_is_not_read_as_measurements(home: 
     secret = home / "secret.txt"
     # The bot may read "loss 0.5" first: whatever it reads next must still be the round's own.
     command = "echo 'loss 0.5'; sleep 0.3; " + _plant("round.log", secret) + "sleep 0.5"
-    machine = LocalMachine(LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))))
+    machine = LocalMachine(
+        LOCAL, DetachedSandbox(real_sandbox(hidden=(home, Path.cwd()))), secret_names=SecretNames()
+    )
     async with oncall_kit(home / "kit", machine=machine) as kit:
         record = await kit.engine.start("U1", CONV, spec(command, poll_seconds=0.05))
         await kit.until_final(record.id, within=60)
@@ -192,7 +197,7 @@ async def test_a_slurm_round_sees_no_bot_secret_raven_home_or_bot_directory(
     (bot_cwd / ".env").write_text("SLACK_APP_TOKEN=xapp-dotenv-secret\n")
     monkeypatch.chdir(bot_cwd)
     environ = {**slurm_cluster.environ, "SLACK_BOT_TOKEN": BOT_TOKEN, "RAVEN_HOME": str(home)}
-    machine = SlurmMachine(CLUSTER, environ=environ)
+    machine = SlurmMachine(CLUSTER, environ=environ, secret_names=SecretNames())
     command = (
         "env; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; "
         f"cat {home}/raven.db {home}/secret.txt {bot_cwd}/.env ../../../../raven.db; "
@@ -211,7 +216,7 @@ async def test_a_slurm_round_sees_no_bot_secret_raven_home_or_bot_directory(
 async def test_a_slurm_round_cannot_make_the_batch_script_write_through_a_symlink(
     slurm_cluster: SlurmCluster, home: Path
 ) -> None:
-    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ)
+    machine = SlurmMachine(CLUSTER, environ=slurm_cluster.environ, secret_names=SecretNames())
     db = home / "raven.db"
     command = _plant("exit_code.tmp", db) + _plant("exit_code", db) + "echo planted"
     handle = await machine.submit(_request(_round_dir(home), command))
@@ -245,7 +250,7 @@ def loopback_ssh(tmp_path: Path, home: Path) -> SshMachine:
         "SSH_AUTH_SOCK": str(tmp_path / "agent-of-the-bot.sock"),
         "SLACK_BOT_TOKEN": BOT_TOKEN,
     }
-    return SshMachine(machine_spec, ssh=str(fake), environ=environ)
+    return SshMachine(machine_spec, ssh=str(fake), environ=environ, secret_names=SecretNames())
 
 
 async def test_an_ssh_round_gets_nothing_of_the_bots_environment_and_runs_in_bubblewrap(

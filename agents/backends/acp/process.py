@@ -23,6 +23,7 @@ from agents.backends.acp.frames import MAX_FRAME_BYTES, FrameGuard
 from agents.process import scrub_env
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
+from core.secret_names import SecretNames
 from core.spawn import kill_process, start_uncancelled
 
 STDERR_TAIL_CHARS = 2000
@@ -82,11 +83,13 @@ class AcpProcess:
         *,
         workspace: Path,
         sandbox: Sandbox,
+        secret_names: SecretNames,
         environ: Mapping[str, str],
     ) -> AcpProcess:
         """Start `entry`'s agent in `workspace` and initialize it (`AgentStartError` if not)."""
         env = scrub_env(
             environ,
+            secret_names=secret_names,
             allow=entry.env_allow,
             secrets=(entry.api_key_env,) if entry.api_key_env else (),
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
 from core.keyed import KeyedLocks
+from core.secret_names import SecretNames
 
 if TYPE_CHECKING:  # the SDK is imported when the first agent starts, not at start-up
     from agents.backends.acp.process import AcpProcess
@@ -28,10 +29,12 @@ class AcpProcesses:
         self,
         sandbox: Sandbox,
         *,
+        secret_names: SecretNames,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._sandbox = sandbox
+        self._secret_names = secret_names
         self._environ = environ
         self._clock = clock
         self._running: dict[tuple[str, str], AcpProcess] = {}
@@ -59,6 +62,7 @@ class AcpProcesses:
                     entry,
                     workspace=workspace,
                     sandbox=self._sandbox,
+                    secret_names=self._secret_names,
                     environ=os.environ if self._environ is None else self._environ,
                 )
                 self._running[key] = process

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from agents.sandbox import DetachedSandbox, Sandbox
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from oncall.engine import CampaignEngine, Decider, EngineConfig, EngineDeps, EngineSettings
 from oncall.machines.registry import Allocator, Confinement, build_machines, load_machines
 from oncall.model import Machine, MachineSpec
@@ -54,11 +55,15 @@ class CampaignSite:
     def machine_specs(self) -> dict[str, MachineSpec]:
         return machine_specs(self.home, self.cwd, one_shot=self.one_shot)
 
-    def machines(self, specs: Mapping[str, MachineSpec]) -> dict[str, Machine]:
-        """Each machine, its rounds detached from this process and confined."""
+    def machines(
+        self, specs: Mapping[str, MachineSpec], *, secret_names: SecretNames
+    ) -> dict[str, Machine]:
+        """Each machine, its rounds detached from this process and confined, given none of
+        the variables `secret_names` (the settings') calls secret."""
         return build_machines(
             dict(specs),
             DetachedSandbox(self.sandbox),
+            secret_names=secret_names,
             confinement=Confinement(hidden=self.hidden, unsandboxed=self.unsandboxed),
         )
 
@@ -68,15 +73,15 @@ class CampaignSite:
         wiring: Wiring,
         settings: EngineSettings,
         *,
-        machines: Mapping[str, Machine] | None = None,
+        machines: Mapping[str, Machine],
         workspace: Callable[[ConversationRef], Path] | None = None,
         new_id: Callable[[], str] | None = None,
     ) -> CampaignEngine:
-        """The campaign engine on these machines (built here unless given), one slot
-        allocator over them."""
+        """The campaign engine on these `machines` (of `specs`), one slot allocator over
+        them."""
         deps = EngineDeps(
             wiring.store,
-            self.machines(specs) if machines is None else machines,
+            machines,
             Allocator(dict(specs)),
             wiring.scheduler,
             wiring.notifier,

@@ -20,6 +20,7 @@ from pathlib import Path
 from agents.process import run_process, scrub_env
 from agents.sandbox import Sandbox, SandboxUnavailable
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from host.features.schedules.store import ScheduledTask
 from host.features.schedules.work import Check
 from host.runtime.roles import Roles
@@ -43,10 +44,13 @@ class Checks:
         machines: Mapping[str, Machine],
         roles: Roles,
         rounds: Path,
+        secret_names: SecretNames,
         timeout: float = CHECK_TIMEOUT_SECONDS,
         machine_timeout: float = MACHINE_CHECK_TIMEOUT_SECONDS,
     ) -> None:
+        """`secret_names`: the settings' secret names, never passed to a workspace check."""
         self._sandbox = sandbox
+        self._secret_names = secret_names
         self._workspace = workspace
         self._machines = machines
         self._roles = roles
@@ -101,7 +105,7 @@ class Checks:
             result = await run_process(
                 ["sh", "-c", command],
                 cwd=self._workspace_of(conv),
-                env=scrub_env(os.environ),
+                env=scrub_env(os.environ, secret_names=self._secret_names),
                 sandbox=self._sandbox,
                 timeout=self._timeout,
                 output_cap=OUTPUT_CAP,

@@ -13,6 +13,7 @@ from agents.registry import default_registry
 from bot.app import backend_factory, build_sandbox
 from bot.schema import all_migrations
 from bot.settings import load_settings
+from core.secret_names import SecretNames
 from core.store import Store
 from host.evaluation.evolution.harness import Harness
 from host.evaluation.evolution.runtime import ActiveHarnesses
@@ -52,7 +53,9 @@ async def _run_code(store: Store, provider: Recording, tmp_path: Path, prompt: s
     sandbox = build_sandbox(settings)
     entry = default_registry().get("code")
     assert entry is not None
-    backend = backend_factory(provider, settings, sandbox, AcpProcesses(sandbox), harnesses)(entry)
+    backend = backend_factory(
+        provider, settings, sandbox, AcpProcesses(sandbox, secret_names=SecretNames()), harnesses
+    )(entry)
     await backend.run(AgentTask("n1", entry, prompt, tmp_path / "ws"))
 
 

@@ -23,6 +23,7 @@ from agents.plan_syntax import parse_plan
 from agents.registry import AgentEntry, AgentRegistry, load_registry
 from agents.tools import ToolRegistry
 from agents.workspace_tools import ToolContext
+from core.secret_names import SecretNames
 from host.features.mcp.agent import mcp_agent
 from host.features.mcp.grants import McpGrants
 from host.graph.admission import AdmissionError, admit
@@ -37,7 +38,9 @@ from tests.host.graph.test_node_skills import run  # noqa: F401  (the fixture)
 
 def _configured_registry() -> AgentRegistry:
     """The registry with the `mcp` agent as a configured bot has it."""
-    return load_registry(None, extra=[replace(mcp_agent(Path("/")), enabled=True)])
+    return load_registry(
+        None, extra=[replace(mcp_agent(Path("/")), enabled=True)], secret_names=SecretNames()
+    )
 
 
 REGISTRY = _configured_registry()

@@ -12,6 +12,7 @@ import pytest
 
 from agents.backends import AgentTask, CommandLineBackend
 from agents.workspace_tools import ReadFileInput, ToolContext, WorkspaceError, read_file
+from core.secret_names import SecretNames
 from host.graph.executor.shelf import RecordShelf
 from host.graph.records import RunFiles
 from host.graph.render import Artifact
@@ -107,7 +108,9 @@ async def test_a_sandboxed_cli_agent_sees_the_record_folders_read_only(
     )
     entry = dataclasses.replace(SCRIBE, command=(sys.executable, "-c", script), prompt_via="stdin")
     # The bot's home is hidden from sandboxed commands, as in the assembled bot.
-    backend = CommandLineBackend(entry, sandbox=real_sandbox(hidden=(home,)))
+    backend = CommandLineBackend(
+        entry, sandbox=real_sandbox(hidden=(home,)), secret_names=SecretNames()
+    )
     shelf, _ = _shelf(files, {"a"})
     task = AgentTask("n1", entry, str(memory), workspace, readable=shelf.folders())
     outcome = await backend.run(task)

@@ -11,6 +11,7 @@ import pytest
 
 from agents.registry import AgentRegistry, load_registry
 from core.errors import ConfigError
+from core.secret_names import SecretNames
 from host.features.mcp.feature import _check_agent_defaults, _check_readable
 from mcp_client import McpConfig, parse_mcp_config
 
@@ -37,7 +38,7 @@ def test_a_relative_readonly_directory_is_refused() -> None:
 
 
 def test_defaults_name_servers_and_agents_that_exist(tmp_path: Path) -> None:
-    registry = load_registry(None)
+    registry = load_registry(None, secret_names=SecretNames())
     code = registry.get("code")
     assert code is not None
     with_default = AgentRegistry([*registry.entries(), replace(code, name="coder", mcp=("gh",))])
