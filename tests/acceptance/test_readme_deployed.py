@@ -127,6 +127,7 @@ def _graph(agent: str, task: str) -> str:
 README_SCOPES = (
     "app_mentions:read",
     "chat:write",
+    "commands",
     "channels:history",
     "groups:history",
     "im:history",
