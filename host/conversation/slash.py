@@ -7,6 +7,7 @@ typed text with `typed_text`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -49,18 +50,28 @@ SUBCOMMANDS: Mapping[str, Subcommand] = MappingProxyType(
     }
 )
 
+# An argument is a duration, a task id or `all`: at most two plain words (`2h t_…`).
+_PLAIN_ARGUMENT = re.compile(r"[\w.-]{1,64}")
+_MOST_ARGUMENT_WORDS = 2
+
 # Usage hint for Slack's command box.
 USAGE_HINT = "status | stop | help | schedule list | memory show | mute | snooze 2h"
 
 
 def typed_text(words: str, argument: str = "") -> str:
-    """What `/raven WORDS ARGUMENT` means typed: the subcommand's typed words followed by the
-    argument; `help` for anything that is not a subcommand (never a Host turn)."""
+    """What `/raven WORDS ARGUMENT` means typed: the subcommand's typed words followed by its
+    argument; `help` for anything that is not a subcommand with a plain argument (a duration,
+    a task id, `all`), so that a slash command never becomes a request, a proposal or a Host
+    turn."""
     split = words.split()
     for size in (2, 1):
         name = " ".join(split[:size]).lower()
         command = SUBCOMMANDS.get(name)
-        if command is not None and len(split) >= size:
-            rest = " ".join([*split[size:], *argument.split()])
-            return f"{command.typed} {rest}".strip()
+        if command is None or len(split) < size:
+            continue
+        rest = [*split[size:], *argument.split()]
+        plain = all(_PLAIN_ARGUMENT.fullmatch(word) for word in rest)
+        if (rest and not command.argument) or len(rest) > _MOST_ARGUMENT_WORDS or not plain:
+            return "help"
+        return " ".join([command.typed, *rest])
     return "help"
