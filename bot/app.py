@@ -49,6 +49,7 @@ from host.conversation.lanes import LaneManager
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import subscribe_decision_handlers
 from host.conversation.run_events import ConversationRunEvents
+from host.conversation.run_files import RunAttachments
 from host.conversation.service import (
     ConversationConfig,
     ConversationExtras,
@@ -461,7 +462,12 @@ async def build_runtime(
         ),
     )
     run_events = ConversationRunEvents(
-        run_store, service, runs, reports_reach_users=parts.provider.offline
+        run_store,
+        service,
+        runs,
+        reports_reach_users=parts.provider.offline,
+        # What a run made follows its report's reply into the thread, through the outbox.
+        attachments=RunAttachments(parts.outbox, parts.workspace),
     )
     # Campaign notices follow the replies to what their thread received (causal order).
     for feature in installed:

@@ -57,6 +57,18 @@ class _Refusals:
         self.why.setdefault(exc.reason, exc.why)
 
 
+def file_sink(channel: object) -> FileSink | None:
+    """Where `channel` takes files: itself, or the channel it wraps (`inner`: the delivery
+    boundary that unfences text wraps each adapter, and files carry no text to unfence)."""
+    for _ in range(4):  # wrappers nest shallowly; never loop on a cycle
+        if isinstance(channel, FileSink):
+            return channel
+        channel = getattr(channel, "inner", None)
+        if channel is None:
+            return None
+    return None
+
+
 def refusal_text(names: Sequence[str], why: str) -> str:
     """The one notice per refusal: which files, and why in plain words."""
     shown = ", ".join(f"`{name}`" for name in names)
@@ -182,7 +194,8 @@ class Uploads:
         if channel is None:
             log.warning("no channel for %s; file %s stays pending", conv.platform, key)
             return
-        if not isinstance(channel, FileSink):
+        sink = file_sink(channel)
+        if sink is None:
             log.info("%s takes no files; %s is not attached", conv.platform, file.name)
             await self._log.mark_delivery(key, "none")
             return
@@ -198,7 +211,7 @@ class Uploads:
                 if await self._log.delivery_of(key) not in ("pending", "failed"):
                     return
                 try:
-                    file_id = await channel.upload(
+                    file_id = await sink.upload(
                         conv, file, idempotency_key=key, redelivery=redelivery or attempt > 0
                     )
                 except FileRefused as exc:

@@ -135,6 +135,7 @@ README_SCOPES = (
     "im:read",
     "users:read",
     "files:read",
+    "files:write",
     "reactions:write",
 )
 SHELL_PLAN = 's2: shell: echo "hello from the sandbox" && uname -a\nconfirm'

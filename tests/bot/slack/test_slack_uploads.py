@@ -12,7 +12,8 @@ from bot.slack.doctor import check_slack, required_scopes
 from host.conversation.outbox import Outbox
 from host.runtime.messages import OutboundFile
 from tests.fakes.slack import DEFAULT_SCOPES, FakeSlack
-from tests.slack_harness import BOT_TOKEN, CHANNEL, SlackBot, slack_bot
+from tests.helpers import eventually
+from tests.slack_harness import BOT_TOKEN, CHANNEL, SlackBot, buttons, slack_bot
 
 UPLOAD_URL = "files.getUploadURLExternal"
 
@@ -149,3 +150,29 @@ async def test_doctor_says_when_the_token_lacks_files_write() -> None:
     async with FakeSlack(scopes=required_scopes()) as fake:
         ok, _ = await check_slack(BOT_TOKEN, fake.api_url)
     assert ok
+
+
+async def test_a_run_report_brings_the_full_output_it_shortened_as_a_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The assembled bot, offline: an approved command prints more than the report shows.
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("s1: shell: seq 1 300")
+        await eventually(lambda: any(p.get("blocks") for p in bot.posts(ts)))
+        prompt = next(
+            c for c in bot.fake.calls_to("chat.postMessage") if c.ok and c.args.get("blocks")
+        )
+        await bot.click(buttons(prompt.args)[0], "U1", ts, prompt.response["ts"])
+        await eventually(lambda: len(bot.fake.uploads.shared) == 1)
+        await bot.settle(ts)
+        (shared,) = bot.fake.uploads.shared
+        assert (shared.name, shared.thread_ts) == ("s1-output.md", ts)
+        assert shared.data.decode().split() == [str(n) for n in range(1, 301)]
+        (report,) = [p for p in bot.posts(ts) if "Attached to this thread" in p["text"]]
+        assert "s1-output.md" in report["text"]
+        report_ts = next(
+            c.response["ts"]
+            for c in bot.fake.calls_to("chat.postMessage")
+            if c.ok and c.args is report
+        )
+        assert float(report_ts) < float(shared.message_ts or 0)  # the file follows the reply
