@@ -4,6 +4,7 @@ with the typed word's answer and rules, once per interaction."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,10 +13,16 @@ from core.ids import ConversationRef
 from host.features.schedules.feature import SchedulesFeature
 from tests.discord_harness import ALICE, BOB, GENERAL, DiscordBot, discord_bot, shared_fake
 from tests.fakes.discord import FakeDiscord, payloads
-from tests.helpers import db_rows, eventually
+from tests.helpers import db_rows, eventually, write_agents
 
 EPHEMERAL = 1 << 6
 OTHER_GUILD = "800000000000000099"
+SLEEPER = """
+[agents.sleeper]
+backend = "cli"
+description = "Sleeps (test agent)."
+command = ["sh", "-c", "sleep 60"]
+"""
 
 
 async def _registered(fake: FakeDiscord) -> None:
@@ -169,3 +176,28 @@ async def test_an_answer_not_ready_in_time_is_deferred_then_followed_up(
 
 def _followups(bot: DiscordBot, sent: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for f in bot.fake.followups if f["interaction_id"] == sent["id"]]
+
+
+async def test_stop_cancels_only_what_the_caller_may_stop(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    write_agents(isolated_env, SLEEPER)
+    async with discord_bot(monkeypatch, env={"RAVEN_DISCORD_THREADS": "false"}) as bot:
+        await _registered(bot.fake)
+        home = bot.runtime.settings.home
+        # Inline mode: Alice's plan runs at channel level, where Bob gives the command.
+        await bot.mention("s: sleeper: a minute")
+        running = [("running",)]
+        await eventually(lambda: db_rows(home, "SELECT state FROM graph_nodes") == running)
+
+        bobs = await _invoke(bot, "stop", user=BOB)
+        assert bobs.startswith("Stopped: nothing of yours was running in this thread."), bobs
+        assert "not yours to stop" in bobs and "Alice" in bobs
+        assert db_rows(home, "SELECT state FROM graph_nodes") == running
+
+        alices = await _invoke(bot, "stop")
+        assert alices.startswith("Stopped: cancelled"), alices
+        cancelled = [("cancelled",)]
+        await eventually(lambda: db_rows(home, "SELECT state FROM graph_nodes") == cancelled)
+        assert not any("Stopped" in text for text in bot.texts()), bot.texts()
+        await bot.runtime.service.quiesce(bot.conversation("main"))
