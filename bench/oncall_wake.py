@@ -51,6 +51,7 @@ from agents.sandbox import DetachedSandbox, select_sandbox
 from bench.lib.figures import pct, spread_line
 from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from core.store import Store
 from host.features.oncall.feature import on_campaign_wake
 from host.runtime.apscheduler_adapter import ApschedulerScheduler
@@ -227,7 +228,7 @@ async def build_engine(tmp: Path, store: Store, slots: int) -> EngineParts:
     engine = CampaignEngine(
         EngineDeps(
             campaigns,
-            build_machines(specs, DetachedSandbox(sandbox)),
+            build_machines(specs, DetachedSandbox(sandbox), secret_names=SecretNames()),
             Allocator(specs),
             scheduler,
             notifier,

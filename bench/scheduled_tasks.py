@@ -74,6 +74,7 @@ from bench.lib.figures import goal, pct, spread_line
 from bot.home import workspace_for
 from bot.schema import all_migrations
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from core.store import Store
 from host.conversation.outbox import Outbox
 from host.features.schedules.checks import Checks
@@ -273,7 +274,14 @@ async def build_rig(tmp: Path, sandbox: Sandbox) -> Rig:
     # As the bot's: RAVEN_HOME/workspaces/<conversation> (the home is the temporary dir).
     workspace = workspace_for(tmp)
     checks = TimedChecks(
-        Checks(sandbox, workspace, machines={}, roles=Roles(), rounds=tmp / "campaigns")
+        Checks(
+            sandbox,
+            workspace,
+            machines={},
+            roles=Roles(),
+            rounds=tmp / "campaigns",
+            secret_names=SecretNames(),
+        )
     )
     clock = ShiftedClock()
     tasks = ScheduledTasks(

@@ -365,7 +365,7 @@ async def build_runtime(
     dispatch = [c for f in installed for c in f.dispatch_contexts()]
     run_store = RunStore(parts.store)
     # The ACP agents' processes, one per agent and conversation (closed after the runs).
-    agent_processes = AcpProcesses(parts.sandbox, secret_names=declared_secret_names())
+    agent_processes = AcpProcesses(parts.sandbox, secret_names=parts.secret_names)
     harnesses = ActiveHarnesses()
     runs = RunManager(
         RunParts(
@@ -552,6 +552,7 @@ async def host_parts(
     )
     # Where campaign rounds and standing checks run (reads machines.toml: assembly).
     site = campaign_site(settings, sandbox, one_shot=False)
+    secret_names = declared_secret_names()
     return HostParts(
         home=home,
         cwd=Path.cwd(),
@@ -576,7 +577,7 @@ async def host_parts(
         roles=Roles(admins=settings.admins, approvers=settings.approvers),
         sandbox=sandbox,
         embedder=build_embedder(settings),
-        machines=site.machines(site.machine_specs(), secret_names=declared_secret_names()),
+        machines=site.machines(site.machine_specs(), secret_names=secret_names),
         nudges=NudgePolicy(
             store,
             NudgeLimits(settings.nudge_channel_per_hour, settings.nudge_owner_per_hour),
@@ -588,6 +589,7 @@ async def host_parts(
         ),
         hidden=hidden_paths(settings),
         unsandboxed=settings.unsandboxed,
+        secret_names=secret_names,
         admission=admission,
     )
 

@@ -28,7 +28,7 @@ from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
 from bot.schema import all_migrations
-from bot.settings import Settings, unknown_variables
+from bot.settings import Settings, declared_secret_names, unknown_variables
 from core.serving_lock import serving_holder
 from core.store import Store
 from host.features.feature import DoctorCheck, DoctorParts, FeatureKind
@@ -36,8 +36,6 @@ from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
 from host.runtime.job_store_health import damaged_copies, job_store_damage
 from memory.embeddings import semantic_unavailable_reason
-from oncall.machines.health import slurm_problem
-from oncall.machines.registry import load_machines
 
 # A feature's finding and the bot's own are one kind of line.
 Check = DoctorCheck
@@ -137,7 +135,8 @@ async def _registry(settings: Settings) -> tuple[Sandbox, AgentRegistry]:
     path = settings.home / "agents.toml"
     extra = [entry for kind in FEATURES for entry in kind.agents(settings.home)]
     visible = shown_by(sandbox, os.environ)
-    return sandbox, load_registry(path, visible=visible, extra=extra)
+    names = declared_secret_names()
+    return sandbox, load_registry(path, visible=visible, extra=extra, secret_names=names)
 
 
 async def _check_agents(settings: Settings) -> Check:
@@ -186,7 +185,7 @@ async def _check_acp_agents(settings: Settings) -> Check:
 
 async def _acp_version(entry: AgentEntry, sandbox: Sandbox) -> str:
     """`found, NAME VERSION` as the agent says at `initialize`, or why it did not answer."""
-    pool = AcpProcesses(sandbox)
+    pool = AcpProcesses(sandbox, secret_names=declared_secret_names())
     with tempfile.TemporaryDirectory(prefix="raven-doctor-") as where:
         try:
             process = await pool.acquire(entry, Path(where) / "workspace")
@@ -196,31 +195,6 @@ async def _acp_version(entry: AgentEntry, sandbox: Sandbox) -> str:
             await pool.close()
     info = process.info
     return f"found, {info.name} {info.version}".rstrip()
-
-
-async def _check_machines(settings: Settings) -> Check:
-    """Campaign machines from machines.toml, and whether their tools are installed."""
-    try:
-        specs = load_machines(settings.home)
-    except ValueError as exc:
-        return Check("machines", "fail", str(exc).replace("\n", "; "))
-    tools = {"ssh": ("ssh",), "slurm": ("sbatch", "squeue", "scontrol", "scancel")}
-    parts, missing, problems = [], [], []
-    for spec in specs.values():
-        parts.append(f"{spec.name} ({spec.kind}, {spec.slots} slot(s))")
-        absent = [t for t in tools.get(spec.kind, ()) if shutil.which(t) is None]
-        missing += absent
-        if spec.kind == "slurm" and not absent:
-            # Installed clients say nothing of the cluster: its controller must answer.
-            problem = await slurm_problem(os.environ, spec.partition)
-            if problem is not None:
-                problems.append(f"{spec.name}: {problem}")
-    detail = ", ".join(parts)
-    if missing:
-        problems.append(f"not installed: {', '.join(sorted(set(missing)))}")
-    if problems:
-        return Check("machines", "warn", f"{detail}; {'; '.join(problems)}")
-    return Check("machines", "ok", detail)
 
 
 async def _check_features(
@@ -234,6 +208,7 @@ async def _check_features(
         cwd=Path.cwd(),
         environ=os.environ,
         secret_values=settings.secret_values(),
+        secret_names=declared_secret_names(),
         sandbox=sandbox,
     )
     checks: list[Check] = []
@@ -358,7 +333,6 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_scheduler_store,
     _check_agents,
     _check_acp_agents,
-    _check_machines,
     _check_features,
     _check_settings,
     _check_thread_replies,

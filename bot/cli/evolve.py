@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from bot.cli.database import open_database
 from bot.home import HomeError
-from bot.settings import Settings
+from bot.settings import Settings, declared_secret_names
 from host.evaluation.evolution.harness import Harness
 from host.evaluation.evolution.search import EvolutionResult, EvolveSettings
 from host.evaluation.evolution.session import evolve_agent
@@ -96,6 +96,7 @@ async def _evolve(
                 store=store,
                 provider=provider,
                 sandbox=build_sandbox(settings),
+                secret_names=declared_secret_names(),
                 entry=entry,
                 tasks=tasks,
                 run_id=run_id,
@@ -229,7 +230,9 @@ async def _spec(versions: HarnessVersions, settings: Settings, agent: str, versi
     entry = load_agents(settings).get(agent)
     if entry is None:
         raise VersionError(f"no agent {agent!r} in the registry")
-    specialist = specialist_for(entry.role, build_sandbox(settings))
+    specialist = specialist_for(
+        entry.role, build_sandbox(settings), secret_names=declared_secret_names()
+    )
     return builtin_harness(specialist, settings.max_iterations, settings.max_tokens)
 
 

@@ -34,9 +34,9 @@ from bot.slack.normalize import DM_THREAD
 from bot.slack.outgoing import SlackOutgoing
 from bot.slack.prompts import SlackPromptMessages
 from bot.slack.sdk_log import SdkLog
-from bot.slack.working import SlackWorking
 from bot.slack.slash import register_slash_command
 from bot.slack.uploads import SlackFiles
+from bot.slack.working import SlackWorking
 from core.ids import ConversationRef
 from host.runtime.admission import Standing
 from host.runtime.messages import InboundMessage, OutboundFile, OutboundMessage

@@ -21,6 +21,7 @@ from agents.registry import AgentEntry, AgentRegistry
 from agents.sandbox import Sandbox
 from agents.tools import Tool, ToolSource
 from core.ids import ConversationRef
+from core.secret_names import SecretNames
 from core.store import Migration, Store
 from host.agent.host_agent import ContextSource
 from host.conversation.lanes import LaneManager
@@ -65,6 +66,8 @@ class DoctorParts:
     environ: Mapping[str, str]
     # The bot's own secret values: never printed, whatever a checked server echoes.
     secret_values: Sequence[str]
+    # The settings' secret names: no child a check starts gets one.
+    secret_names: SecretNames
     # The sandbox as the bot builds it, probed only by a check that starts something.
     sandbox: Callable[[], Sandbox]
 
@@ -98,6 +101,8 @@ class HostParts:
     # What no sandboxed command may see (the data dir, the bot's own directory).
     hidden: tuple[Path, ...]
     unsandboxed: bool
+    # The settings' secret names: no child a feature starts gets one (checks, rounds).
+    secret_names: SecretNames
     # The one access rule for work the bot starts on someone's behalf (firings, wake-ups).
     admission: Admission
 

@@ -10,13 +10,16 @@ from agents.backends.base import AgentBackend, AgentOutcome, AgentTask
 from agents.sandbox import Sandbox
 from agents.specialists import Specialist, default_specialists
 from agents.workspace_tools import ShellPolicy
+from core.secret_names import SecretNames
 from core.store import Store
 from host.evaluation.evolution.harness import Harness, render
 
 
-def specialist_for(role: str, sandbox: Sandbox) -> Specialist:
-    """The built-in specialist of `role` (RuntimeError naming the known roles)."""
-    specialists = default_specialists(shell=ShellPolicy(sandbox=sandbox))
+def specialist_for(role: str, sandbox: Sandbox, *, secret_names: SecretNames) -> Specialist:
+    """The built-in specialist of `role` (RuntimeError naming the known roles); its commands
+    run in `sandbox`, without the variables `secret_names` (the settings') calls secret."""
+    shell = ShellPolicy(sandbox=sandbox, secret_names=secret_names)
+    specialists = default_specialists(shell=shell)
     specialist = specialists.get(role)
     if specialist is None:
         raise RuntimeError(f"no specialist role {role!r} (known: {', '.join(specialists)})")

@@ -10,6 +10,7 @@ from pathlib import Path
 from agents.models.provider import ModelProvider
 from agents.registry import AgentEntry
 from agents.sandbox import Sandbox
+from core.secret_names import SecretNames
 from core.store import Store
 from host.evaluation.evolution.proposer import ModelProposer
 from host.evaluation.evolution.runtime import builtin_harness, specialist_for
@@ -25,6 +26,7 @@ async def evolve_agent(
     store: Store,
     provider: ModelProvider,
     sandbox: Sandbox,
+    secret_names: SecretNames,
     entry: AgentEntry,
     tasks: Sequence[EvolveTask],
     run_id: str,
@@ -34,8 +36,9 @@ async def evolve_agent(
     progress: Callable[[str], Awaitable[None]] | None = None,
 ) -> tuple[EvolutionResult, int | None]:
     """Run (or continue) `run_id`; its result and the version it stored (None: h0 won).
-    `caps`: the configured (max_iterations, max_tokens) of the built-in harness."""
-    specialist = specialist_for(entry.role, sandbox)
+    `caps`: the configured (max_iterations, max_tokens) of the built-in harness;
+    `secret_names`: the settings', withheld from every command the specialist runs."""
+    specialist = specialist_for(entry.role, sandbox, secret_names=secret_names)
     builtin = builtin_harness(specialist, *caps)
     start = (await HarnessVersions(store).active()).get(entry.name, builtin)
     evaluator = SpecialistEvaluator(

@@ -137,6 +137,7 @@ class EvolutionFeature(BaseFeature):
             store=p.store,
             provider=p.provider,
             sandbox=p.sandbox,
+            secret_names=p.secret_names,
             entry=entry,
             tasks=read_evolve_tasks(p.home / "evolve" / "tasks" / f"{run.tasks}.jsonl"),
             run_id=run.run_id,

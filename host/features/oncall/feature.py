@@ -12,7 +12,7 @@ from typing import ClassVar
 from agents.tools import Tool
 from core.ids import ConversationRef
 from host.conversation.service import CommandHandler
-from host.features.feature import BaseFeature, HostParts, StatusSource
+from host.features.feature import BaseFeature, DoctorCheck, DoctorParts, HostParts, StatusSource
 from host.features.oncall.approval import (
     CAMPAIGN_COMMAND,
     PromptCommandApprovals,
@@ -20,6 +20,7 @@ from host.features.oncall.approval import (
 )
 from host.features.oncall.commands import CampaignCommands
 from host.features.oncall.decider import ModelDecider
+from host.features.oncall.doctor import check_machines
 from host.features.oncall.migrations import MIGRATIONS
 from host.features.oncall.owners import CampaignOwners
 from host.features.oncall.site import CampaignSite, Wiring
@@ -58,6 +59,10 @@ class OncallFeature(BaseFeature):
     Section: ClassVar[type[OncallSection]] = OncallSection
     # The campaign engine's tables (oncall/).
     migrations = MIGRATIONS
+
+    @classmethod
+    async def doctor(cls, parts: DoctorParts, section: OncallSection) -> Sequence[DoctorCheck]:
+        return (await check_machines(parts),)
 
     def __init__(self, parts: HostParts, section: OncallSection) -> None:
         # The serving bot's site: its own directory is never a workdir.

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import ClassVar
 
 from agents.tools import Tool
-from core.secret_names import SecretNames
 from host.agent.host_agent import ContextSource
 from host.conversation.service import CommandHandler, ReplyGate
 from host.features.feature import BaseFeature, HostParts, StatusSource
@@ -92,9 +91,7 @@ class SchedulesFeature(BaseFeature):
                     machines=parts.machines,
                     roles=parts.roles,
                     rounds=parts.home / "campaigns",
-                    # Until HostParts carries the settings' names (`parts.secret_names`): a
-                    # workspace check gets only the base variables, which no setting declares.
-                    secret_names=SecretNames(),
+                    secret_names=parts.secret_names,
                 ),
                 parts.people,
                 self.nudges,
