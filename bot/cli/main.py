@@ -95,7 +95,9 @@ def _graph(args: argparse.Namespace, settings: Settings) -> int:
 def _runs(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.records import runs_command
 
-    return runs_command(settings, args.runs_command, getattr(args, "run", None))
+    return runs_command(
+        settings, args.runs_command, getattr(args, "run", None), out=getattr(args, "out", None)
+    )
 
 
 def _skills(args: argparse.Namespace, settings: Settings) -> int:
