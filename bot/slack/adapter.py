@@ -151,7 +151,9 @@ class SlackAdapter:
 
     async def post(self, conv: ConversationRef, message: OutboundMessage) -> str:
         """Post into the thread in ≤3,500-char mrkdwn parts (see `SlackOutgoing.post`)."""
-        return await self._outgoing.post(conv, message)
+        posted = await self._outgoing.post(conv, message)
+        self.working.posted(conv)  # Slack hid the thread's status: show it again
+        return posted
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place (`chat.update`)."""

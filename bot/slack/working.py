@@ -47,6 +47,7 @@ class SlackWorking:
         self.refresh_seconds = refresh_seconds
         self._off: set[str] = set()  # workspaces that refused statuses
         self._refreshers: dict[str, asyncio.Task[None]] = {}
+        self._texts: dict[str, str] = {}  # the status each kept thread shows
 
     async def show(self, conv: ConversationRef, text: str) -> None:
         """Set the thread's status now and keep it set until `clear`."""
@@ -54,16 +55,34 @@ class SlackWorking:
             return
         self._stop_refreshing(conv)
         if await self._set(conv, text):
-            task = asyncio.get_running_loop().create_task(
-                self._refresh(conv, text), name=f"slack-status:{conv.id}"
-            )
-            self._refreshers[conv.id] = task
+            self._keep(conv, text, first_delay=self.refresh_seconds)
+
+    def posted(self, conv: ConversationRef) -> None:
+        """The bot just posted in the thread, which hides its status on Slack: set it again
+        at once if one is kept (in the background; the post is not held up)."""
+        text = self._texts.get(conv.id)
+        if text is None or not self.refreshing(conv):
+            return
+        self._stop_refreshing(conv)
+        self._keep(conv, text, first_delay=0.0)
+
+    def _keep(self, conv: ConversationRef, text: str, *, first_delay: float) -> None:
+        """One task keeps the thread's status set: after `first_delay`, then every
+        `refresh_seconds`."""
+        self._texts[conv.id] = text
+        task = asyncio.get_running_loop().create_task(
+            self._refresh(conv, text, first_delay), name=f"slack-status:{conv.id}"
+        )
+        self._refreshers[conv.id] = task
 
     async def clear(self, conv: ConversationRef) -> None:
         """Stop refreshing and clear the thread's status (an empty status)."""
         if not self._has_status(conv):
             return
-        self._stop_refreshing(conv)
+        task = self._stop_refreshing(conv)
+        if task is not None:
+            # A set still in flight must not land after the clear and show a stale status.
+            await asyncio.wait([task])
         await self._set(conv, "")
 
     async def close(self) -> None:
@@ -83,16 +102,20 @@ class SlackWorking:
     def _has_status(self, conv: ConversationRef) -> bool:
         return conv.thread != DM_THREAD and conv.workspace not in self._off
 
-    def _stop_refreshing(self, conv: ConversationRef) -> None:
+    def _stop_refreshing(self, conv: ConversationRef) -> asyncio.Task[None] | None:
+        self._texts.pop(conv.id, None)
         task = self._refreshers.pop(conv.id, None)
         if task is not None:
             task.cancel()
+        return task
 
-    async def _refresh(self, conv: ConversationRef, text: str) -> None:
+    async def _refresh(self, conv: ConversationRef, text: str, first_delay: float) -> None:
+        delay = first_delay
         while True:
-            await asyncio.sleep(self.refresh_seconds)
+            await asyncio.sleep(delay)
             if not await self._set(conv, text):
                 return
+            delay = self.refresh_seconds
 
     async def _set(self, conv: ConversationRef, status: str) -> bool:
         """One `setStatus` call; False when it failed (a refusal turns statuses off)."""
