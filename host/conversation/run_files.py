@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from core.files import atomic_write
 from core.ids import ConversationRef
-from host.graph.attachments import RunFiles, run_files
+from host.graph.attachments import RUN_PICTURE, RunFiles, run_files
 from host.graph.excerpt import excerpt
+from host.graph.picture import RunPicture, picture_of, render_run
 from host.graph.records import read_output
 from host.graph.report import TERMINAL_OUTPUT_CAP, terminal_nodes
 from host.graph.report_loader import Audience
@@ -21,6 +23,11 @@ from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.runtime.messages import OutboundFile
 
 log = logging.getLogger(__name__)
+
+# A run of more nodes than this gets its picture in the thread: a smaller one reads at a glance.
+PICTURE_MIN_NODES = 4
+
+Draw = Callable[[RunPicture], bytes]
 
 
 class FileQueue(Protocol):
@@ -64,9 +71,16 @@ def report_turn_key(conv: ConversationRef, key: str) -> str:
 class RunAttachments:
     """Chooses a finished run's files and queues them behind its report."""
 
-    def __init__(self, files: FileQueue, workspace: Callable[[ConversationRef], Path]) -> None:
+    def __init__(
+        self,
+        files: FileQueue,
+        workspace: Callable[[ConversationRef], Path],
+        *,
+        draw: Draw = render_run,
+    ) -> None:
         self._files = files
         self._workspace = workspace
+        self._draw = draw  # the run picture as PNG bytes (replaced only by tests)
 
     async def choose(self, store: RunStore, run_id: str, *, audience: Audience) -> ChosenFiles:
         """The run's files (none when it is unknown or they cannot be listed)."""
@@ -75,11 +89,31 @@ class RunAttachments:
             return ChosenFiles()
         nodes = await store.nodes_of_run(run_id)
         workspace = self._workspace(record.conversation)
+        picture = await self._picture(record, nodes)
         try:
-            return await asyncio.to_thread(_choose, record, nodes, workspace, audience)
+            return await asyncio.to_thread(_choose, record, nodes, workspace, audience, picture)
         except OSError as exc:
             log.warning("listing the files of run %s failed: %s", run_id, exc)
             return ChosenFiles()
+
+    async def _picture(
+        self, record: RunRecord, nodes: Sequence[NodeRecord]
+    ) -> tuple[str, Path] | None:
+        """The run picture of a graph of more than three nodes, drawn in a worker thread and
+        written into the run's records (its shown name, its path); None for a smaller graph
+        or when drawing fails (the report goes out without it)."""
+        if len(nodes) < PICTURE_MIN_NODES:
+            return None
+        path = record.run_dir / RUN_PICTURE
+        try:
+            data = await asyncio.to_thread(self._draw, picture_of(record, nodes))
+            await asyncio.to_thread(atomic_write, path, data)
+        except Exception:
+            log.warning(
+                "the picture of run %s was not drawn; not attached", record.id, exc_info=True
+            )
+            return None
+        return picture_name(record.id), path
 
     async def queue(
         self, conv: ConversationRef, run_id: str, chosen: ChosenFiles, *, report_key: str
@@ -94,8 +128,18 @@ class RunAttachments:
             )
 
 
+def picture_name(run_id: str) -> str:
+    """What the run picture is called in the thread: `run-<short id>.png`."""
+    short = "".join(c for c in run_id.removeprefix("run_") if c.isalnum() or c in "-_")[:10]
+    return f"run-{short or 'graph'}.png"
+
+
 def _choose(
-    record: RunRecord, nodes: Sequence[NodeRecord], workspace: Path, audience: Audience
+    record: RunRecord,
+    nodes: Sequence[NodeRecord],
+    workspace: Path,
+    audience: Audience,
+    picture: tuple[str, Path] | None = None,
 ) -> ChosenFiles:
     shortened: list[tuple[str, Path]] = []
     for node in terminal_nodes(nodes):
@@ -109,7 +153,13 @@ def _choose(
         cut = len(text) > TERMINAL_OUTPUT_CAP if audience == "host" else excerpt(text) != text
         if cut:
             shortened.append((node.node_id, node.output_path))
-    files = run_files(record.run_dir, workspace, since=record.created_at, shortened=shortened)
+    files = run_files(
+        record.run_dir,
+        workspace,
+        since=record.created_at,
+        shortened=shortened,
+        pictures=(picture,) if picture is not None else (),
+    )
     attached = {f.name for f in files.attached}
     renamed = {
         str(path): f"{node_id}-output.md"
@@ -119,4 +169,11 @@ def _choose(
     return ChosenFiles(files, renamed)
 
 
-__all__ = ["ChosenFiles", "FileQueue", "RunAttachments", "report_turn_key"]
+__all__ = [
+    "PICTURE_MIN_NODES",
+    "ChosenFiles",
+    "FileQueue",
+    "RunAttachments",
+    "picture_name",
+    "report_turn_key",
+]

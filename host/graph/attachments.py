@@ -51,7 +51,9 @@ ATTACHABLE_SUFFIXES = frozenset(
     }
 )
 # The run's own records (see host.graph.records): shown by `runs show`, not attached.
-_RECORDS = frozenset({"graph.json", "manifest.json", "journal.jsonl", "started.jsonl"})
+# The run picture (`RUN_PICTURE`) is attached under its own name, never found by the walk.
+RUN_PICTURE = "run-graph.png"
+_RECORDS = frozenset({"graph.json", "manifest.json", "journal.jsonl", "started.jsonl", RUN_PICTURE})
 _RECORD_DIRS = frozenset({"outputs", "memory"})
 # Directories no agent writes a deliverable into.
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages"})
@@ -94,18 +96,23 @@ def run_files(
     *,
     since: float,
     shortened: Sequence[tuple[str, Path]] = (),
+    pictures: Sequence[tuple[str, Path]] = (),
 ) -> RunFiles:
-    """The files to attach (see the module doc): `shortened` pairs a node id with its output
-    file; files in `workspace` count when modified at or after `since` (the run's start)."""
+    """The files to attach (see the module doc): `pictures` pairs a shown name with a
+    picture the bot drew into the records (first: what people look at before reading),
+    `shortened` a node id with its output file; files in `workspace` count when modified at
+    or after `since` (the run's start)."""
     candidates: list[_Candidate] = []
     records = _root(run_dir)
     if records is not None:
-        for node_id, path in shortened:
+        named = [(name, path) for name, path in pictures]
+        named += [(f"{node_id}-output.md", path) for node_id, path in shortened]
+        for name, path in named:
             try:  # read under the resolved root, like everything else
                 inside = records / path.relative_to(run_dir)
             except ValueError:
                 continue  # not one of this run's records
-            candidates.append(_Candidate(f"{node_id}-output.md", inside))
+            candidates.append(_Candidate(name, inside))
         candidates += _walk(records, since=None)
     space = _root(workspace) if workspace is not None else None
     if space is not None and space != records:
@@ -224,6 +231,7 @@ __all__ = [
     "MAX_FILES_PER_RUN",
     "MAX_FILE_BYTES",
     "MAX_RUN_BYTES",
+    "RUN_PICTURE",
     "RunFiles",
     "run_files",
 ]
