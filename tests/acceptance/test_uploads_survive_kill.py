@@ -1,0 +1,189 @@
+"""A run's deliverable reaches its thread as a file exactly once across a `kill -9`, through
+the real `raven-bot run` against the loopback Slack fake.
+
+Offline, a one-node plan approved by button writes `report.md` into the conversation's
+workspace; the run's report names it and the file follows the report's reply. The fake holds
+one step of Slack's upload flow (its answer, not its effect) while the bot's database shows
+the file recorded and not yet sent; the bot is killed there, the fake lets go, and the bot
+starts again on the same RAVEN_HOME:
+
+- held at `files.getUploadURLExternal`: Slack never got the file, so the restarted bot
+  uploads it;
+- held at `files.completeUploadExternal`: Slack shared the file but the bot never heard, so
+  the restarted bot finds the share in the thread and does not upload it again.
+
+Either way the thread shows the file once (its name and bytes) and the report's reply once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.harness import WITHIN, project_dir, serving, slack_env
+from tests.fakes.slack import FakeSlack, payloads
+from tests.helpers import eventually
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+CHANNEL = "C0GENERAL"
+ALICE = "U0AL1CE42"
+DELIVERABLE = "report.md"
+CONTENT = b"the toy loss fell to 0.4\n"
+PLAN = f"r1: shell: echo the toy loss fell to 0.4 > {DELIVERABLE}"
+ATTACHED_LINE = f"Attached to this thread: `{DELIVERABLE}`"
+# The app installed from the README's manifest: files:write included.
+SCOPES = (
+    "app_mentions:read",
+    "chat:write",
+    "commands",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "mpim:history",
+    "im:read",
+    "users:read",
+    "files:read",
+    "files:write",
+    "reactions:write",
+)
+
+
+def _file_rows(home: Path) -> list[tuple[str, str]]:
+    """(delivery, text) of every outgoing file the bot recorded, read as another process
+    would: read-only, never holding a write lock on the bot's database."""
+    path = home / "raven.db"
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=WITHIN)
+    try:
+        rows = db.execute(
+            "SELECT delivery, text FROM messages WHERE file IS NOT NULL ORDER BY id"
+        ).fetchall()
+    except sqlite3.OperationalError:  # the bot has not created its tables yet
+        return []
+    finally:
+        db.close()
+    return [(str(delivery), str(text)) for delivery, text in rows]
+
+
+def _buttons(args: dict[str, Any]) -> list[dict[str, Any]]:
+    blocks = args.get("blocks") or []
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    return [e for b in blocks if b.get("type") == "actions" for e in b.get("elements", [])]
+
+
+@dataclass
+class Thread:
+    """Alice's thread with the bot in #general."""
+
+    slack: FakeSlack
+    ts: str
+
+    def posts(self) -> list[dict[str, Any]]:
+        """The bot's posts in the thread (arguments and Slack's ts)."""
+        return [
+            {**call.args, "ts": call.response.get("ts")}
+            for call in self.slack.calls_to("chat.postMessage")
+            if call.ok and call.args.get("thread_ts") == self.ts
+        ]
+
+    def reports(self) -> list[dict[str, Any]]:
+        """The run report's replies: the ones naming the attached file."""
+        return [p for p in self.posts() if ATTACHED_LINE in str(p.get("text"))]
+
+    async def approve_the_command(self) -> None:
+        """Wait for the command's approval prompt; Alice clicks Approve."""
+
+        def prompts() -> list[dict[str, Any]]:
+            return [p for p in self.posts() if _buttons(p)]
+
+        await eventually(lambda: bool(prompts()), within=WITHIN, what="the approval prompt")
+        post = prompts()[0]
+        button = next(b for b in _buttons(post) if b["text"]["text"] == "Approve")
+        body = payloads.block_actions(
+            button["action_id"],
+            button["value"],
+            ALICE,
+            CHANNEL,
+            post["ts"],
+            thread_ts=self.ts,
+            response_url=self.slack.response_url("click"),
+        )
+        await self.slack.send_envelope("interactive", body)
+
+
+@contextlib.asynccontextmanager
+async def _workspace() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(scopes=SCOPES) as slack:
+        slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="alice")
+        yield slack
+
+
+async def _kill_while_held(tmp_path: Path, held_method: str) -> tuple[FakeSlack, Thread, Path]:
+    """Run the plan, hold `held_method`'s answer, kill -9 the bot while the file is recorded
+    as pending, let the fake go, start the bot again and wait until the file is sent."""
+    home = tmp_path / "home"
+    home.mkdir()
+    project = project_dir(tmp_path / "project")
+    async with _workspace() as slack:
+        env = slack_env(home, slack.api_url)
+        hold = slack.hold(held_method)
+        async with serving(env, project, tmp_path / "before-kill.log") as proc:
+            await slack.wait_connected(within=WITHIN)
+            ts = slack.next_ts()
+            mention = payloads.app_mention(CHANNEL, ALICE, f"<@UBOT> {PLAN}", ts)
+            await slack.send_envelope("events_api", payloads.event_callback(mention))
+            thread = Thread(slack, ts)
+            await thread.approve_the_command()
+            await hold.wait_held(within=WITHIN)
+            # Between record and send: the file is in the database, not marked sent.
+            assert _file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
+            assert len(thread.reports()) == 1, thread.posts()
+            proc.send_signal(signal.SIGKILL)  # kill -9 the bot alone
+            await asyncio.wait_for(proc.wait(), WITHIN)
+        await eventually(lambda: slack.open_connections == 0, within=WITHIN)
+        hold.release()
+        async with serving(env, project, tmp_path / "after-restart.log"):
+            await slack.wait_connected(within=WITHIN)
+            await eventually(
+                lambda: _file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
+                within=WITHIN,
+                what=lambda: f"the file marked sent, got {_file_rows(home)}",
+                every=0.2,
+            )
+        return slack, thread, home
+
+
+def _assert_shown_once(slack: FakeSlack, thread: Thread) -> None:
+    (shared,) = slack.files_in(CHANNEL, thread.ts)
+    assert (shared.name, shared.data) == (DELIVERABLE, CONTENT)
+    assert len(slack.shared_files) == 1, slack.shared_files
+    shares = [m for m in slack.thread(CHANNEL, thread.ts) if m.get("files")]
+    assert len(shares) == 1, shares
+    assert len(thread.reports()) == 1, thread.posts()
+
+
+async def test_a_file_slack_never_got_is_uploaded_once_after_a_kill_9(tmp_path: Path) -> None:
+    slack, thread, _ = await _kill_while_held(tmp_path, "files.getUploadURLExternal")
+    _assert_shown_once(slack, thread)
+    # Asked for an upload URL before the kill and again after it; completed once.
+    assert len(slack.calls_to("files.getUploadURLExternal")) == 2
+    assert len([c for c in slack.calls_to("files.completeUploadExternal") if c.ok]) == 1
+
+
+async def test_a_file_slack_shared_before_the_kill_9_is_not_shared_again(tmp_path: Path) -> None:
+    slack, thread, _ = await _kill_while_held(tmp_path, "files.completeUploadExternal")
+    _assert_shown_once(slack, thread)
+    # The restarted bot found the share in the thread: it never started a second upload.
+    assert len(slack.calls_to("files.getUploadURLExternal")) == 1
+    assert len(slack.calls_to("files.completeUploadExternal")) == 1
