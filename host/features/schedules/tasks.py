@@ -22,6 +22,7 @@ from core.fence import fence, new_marker
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from core.markdown import code_block
+from core.pipe_table import pipe_table
 from host.conversation.outbox import DeliveryError, Outbox
 from host.features.schedules.line import ScheduleError
 from host.features.schedules.store import (
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 SCHEDULED_TASK_JOB = "scheduled_task"
 # `status` and `schedule: list` count the tasks that ended within this (not listed one by one).
 RECENT_SECONDS = 86_400.0
+# The columns of `schedule: list` and of the scheduled tasks in `status`.
+TABLE_HEADER = ("Task", "Owner", "Schedule", "Next", "What")
 SCHEDULE_APPROVAL = "schedule_approval"
 # A firing later than this is said to be late (a restart, a long stall).
 LATE_GRACE_SECONDS = 120.0
@@ -803,26 +806,37 @@ class ScheduledTasks:
             else await self.store.of_conversation(conversation.id)
         )
         recent = await self._recent(None if everything else conversation)
-        lines = [self.line(t, here=t.conversation.id == conversation.id) for t in tasks]
-        if not lines:
-            lines = ["No scheduled tasks here." if not everything else "No scheduled tasks."]
-        # A blank line first: right under a bullet it would continue that bullet.
-        return "\n".join(lines) + (f"\n\n{recent}" if recent else "")
+        if not tasks:
+            listed = "No scheduled tasks here." if not everything else "No scheduled tasks."
+        else:
+            listed = self.table(tasks, here=conversation.id)
+        # A blank line first: right under a table row it would be read as one more row.
+        return listed + (f"\n\n{recent}" if recent else "")
 
-    def line(self, task: ScheduledTask, *, here: bool = True) -> str:
-        """One task for people: id, owner, schedule, state, next fire time, whether it is
-        muted or snoozed (and what it runs when it is this conversation's)."""
+    def table(self, tasks: Sequence[ScheduledTask], *, here: str) -> str:
+        """The tasks as a table, one row each: id, owner, schedule, next fire time (or its
+        state) and whether it is muted or snoozed, and what it runs when it is the
+        conversation `here`'s (another conversation's stays there)."""
+        return pipe_table(
+            TABLE_HEADER, [self.row(t, here=t.conversation.id == here) for t in tasks]
+        )
+
+    def row(self, task: ScheduledTask, *, here: bool = True) -> list[str]:
+        """One task's cells, in `TABLE_HEADER`'s order."""
         schedule = task.schedule
         nxt = (
-            f"next {for_readers(task.next_due, schedule.zone)}"
+            for_readers(task.next_due, schedule.zone)
             if task.state == "active" and task.next_due is not None
             else task.state
         )
-        what = f": {_gist(schedule.what)}" if here else " (in another conversation)"
-        return (
-            f"- `{task.id}` by {task.owner_name}, {schedule.kind} {schedule.when} "
-            f"({schedule.tz}), {nxt}{self._quiet(task)}{what}"
-        )
+        what = _gist(schedule.what) if here else "(in another conversation)"
+        return [
+            f"`{task.id}`",
+            task.owner_name,
+            f"{schedule.kind} {schedule.when} ({schedule.tz})",
+            f"{nxt}{self._quiet(task)}",
+            what,
+        ]
 
     def _quiet(self, task: ScheduledTask) -> str:
         """` (muted)`, ` (snoozed until …)` or nothing: whether its posts are held back."""
@@ -851,8 +865,10 @@ class ScheduledTasks:
         and whether they are muted or snoozed, then a `Recent:` line for those that ended."""
         tasks = await self.store.of_conversation(conversation.id)
         recent = await self._recent(conversation)
-        lines = ["**Scheduled tasks**:", *(self.line(t) for t in tasks)] if tasks else []
-        return "\n".join([*lines, *([recent] if recent else [])])
+        lines = (
+            ["**Scheduled tasks**:", "", self.table(tasks, here=conversation.id)] if tasks else []
+        )
+        return "\n".join([*lines, *(["", recent] if recent else [])])
 
     async def _say(self, conv: ConversationRef, text: str, *, key: str) -> None:
         try:

@@ -120,7 +120,7 @@ async def test_only_the_owner_an_approver_or_an_admin_acts_on_a_task(bot: Bot) -
     assert "You may not run" in reply
     assert (await bot.only_task()).state == "active"
     listing = await bot.say("schedule: list", author="U2", name="mallory")
-    assert task.id in listing and "by alice" in listing and "next " in listing
+    assert f"| `{task.id}` | alice | every 1h (UTC) | " in listing and " UTC " in listing
     assert "pause" in await bot.say(f"schedule: pause {task.id}")
     assert (await bot.only_task()).state == "paused"
     assert "resumed" in await bot.say(f"schedule: resume {task.id}")

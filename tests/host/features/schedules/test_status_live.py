@@ -47,11 +47,13 @@ async def test_status_lists_live_work_with_mute_and_snooze_and_finished_work_in_
     status = _ids(await bot.say("status"))
     assert status == (
         "**Status**: running nothing; 0 request(s) queued.\n\n"
-        "**Scheduled tasks**:\n"
-        f"- `{muted}` by alice, every 2h (UTC), next TIME (muted until `unmute`): "
-        "`s1: shell: echo two`\n"
-        f"- `{snoozed}` by alice, every 30m (UTC), next TIME (snoozed until TIME): "
-        "`check: true`\n\n"
+        "**Scheduled tasks**:\n\n"
+        "| Task | Owner | Schedule | Next | What |\n"
+        "|---|---|---|---|---|\n"
+        f"| `{muted}` | alice | every 2h (UTC) | TIME (muted until `unmute`) | "
+        "`s1: shell: echo two` |\n"
+        f"| `{snoozed}` | alice | every 30m (UTC) | TIME (snoozed until TIME) | "
+        "`check: true` |\n\n"
         "Proactive posts: no quiet hours; at most 20 per channel and 10 per person per hour; "
         "the same post once a day per conversation; final reports and failures always post."
         "\n\n"
@@ -61,9 +63,11 @@ async def test_status_lists_live_work_with_mute_and_snooze_and_finished_work_in_
 
     listed = _ids(await bot.say("schedule: list"))
     assert listed == (
-        f"- `{muted}` by alice, every 2h (UTC), next TIME (muted until `unmute`): "
-        "`s1: shell: echo two`\n"
-        f"- `{snoozed}` by alice, every 30m (UTC), next TIME (snoozed until TIME): "
-        "`check: true`\n\n"
+        "| Task | Owner | Schedule | Next | What |\n"
+        "|---|---|---|---|---|\n"
+        f"| `{muted}` | alice | every 2h (UTC) | TIME (muted until `unmute`) | "
+        "`s1: shell: echo two` |\n"
+        f"| `{snoozed}` | alice | every 30m (UTC) | TIME (snoozed until TIME) | "
+        "`check: true` |\n\n"
         f"Recent: 1 scheduled task(s) ended in the last 24 h (latest `{ended}`, cancelled)"
     )
