@@ -94,6 +94,27 @@ def stored_inbound(payload: str) -> InboundMessage:
     return InboundMessage.model_validate(data)
 
 
+class ChartSeries(BaseModel):
+    """One line of a chart: a value per category (None where it has none yet)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    values: tuple[float | None, ...]
+
+
+class ChartData(BaseModel):
+    """A small line chart a message may carry for platforms that draw charts themselves
+    (Slack's chart block); plain data, never a platform's JSON. The message's text says the
+    same in words, and is all that other platforms show."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    title: str = Field(min_length=1, max_length=200)
+    x_label: str = Field(default="", max_length=200)
+    y_label: str = Field(default="", max_length=200)
+    categories: tuple[str, ...] = Field(min_length=1, description="the x axis, in order")
+    series: tuple[ChartSeries, ...] = Field(min_length=1)
+
+
 class OutboundMessage(BaseModel):
     """Something the bot says: Markdown text into a conversation's thread."""
 
@@ -103,6 +124,9 @@ class OutboundMessage(BaseModel):
     ephemeral_to: str | None = None
     redelivery: bool = Field(
         default=False, description="resent after a crash: the platform may already have it"
+    )
+    chart: ChartData | None = Field(
+        default=None, description="drawn natively where the platform can; the text stays"
     )
 
 

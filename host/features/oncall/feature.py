@@ -18,6 +18,7 @@ from host.features.oncall.approval import (
     PromptCommandApprovals,
     handle_campaign_command,
 )
+from host.features.oncall.charts import ChartedNotices
 from host.features.oncall.commands import CampaignCommands
 from host.features.oncall.decider import ModelDecider
 from host.features.oncall.doctor import check_machines
@@ -80,12 +81,14 @@ class OncallFeature(BaseFeature):
             held=HeldPosts(parts.store, parts.scheduler),
             admission=parts.admission,
         )
+        store = CampaignStore(parts.store)
         self.engine = site.engine(
             {name: machine.spec for name, machine in parts.machines.items()},
             Wiring(
-                CampaignStore(parts.store),
+                store,
                 parts.scheduler,
-                self.notifier,
+                # A final report's chart follows it into the thread as a PNG.
+                ChartedNotices(self.notifier, store, parts.outbox, parts.home / "campaigns"),
                 ModelDecider(parts.provider),
                 PromptCommandApprovals(parts.broker),
                 CampaignOwners(parts.admission, admins=parts.roles.admins),

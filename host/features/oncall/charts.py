@@ -1,0 +1,183 @@
+"""A campaign's chart follows its final report into the thread: as a PNG uploaded through the
+outbox (recorded, sent once, retried), and as chart data the report message carries for a
+platform that draws charts itself (Slack's chart block).
+
+The PNG is drawn (in a worker thread) once the report is posted, written whole into the
+campaign's directory and queued under `campaign:<id>:chart-final`, so it comes after the
+report and is never doubled. Drawing or uploading it never holds the report back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from core.files import atomic_write
+from core.ids import ConversationRef
+from host.conversation.run_files import FileQueue
+from host.runtime.messages import ChartData, ChartSeries, OutboundFile
+from oncall.chart import CampaignChart, best_so_far, chart_of, render_chart
+from oncall.ports import CampaignNotifier, PostedHook
+from oncall.store import CampaignStore
+
+log = logging.getLogger(__name__)
+
+CHART_FILE = "chart-final.png"
+_REPORT_KEY = ("campaign:", ":report")
+
+Draw = Callable[[CampaignChart], bytes]
+
+
+def final_report_of(idempotency_key: str) -> str | None:
+    """The campaign whose final report a notice key is (`campaign:<id>:report`), else None."""
+    head, tail = _REPORT_KEY
+    if idempotency_key.startswith(head) and idempotency_key.endswith(tail):
+        campaign_id = idempotency_key[len(head) : -len(tail)]
+        return campaign_id if campaign_id and ":" not in campaign_id else None
+    return None
+
+
+def chart_key(campaign_id: str) -> str:
+    """The outbox key of a campaign's final chart: one upload per campaign."""
+    return f"campaign:{campaign_id}:chart-final"
+
+
+def chart_data(chart: CampaignChart) -> ChartData | None:
+    """The chart as plain data, one category per round: the best value of each round, the
+    best so far, and the target and baseline when set; None before any value."""
+    pick = min if chart.direction == "min" else max
+    rounds = max([chart.rounds, *(p.round for p in chart.points)], default=0)
+    per_round: dict[int, float] = {}
+    for point in chart.points:
+        if math.isfinite(point.value):
+            known = per_round.get(point.round)
+            per_round[point.round] = point.value if known is None else pick(known, point.value)
+    if not per_round or rounds < 1:
+        return None
+    numbers = range(1, rounds + 1)
+    measured = [per_round.get(n) for n in numbers]
+    best: list[float | None] = []
+    running: list[float] = []
+    for value in measured:
+        if value is not None:
+            running = best_so_far([*running[-1:], value], chart.direction)[-1:]
+        best.append(running[-1] if running else None)
+    series = [
+        ChartSeries(name="best so far", values=tuple(best)),
+        ChartSeries(name=chart.metric[:64] or "value", values=tuple(measured)),
+    ]
+    for name, line in (("target", chart.target), ("baseline", chart.baseline)):
+        if line is not None and math.isfinite(line):
+            series.append(ChartSeries(name=name, values=(line,) * rounds))
+    better = "lower is better" if chart.direction == "min" else "higher is better"
+    return ChartData(
+        title=f"{chart.campaign_id}: {chart.metric}"[:200],
+        x_label="round",
+        y_label=f"{chart.metric} ({better})"[:200],
+        categories=tuple(f"r{n}" for n in numbers),
+        series=tuple(series),
+    )
+
+
+class ChartedNotices:
+    """The campaign engine's notifier: notices as `inner` posts them, and a final report's
+    chart attached after it."""
+
+    def __init__(
+        self,
+        inner: CampaignNotifier,
+        store: CampaignStore,
+        files: FileQueue,
+        root: Path,
+        *,
+        draw: Draw = render_chart,
+    ) -> None:
+        self._inner = inner
+        self._store = store
+        self._files = files
+        self._root = root  # RAVEN_HOME/campaigns: a campaign's chart is kept in its folder
+        self._draw = draw  # PNG bytes (replaced only by tests)
+
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
+    ) -> None:
+        campaign_id = final_report_of(idempotency_key)
+        if campaign_id is not None:
+            on_posted = self._then_chart(conv, campaign_id, on_posted)
+        await self._inner.send(
+            conv,
+            text,
+            idempotency_key=idempotency_key,
+            on_posted=on_posted,
+            recipient=recipient,
+            essential=essential,
+        )
+
+    async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
+        return await self._inner.posted_id(conv, idempotency_key)
+
+    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
+        await self._inner.edit(conv, message_id, text, key=key)
+
+    async def chart_of(self, campaign_id: str) -> CampaignChart | None:
+        """What the campaign's chart shows, from its records (None: no such campaign)."""
+        record = await self._store.get(campaign_id)
+        if record is None:
+            return None
+        rounds = await self._store.rounds(campaign_id)
+        return chart_of(record, rounds, await self._store.measurements(campaign_id))
+
+    def _then_chart(
+        self, conv: ConversationRef, campaign_id: str, then: PostedHook | None
+    ) -> PostedHook:
+        async def posted(message_id: str) -> None:
+            if then is not None:
+                await then(message_id)
+            await self.attach_chart(conv, campaign_id)
+
+        return posted
+
+    async def attach_chart(self, conv: ConversationRef, campaign_id: str) -> bool:
+        """Draw the campaign's chart and queue it for the thread; False (logged) when it has
+        no values or cannot be drawn or recorded."""
+        try:
+            chart = await self.chart_of(campaign_id)
+            if chart is None or not chart.points:
+                return False
+            path = self._root / campaign_id / CHART_FILE
+            data = await asyncio.to_thread(self._draw, chart)
+            await asyncio.to_thread(atomic_write, path, data)
+            file = OutboundFile(
+                name=f"{_safe(campaign_id)}-chart.png",
+                path=path.resolve(),
+                size=len(data),
+                content_type="image/png",
+            )
+            await self._files.attach(conv, (file,), key=chart_key(campaign_id))
+        except Exception:
+            log.warning("the chart of campaign %s was not attached", campaign_id, exc_info=True)
+            return False
+        return True
+
+
+def _safe(campaign_id: str) -> str:
+    return "".join(c for c in campaign_id if c.isalnum() or c in "-_")[:64] or "campaign"
+
+
+__all__ = [
+    "CHART_FILE",
+    "ChartedNotices",
+    "chart_data",
+    "chart_key",
+    "final_report_of",
+]
