@@ -18,6 +18,7 @@ from bot.slack.identity import SlackIdentity
 from bot.slack.mrkdwn import render_for_slack
 from bot.slack.normalize import DM_THREAD
 from bot.slack.pings import neutralize_slack_args
+from bot.slack.table_blocks import message_blocks
 from core.ids import ConversationRef
 from host.runtime.messages import OutboundMessage
 from host.runtime.ports import ChannelError
@@ -92,6 +93,7 @@ class SlackOutgoing:
                 channel=conv.channel,
                 thread_ts=thread_ts(conv),
                 text=chunk,
+                **({"blocks": blocks} if (blocks := message_blocks(message)) else {}),
                 unfurl_links=False,
                 unfurl_media=False,
                 metadata={
@@ -124,5 +126,9 @@ class SlackOutgoing:
         """Edit a status message in place (`chat.update`)."""
         chunks = await self._chunks(message)
         await self.call(
-            self._client.chat_update, channel=conv.channel, ts=message_id, text=chunks[0]
+            self._client.chat_update,
+            channel=conv.channel,
+            ts=message_id,
+            text=chunks[0],
+            **({"blocks": blocks} if (blocks := message_blocks(message)) else {}),
         )
