@@ -136,6 +136,17 @@ async def test_too_large_a_file_is_refused_before_upload() -> None:
         assert [f.name for f in fake.shared_files] == ["fits.bin"]
 
 
+async def test_a_file_of_several_mib_is_taken_whole(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    # Slack takes files far larger than an aiohttp server's default 1 MiB body: so must the
+    # fake, or a bot's ordinary upload looks refused as too large.
+    data = bytes(range(256)) * (4 * 2**20 // 256)
+    await client.files_upload_v2(content=data, filename="design.png", channel=CHANNEL)
+    (shared,) = fake.shared_files
+    assert (shared.name, shared.data) == ("design.png", data)
+
+
 async def test_rate_limited_upload_raises_without_a_retry_handler(
     fake: FakeSlack, client: AsyncWebClient
 ) -> None:

@@ -317,7 +317,9 @@ class FakeSlack:
 
     async def start(self) -> FakeSlack:
         """Bind 127.0.0.1 on a free port and start serving; returns self."""
-        app = web.Application()
+        # Bodies as large as an upload may be (aiohttp's default cap is 1 MiB; a multipart
+        # upload carries a little more than the file).
+        app = web.Application(client_max_size=self.uploads.max_file_bytes + 2**16)
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/files/{file_id}/{name}", self._file)
         app.router.add_post("/response_url/{id}", self._response_url)
