@@ -18,6 +18,7 @@ from pathlib import Path
 from core.files import atomic_write
 from core.ids import ConversationRef
 from host.conversation.run_files import FileQueue
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.messages import ChartData, ChartSeries, OutboundFile
 from oncall.chart import CampaignChart, best_so_far, chart_of, render_chart
 from oncall.ports import CampaignNotifier, PostedHook
@@ -26,6 +27,8 @@ from oncall.store import CampaignStore
 log = logging.getLogger(__name__)
 
 CHART_FILE = "chart-final.png"
+# At start, charts owed to reports posted this recently (the process died in between).
+RECOVER_SECONDS = 86_400.0
 _REPORT_KEY = ("campaign:", ":report")
 
 Draw = Callable[[CampaignChart], bytes]
@@ -93,9 +96,11 @@ class ChartedNotices:
         files: FileQueue,
         root: Path,
         *,
+        log: ConversationLog | None = None,
         draw: Draw = render_chart,
     ) -> None:
         self._inner = inner
+        self._log = log  # what was posted and queued already (for `recover`)
         self._store = store
         self._files = files
         self._root = root  # RAVEN_HOME/campaigns: a campaign's chart is kept in its folder
@@ -136,6 +141,26 @@ class ChartedNotices:
             return None
         rounds = await self._store.rounds(campaign_id)
         return chart_of(record, rounds, await self._store.measurements(campaign_id))
+
+    async def recover(self, *, now: float) -> int:
+        """At start: queue the charts of final reports posted before the process died, its
+        chart not yet recorded (the hook that queues it runs after the post). How many."""
+        if self._log is None:
+            return 0
+        queued = 0
+        for record in await self._store.recent(limit=50):
+            closed = record.closed_at
+            if record.state not in ("closed", "failed") or closed is None:
+                continue
+            if now - closed > RECOVER_SECONDS:
+                continue
+            report = await self._log.outbound(f"campaign:{record.id}:report")
+            if report is None or report.delivery != "sent":
+                continue
+            if await self._log.outbound(f"{chart_key(record.id)}:0") is not None:
+                continue  # recorded: the outbox sends it (or did)
+            queued += await self.attach_chart(record.conversation, record.id)
+        return queued
 
     def _then_chart(
         self, conv: ConversationRef, campaign_id: str, then: PostedHook | None

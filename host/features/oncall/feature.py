@@ -4,6 +4,7 @@ wake-ups and `stop`, with notices posted in the conversation's lane."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -82,13 +83,20 @@ class OncallFeature(BaseFeature):
             admission=parts.admission,
         )
         store = CampaignStore(parts.store)
+        # A final report's chart follows it into the thread as a PNG.
+        self.charts = ChartedNotices(
+            self.notifier,
+            store,
+            parts.outbox,
+            parts.home / "campaigns",
+            log=parts.conversation_log,
+        )
         self.engine = site.engine(
             {name: machine.spec for name, machine in parts.machines.items()},
             Wiring(
                 store,
                 parts.scheduler,
-                # A final report's chart follows it into the thread as a PNG.
-                ChartedNotices(self.notifier, store, parts.outbox, parts.home / "campaigns"),
+                self.charts,
                 ModelDecider(parts.provider),
                 PromptCommandApprovals(parts.broker),
                 CampaignOwners(parts.admission, admins=parts.roles.admins),
@@ -142,6 +150,8 @@ class OncallFeature(BaseFeature):
         # still running; overdue wake-ups fire once.
         await self.notifier.recover()
         await self.engine.recover()
+        # Charts owed to reports posted just before the process died.
+        await self.charts.recover(now=time.time())
         stack.push_async_callback(self.engine.close)
 
 

@@ -6,6 +6,7 @@ carry has a value per round and the best so far."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,13 +15,17 @@ import pytest
 from PIL import Image
 
 from core.ids import ConversationRef
+from host.conversation.outbox import Outbox
 from host.features.oncall.charts import ChartedNotices, chart_data, final_report_of
+from host.runtime.conversation_log import ConversationLog
 from host.runtime.messages import OutboundFile
 from oncall.chart import HEIGHT_PX, WIDTH_PX, CampaignChart, ChartPoint
 from oncall.ports import PostedHook
 from tests.discord_harness import ALICE, discord_bot
 from tests.helpers import approve_campaigns, eventually
-from tests.oncall_kit import spec
+from tests.host.conversation.test_run_picture_upload import BytesChannel
+from tests.oncall_kit import CONV as KIT_CONV
+from tests.oncall_kit import oncall_kit, spec
 from tests.slack_harness import CHANNEL, slack_bot
 
 # Each round prints a lower loss than the last (a counter in the campaign's working directory).
@@ -181,3 +186,33 @@ def test_chart_data_has_each_round_and_the_best_so_far() -> None:
     assert measured.name == "loss" and measured.values == (9.0, 12.0, 4.0)
     assert "lower is better" in data.y_label
     assert chart_data(CampaignChart("c", "g", "loss", "min")) is None
+
+
+async def test_a_chart_owed_when_the_bot_died_after_the_report_is_sent_once_at_start(
+    tmp_path: Path,
+) -> None:
+    async with oncall_kit(tmp_path) as kit:
+        record = await kit.engine.start("U1", KIT_CONV, spec(IMPROVING))
+        final = await kit.until_final(record.id)
+        assert final.state == "closed"
+        log = ConversationLog(kit.store)
+        # The report went out; the process died before the hook recorded the chart.
+        key = f"campaign:{record.id}:report"
+        await log.record_outbound(KIT_CONV, idempotency_key=key, text="📋 report")
+        await log.mark_delivery(key, "sent", "m1")
+        channel = BytesChannel()
+        outbox = Outbox(log, {KIT_CONV.platform: channel}, retry_delays=(0.0,))
+        lane = _Lane()
+        for _ in range(2):  # a second start owes nothing
+            charts = ChartedNotices(lane, kit.campaigns, outbox, kit.root, log=log)
+            await charts.recover(now=time.time())
+            await outbox.idle()
+        assert list(channel.uploaded) == [f"{record.id}-chart.png"]
+        _assert_chart_png(channel.uploaded[f"{record.id}-chart.png"])
+        # Charts are owed for a day after the campaign closed, not forever.
+        assert (
+            await ChartedNotices(lane, kit.campaigns, outbox, kit.root, log=log).recover(
+                now=time.time() + 2 * 86_400
+            )
+            == 0
+        )
