@@ -13,6 +13,7 @@ import discord
 from bot.discord.link import DiscordLink, channel_error
 from bot.discord.markdown import render_for_discord
 from bot.discord.notes import HeldInteractions, followup
+from bot.discord.table_embeds import with_table_embeds
 from bot.discord.threads import Threads, partial_message
 from core.ids import ConversationRef
 from host.runtime.attachment_bytes import attachment_bytes
@@ -51,6 +52,8 @@ class Poster:
         if message.ephemeral_to:
             await self.notify_private(conv, message.ephemeral_to, chunks[0])
             return ""
+        table = with_table_embeds(message.text, chunks)
+        chunks = table.chunks
         try:
             channel = await self._threads.target(conv)
             already = await self._already_posted(channel) if message.redelivery else {}
@@ -60,6 +63,7 @@ class Poster:
                 if sent_id is None:
                     sent = await channel.send(
                         chunk,
+                        embeds=table.embeds if index == 0 else [],
                         allowed_mentions=discord.AllowedMentions.none(),
                         nonce=_nonce(message.idempotency_key, index),
                     )
@@ -122,11 +126,13 @@ class Poster:
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:
         """Edit a status message in place."""
-        chunks = render_for_discord(message.text) or ["(empty)"]
+        table = with_table_embeds(message.text, render_for_discord(message.text) or ["(empty)"])
         try:
             channel = await self._threads.target(conv)
             await partial_message(channel, message_id).edit(
-                content=chunks[0], allowed_mentions=discord.AllowedMentions.none()
+                content=table.chunks[0],
+                embeds=table.embeds,
+                allowed_mentions=discord.AllowedMentions.none(),
             )
         except discord.HTTPException as exc:
             raise channel_error(exc) from exc
