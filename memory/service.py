@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.pipe_table import pipe_table
 from memory.archive import Archive, Note, Scope
 from memory.episodes import EpisodeFormer, RuleFormer, content_words, overlap
 from memory.erasure import UserErasure
@@ -268,13 +269,17 @@ class MemoryService:
         notes = [n for n in await self._archive.notes(owner) if dm or n.scope == "any"]
         episodes = [e for e in await self._archive.episodes(owner) if dm or e.scope == "any"]
         facts = [f for e in episodes for f in e.facts]
-        if not notes and not facts:
+        rows = [["profile", n.text] for n in notes if n.kind == "profile"]
+        rows += [
+            ["you told me", n.text] for n in notes if n.kind == "note" and n.tag == "remembered"
+        ]
+        rows += [["plan" if f.kind == "foresight" else "fact", f.text] for f in facts[-15:]]
+        if not rows:
             return "I don't remember anything about you yet."
-        lines = [f"- {n.text}" for n in notes if n.kind == "profile"]
-        lines += [f"- {n.text}" for n in notes if n.kind == "note" and n.tag == "remembered"]
-        lines += [f"- {f.text}" + (" (plan)" if f.kind == "foresight" else "") for f in facts[-15:]]
         hidden = "" if dm else " (things you told me in a DM stay there)"
-        return "Here is what I remember about you" + hidden + ":\n" + "\n".join(lines[:30])
+        # A table (Kind, Remembered): drawn natively in chat, aligned on the console.
+        table = pipe_table(("Kind", "Remembered"), rows[:30])
+        return f"Here is what I remember about you{hidden}:\n\n{table}"
 
     async def forget(self, owner: str, containing: str | None = None) -> int:
         """Delete the owner's records (all, or those containing `containing`) and their

@@ -158,6 +158,10 @@ async def test_a_completed_turn_becomes_an_episode_recalled_later(rig: Rig) -> N
     answer = rig.channel.texts
     await rig.say("what do you remember about me", "U1", "e3")
     assert "billing service written in Rust" in rig.channel.texts[-1]
+    # One row per thing remembered, under a header: chat draws it as a table.
+    shown = rig.channel.texts[-1].split("\n")
+    assert shown[2:4] == ["| Kind | Remembered |", "|---|---|"]
+    assert any(r.startswith("| fact | ") and "Rust" in r for r in shown[4:]), shown
     assert len(rig.channel.texts) == len(answer) + 1
 
 
@@ -190,7 +194,7 @@ async def test_commands_never_become_episodes_or_facts_but_sentences_do(rig: Rig
         "user-U1 said: I run my nightly checks on the billing service."
     ]
     described = await rig.memory.describe(owner, dm=False)
-    assert described.endswith("\n- I run my nightly checks on the billing service.")
+    assert described.endswith("\n| fact | I run my nightly checks on the billing service. |")
 
 
 async def test_forget_removes_records_and_their_index_entries(rig: Rig) -> None:
