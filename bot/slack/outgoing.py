@@ -12,6 +12,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from bot.slack.chart_blocks import with_chart
 from bot.slack.config import PERMANENT_ERRORS
 from bot.slack.history import SlackHistory
 from bot.slack.identity import SlackIdentity
@@ -88,12 +89,15 @@ class SlackOutgoing:
         for index, chunk in enumerate(chunks):
             if index in posted:
                 continue
+            # A chart (Slack draws it) goes under the last part.
+            last = index == len(chunks) - 1
+            blocks = with_chart(message, chunk, message_blocks(message), last=last)
             resp = await self.call(
                 self._client.chat_postMessage,
                 channel=conv.channel,
                 thread_ts=thread_ts(conv),
                 text=chunk,
-                **({"blocks": blocks} if (blocks := message_blocks(message)) else {}),
+                **({"blocks": blocks} if blocks else {}),
                 unfurl_links=False,
                 unfurl_media=False,
                 metadata={
@@ -130,5 +134,9 @@ class SlackOutgoing:
             channel=conv.channel,
             ts=message_id,
             text=chunks[0],
-            **({"blocks": blocks} if (blocks := message_blocks(message)) else {}),
+            **(
+                {"blocks": blocks}
+                if (blocks := with_chart(message, chunks[0], message_blocks(message), last=True))
+                else {}
+            ),
         )

@@ -1,15 +1,19 @@
 """A message's chart as Slack's chart block (`data_visualization`, a line chart) within
 Slack's limits: a title of at most 50 characters, at most 6 uniquely named series, at most
 20 categories of at most 20 characters (more rounds are bucketed, as the x label says), the
-message's text kept in sections before it."""
+message's text kept in sections before it; posted through the real slack_sdk."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
+import pytest
+
 from bot.slack.chart_blocks import MAX_CATEGORIES, chart_blocks, with_chart
 from host.runtime.messages import ChartData, ChartSeries, OutboundMessage
+from tests.slack_harness import CHANNEL, slack_bot
 
 
 def _chart(rounds: int, *, title: str = "c1: loss") -> ChartData:
@@ -97,3 +101,26 @@ def test_the_text_stays_in_a_section_before_the_chart() -> None:
     ]  # fmt: skip
     plain = OutboundMessage(text="report", idempotency_key="k")
     assert with_chart(plain, "*report*", None, last=True) is None
+
+
+async def test_a_report_with_a_chart_reaches_slack_with_the_chart_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("hello")
+        await bot.replies_in(ts)
+        await bot.settle(ts)
+        message = OutboundMessage(
+            text="📋 Campaign `c1` report: loss 95", idempotency_key="campaign:c1:report",
+            chart=_chart(5),
+        )  # fmt: skip
+        await bot.adapter.post(bot.conversation(ts), message)
+        (post,) = [p for p in bot.posts(ts) if "Campaign `c1` report" in p.get("text", "")]
+        blocks = post["blocks"]
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        assert [b["type"] for b in blocks] == ["section", "data_visualization"]
+        assert "Campaign `c1` report" in blocks[0]["text"]["text"]
+        assert_valid_chart_block(blocks[1])
+        # The text stays as the notification fallback.
+        assert post["text"].startswith("📋 Campaign `c1` report")
+        assert post["channel"] == CHANNEL
