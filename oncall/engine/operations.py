@@ -13,6 +13,7 @@ from oncall.engine.parts import CRASHES, CampaignError, cites
 from oncall.model import DecisionAction, WakeReason
 from oncall.policy import clamp_to_budget
 from oncall.report_gate import check_report, draft_report, format_duration
+from oncall.round_table import rounds_table
 from oncall.store import CampaignRecord
 
 if TYPE_CHECKING:
@@ -174,9 +175,16 @@ class Operations:
         # quoted after it, as the job's words (no claim of the reporter's).
         text += await self._crash_tails(record)
         await self._rooms.closing.close(record, "failed" if failed else "closed", report=text)
+        table = rounds_table(
+            record.spec.metric.name,
+            record.spec.direction,
+            await core.summaries(await core.fresh(record)),
+            measurements,
+            tolerance=core.settings.report_tolerance,
+        )
         await core.notify(
             record,
-            f"📋 Campaign `{record.id}` report:\n\n{text}",
+            f"📋 Campaign `{record.id}` report:\n\n{text}" + (f"\n\n{table}" if table else ""),
             key=f"campaign:{record.id}:report",
             essential=True,
         )

@@ -40,7 +40,14 @@ async def test_a_job_printing_a_decreasing_loss_is_watched_woken_on_finish_and_r
         assert final.model_calls == 0
         # The round's news is edited into the campaign's status message; the report posts.
         assert any("Woke early" in t and "finished" in t for t in kit.notifier.news)
-        assert any(t.startswith("📋") for t in kit.notifier.texts())
+        (report,) = [t for t in kit.notifier.texts() if t.startswith("📋")]
+        # Under the checked words, the record's rounds as a table.
+        assert report.endswith(
+            "Rounds:\n\n"
+            "| Round | Ended | loss values | Best loss | Last loss |\n"
+            "|---|---|---|---|---|\n"
+            "| 1 | finished (exit code 0) | 4 | 0.42 | 0.42 |"
+        ), report
 
 
 async def test_nan_divergence_wakes_early_terminates_the_job_and_reports(tmp_path: Path) -> None:
