@@ -503,6 +503,50 @@ async def test_attachment_download_and_upload(fake: FakeDiscord) -> None:
         assert await h.run(sent.attachments[0].read()) == b"pong"
 
 
+async def test_an_attachment_of_several_mib_is_taken_whole(fake: FakeDiscord) -> None:
+    # Discord takes bot uploads up to 10 MiB, far above an aiohttp server's default 1 MiB
+    # body: so must the fake, or an ordinary file looks refused as too large.
+    bot = Bot()
+    async with running(fake, bot) as h:
+        data = bytes(range(256)) * (4 * 2**20 // 256)
+        upload = discord.File(io.BytesIO(data), filename="design.png")
+        await h.run(_text_channel(bot, GENERAL).send(file=upload))
+        (stored,) = fake.attachments_in(GENERAL)
+        assert (stored.filename, stored.data) == ("design.png", data)
+
+
+async def test_a_served_hold_stores_the_message_and_withholds_the_answer(
+    fake: FakeDiscord,
+) -> None:
+    bot = Bot()
+    async with running(fake, bot) as h:
+        hold = fake.hold("POST", "/channels/{id}/messages")
+        sending = asyncio.ensure_future(_text_channel(bot, GENERAL).send("held answer"))
+        (held,) = await hold.wait_held()
+        assert held.json["content"] == "held answer"
+        # Discord has it (stored, in the history) while the client is still waiting.
+        assert [m["content"] for m in fake.bot_messages(GENERAL)] == ["held answer"]
+        assert not sending.done()
+        hold.release()
+        sent = await h.run(sending)
+        assert [m["id"] for m in fake.bot_messages(GENERAL)] == [str(sent.id)]
+        # Released holds hold nothing more.
+        await h.run(_text_channel(bot, GENERAL).send("after"))
+
+
+async def test_an_unserved_hold_drops_the_request_on_release(fake: FakeDiscord) -> None:
+    bot = Bot()
+    async with running(fake, bot) as h:
+        hold = fake.hold("POST", "/channels/{id}/messages", served=False)
+        sending = asyncio.ensure_future(_text_channel(bot, GENERAL).send("never stored"))
+        await hold.wait_held()
+        assert fake.bot_messages(GENERAL) == []
+        hold.release()
+        with pytest.raises(aiohttp.ClientError):
+            await h.run(sending)
+        assert fake.bot_messages(GENERAL) == []
+
+
 async def test_enforced_nonce_returns_the_first_message(fake: FakeDiscord) -> None:
     bot = Bot()
     async with running(fake, bot) as h:

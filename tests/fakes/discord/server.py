@@ -22,6 +22,7 @@ blanked for a session that did not ask for the message-content intent.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import inspect
@@ -50,6 +51,7 @@ __all__ = [
     "INTERACTION_TTL_S",
     "MESSAGE_CONTENT_INTENT",
     "FakeDiscord",
+    "Hold",
     "Recorded",
     "StoredAttachment",
     "UploadedFile",
@@ -210,6 +212,50 @@ class _Fault:
 
 
 @dataclass
+class Hold:
+    """Holds REST requests matching `method` and `path_pattern` (as for `fail`) until
+    `release()`, to put a client's crash exactly between two effects.
+
+    `served=True`: the request takes effect at once (a message is stored and echoed) and only
+    its answer waits: Discord has it, the client has not heard. `served=False`: the request
+    waits before it takes effect, and on release it is dropped (the connection is closed,
+    nothing is stored): Discord never got it.
+    """
+
+    method: str
+    pattern: str
+    served: bool = True
+    calls: list[Recorded] = field(default_factory=list)
+    _gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def matches(self, method: str, path: str) -> bool:
+        """Whether a request is held (never after release)."""
+        return (
+            not self._gate.is_set()
+            and self.method in ("*", method.upper())
+            and _path_matches(self.pattern, path)
+        )
+
+    def release(self) -> None:
+        """Let every held request go (answered, or dropped when not served) and stop holding."""
+        self._gate.set()
+
+    async def wait(self) -> None:
+        """Block until released (used by the fake's request handler)."""
+        await self._gate.wait()
+
+    async def wait_held(self, count: int = 1, within: float = 5.0) -> list[Recorded]:
+        """Wait until `count` requests are being held; returns them."""
+        await eventually(
+            lambda: len(self.calls) >= count,
+            within,
+            what=lambda: f"{count} held {self.method} {self.pattern}, got {len(self.calls)}",
+            every=_POLL_INTERVAL,
+        )
+        return list(self.calls)
+
+
+@dataclass
 class _Session:
     session_id: str
     token: str
@@ -311,6 +357,7 @@ class FakeDiscord:
         self._blobs: dict[str, _Blob] = {}
         self._nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._faults: list[_Fault] = []
+        self._holds: list[Hold] = []
         self._interactions: dict[str, _Interaction] = {}
         self._by_token: dict[str, str] = {}
         self._sessions: dict[str, _Session] = {}
@@ -329,7 +376,9 @@ class FakeDiscord:
 
     async def start(self) -> None:
         """Bind 127.0.0.1 on a free port and serve REST, attachments and the gateway."""
-        app = web.Application()
+        # Bodies as large as an upload may be (aiohttp's default cap is 1 MiB; a multipart
+        # request carries a little more than its files).
+        app = web.Application(client_max_size=self.max_upload_bytes + 2**16)
         app.router.add_route("*", "/api/v10/{tail:.*}", self._api)
         app.router.add_get("/attachments/{name:.+}", self._attachment)
         app.router.add_get("/gateway", self._gateway)
@@ -345,6 +394,8 @@ class FakeDiscord:
 
     async def stop(self) -> None:
         """Close gateway connections (1001) and stop serving."""
+        for hold in self._holds:
+            hold.release()
         for ws in list(self._sockets):
             with contextlib.suppress(Exception):
                 await ws.close(code=1001, message=b"fake stopping")
@@ -899,6 +950,15 @@ class FakeDiscord:
         reply = _error(status, message or f"{status}: fake failure", code)
         self._faults.append(_Fault(method.upper(), path_pattern, reply, times))
 
+    def hold(self, method: str, path_pattern: str, *, served: bool = True) -> Hold:
+        """Hold matching requests until the returned hold is released (see `Hold`)."""
+        hold = Hold(method.upper(), path_pattern, served)
+        self._holds.append(hold)
+        return hold
+
+    def _hold_for(self, method: str, path: str) -> Hold | None:
+        return next((h for h in self._holds if h.matches(method, path)), None)
+
     def _fault_for(self, method: str, path: str) -> _Reply | None:
         for fault in self._faults:
             if fault.matches(method, path):
@@ -993,8 +1053,18 @@ class FakeDiscord:
             call.method, path, call.query, call.json, call.headers, files=call.files
         )
         self.requests.append(recorded)
+        hold = self._hold_for(call.method, path)
+        if hold is not None:
+            hold.calls.append(recorded)
+            if not hold.served:
+                await hold.wait()
+                if request.transport is not None:
+                    request.transport.close()  # dropped: the client never gets an answer
+                return web.Response(status=503)
         reply = await self._answer(call)
         recorded.status = reply.status
+        if hold is not None:
+            await hold.wait()
         return reply.response()
 
     async def _answer(self, call: _Call) -> _Reply:
