@@ -537,14 +537,19 @@ async def test_a_served_hold_stores_the_message_and_withholds_the_answer(
 async def test_an_unserved_hold_drops_the_request_on_release(fake: FakeDiscord) -> None:
     bot = Bot()
     async with running(fake, bot) as h:
-        hold = fake.hold("POST", "/channels/{id}/messages", served=False)
-        sending = asyncio.ensure_future(_text_channel(bot, GENERAL).send("never stored"))
+        hold = fake.hold(
+            "POST", "/channels/{id}/messages", served=False, when=lambda r: bool(r.files)
+        )
+        await h.run(_text_channel(bot, GENERAL).send("no file: not held"))
+        upload = discord.File(io.BytesIO(b"pong"), filename="pong.bin")
+        sending = asyncio.ensure_future(_text_channel(bot, GENERAL).send(file=upload))
         await hold.wait_held()
-        assert fake.bot_messages(GENERAL) == []
+        assert [m["content"] for m in fake.bot_messages(GENERAL)] == ["no file: not held"]
+        assert fake.attachments_in(GENERAL) == []
         hold.release()
         with pytest.raises(aiohttp.ClientError):
             await h.run(sending)
-        assert fake.bot_messages(GENERAL) == []
+        assert fake.attachments_in(GENERAL) == []
 
 
 async def test_enforced_nonce_returns_the_first_message(fake: FakeDiscord) -> None:

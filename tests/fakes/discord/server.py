@@ -225,15 +225,17 @@ class Hold:
     method: str
     pattern: str
     served: bool = True
+    when: Callable[[Recorded], bool] | None = None  # only requests it accepts
     calls: list[Recorded] = field(default_factory=list)
     _gate: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, request: Recorded) -> bool:
         """Whether a request is held (never after release)."""
         return (
             not self._gate.is_set()
-            and self.method in ("*", method.upper())
-            and _path_matches(self.pattern, path)
+            and self.method in ("*", request.method.upper())
+            and _path_matches(self.pattern, request.path)
+            and (self.when is None or self.when(request))
         )
 
     def release(self) -> None:
@@ -950,14 +952,22 @@ class FakeDiscord:
         reply = _error(status, message or f"{status}: fake failure", code)
         self._faults.append(_Fault(method.upper(), path_pattern, reply, times))
 
-    def hold(self, method: str, path_pattern: str, *, served: bool = True) -> Hold:
-        """Hold matching requests until the returned hold is released (see `Hold`)."""
-        hold = Hold(method.upper(), path_pattern, served)
+    def hold(
+        self,
+        method: str,
+        path_pattern: str,
+        *,
+        served: bool = True,
+        when: Callable[[Recorded], bool] | None = None,
+    ) -> Hold:
+        """Hold matching requests (those `when` accepts, if given) until the returned hold
+        is released (see `Hold`)."""
+        hold = Hold(method.upper(), path_pattern, served, when)
         self._holds.append(hold)
         return hold
 
-    def _hold_for(self, method: str, path: str) -> Hold | None:
-        return next((h for h in self._holds if h.matches(method, path)), None)
+    def _hold_for(self, request: Recorded) -> Hold | None:
+        return next((h for h in self._holds if h.matches(request)), None)
 
     def _fault_for(self, method: str, path: str) -> _Reply | None:
         for fault in self._faults:
@@ -1053,7 +1063,7 @@ class FakeDiscord:
             call.method, path, call.query, call.json, call.headers, files=call.files
         )
         self.requests.append(recorded)
-        hold = self._hold_for(call.method, path)
+        hold = self._hold_for(recorded)
         if hold is not None:
             hold.calls.append(recorded)
             if not hold.served:
