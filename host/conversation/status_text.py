@@ -7,7 +7,8 @@ and may end with one `Recent: …` line for what it finished; those are gathered
 
 Sections are separated by a blank line, and a line that is not a bullet after a bullet
 starts a paragraph of its own: in Markdown a line right under a list item continues it, which
-showed the `**Scheduled tasks**:` heading indented under the last bullet before it.
+showed the `**Scheduled tasks**:` heading indented under the last bullet before it. Likewise
+after a table's last row: a line right under it would be one more row.
 """
 
 from __future__ import annotations
@@ -38,15 +39,17 @@ def status_reply(head: str, sections: Sequence[str]) -> str:
 
 def _paragraphs(lines: Sequence[str]) -> str:
     """`lines` with a blank line before each unindented non-bullet that follows a bullet (or
-    its indented continuation)."""
+    its indented continuation), and before each line that is no table row after a row."""
     out: list[str] = []
-    in_list = False
+    in_list = in_table = False
     for line in lines:
         bullet = line.startswith("- ")
+        row = line.startswith("|")
         continued = in_list and line[:1].isspace() and bool(line.strip())
-        if in_list and not bullet and not continued and line.strip():
+        if line.strip() and ((in_list and not bullet and not continued) or (in_table and not row)):
             out.append("")
         if line.strip():
             in_list = bullet or continued
+        in_table = row  # a blank line already ends a table
         out.append(line)
     return "\n".join(out)
