@@ -9,25 +9,35 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from core.files import atomic_write
 from core.ids import ConversationRef
 from host.graph.attachments import RUN_PICTURE, RunFiles, run_files
 from host.graph.excerpt import excerpt
-from host.graph.picture import RunPicture, picture_of, render_run
 from host.graph.records import read_output
 from host.graph.report import TERMINAL_OUTPUT_CAP, terminal_nodes
 from host.graph.report_loader import Audience
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.runtime.messages import OutboundFile
 
+if TYPE_CHECKING:
+    from host.graph.picture import RunPicture
+
 log = logging.getLogger(__name__)
 
 # A run of more nodes than this gets its picture in the thread: a smaller one reads at a glance.
 PICTURE_MIN_NODES = 4
 
-Draw = Callable[[RunPicture], bytes]
+Draw = Callable[["RunPicture"], bytes]
+
+
+def draw_run(picture: RunPicture) -> bytes:
+    """The run picture as PNG bytes; networkx and matplotlib are loaded by the first one
+    drawn, not when the bot starts."""
+    from host.graph.picture import render_run
+
+    return render_run(picture)
 
 
 class FileQueue(Protocol):
@@ -76,7 +86,7 @@ class RunAttachments:
         files: FileQueue,
         workspace: Callable[[ConversationRef], Path],
         *,
-        draw: Draw = render_run,
+        draw: Draw = draw_run,
     ) -> None:
         self._files = files
         self._workspace = workspace
@@ -106,7 +116,7 @@ class RunAttachments:
             return None
         path = record.run_dir / RUN_PICTURE
         try:
-            data = await asyncio.to_thread(self._draw, picture_of(record, nodes))
+            data = await asyncio.to_thread(self._drawn, record, nodes)
             await asyncio.to_thread(atomic_write, path, data)
         except Exception:
             log.warning(
@@ -114,6 +124,12 @@ class RunAttachments:
             )
             return None
         return picture_name(record.id), path
+
+    def _drawn(self, record: RunRecord, nodes: Sequence[NodeRecord]) -> bytes:
+        """In a worker thread: the picture's data and its PNG (the modules load here too)."""
+        from host.graph.picture import picture_of
+
+        return self._draw(picture_of(record, nodes))
 
     async def queue(
         self, conv: ConversationRef, run_id: str, chosen: ChosenFiles, *, report_key: str
