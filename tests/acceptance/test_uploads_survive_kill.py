@@ -1,5 +1,5 @@
 """A run's deliverable reaches its thread as a file exactly once across a `kill -9`, through
-the real `raven-bot run` against the loopback Slack fake.
+the real `raven-bot run` against the loopback Slack and Discord fakes.
 
 Offline, a one-node plan approved by button writes `report.md` into the conversation's
 workspace; the run's report names it and the file follows the report's reply. The fake holds
@@ -11,6 +11,9 @@ starts again on the same RAVEN_HOME:
   uploads it;
 - held at `files.completeUploadExternal`: Slack shared the file but the bot never heard, so
   the restarted bot finds the share in the thread and does not upload it again.
+
+On Discord a file is one multipart POST: held before it takes effect (Discord never got it,
+dropped when released) or after (Discord shows it, the bot never heard).
 
 Either way the thread shows the file once (its name and bytes) and the report's reply once.
 """
@@ -29,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.harness import WITHIN, project_dir, serving, slack_env
+from tests.acceptance.harness import WITHIN, product_env, project_dir, serving, slack_env
+from tests.fakes.discord import FakeDiscord, Recorded
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
@@ -37,6 +41,8 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
 CHANNEL = "C0GENERAL"
 ALICE = "U0AL1CE42"
+GENERAL = "700000000000000001"
+DISCORD_ALICE = "100000000000000001"
 DELIVERABLE = "report.md"
 CONTENT = b"the toy loss fell to 0.4\n"
 PLAN = f"r1: shell: echo the toy loss fell to 0.4 > {DELIVERABLE}"
@@ -187,3 +193,92 @@ async def test_a_file_slack_shared_before_the_kill_9_is_not_shared_again(tmp_pat
     # The restarted bot found the share in the thread: it never started a second upload.
     assert len(slack.calls_to("files.getUploadURLExternal")) == 1
     assert len(slack.calls_to("files.completeUploadExternal")) == 1
+
+
+# -- Discord ----------------------------------------------------------------------------------
+
+
+def _carries_files(request: Recorded) -> bool:
+    return bool(request.files)
+
+
+async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[FakeDiscord, str]:
+    """As `_kill_while_held`, on Discord: the file's POST is held `served` or not."""
+    home = tmp_path / "home"
+    home.mkdir()
+    project = project_dir(tmp_path / "project")
+    async with FakeDiscord() as discord:
+        discord.add_user(DISCORD_ALICE, "alice", global_name="Alice")
+        env = product_env(
+            home,
+            DISCORD_TOKEN="discord-acceptance-token.abcdefghijklmnop",
+            RAVEN_DISCORD_API_URL=discord.base_url,
+            RAVEN_DISCORD_GATEWAY_URL=discord.gateway_url,
+        )
+        hold = discord.hold("POST", "/channels/{id}/messages", served=served, when=_carries_files)
+        async with serving(env, project, tmp_path / "before-kill.log") as proc:
+            await discord.wait_ready(timeout=WITHIN)
+            root = await discord.send_message(
+                GENERAL, DISCORD_ALICE, f"<@{discord.bot_id}> {PLAN}", mention_bot=True
+            )
+            thread = str(root["id"])
+
+            def prompts() -> list[dict[str, Any]]:
+                return [m for m in discord.bot_messages(thread) if _discord_buttons(m)]
+
+            await discord.wait_for(lambda: bool(prompts()), timeout=WITHIN)
+            prompt = prompts()[0]
+            approve = next(b for b in _discord_buttons(prompt) if b.get("label") == "Approve")
+            await discord.click(thread, prompt["id"], approve["custom_id"], DISCORD_ALICE)
+            await hold.wait_held(within=WITHIN)
+            assert _file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
+            assert len(_discord_reports(discord, thread)) == 1, discord.bot_messages(thread)
+            proc.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(proc.wait(), WITHIN)
+        await discord.wait_for(lambda: discord.open_connections == 0, timeout=WITHIN)
+        hold.release()
+        async with serving(env, project, tmp_path / "after-restart.log"):
+            await eventually(
+                lambda: _file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
+                within=WITHIN,
+                what=lambda: f"the file marked sent, got {_file_rows(home)}",
+                every=0.2,
+            )
+        return discord, thread
+
+
+def _discord_buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for row in message.get("components") or [] for c in row.get("components", [])]
+
+
+def _discord_reports(discord: FakeDiscord, thread: str) -> list[dict[str, Any]]:
+    return [
+        m
+        for m in discord.bot_messages(thread)
+        if "Attached to this thread" in str(m.get("content")) and DELIVERABLE in m["content"]
+    ]
+
+
+def _assert_attached_once(discord: FakeDiscord, thread: str) -> None:
+    (stored,) = discord.attachments_in(thread)
+    assert (stored.filename, stored.data) == (DELIVERABLE, CONTENT)
+    attached = [m for m in discord.bot_messages() if m.get("attachments")]
+    assert len(attached) == 1, attached
+    assert len(_discord_reports(discord, thread)) == 1, discord.bot_messages(thread)
+
+
+async def test_a_file_discord_never_got_is_attached_once_after_a_kill_9(tmp_path: Path) -> None:
+    discord, thread = await _discord_kill_while_held(tmp_path, served=False)
+    _assert_attached_once(discord, thread)
+    # Posted before the kill (dropped) and again after it.
+    assert len(discord.requests_to("POST", "/channels/{id}/messages")) >= 2
+
+
+async def test_a_file_discord_showed_before_the_kill_9_is_not_attached_again(
+    tmp_path: Path,
+) -> None:
+    discord, thread = await _discord_kill_while_held(tmp_path, served=True)
+    _assert_attached_once(discord, thread)
+    # The restarted bot found the attachment in the thread's history: no second upload.
+    uploads = [r for r in discord.requests_to("POST", "/channels/{id}/messages") if r.files]
+    assert len(uploads) == 1, uploads
