@@ -456,6 +456,12 @@ async def test_slack_campaign_of_fifteen_rounds_shows_every_round(team: Team) ->
     ]
     assert _rounds_shown(versions) == EVERY_ROUND
     assert versions[-1] == LAST_STATUS
+    # The report's rounds are a table block: the header and one row per round.
+    report = next(p for p in posts if "report:" in str(p.get("text")))
+    blocks = report.get("blocks") or []
+    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+    (table,) = [b for b in blocks if b["type"] == "table"]
+    assert [row[0].get("text") for row in table["rows"][1:]] == [str(n) for n in range(1, 16)]
     assert "Runs in: this conversation's workspace, on the bot's host" in prompt["text"]
     assert str(team.home) not in json.dumps(prompt)
 
@@ -477,6 +483,10 @@ async def test_discord_campaign_of_fifteen_rounds_shows_every_round(team: Team) 
         CAMPAIGN_REPORT,
     ]
     assert said[0].startswith("Start campaign `CMP` (fifteen quick rounds) with this command?")
+    # The report's rounds are embed fields, one per round.
+    report = next(m for m in messages if "report:" in str(m.get("content")))
+    fields = [f for e in report["embeds"] for f in e["fields"]]
+    assert [f["name"] for f in fields] == [str(n) for n in range(1, 16)]
     assert [b["label"] for b in _discord_buttons(prompt)] == ["Approve", "Deny"]
     posted = [
         _campaign(str((r.json or {}).get("content")))
