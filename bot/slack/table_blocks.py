@@ -1,11 +1,13 @@
 """A reply holding a Markdown pipe table, as Block Kit: the prose before it as a section,
 the table as a native `table` block (header row bold), the prose after it as a section.
 
-The message's `text` stays today's rendering (the table as aligned monospace): it is the
-notification and the fallback where blocks are not drawn. Slack allows one table per
-message, so only the first table becomes a block (any later one stays monospace in its
+The message's `text` stays today's rendering (the table as aligned monospace or bullets):
+it is the notification and the fallback where blocks are not drawn. Slack allows one table
+per message, so only the first table becomes a block (any later one stays monospace in its
 section); a table over Slack's limits (100 rows, 20 cells a row), or a reply long enough to
-be posted in parts, gets no blocks at all.
+be posted in parts, gets no blocks at all. Other Slack apps report that Slack pins the table
+to the bottom of the message whatever its place among the blocks: prose after a table may
+show above it.
 
 Cells are plain text shown verbatim (`raw_text`, or a bold `rich_text` header), so nothing
 in one is read as mrkdwn; `<!…>` is broken up and @channel/@here/@everyone made inert
@@ -24,7 +26,9 @@ from bot.slack.run_blocks import _cell as raw_text_cell
 from core.reader_time import drop_reader_times
 from host.runtime.messages import OutboundMessage
 
-# Slack's limits: cells in a row, and characters in a section's mrkdwn text.
+# Slack's limits: cells in a row, and characters in a section's mrkdwn text. (Its 10,000
+# characters in all of a table's cells cannot be reached: the text, which shows every cell,
+# is one part of at most 3,500 characters.)
 MAX_TABLE_CELLS = 20
 SECTION_CHARS = 3000
 
