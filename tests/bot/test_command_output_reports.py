@@ -110,9 +110,15 @@ async def test_slack_shows_the_tail_of_a_long_output(
                 "",
                 OFFLINE_NOTE,
                 f"Full record: `raven-bot runs show {run}` on the bot's host.",
+                "",
+                "📎 Attached to this thread: `s1-output.md`.",
             ]
         )
         _no_host_path(bot, [p["text"] for p in bot.posts(thread)])
+        # The whole output arrives as a file, after the report.
+        (shared,) = await bot.fake.wait_for_files(1, within=30)
+        assert (shared.name, shared.thread_ts) == ("s1-output.md", thread)
+        assert b"\n5000\n" in shared.data and shared.data.endswith(b"\n100000")
 
 
 async def test_slack_reports_a_denied_command_as_not_approved(
@@ -215,10 +221,16 @@ async def test_discord_shows_command_output_verbatim_and_the_tail_of_a_long_one(
                     "",
                     OFFLINE_NOTE,
                     f"Full record: `raven-bot runs show {run}` on the bot's host.",
+                    "",
+                    "📎 Attached to this thread: `s2-output.md`.",
                 ]
-            )
+            ),
+            "",  # the message carrying the file
         ]
         _no_host_path(bot, bot.texts(thread))
+        (attached,) = bot.fake.attachments_in(thread)
+        assert attached.filename == "s2-output.md"
+        assert b"\n5000\n" in attached.data and attached.data.endswith(b"\n100000")
 
 
 async def test_discord_reports_a_denied_command_as_not_approved(
