@@ -14,6 +14,7 @@ from bot.discord.table_embeds import with_table_embeds
 from bot.render.split import ZWSP
 from core.pipe_table import pipe_table
 from host.features.schedules.feature import SchedulesFeature
+from host.runtime.messages import OutboundMessage
 from tests.discord_harness import ALICE, discord_bot
 
 
@@ -83,3 +84,24 @@ def test_tables_over_discords_limits_stay_text() -> None:
     assert with_table_embeds(no_table, ["just words"]).embeds == []
     text = "Intro\n\n" + "word " * 500 + "\n\n" + pipe_table(["n", "v"], [["1", "2"]])
     assert with_table_embeds(text, render_for_discord(text)).embeds == []  # prose in parts
+
+
+async def test_a_message_edited_in_place_carries_its_new_table_as_embeds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with discord_bot(monkeypatch) as bot:
+        root = await bot.mention("hello")
+        thread = str(root["id"])
+        await bot.settle(thread)
+        conv = bot.conversation(thread)
+        first = pipe_table(["Round", "Ended"], [["1", "running"]])
+        posted = await bot.adapter.post(
+            conv, OutboundMessage(text=f"Now\n\n{first}", idempotency_key="t")
+        )
+        second = pipe_table(["Round", "Ended"], [["1", "finished"]])
+        await bot.adapter.edit(
+            conv, posted, OutboundMessage(text=f"Then\n\n{second}", idempotency_key="t")
+        )
+        (shown,) = [m for m in bot.fake.bot_messages(thread) if str(m["id"]) == posted]
+        assert shown["content"] == "Then"
+        assert _fields(shown) == [("1", "**Ended**: finished")]

@@ -120,3 +120,21 @@ def test_only_the_first_table_is_a_block_and_prose_or_code_is_text_alone() -> No
     assert message_blocks(_message(f"```\n{first}\n```")) is None  # a table in code is code
     long = "word " * 900  # posted in parts: the table stays in the text
     assert message_blocks(_message(f"{long}\n\n{first}")) is None
+
+
+async def test_a_status_message_edited_in_place_carries_its_new_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with slack_bot(monkeypatch) as bot:
+        ts, _ = await bot.mention("hello")
+        await bot.settle(ts)
+        conv = bot.conversation(ts)
+        first = pipe_table(["Round", "Ended"], [["1", "running"]])
+        posted = await bot.adapter.post(conv, _message(f"Campaign\n\n{first}"))
+        second = pipe_table(["Round", "Ended"], [["1", "finished"], ["2", "<!channel>"]])
+        await bot.adapter.edit(conv, posted, _message(f"Campaign\n\n{second}"))
+        (update,) = [c.args for c in bot.fake.calls_to("chat.update") if c.ok]
+        assert update["ts"] == posted
+        assert update["text"] == render_for_slack(f"Campaign\n\n{second}")[0]
+        (table,) = [b for b in _blocks(update) if b["type"] == "table"]
+        assert _cells(table)[1:] == [["1", "finished"], ["2", f"<{ZWSP}!channel>"]]
