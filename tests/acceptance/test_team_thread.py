@@ -216,6 +216,8 @@ DENIED = (
     "- `o3`: Command not approved by the requester: 'rm -rf ./scratch'\n\n" + RECORD
 )
 STARTED = "Started run `RUN` with 1 step; I'll post the report here."
+# The whole of a shortened output comes as a file after its report.
+ATTACHED = "\n\n📎 Attached to this thread: `o2-output.md`."
 TYPO = "Did you mean `status`?"
 STRAY = "No question is waiting for you here."
 
@@ -292,7 +294,7 @@ async def test_slack_team_thread(team: Team) -> None:
         _plain(prompts[1]),
         "✔ Answered prompt `ID` (The `o2` node wants to run this command in its sandboxed "
         "workspace) with Approve.",
-        _slack(_report("o2", LONG_OUTPUT)),
+        _slack(_report("o2", LONG_OUTPUT) + ATTACHED),
         STARTED,
         _plain(prompts[2]),
         _slack(DENIED),
@@ -349,7 +351,10 @@ async def test_discord_team_thread(team: Team) -> None:
     await team.discord_after(thread, seen, _content("not approved**"))
 
     asked = "Exactly this command runs. Run it?\n"
-    assert _thread_says([str(m.get("content")) for m in team.discord.bot_messages(thread)]) == [
+    # A message carrying only a file has no text (it may come after the next run started).
+    contents = [str(m.get("content")) for m in team.discord.bot_messages(thread)]
+    assert [a.filename for a in team.discord.attachments_in(thread)] == ["o2-output.md"]
+    assert _thread_says([c for c in contents if c]) == [
         STARTED,
         _asked("o1", HOSTILE) + asked + "✅ **Approve** — answered by Alice",
         _report("o1", HOSTILE_OUTPUT),
@@ -359,7 +364,7 @@ async def test_discord_team_thread(team: Team) -> None:
         _asked("o2", "seq 1 100000") + asked + "✅ **Approve** — answered by Alice",
         "✔ Answered prompt `ID` (The `o2` node wants to run this command in its sandboxed "
         "workspace) with Approve.",
-        _report("o2", LONG_OUTPUT),
+        _report("o2", LONG_OUTPUT) + ATTACHED,
         STARTED,
         _asked("o3", "rm -rf ./scratch") + asked + "🚫 **Deny** — answered by Alice",
         DENIED,
