@@ -51,12 +51,12 @@ def run_status_blocks(text: str) -> list[dict[str, Any]] | None:
         {
             "type": "table",
             "column_settings": [{"is_wrapped": False}, {"is_wrapped": True}, {"is_wrapped": True}],
-            "rows": [[_cell(c) for c in row] for row in (HEADER, *rows)],
+            "rows": [[raw_text_cell(c) for c in row] for row in (HEADER, *rows)],
         },
     ]
 
 
-def _cell(text: str) -> dict[str, str]:
+def raw_text_cell(text: str) -> dict[str, str]:
     shown = text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
     return {"type": "raw_text", "text": shown or " "}
 

@@ -21,8 +21,7 @@ from typing import Any
 from bot.render.first_table import ProseAndTable, first_table
 from bot.render.split import ZWSP, neutralize_broadcasts
 from bot.slack.mrkdwn import markdown_to_mrkdwn, render_for_slack
-from bot.slack.run_blocks import MAX_TABLE_ROWS
-from bot.slack.run_blocks import _cell as raw_text_cell
+from bot.slack.run_blocks import MAX_TABLE_ROWS, raw_text_cell, run_status_blocks
 from core.reader_time import drop_reader_times
 from host.runtime.messages import OutboundMessage
 
@@ -36,7 +35,11 @@ Block = dict[str, Any]
 
 
 def message_blocks(message: OutboundMessage) -> list[Block] | None:
-    """The blocks to post `message` with, or None to post its text alone."""
+    """The blocks to post `message` with, or None to post its text alone: a run's status
+    message as one row per node, else the first Markdown table of the text as a table."""
+    run_status = run_status_blocks(message.text)
+    if run_status is not None:
+        return run_status
     found = first_table(message.text)
     if found is None or not _fits(found) or len(render_for_slack(message.text)) > 1:
         return None

@@ -300,7 +300,13 @@ async def test_slack_team_thread(team: Team) -> None:
         _slack(DENIED),
     ]
     _bob_got_nothing(team, SLACK_BOB)
-    assert all(not p.get("blocks") for p in team.slack_posts(thread) if not _prompt(p))
+    # Blocks only where they draw something text cannot: buttons, and the live status
+    # message's one row per node.
+    blocked = [p for p in team.slack_posts(thread) if p.get("blocks") and not _prompt(p)]
+    assert blocked and all(_is_status(_plain(str(p.get("text")))) for p in blocked)
+    for post in blocked:
+        (table,) = [b for b in post["blocks"] if b["type"] == "table"]
+        assert [c["text"] for c in table["rows"][0]] == ["Node", "Task", "State"]
 
 
 def _content(text: str) -> Callable[[dict[str, Any]], bool]:
