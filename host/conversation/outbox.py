@@ -12,7 +12,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.uploads import FileRecord, Uploads
 from host.runtime.conversation_log import ConversationLog
-from host.runtime.messages import OutboundFile, OutboundMessage
+from host.runtime.messages import ChartData, OutboundFile, OutboundMessage
 from host.runtime.ports import Channel, ChannelError, ThreadStarts
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,10 @@ class Outbox:
         *,
         idempotency_key: str,
         turn_id: str | None = None,
+        chart: ChartData | None = None,
     ) -> str | None:
-        """Record the message (idempotently), then post it unless it was already sent.
+        """Record the message (idempotently), then post it unless it was already sent; a
+        `chart` is drawn where the platform can (not recorded: a redelivery has the text).
 
         Returns the platform message id, or None when no channel serves the platform. A failed
         post raises `DeliveryError` and is retried in the background with backoff.
@@ -83,7 +85,9 @@ class Outbox:
             )
             if record.delivery == "sent":
                 return record.platform_message_id
-            message = OutboundMessage(text=record.text, idempotency_key=idempotency_key)
+            message = OutboundMessage(
+                text=record.text, idempotency_key=idempotency_key, chart=chart
+            )
             try:
                 return await self._deliver(conv, message)
             except DeliveryError as exc:

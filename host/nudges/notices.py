@@ -31,6 +31,7 @@ from host.nudges.held import HeldPosts
 from host.nudges.policy import Nudge, NudgePolicy
 from host.runtime.admission import Admission
 from host.runtime.conversation_log import ConversationLog
+from host.runtime.messages import ChartData
 from host.runtime.scheduling import FiredJob
 from oncall.ports import PostedHook
 
@@ -76,15 +77,16 @@ class LaneNotifier:
         on_posted: PostedHook | None = None,
         recipient: str = "",
         essential: bool = False,
+        chart: ChartData | None = None,
     ) -> None:
         """Record the notice, then queue its post on the lane (not awaited); once per key.
-        A routine notice passes the nudge policy first."""
+        A routine notice passes the nudge policy first; `chart` goes with its post."""
         # A notice recorded already was admitted before (its key posts it once).
         routine = not essential and await self._log.outbound(idempotency_key) is None
         nudge = Nudge(conv, recipient, text, f"notice {idempotency_key}")
         if routine and not await self._admit(nudge, idempotency_key):
             return
-        await self._record_and_queue(conv, text, idempotency_key, on_posted)
+        await self._record_and_queue(conv, text, idempotency_key, on_posted, chart)
 
     async def _admit(self, nudge: Nudge, key: str) -> bool:
         """Whether to post now: False when the policy holds it back or quiet hours hold it."""
@@ -134,7 +136,12 @@ class LaneNotifier:
         return verdict.admitted or verdict.standing.transient
 
     async def _record_and_queue(
-        self, conv: ConversationRef, text: str, idempotency_key: str, on_posted: PostedHook | None
+        self,
+        conv: ConversationRef,
+        text: str,
+        idempotency_key: str,
+        on_posted: PostedHook | None,
+        chart: ChartData | None = None,
     ) -> None:
         # Committed before anything is queued: a crash from here on leaves a pending row
         # that the next start's redelivery posts, and the key keeps it to one post.
@@ -142,7 +149,7 @@ class LaneNotifier:
         try:
             job = self._lanes.submit(
                 conv.id,
-                lambda: self._post(conv, text, idempotency_key, on_posted),
+                lambda: self._post(conv, text, idempotency_key, on_posted, chart),
                 kind="system",
                 label=f"notice {idempotency_key}",
             )
@@ -169,13 +176,16 @@ class LaneNotifier:
         text: str,
         idempotency_key: str,
         on_posted: PostedHook | None,
+        chart: ChartData | None = None,
     ) -> None:
         if self._dispatched_in is not None:
             # Causal order: the reply to the message that led here (a typed answer's
             # confirmation) is said first.
             await self._dispatched_in(conv.id)
         try:
-            posted = await self._outbox.send(conv, text, idempotency_key=idempotency_key)
+            posted = await self._outbox.send(
+                conv, text, idempotency_key=idempotency_key, chart=chart
+            )
         except DeliveryError as exc:
             # Recorded as failed and retried by the outbox (or redelivered at the next start).
             log.warning("notice %s not posted yet: %s", idempotency_key, exc)

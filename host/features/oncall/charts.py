@@ -14,6 +14,7 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from core.files import atomic_write
 from core.ids import ConversationRef
@@ -32,6 +33,24 @@ RECOVER_SECONDS = 86_400.0
 _REPORT_KEY = ("campaign:", ":report")
 
 Draw = Callable[[CampaignChart], bytes]
+
+
+class ChartNotices(CampaignNotifier, Protocol):
+    """Notices that can carry a chart for platforms that draw it (the lane notifier)."""
+
+    async def send(
+        self,
+        conv: ConversationRef,
+        text: str,
+        *,
+        idempotency_key: str,
+        on_posted: PostedHook | None = None,
+        recipient: str = "",
+        essential: bool = False,
+        chart: ChartData | None = None,
+    ) -> None:
+        """As `CampaignNotifier.send`, with the notice's chart."""
+        ...
 
 
 def final_report_of(idempotency_key: str) -> str | None:
@@ -91,7 +110,7 @@ class ChartedNotices:
 
     def __init__(
         self,
-        inner: CampaignNotifier,
+        inner: ChartNotices,
         store: CampaignStore,
         files: FileQueue,
         root: Path,
@@ -117,8 +136,10 @@ class ChartedNotices:
         essential: bool = False,
     ) -> None:
         campaign_id = final_report_of(idempotency_key)
+        chart = None
         if campaign_id is not None:
             on_posted = self._then_chart(conv, campaign_id, on_posted)
+            chart = await self._chart_data(campaign_id)
         await self._inner.send(
             conv,
             text,
@@ -126,7 +147,18 @@ class ChartedNotices:
             on_posted=on_posted,
             recipient=recipient,
             essential=essential,
+            chart=chart,
         )
+
+    async def _chart_data(self, campaign_id: str) -> ChartData | None:
+        """The report's chart as data (Slack draws it); None when it has none or cannot be
+        read (the report goes out regardless)."""
+        try:
+            chart = await self.chart_of(campaign_id)
+        except Exception:
+            log.warning("the chart data of campaign %s was not read", campaign_id, exc_info=True)
+            return None
+        return chart_data(chart) if chart is not None else None
 
     async def posted_id(self, conv: ConversationRef, idempotency_key: str) -> str | None:
         return await self._inner.posted_id(conv, idempotency_key)

@@ -6,6 +6,7 @@ carry has a value per round and the best so far."""
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,9 +19,10 @@ from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
 from host.features.oncall.charts import ChartedNotices, chart_data, final_report_of
 from host.runtime.conversation_log import ConversationLog
-from host.runtime.messages import OutboundFile
+from host.runtime.messages import ChartData, OutboundFile
 from oncall.chart import HEIGHT_PX, WIDTH_PX, CampaignChart, ChartPoint
 from oncall.ports import PostedHook
+from tests.bot.slack.test_chart_blocks import assert_valid_chart_block
 from tests.discord_harness import ALICE, discord_bot
 from tests.helpers import approve_campaigns, eventually
 from tests.host.conversation.test_run_picture_upload import BytesChannel
@@ -62,6 +64,17 @@ async def test_a_finished_campaign_s_report_gets_its_chart_once_on_slack(
         ]
         shares = [i for i, m in enumerate(thread) if m.get("subtype") == "file_share"]
         assert len(report) == 1 and len(shares) == 1 and report[0] < shares[0]
+        # Slack draws the chart itself in the report message: the best so far by round.
+        (post,) = [p for p in bot.posts(ts) if f"Campaign `{record.id}` report" in p["text"]]
+        blocks = post["blocks"]
+        blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
+        (chart,) = [b for b in blocks if b["type"] == "data_visualization"]
+        assert_valid_chart_block(chart)
+        best = chart["chart"]["series"][0]
+        assert best["name"] == "best so far"
+        losses = [m.value for m in await bot.runtime.campaigns.store.measurements(record.id)]
+        assert best["data"][-1]["value"] == min(losses)
+        assert len(best["data"]) == len(losses)  # one value a round here
         await bot.settle(ts)
         key = f"campaign:{record.id}:chart-final:0"
         assert await bot.runtime.conversation_log.delivery_of(key) == "sent"
@@ -94,6 +107,7 @@ class _Lane:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.charts: list[ChartData | None] = []
 
     async def send(
         self,
@@ -104,8 +118,10 @@ class _Lane:
         on_posted: PostedHook | None = None,
         recipient: str = "",
         essential: bool = False,
+        chart: ChartData | None = None,
     ) -> None:
         self.sent.append(text)
+        self.charts.append(chart)
         if on_posted is not None:
             await on_posted("m1")
 
@@ -159,6 +175,7 @@ async def test_a_chart_that_cannot_be_drawn_leaves_the_report_alone(tmp_path: Pa
     conv = ConversationRef("test", "W", "C", "T")
     await notices.send(conv, "📋 report", idempotency_key="campaign:c1:report", essential=True)
     assert lane.sent == ["📋 report"] and files.queued == []
+    assert lane.charts == [chart_data(CHART)]  # the data still goes with the report
     # Drawn, it is queued once under the campaign's key.
     notices = ChartedNotices(lane, _Store(), files, tmp_path)  # type: ignore[arg-type]
     notices.chart_of = chart_of  # type: ignore[method-assign]
