@@ -98,7 +98,13 @@ class ConsoleAdapter:
         return f"console-{n}"
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """A file the run made: its path, on one line (the console runs on the bot's host,
         so the reader can open it; printing twice after a crash does no harm)."""

@@ -155,11 +155,21 @@ class DiscordAdapter:
         return await self._poster.post(conv, message)
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """Attach a file in the thread (see `Poster.upload`)."""
         return await self._poster.upload(
-            conv, file, idempotency_key=idempotency_key, redelivery=redelivery
+            conv,
+            file,
+            idempotency_key=idempotency_key,
+            redelivery=redelivery,
+            earlier_copies=earlier_copies,
         )
 
     async def edit(self, conv: ConversationRef, message_id: str, message: OutboundMessage) -> None:

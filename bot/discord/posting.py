@@ -74,7 +74,13 @@ class Poster:
         return first or ""
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """Attach `file` in the thread as a message of its own (nonce from the key, so a
         repeat within Discord's window is dropped); a redelivery first looks for the bot's
@@ -82,7 +88,7 @@ class Poster:
         try:
             channel = await self._threads.target(conv)
             if redelivery:
-                shown = await self._already_attached(channel, file)
+                shown = await self._already_attached(channel, file, earlier_copies)
                 if shown is not None:
                     return shown
             data = await attachment_bytes(file)
@@ -96,19 +102,22 @@ class Poster:
         return str(sent.id)
 
     async def _already_attached(
-        self, channel: discord.abc.Messageable, file: OutboundFile
+        self, channel: discord.abc.Messageable, file: OutboundFile, earlier_copies: int
     ) -> str | None:
         client = self._link.client
         assert client.user is not None
+        copies: list[str] = []  # newest first
         try:
             async for m in channel.history(limit=_ALREADY_POSTED_MESSAGES):
                 if m.author.id == client.user.id and any(
                     a.filename == file.name and a.size == file.size for a in m.attachments
                 ):
-                    return str(m.id)
+                    copies.append(str(m.id))
         except discord.HTTPException as exc:
             log.warning("discord: could not check for an earlier attachment: %s", exc)
-        return None
+            return None
+        # Only more copies than other deliveries made can hold this one (the newest).
+        return copies[0] if len(copies) > earlier_copies else None
 
     async def _already_posted(self, channel: discord.abc.Messageable) -> dict[str, str]:
         """Text → id of the bot's recent messages in the channel (redelivery after a crash)."""

@@ -168,11 +168,21 @@ class SlackAdapter:
         await self.working.clear(conv)
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """Share a file in the thread (`files_upload_v2`; see `SlackFiles.upload`)."""
         return await self._files.upload(
-            conv, file, idempotency_key=idempotency_key, redelivery=redelivery
+            conv,
+            file,
+            idempotency_key=idempotency_key,
+            redelivery=redelivery,
+            earlier_copies=earlier_copies,
         )
 
     async def show_prompt(self, prompt: Prompt) -> str:

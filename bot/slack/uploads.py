@@ -41,12 +41,18 @@ class SlackFiles:
         self._history = history
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """Share `file` in the thread; return its file id (an earlier share's on a
         redelivery that finds one)."""
         if redelivery:
-            shared = await self._already_shared(conv, file)
+            shared = await self._already_shared(conv, file, earlier_copies)
             if shared is not None:
                 log.info("slack: %s is already in the thread (%s)", file.name, idempotency_key)
                 return shared
@@ -69,7 +75,9 @@ class SlackFiles:
         shared_file = resp.get("file") or {}
         return str(shared_file.get("id") or "")
 
-    async def _already_shared(self, conv: ConversationRef, file: OutboundFile) -> str | None:
+    async def _already_shared(
+        self, conv: ConversationRef, file: OutboundFile, earlier_copies: int
+    ) -> str | None:
         thread = thread_ts(conv)
         if thread is None:
             return None  # a DM has no thread to look through
@@ -81,11 +89,14 @@ class SlackFiles:
         bot = self._identity.bot_user_id or await self._who_am_i()
         if bot is None:
             return None
-        for message in messages:
-            for shared in message.get("files") or []:
-                if _same(shared, file) and bot in (message.get("user"), shared.get("user")):
-                    return str(shared.get("id") or "")
-        return None
+        copies = [
+            str(shared.get("id") or "")
+            for message in messages
+            for shared in message.get("files") or []
+            if _same(shared, file) and bot in (message.get("user"), shared.get("user"))
+        ]
+        # The thread's oldest copies are the other deliveries'; one more is this one's.
+        return copies[earlier_copies] if len(copies) > earlier_copies else None
 
     async def _who_am_i(self) -> str | None:
         """The bot's user id before any event told it (`auth.test`)."""

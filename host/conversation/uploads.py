@@ -210,9 +210,13 @@ class Uploads:
                     await asyncio.sleep(delay)
                 if await self._log.delivery_of(key) not in ("pending", "failed"):
                     return
+                again = redelivery or attempt > 0
+                # What else of this name and size went out here, so that a retry tells
+                # those copies from its own.
+                earlier = await self._log.sent_copies(key, file.name, file.size) if again else 0
                 try:
                     file_id = await sink.upload(
-                        conv, file, idempotency_key=key, redelivery=redelivery or attempt > 0
+                        conv, file, idempotency_key=key, redelivery=again, earlier_copies=earlier
                     )
                 except FileRefused as exc:
                     log.warning("%s refused %s: %s", conv.platform, file.name, exc)

@@ -415,6 +415,21 @@ class ConversationLog:
         )
         return _message(row) if row is not None else None
 
+    async def sent_copies(self, idempotency_key: str, name: str, size: int) -> int:
+        """How many OTHER files of this `name` and `size` the bot attached in the
+        conversation of the file recorded under `idempotency_key` (recorded as sent): a
+        redelivery finding more copies than this in the thread finds its own."""
+        row = await self._store.fetchone(
+            "SELECT COUNT(*) AS n FROM messages o JOIN messages m"
+            " ON m.conversation_id = o.conversation_id"
+            " WHERE m.idempotency_key = ? AND o.idempotency_key != m.idempotency_key"
+            " AND o.direction = 'out' AND o.file IS NOT NULL AND o.delivery = 'sent'"
+            " AND json_extract(o.file, '$.file.name') = ?"
+            " AND json_extract(o.file, '$.file.size') = ?",
+            (idempotency_key, name, size),
+        )
+        return int(row["n"]) if row is not None else 0
+
     async def pending_outbound(
         self, platform: str, *, max_age_seconds: float = 86_400.0
     ) -> list[tuple[LoggedMessage, ConversationRef]]:

@@ -126,8 +126,16 @@ class FileSink(Protocol):
     attachments, the console's printed paths)."""
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         """Share `file` in the thread; return the platform's id for it. On `redelivery` first
-        look for the same file already shared by the bot, and return its id instead."""
+        look for the same file (name and size) already shared by the bot, and return its id
+        instead: found only when the thread shows more than `earlier_copies` of it (the
+        copies other deliveries put there)."""
         ...

@@ -91,3 +91,23 @@ async def test_a_file_over_the_upload_limit_is_said_once_and_not_retried(
             assert _attachments(bot, thread) == []
             # One refused upload and the notice: nothing retried.
             assert len(fake.requests_to(*POSTS)) - tries == 2
+
+
+async def test_a_redelivery_is_not_taken_for_an_earlier_batchs_copy_of_the_same_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Regression: an earlier run's file of the same name and size made a later one's
+    # redelivery count as delivered, so the thread never got it.
+    async with discord_bot(monkeypatch) as bot:
+        thread = await _thread(bot)
+        conv, file = bot.conversation(thread), _file(tmp_path)
+        outbox = _outbox(bot)
+        await outbox.attach(conv, [file], key="run:r1:files")
+        await outbox.idle()
+        # The second run's copy was recorded, then the process died before sending it.
+        await _outbox(bot, channel=False).attach(conv, [file], key="run:r2:files")
+        restarted = _outbox(bot)
+        await restarted.redeliver_pending("discord")
+        await restarted.idle()
+        assert [a["filename"] for a in _attachments(bot, thread)] == ["fix.patch"] * 2
+        assert await bot.runtime.conversation_log.delivery_of("run:r2:files:0") == "sent"

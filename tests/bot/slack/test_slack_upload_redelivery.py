@@ -1,5 +1,5 @@
-"""A known gap, kept visible: a redelivered upload is taken for delivered when an EARLIER
-batch shared a file of the same name and size in the thread.
+"""Regression: a redelivered upload was taken for delivered when an EARLIER batch shared a
+file of the same name and size in the thread.
 
 The Slack adapter recognises its own earlier share by name and size only (Slack keeps no
 metadata on a file share), and a retry after any failure is a redelivery. So when a second
@@ -8,10 +8,8 @@ command run again), and its first attempt is rate-limited, the retry finds the f
 share, marks the second file sent, and the thread never gets it. Discord's check (name and
 size among the last 50 messages) has the same gap.
 
-Fixing it needs the adapter to look only at shares after the reply the files follow (the
-outbox knows that reply's platform id; `FileSink.upload` does not take it yet): see the
-report of the helper that found it. Strict xfail: this test starts passing, and so fails,
-once it is fixed; then drop the mark.
+Now the outbox tells the adapter how many copies other deliveries put there
+(`earlier_copies`), and only one more counts as this file's.
 """
 
 from __future__ import annotations
@@ -27,10 +25,6 @@ from tests.slack_harness import slack_bot
 UPLOAD_URL = "files.getUploadURLExternal"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a redelivery matches an earlier batch's share by name and size (known gap)",
-)
 async def test_a_retried_file_is_not_mistaken_for_an_earlier_runs_share(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -47,7 +47,13 @@ class FileChannel(RecordingChannel):
         return posted
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         self.attempts.append((file.name, redelivery))
         self.uploading.set()

@@ -43,7 +43,13 @@ class BytesChannel(RecordingChannel):
         return posted
 
     async def upload(
-        self, conv: ConversationRef, file: OutboundFile, *, idempotency_key: str, redelivery: bool
+        self,
+        conv: ConversationRef,
+        file: OutboundFile,
+        *,
+        idempotency_key: str,
+        redelivery: bool,
+        earlier_copies: int = 0,
     ) -> str:
         self.timeline.append(f"file:{file.name}")
         self.uploaded[file.name] = file.path.read_bytes()
