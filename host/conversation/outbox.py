@@ -108,13 +108,24 @@ class Outbox:
         replied; returns once they are recorded, so nothing waits for an upload."""
         await self._uploads.queue(conv, files, key=key, after=after)
 
-    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
-        """Replace the text of an earlier message (status messages); failures are logged."""
+    async def edit(
+        self,
+        conv: ConversationRef,
+        message_id: str,
+        text: str,
+        *,
+        key: str,
+        chart: ChartData | None = None,
+    ) -> None:
+        """Replace the text of an earlier message (status messages), and its `chart` where
+        the platform draws one; failures are logged."""
         channel = self._channels.get(conv.platform)
         if channel is None:
             return
         try:
-            await channel.edit(conv, message_id, OutboundMessage(text=text, idempotency_key=key))
+            await channel.edit(
+                conv, message_id, OutboundMessage(text=text, idempotency_key=key, chart=chart)
+            )
         except Exception as exc:
             log.warning("editing %s in %s failed: %s", message_id, conv.id, exc)
 

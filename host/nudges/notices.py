@@ -166,9 +166,18 @@ class LaneNotifier:
             return None
         return message.platform_message_id
 
-    async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
-        """Edit the round's status message in place, directly (failures are logged)."""
-        await self._outbox.edit(conv, message_id, text, key=key)
+    async def edit(
+        self,
+        conv: ConversationRef,
+        message_id: str,
+        text: str,
+        *,
+        key: str,
+        chart: ChartData | None = None,
+    ) -> None:
+        """Edit the round's status message in place, directly (failures are logged); its
+        `chart` is drawn where the platform can."""
+        await self._outbox.edit(conv, message_id, text, key=key, chart=chart)
 
     async def _post(
         self,

@@ -5,6 +5,11 @@ platform that draws charts itself (Slack's chart block).
 The PNG is drawn (in a worker thread) once the report is posted, written whole into the
 campaign's directory and queued under `campaign:<id>:chart-final`, so it comes after the
 report and is never doubled. Drawing or uploading it never holds the report back.
+
+The campaign's live status message carries the chart data too, as posted and at every edit
+(the rounds so far): plain numbers read from the records, never a PNG per round. Only a
+platform that draws charts (Slack) shows it; Discord's status message stays text, its chart
+the final report's PNG (an edit there is not recorded or retried as an upload must be).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ CHART_FILE = "chart-final.png"
 # At start, charts owed to reports posted this recently (the process died in between).
 RECOVER_SECONDS = 86_400.0
 _REPORT_KEY = ("campaign:", ":report")
+_STATUS_KEY = ("campaign:", ":status")
 
 Draw = Callable[[CampaignChart], bytes]
 
@@ -52,10 +58,31 @@ class ChartNotices(CampaignNotifier, Protocol):
         """As `CampaignNotifier.send`, with the notice's chart."""
         ...
 
+    async def edit(
+        self,
+        conv: ConversationRef,
+        message_id: str,
+        text: str,
+        *,
+        key: str,
+        chart: ChartData | None = None,
+    ) -> None:
+        """As `CampaignNotifier.edit`, with the message's chart."""
+        ...
+
 
 def final_report_of(idempotency_key: str) -> str | None:
     """The campaign whose final report a notice key is (`campaign:<id>:report`), else None."""
-    head, tail = _REPORT_KEY
+    return _campaign_of(idempotency_key, _REPORT_KEY)
+
+
+def status_message_of(idempotency_key: str) -> str | None:
+    """The campaign whose status message a key is (`campaign:<id>:status`), else None."""
+    return _campaign_of(idempotency_key, _STATUS_KEY)
+
+
+def _campaign_of(idempotency_key: str, shape: tuple[str, str]) -> str | None:
+    head, tail = shape
     if idempotency_key.startswith(head) and idempotency_key.endswith(tail):
         campaign_id = idempotency_key[len(head) : -len(tail)]
         return campaign_id if campaign_id and ":" not in campaign_id else None
@@ -135,10 +162,11 @@ class ChartedNotices:
         recipient: str = "",
         essential: bool = False,
     ) -> None:
-        campaign_id = final_report_of(idempotency_key)
         chart = None
-        if campaign_id is not None:
+        if (campaign_id := final_report_of(idempotency_key)) is not None:
             on_posted = self._then_chart(conv, campaign_id, on_posted)
+            chart = await self._chart_data(campaign_id)
+        elif (campaign_id := status_message_of(idempotency_key)) is not None:
             chart = await self._chart_data(campaign_id)
         await self._inner.send(
             conv,
@@ -164,7 +192,10 @@ class ChartedNotices:
         return await self._inner.posted_id(conv, idempotency_key)
 
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
-        await self._inner.edit(conv, message_id, text, key=key)
+        """The status message's edit carries the chart of the rounds so far."""
+        campaign_id = status_message_of(key)
+        chart = await self._chart_data(campaign_id) if campaign_id is not None else None
+        await self._inner.edit(conv, message_id, text, key=key, chart=chart)
 
     async def chart_of(self, campaign_id: str) -> CampaignChart | None:
         """What the campaign's chart shows, from its records (None: no such campaign)."""
@@ -237,4 +268,5 @@ __all__ = [
     "chart_data",
     "chart_key",
     "final_report_of",
+    "status_message_of",
 ]
