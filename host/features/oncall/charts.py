@@ -132,8 +132,8 @@ def chart_data(chart: CampaignChart) -> ChartData | None:
 
 
 class ChartedNotices:
-    """The campaign engine's notifier: notices as `inner` posts them, and a final report's
-    chart attached after it."""
+    """The campaign engine's notifier: notices as `inner` posts them, a final report's chart
+    attached after it, and the chart data of the rounds so far on the status message."""
 
     def __init__(
         self,
