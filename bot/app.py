@@ -78,6 +78,7 @@ from host.features.skills.feature import SkillsFeature
 from host.features.skills.prefetch import DispatchContexts
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
+from host.graph.report_loader import Audience
 from host.graph.run_store import UNSTARTED, RunStore
 from host.graph.runs import RunAids, RunManager, RunParts, RunSettings
 from host.nudges.backlog import HeldBack
@@ -409,6 +410,16 @@ async def build_runtime(
             gates=gates,
         ),
     )
+    # What a run made follows into the thread through the outbox: a background run's files its
+    # report's reply, a foreground run's the reply of the turn that waited for it.
+    attachments = RunAttachments(parts.outbox, parts.workspace)
+    audience: Audience = "chat" if parts.provider.offline else "host"
+
+    async def foreground_files(ctx: TurnContext, run_id: str, report: str) -> str:
+        return await attachments.follow_turn(
+            run_store, ctx.conversation, run_id, report, after=ctx.inbound_key, audience=audience
+        )
+
     tool_deps = HostToolDeps(
         runs=runs,
         broker=parts.broker,
@@ -417,6 +428,7 @@ async def build_runtime(
         close_request=close_request if settings.group_memory else None,
         roles=roles,
         people=parts.people,
+        attach_files=foreground_files,
     )
     host_tools = [*build_host_tools(tool_deps), *(t for f in installed for t in f.host_tools())]
     tool_names = [t.name for t in host_tools]
@@ -466,8 +478,7 @@ async def build_runtime(
         service,
         runs,
         reports_reach_users=parts.provider.offline,
-        # What a run made follows its report's reply into the thread, through the outbox.
-        attachments=RunAttachments(parts.outbox, parts.workspace),
+        attachments=attachments,
     )
     # Campaign notices follow the replies to what their thread received (causal order).
     for feature in installed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
@@ -111,6 +111,10 @@ class HostToolDeps:
     roles: Roles = field(default_factory=Roles)
     # How people are named in what people read (refusals): display names, not ids.
     people: People = field(default_factory=People)
+    # A closed foreground run's files (a design's SVG, a patch): queued to follow the reply
+    # of the turn that waited for it, given (turn, run id, report); returns the report
+    # naming them. None: a foreground run attaches nothing.
+    attach_files: Callable[[TurnContext, str, str], Awaitable[str]] | None = None
 
 
 def shown_id(prompt: Prompt) -> str:
@@ -193,12 +197,15 @@ class HostTools:
                 "Progress, exceptions and the final report will arrive as messages.",
                 f"Started run `{run.id}` with {_steps(len(run.nodes))}; I'll post the report here.",
             )
-        return await self.wait(run)
+        return await self.wait(ctx, run)
 
-    async def wait(self, run: GraphRun) -> str:
-        """Foreground: the report at the next decision point; a closed round asks for its
-        attribution blocks (never when results reach people unchanged)."""
+    async def wait(self, ctx: TurnContext, run: GraphRun) -> str:
+        """Foreground: the report at the next decision point, naming the files that follow
+        this turn's reply once the run is over; a closed round asks for its attribution
+        blocks (never when results reach people unchanged)."""
         text = await self.runs.wait_for_decision_point(run)
+        if run.done.is_set() and self.deps.attach_files is not None:
+            text = await self.deps.attach_files(ctx, run.id, text)
         closed = run.done.is_set() and run.record.state != "cancelled"
         close_request = self.deps.close_request
         if closed and close_request is not None and not self.deps.results_reach_users:
@@ -285,7 +292,7 @@ class HostTools:
         )
         if run is None or run.record.background:
             return text
-        return f"{text}\n\n{await self.wait(run)}"
+        return f"{text}\n\n{await self.wait(ctx, run)}"
 
     async def run_status(self, ctx: TurnContext, args: RunRef) -> str:
         """The `run_status` tool."""

@@ -143,6 +143,30 @@ class RunAttachments:
                 after=report_turn_key(conv, report_key),
             )
 
+    async def follow_turn(
+        self,
+        store: RunStore,
+        conv: ConversationRef,
+        run_id: str,
+        report: str,
+        *,
+        after: str,
+        audience: Audience,
+    ) -> str:
+        """A foreground run's files, recorded to follow the reply of the turn that took up the
+        inbound record `after` (the one that waited for the run; empty: at once); returns
+        `report` naming them. Listing failures attach nothing: the report goes back as it is."""
+        try:
+            chosen = await self.choose(store, run_id, audience=audience)
+        except Exception:
+            log.exception("choosing the files of run %s failed; none attached", run_id)
+            return report
+        if chosen.files.attached:
+            await self._files.attach(
+                conv, chosen.files.attached, key=f"run:{run_id}:files", after=after or None
+            )
+        return chosen.named(report, run_id)
+
 
 def picture_name(run_id: str) -> str:
     """What the run picture is called in the thread: `run-<short id>.png`."""

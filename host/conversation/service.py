@@ -538,6 +538,7 @@ class ConversationService:
             roles=msg.roles,
             task=msg.task,
             replied=replied,
+            inbound_key=f"in:{msg.dedup_keys[0]}",
         )
         if msg.origin == "system" and self._host.provider.offline:
             # No model to synthesise from a report: the report itself is the reply.

@@ -30,3 +30,6 @@ class TurnContext:
     # Set once the turn's reply was posted (or the turn ended without one): a background run
     # the turn starts posts nothing before it, so the thread reads in causal order.
     replied: asyncio.Event | None = None
+    # The inbound record this turn took up (`in:<platform>:event:<id>`): files a foreground
+    # run made follow this turn's reply. Empty: nothing to follow, they go out at once.
+    inbound_key: str = ""

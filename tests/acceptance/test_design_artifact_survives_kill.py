@@ -55,6 +55,8 @@ GRAPH = {
 }
 STARTED = "Started the design; I'll post it here when it is ready."
 DESIGNED = f"Created `{ARTIFACT}`: a line chart of the toy loss from 0.9 to 0.4."
+NOT_NAMED = "The design agent finished, but no file came back to the thread."
+NAMED = f"Attached to this thread: `{ARTIFACT}`"
 REPORT_REPLY = "The loss chart is ready: the design agent drew it, and the SVG follows here."
 
 HOST_SYSTEM = "You are Raven, the Host Agent"
@@ -97,37 +99,59 @@ def _said(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}
 
 
-def respond(body: dict[str, Any]) -> dict[str, Any]:
+def _result_text(block: dict[str, Any]) -> str:
+    inner = block.get("content")
+    if isinstance(inner, str):
+        return inner
+    return "\n".join(str(b.get("text", "")) for b in inner or [] if isinstance(b, dict))
+
+
+@dataclass(frozen=True)
+class Script:
     """Answers by role, from the request alone (the bot's calls arrive in any order, and the
     skill gate and episode former are the fake's side calls):
 
-    - the Host submits the graph for Alice's request, says it started once the tool answers,
-      and replies REPORT_REPLY to the run's report;
+    - the Host hands Alice's request to the design agent with `tool`: `submit_graph` (a
+      background run: it says it started once the tool answers, and replies REPORT_REPLY to
+      the run's report) or `delegate` (a foreground run: it replies REPORT_REPLY to the
+      tool's report when that names the attached file);
     - the design agent writes the SVG, then says what it made;
     - the completion judge finds the node accomplished;
     - skill learning from the finished node changes no skill (an empty list);
     - anything else (memory and the like) gets a short plain answer.
     """
-    system = _system(body)
-    messages = body.get("messages") or [{}]
-    last = messages[-1]
-    if JUDGE_SYSTEM in system:
-        return _tool_use("record_verdict", {"accomplished": True, "evidence": ARTIFACT}, body)
-    if SKILL_LIBRARY_SYSTEM in system:
-        return _said("[]")
-    if DESIGN_SYSTEM in system:
-        wrote = any(_tool_results(m) for m in messages if m.get("role") == "user")
-        if wrote:
-            return _said(DESIGNED)
-        return _tool_use("write_file", {"path": ARTIFACT, "content": SVG}, body)
-    if HOST_SYSTEM in system:
-        if _tool_results(last):
-            return _said(STARTED)
-        if "Attached to this thread" in _text(last):
+
+    tool: str = "submit_graph"
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        system = _system(body)
+        messages = body.get("messages") or [{}]
+        if JUDGE_SYSTEM in system:
+            return _tool_use("record_verdict", {"accomplished": True, "evidence": ARTIFACT}, body)
+        if SKILL_LIBRARY_SYSTEM in system:
+            return _said("[]")
+        if DESIGN_SYSTEM in system:
+            wrote = any(_tool_results(m) for m in messages if m.get("role") == "user")
+            if wrote:
+                return _said(DESIGNED)
+            return _tool_use("write_file", {"path": ARTIFACT, "content": SVG}, body)
+        if HOST_SYSTEM in system:
+            return self._host(body, messages[-1])
+        return _said("ok")
+
+    def _host(self, body: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+        if results := _tool_results(last):
+            if self.tool == "submit_graph":
+                return _said(STARTED)
+            named = any(NAMED in _result_text(r) for r in results)
+            return _said(REPORT_REPLY if named else NOT_NAMED)
+        if NAMED in _text(last):
             return _said(REPORT_REPLY)
         if "design a small SVG chart" in _text(last):
+            if self.tool == "delegate":
+                return _tool_use("delegate", {"agent": "design", "task": TASK}, body)
             return _tool_use("submit_graph", GRAPH, body)
-    return _said("ok")
+        return _said("ok")
 
 
 # -- the thread --------------------------------------------------------------------------------
@@ -162,14 +186,17 @@ def _designs_started(model: FakeAnthropic) -> int:
     )
 
 
-async def _kill_while_held(tmp_path: Path, held_method: str) -> tuple[FakeSlack, Thread, Path]:
-    """Ask for the design, hold `held_method`'s answer, kill -9 the bot while the SVG is
-    recorded as pending, let the fake go, start the bot again and wait until it is sent."""
+async def _kill_while_held(
+    tmp_path: Path, held_method: str, script: Script = Script()
+) -> tuple[FakeSlack, Thread, Path]:
+    """Ask for the design (the Host using `script.tool`), hold `held_method`'s answer, kill
+    -9 the bot while the SVG is recorded as pending, let the fake go, start the bot again and
+    wait until it is sent."""
     home = tmp_path / "home"
     home.mkdir()
     project = project_dir(tmp_path / "project")
     async with FakeSlack(scopes=SCOPES) as slack, FakeAnthropic() as model:
-        model.responder = respond
+        model.responder = script
         slack.add_user(ALICE, "alice", real_name="Alice Liddell", display_name="alice")
         env = slack_env(
             home,
@@ -201,7 +228,8 @@ async def _kill_while_held(tmp_path: Path, held_method: str) -> tuple[FakeSlack,
             )
         # One design, made before the kill: the restart sent its file, it did not redo it.
         assert _designs_started(model) == 1
-        assert sum(STARTED in p for p in thread.posts()) == 1, thread.posts()
+        started = 1 if script.tool == "submit_graph" else 0
+        assert sum(STARTED in p for p in thread.posts()) == started, thread.posts()
         return slack, thread, home
 
 
@@ -230,3 +258,16 @@ async def test_a_design_slack_shared_before_the_kill_9_is_not_shared_again(
     # The restarted bot found the share in the thread: it never started a second upload.
     assert len(slack.calls_to("files.getUploadURLExternal")) == 1
     assert len(slack.calls_to("files.completeUploadExternal")) == 1
+
+
+async def test_a_delegated_design_follows_the_reply_once_after_a_kill_9(tmp_path: Path) -> None:
+    """`delegate` runs the design in the foreground: its report is the tool's answer, and
+    the SVG follows the Host's reply to that turn (regression: only background runs used to
+    attach their files, so a delegated design never reached the thread)."""
+    slack, thread, _ = await _kill_while_held(
+        tmp_path, "files.getUploadURLExternal", Script(tool="delegate")
+    )
+    _assert_shown_once(slack, thread)
+    assert len(slack.calls_to("files.getUploadURLExternal")) == 2
+    assert len([c for c in slack.calls_to("files.completeUploadExternal") if c.ok]) == 1
+    assert not any(NOT_NAMED in p for p in thread.posts()), thread.posts()
