@@ -119,8 +119,10 @@ async def test_web_api_calls_share_one_keep_alive_connection(
             await bot.replies_in(ts)
         calls = len(bot.fake.calls)
         assert calls >= 6
-        # Concurrent calls may open a second connection; never one per call.
-        assert len(bot.fake.api_peers) <= 2, (len(bot.fake.api_peers), calls)
+        # Concurrent calls (a reply beside the thread's working status, set and cleared in
+        # the background) may open a few connections; never one per call.
+        peers = len(bot.fake.api_peers)
+        assert peers <= 4 and calls >= 3 * peers, (peers, calls)
 
 
 @pytest.mark.parametrize("transport", ["http", "socket"])
