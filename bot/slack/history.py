@@ -6,7 +6,12 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.normalize import DM_THREAD
+from core.ids import ConversationRef
+
 MAX_REPLY_PAGES = 10
+# A redelivery after a crash concerns the last few posts: one page is plenty.
+RECENT_MESSAGES = 200
 
 
 class SlackHistory:
@@ -48,3 +53,20 @@ class SlackHistory:
             if not resp.get("has_more") or not cursor:
                 break
         return messages
+
+    async def recent(
+        self, channel: str, *, metadata: bool = False, limit: int = RECENT_MESSAGES
+    ) -> list[dict[str, Any]]:
+        """A channel's latest top-level messages, OLDEST first (one page): where a DM, which
+        has no thread, looks for what a redelivery may already have posted."""
+        resp = await self._client.conversations_history(
+            channel=channel, limit=limit, include_all_metadata=metadata
+        )
+        return list(reversed(resp.get("messages") or []))
+
+    async def of(self, conv: ConversationRef, *, metadata: bool = False) -> list[dict[str, Any]]:
+        """The messages a reply in `conv` lands among, oldest first: its thread's, or a DM's
+        latest (a DM's single conversation has no thread)."""
+        if conv.thread == DM_THREAD:
+            return await self.recent(conv.channel, metadata=metadata)
+        return await self.thread(conv.channel, conv.thread, metadata=metadata)

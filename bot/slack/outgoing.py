@@ -110,11 +110,8 @@ class SlackOutgoing:
         return first or ""
 
     async def _posted_parts(self, conv: ConversationRef, key: str) -> dict[int, str]:
-        thread = thread_ts(conv)
-        if thread is None:
-            return {}
         try:
-            thread_messages = await self._history.thread(conv.channel, thread, metadata=True)
+            thread_messages = await self._history.of(conv, metadata=True)
         except SlackApiError as exc:
             log.warning("slack: could not check for an earlier delivery: %s", exc)
             return {}

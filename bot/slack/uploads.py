@@ -78,11 +78,8 @@ class SlackFiles:
     async def _already_shared(
         self, conv: ConversationRef, file: OutboundFile, earlier_copies: int
     ) -> str | None:
-        thread = thread_ts(conv)
-        if thread is None:
-            return None  # a DM has no thread to look through
         try:
-            messages = await self._history.thread(conv.channel, thread)
+            messages = await self._history.of(conv)
         except SlackApiError as exc:
             log.warning("slack: could not check for an earlier upload: %s", exc)
             return None

@@ -474,6 +474,28 @@ async def test_redelivery_after_crash_does_not_post_twice(monkeypatch: pytest.Mo
             assert len(bot.posts(ts)) == 1
 
 
+async def test_redelivery_in_a_dm_after_crash_does_not_post_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Regression: a DM has no thread, and the check for an earlier post looked nowhere.
+    async with FakeSlack() as fake:
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            event = payloads.message_im("D0DM", "U1", "hello there", bot.ts())
+            await bot.send(payloads.event_callback(event))
+            await eventually(lambda: bool(bot.fake.posted_texts("D0DM")))
+            home = bot.runtime.settings.home
+        with sqlite3.connect(home / "raven.db") as conn:
+            conn.execute("UPDATE messages SET delivery = 'pending' WHERE direction = 'out'")
+        async with slack_bot(monkeypatch, fake=fake) as bot:
+            await eventually(
+                lambda: (
+                    db_rows(home, "SELECT delivery FROM messages WHERE direction = 'out'")
+                    == [("sent",)]
+                )
+            )
+            assert len(bot.fake.posted_texts("D0DM")) == 1
+
+
 async def test_pending_reply_is_delivered_after_restart(monkeypatch: pytest.MonkeyPatch) -> None:
     async with FakeSlack() as fake:
         async with slack_bot(monkeypatch, fake=fake) as bot:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from bot.slack.doctor import check_slack, required_scopes
+from bot.slack.normalize import DM_THREAD
+from core.ids import ConversationRef
 from host.conversation.outbox import Outbox
 from host.runtime.messages import OutboundFile
 from tests.fakes.slack import DEFAULT_SCOPES, FakeSlack
@@ -69,6 +71,22 @@ async def test_a_redelivery_after_slack_has_the_file_does_not_double(
         await restarted.idle()
         assert len(bot.fake.uploads.shared) == 1
         assert len(bot.fake.calls_to(UPLOAD_URL)) == 1
+        assert await bot.runtime.conversation_log.delivery_of("k:0") == "sent"
+
+
+async def test_a_redelivery_in_a_dm_after_slack_has_the_file_does_not_double(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Regression: a DM has no thread, and the check for an earlier share looked nowhere.
+    async with slack_bot(monkeypatch) as bot:
+        conv = ConversationRef("slack", bot.fake.team_id, "D0DM", DM_THREAD)
+        file = _file(tmp_path)
+        await _outbox(bot, channel=False).attach(conv, [file], key="k")
+        await bot.adapter.upload(conv, file, idempotency_key="k:0", redelivery=False)
+        restarted = _outbox(bot)
+        await restarted.redeliver_pending("slack")
+        await restarted.idle()
+        assert [f.channel for f in bot.fake.uploads.shared] == ["D0DM"]
         assert await bot.runtime.conversation_log.delivery_of("k:0") == "sent"
 
 
