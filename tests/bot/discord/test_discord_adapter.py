@@ -385,6 +385,29 @@ async def test_doctor_checks_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not ok and "unreachable" in detail
 
 
+async def test_doctor_says_when_raven_cannot_be_registered_in_an_allowed_guild(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bot.discord.factory import discord_doctor
+    from bot.settings import load_settings
+    from tests.fakes.discord import FakeDiscord
+
+    async with FakeDiscord() as fake:
+        monkeypatch.setenv("DISCORD_TOKEN", "discord-test-token.abcdefghijklmnop")
+        monkeypatch.setenv("RAVEN_DISCORD_API_URL", fake.base_url)
+        monkeypatch.setenv("RAVEN_DISCORD_ALLOWED_GUILDS", fake.guild_id)
+        ok, detail = await discord_doctor(load_settings())
+        assert ok and "/raven" not in detail
+        # A guild whose invite lacked applications.commands: Discord refuses its commands.
+        monkeypatch.setenv("RAVEN_DISCORD_ALLOWED_GUILDS", f"{fake.guild_id},123456789")
+        ok, detail = await discord_doctor(load_settings())
+        assert ok  # the typed words still work there
+        assert detail.endswith(
+            "/raven cannot be registered in guild(s) 123456789: invite the bot again with the "
+            "applications.commands scope (the typed words work meanwhile)"
+        )
+
+
 async def test_without_thread_permission_the_reply_goes_inline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
