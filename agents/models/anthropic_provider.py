@@ -26,6 +26,7 @@ from anthropic.types import TextBlock as SDKTextBlock
 from anthropic.types import ToolUseBlock as SDKToolUseBlock
 
 from agents.models.types import (
+    FailureKind,
     Message,
     ModelError,
     ModelReply,
@@ -136,7 +137,8 @@ class AnthropicProvider:
             except TimeoutError:
                 raise ModelError(
                     f"Anthropic API call gave up after {self._deadline:g}s: the API kept asking "
-                    "to wait (rate limited or overloaded) or did not answer. Try again later."
+                    "to wait (rate limited or overloaded) or did not answer. Try again later.",
+                    kind="timeout",
                 ) from None
         return to_reply(response)
 
@@ -156,7 +158,9 @@ class AnthropicProvider:
         try:
             yield
         except anthropic.AnthropicError as exc:
-            raise ModelError(self._redact(self._failure_message(exc))) from exc
+            raise ModelError(
+                self._redact(self._failure_message(exc)), kind=failure_kind(exc)
+            ) from exc
 
     def _failure_message(self, exc: anthropic.AnthropicError) -> str:
         if isinstance(exc, anthropic.APIStatusError):
@@ -332,3 +336,24 @@ def _safe_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+def failure_kind(exc: anthropic.AnthropicError) -> FailureKind:
+    """The failure's class (see `FailureKind`): overload (529), server errors, timeouts and
+    rate limits may pass on another model; a bad request, a refusal or a key may not."""
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status == 529 or exc.type == "overloaded_error":
+            return "overloaded"
+        if status == 429:
+            return "rate_limited"
+        if status in (401, 403):
+            return "auth"
+        if status >= 500:
+            return "server"
+        return "request"
+    if isinstance(exc, anthropic.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, anthropic.APIConnectionError):
+        return "server"
+    return "other"

@@ -122,5 +122,26 @@ class ModelReply(BaseModel):
         return [b for b in self.content if isinstance(b, ToolCall)]
 
 
+# Why a model call failed, as far as trying another model is concerned: the first four may
+# pass on another model (a fallback chain moves on); the others say something about the
+# request or the account that another model would not change.
+FailureKind = Literal[
+    "overloaded", "server", "timeout", "rate_limited", "request", "refused", "auth", "other"
+]
+TRANSIENT_FAILURES: frozenset[FailureKind] = frozenset(
+    {"overloaded", "server", "timeout", "rate_limited"}
+)
+
+
 class ModelError(RuntimeError):
-    """A model call failed for good (after retries); the message says why and what to do."""
+    """A model call failed for good (after retries); the message says why and what to do,
+    `kind` what sort of failure it was."""
+
+    def __init__(self, message: str, *, kind: FailureKind = "other") -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+
+    @property
+    def transient(self) -> bool:
+        """Whether another model might answer where this one failed."""
+        return self.kind in TRANSIENT_FAILURES

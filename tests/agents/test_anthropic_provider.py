@@ -505,3 +505,23 @@ async def test_fake_serves_models_for_health_checks(fake: FakeAnthropic) -> None
         await client.close()
     assert [m.id for m in page.data]
     assert fake.requests[0]["path"] == "/v1/models"
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "transient"),
+    [
+        (529, "overloaded", True),
+        (500, "server", True),
+        (429, "rate_limited", True),
+        (400, "request", False),
+        (401, "auth", False),
+    ],
+)
+async def test_a_failure_says_what_kind_it_was(
+    fake: FakeAnthropic, make_provider: MakeProvider, status: int, kind: str, transient: bool
+) -> None:
+    # A fallback chain moves on only for what another model might answer.
+    fake.queue_error(status, "no", retry_after=0)
+    with pytest.raises(ModelError) as caught:
+        await make_provider(max_retries=0).complete(system="s", messages=[Message.user_text("hi")])
+    assert (caught.value.kind, caught.value.transient) == (kind, transient)
