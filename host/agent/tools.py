@@ -168,7 +168,9 @@ class HostTools:
                 starts_after=ctx.replied,
             )
         except AdmissionError as exc:
-            return exc.for_user() if self.deps.results_reach_users else str(exc)
+            # An error result, so the model reads it as a failed call to repair and resubmit.
+            text = exc.for_user() if self.deps.results_reach_users else str(exc)
+            return ToolOutput(text, exc.for_user(), is_error=True)
         if result.status == "needs_approval":
             assert result.submission is not None
             prompt = await self.broker.create(

@@ -64,6 +64,9 @@ class AdmissionError(Exception):
         self.edits = tuple(edits)
         # Position in `nodes`; set for format errors, where the id may be missing or invalid.
         self.index = index
+        # How many other problems the later checks found in the same submission (set by
+        # `admit`): told as a count, so a model knows one repair will not be the last.
+        self.more = 0
 
     def __str__(self) -> str:
         """The rejection as the Host reads it (pointing at the guide tool)."""
@@ -88,6 +91,9 @@ class AdmissionError(Exception):
         text = f"{head}: {_sentence(self.problem)}"
         if self.repair:
             text += f" Repair: {_sentence(self.repair)}"
+        if self.more:
+            noun = "problem" if self.more == 1 else "problems"
+            text += f" ({self.more} more {noun} after this one; each is told when you resubmit.)"
         return text
 
 

@@ -3,7 +3,7 @@ topological order and each node's ancestry (what the executor schedules by)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from host.graph.admission.checks.capability import check_capability
@@ -13,6 +13,7 @@ from host.graph.admission.checks.files import check_files
 from host.graph.admission.checks.format import check_format, parse_submission
 from host.graph.admission.checks.status import check_status
 from host.graph.admission.checks.structure import check_deps, check_ids, check_references
+from host.graph.admission.errors import AdmissionError, ApprovalRequired
 from host.graph.admission.result import AdmittedGraph, Ancestry
 from host.graph.model import AdmissionContext, GraphSubmission
 
@@ -20,25 +21,56 @@ from host.graph.model import AdmissionContext, GraphSubmission
 def admit(
     raw: str | bytes | Mapping[str, Any] | GraphSubmission, ctx: AdmissionContext
 ) -> AdmittedGraph:
-    """Run the five check groups in order; return the admitted graph or raise AdmissionError."""
+    """Run the five check groups in order; return the admitted graph or raise AdmissionError
+    (the first failure, with how many of the later checks fail too)."""
     submission = parse_submission(raw)
     placeholders = check_format(submission)
 
     ids = {spec.id for spec in submission.nodes}
-    check_ids(submission, ctx)
-    check_deps(submission, ids, ctx, placeholders)
-    check_references(submission, placeholders, ids, ctx)
-    check_files(submission, placeholders, ctx)
-    order = check_acyclic(submission, ids, placeholders)
-
-    check_capability(submission, placeholders, ctx)
-    check_status(submission, ctx)
-    check_environment(submission, ctx)
+    orders: list[tuple[str, ...]] = []
+    checks: list[Callable[[], object]] = [
+        lambda: check_ids(submission, ctx),
+        lambda: check_deps(submission, ids, ctx, placeholders),
+        lambda: check_references(submission, placeholders, ids, ctx),
+        lambda: check_files(submission, placeholders, ctx),
+        lambda: orders.append(check_acyclic(submission, ids, placeholders)),
+        lambda: check_capability(submission, placeholders, ctx),
+        lambda: check_status(submission, ctx),
+        lambda: check_environment(submission, ctx),
+    ]
+    for position, check in enumerate(checks):
+        try:
+            check()
+        except ApprovalRequired:
+            raise
+        except AdmissionError as first:
+            first.more = _later_problems(checks[position + 1 :], first)
+            raise
 
     return AdmittedGraph(
         submission=submission,
-        order=order,
+        order=orders[0],
         external_deps=frozenset(d for spec in submission.nodes for d in spec.deps if d not in ids),
         ancestors=Ancestry({spec.id: spec.deps for spec in submission.nodes}),
         placeholders=placeholders,
     )
+
+
+def _later_problems(checks: Sequence[Callable[[], object]], first: AdmissionError) -> int:
+    """How many later checks fail at a place other than the first failure (one check stops at
+    its own first problem, so this counts at least one per failing group; approval is not a
+    problem)."""
+    seen = {(first.node, first.field)}
+    count = 0
+    for check in checks:
+        try:
+            check()
+        except ApprovalRequired:
+            continue
+        except AdmissionError as later:
+            if (later.node, later.field) not in seen:
+                seen.add((later.node, later.field))
+                count += 1
+        except Exception:  # a later check may assume that the failed one passed
+            continue
+    return count

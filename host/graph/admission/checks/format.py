@@ -13,7 +13,13 @@ from core.errors import field_errors
 from host.graph.admission.errors import AdmissionError, short
 from host.graph.admission.grammar import Placeholder, PlaceholderSyntaxError, parse_placeholders
 from host.graph.admission.messages import format_error
-from host.graph.model import GraphSubmission
+from host.graph.model import GraphSubmission, NodeSpec
+
+# A node's optional fields (absent means None): a weak model writes `"instance": ""` for "not
+# given", so an empty string there is read as absent rather than rejected.
+_OPTIONAL_NODE_FIELDS: Final[frozenset[str]] = frozenset(
+    name for name, field in NodeSpec.model_fields.items() if field.default is None
+)
 
 # `inputs` would make `{{inputs.output}}` ambiguous (input named `output` vs. node `inputs`).
 RESERVED_NODE_IDS: Final[frozenset[str]] = frozenset({"inputs"})
@@ -56,11 +62,25 @@ def parse_submission(
     data = _load_json(raw) if isinstance(raw, str | bytes) else raw
     if isinstance(data, Mapping) and not isinstance(data, dict):
         data = dict(data)
+    data = _without_empty_optionals(data)
     try:
         # Strict: the model's JSON must carry real booleans/strings, not "yes" or 1.
         return GraphSubmission.model_validate(data, strict=True)
     except ValidationError as exc:
         raise format_error(field_errors(exc), data) from None
+
+
+def _without_empty_optionals(data: object) -> object:
+    """The submission with each node's empty optional strings left out (absent, not "")."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        return data
+    nodes = [
+        {k: v for k, v in n.items() if not (v == "" and k in _OPTIONAL_NODE_FIELDS)}
+        if isinstance(n, dict)
+        else n
+        for n in data["nodes"]
+    ]
+    return {**data, "nodes": nodes}
 
 
 def check_format(submission: GraphSubmission) -> dict[str, list[Placeholder]]:

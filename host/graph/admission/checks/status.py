@@ -13,6 +13,16 @@ def check_status(submission: GraphSubmission, ctx: AdmissionContext) -> None:
     available = ", ".join(f"`{n}`" for n in enabled) or "none (no agent is enabled)"
     for spec in submission.nodes:
         agent = ctx.agents.get(spec.agent)
+        if agent is None and ctx.skills is not None and spec.agent in ctx.skills:
+            # A weak model's usual slip: the skill that fits the task named as the node's agent.
+            raise AdmissionError(
+                "status",
+                f"`{spec.agent}` is a skill, not an agent; available agents: {available}",
+                node=spec.id,
+                field="agent",
+                repair="run the node on one of those agents and give it the skill with "
+                f'`"skills": ["{spec.agent}"]`',
+            )
         if agent is None:
             close = difflib.get_close_matches(spec.agent, enabled, n=1)
             raise AdmissionError(
