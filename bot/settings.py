@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 import bot
 import host.features
+from agents.models.model_spec import ModelSpec, ProviderOptions, has_credentials, parse_model_spec
 from core.errors import FieldError, describe_validation_error
 from core.secret_names import SecretNames
 from core.url_secrets import mask_url, url_credentials
@@ -75,10 +76,21 @@ class Settings(BaseSettings):
         validation_alias="ANTHROPIC_BASE_URL",
         description="Point the provider at any Anthropic-compatible server (proxy, local).",
     )
+    openai_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias="OPENAI_API_KEY",
+        description="Key for openai: models (RAVEN_MODEL); a local server at a URL needs none.",
+    )
+    openai_base_url: str | None = Field(
+        default=None,
+        validation_alias="OPENAI_BASE_URL",
+        description="Default server for openai: models (vLLM, Ollama, llama.cpp, OpenRouter).",
+    )
     model: str = Field(
         default="claude-sonnet-5",
         validation_alias=AliasChoices("RAVEN_MODEL", "ANTHROPIC_MODEL"),
-        description="Model name for the Host and in-process agents.",
+        description="Model for the Host and in-process agents: <model> (Anthropic), "
+        "anthropic:<model>, openai:<model> or openai:<model>@<base URL>.",
     )
     model_timeout: float = Field(
         default=120.0, gt=0, validation_alias="RAVEN_MODEL_TIMEOUT", description="Seconds per call."
@@ -438,7 +450,13 @@ class Settings(BaseSettings):
         # processes that run elsewhere, where a relative one means another directory.
         return value if value.expanduser().is_absolute() else Path(os.path.abspath(value))
 
-    @field_validator("anthropic_base_url")
+    @field_validator("model")
+    @classmethod
+    def _model_spec(cls, value: str) -> str:
+        parse_model_spec(value)  # a ModelSpecError (a ValueError) names the accepted forms
+        return value.strip()
+
+    @field_validator("anthropic_base_url", "openai_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(("http://", "https://")):
@@ -451,9 +469,27 @@ class Settings(BaseSettings):
         return self.raven_home.expanduser()
 
     @property
+    def model_spec(self) -> ModelSpec:
+        """`RAVEN_MODEL` parsed (checked at start-up)."""
+        return parse_model_spec(self.model)
+
+    @property
+    def provider_options(self) -> ProviderOptions:
+        """What building any model's provider needs: keys, default URLs, limits."""
+        return ProviderOptions(
+            anthropic_api_key=_secret(self.anthropic_api_key),
+            anthropic_base_url=self.anthropic_base_url,
+            openai_api_key=_secret(self.openai_api_key),
+            openai_base_url=self.openai_base_url,
+            timeout=self.model_timeout,
+            max_retries=self.model_max_retries,
+        )
+
+    @property
     def offline(self) -> bool:
-        """True when no model key is configured."""
-        return self.anthropic_api_key is None or not self.anthropic_api_key.get_secret_value()
+        """True when the chosen model cannot be called: no key for its API (an
+        OpenAI-compatible server at a URL of its own needs none)."""
+        return not has_credentials(self.model_spec, self.provider_options)
 
     def section(self, kind: type[T], *, prefix: str = "", reveal: bool = False) -> T:
         """A part's settings section: a dataclass whose fields are named as here, or as here
@@ -677,6 +713,11 @@ def mask_secret(secret: str) -> str:
     if not secret:
         return "(unset)"
     return f"{secret[:4]}…({len(secret)} chars)" if len(secret) > 8 else "****"
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    """A secret's text, None when unset or empty."""
+    return value.get_secret_value() or None if value is not None else None
 
 
 def load_settings(**overrides: Any) -> Settings:
