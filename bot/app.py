@@ -24,7 +24,7 @@ from typing import TypeVar
 from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
 from agents.backends.inproc import InProcessBackend
-from agents.models.offline import OfflineProvider
+from agents.models.model_spec import build_model_provider
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox, shown_by
@@ -173,18 +173,9 @@ class Runtime:
 
 
 def build_provider(settings: Settings) -> ModelProvider:
-    """The Anthropic provider when a key is set, else the honest offline provider."""
-    if settings.offline or settings.anthropic_api_key is None:
-        return OfflineProvider()
-    from agents.models.anthropic_provider import AnthropicProvider
-
-    return AnthropicProvider(
-        api_key=settings.anthropic_api_key.get_secret_value(),
-        model=settings.model,
-        base_url=settings.anthropic_base_url,
-        timeout=settings.model_timeout,
-        max_retries=settings.model_max_retries,
-    )
+    """The provider `RAVEN_MODEL` names (Anthropic or OpenAI-compatible), or the honest
+    offline provider when that model cannot be called (no key for its API)."""
+    return build_model_provider(settings.model_spec, settings.provider_options)
 
 
 def build_sandbox(settings: Settings) -> Sandbox:
