@@ -102,6 +102,13 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_MODEL_MAX_RETRIES",
         description="Retries on 429/5xx/connection errors before a model call fails.",
     )
+    model_fallbacks: CsvList = Field(
+        default_factory=list,
+        validation_alias="RAVEN_MODEL_FALLBACKS",
+        description="Models tried in order, comma-separated, when a call fails on overload, a "
+        "server error, a timeout or a rate limit (never on a refusal or a bad request); a turn "
+        "stays on the model it fell back to. Empty: no fallback.",
+    )
     max_tokens: int = Field(
         default=4096, gt=0, validation_alias="RAVEN_MAX_TOKENS", description="Per-call max tokens."
     )
@@ -427,12 +434,26 @@ class Settings(BaseSettings):
         "admins",
         "approvers",
         "skills_blocked",
+        "model_fallbacks",
         mode="before",
     )
     @classmethod
     def _split_csv(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("model_fallbacks")
+    @classmethod
+    def _fallback_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if any(c.isspace() for c in name):
+                raise ValueError(
+                    f"{name!r} is not a model name: give names (or provider:name specs) "
+                    "separated by commas, e.g. claude-haiku-4-5,anthropic:claude-opus-4-1"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("a model is named twice; name each fallback once")
         return value
 
     @field_validator("log_level")
