@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib.util
 import os
@@ -15,6 +16,8 @@ from typing import TextIO
 
 from agents.backends import AcpProcesses
 from agents.backends.acp.process import AgentStartError
+from agents.models.model_spec import build_model_provider
+from agents.models.provider import ClosableProvider
 from agents.registry import (
     AgentEntry,
     AgentRegistry,
@@ -31,6 +34,7 @@ from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names, unknown_variables
 from core.serving_lock import serving_holder
 from core.store import Store
+from core.url_secrets import url_credentials
 from host.features.feature import DoctorCheck, DoctorParts, FeatureKind
 from host.nudges.policy import NudgeLimits, describe_policy
 from host.nudges.quiet import parse_quiet_hours
@@ -249,30 +253,42 @@ async def _check_embedder(settings: Settings) -> Check:
 
 
 async def _check_model(settings: Settings) -> Check:
+    spec = settings.model_spec
     if settings.offline:
+        need = (
+            "ANTHROPIC_API_KEY"
+            if spec.provider == "anthropic"
+            else "OPENAI_API_KEY, OPENAI_BASE_URL or a URL in RAVEN_MODEL"
+        )
         return Check(
             "model",
             "warn",
-            "offline mode (no ANTHROPIC_API_KEY): explicit plans, approvals and the shell agent "
-            "work; free-form answers and model-backed agents need a key",
+            f"offline mode ({spec.label} has no {need}): explicit plans, approvals and the "
+            "shell agent work; free-form answers and model-backed agents need a model",
         )
-    from agents.models.anthropic_provider import AnthropicProvider
-
-    assert settings.anthropic_api_key is not None
-    provider = AnthropicProvider(
-        api_key=settings.anthropic_api_key.get_secret_value(),
-        model=settings.model,
-        base_url=settings.anthropic_base_url,
-        timeout=min(settings.model_timeout, 20.0),
-        max_retries=1,
+    options = dataclasses.replace(
+        settings.provider_options, timeout=min(settings.model_timeout, 20.0), max_retries=1
     )
+    provider = build_model_provider(spec, options)
     try:
-        detail = await provider.check()
+        check = getattr(provider, "check", None)
+        detail = await check() if check is not None else f"{provider.name} configured"
     except Exception as exc:
-        return Check("model", "fail", str(exc))
+        # Provider errors name the URL with credentials masked; mask again in case not.
+        return Check("model", "fail", f"{spec.label}: {_masked(settings, str(exc))}")
     finally:
-        await provider.aclose()
+        if isinstance(provider, ClosableProvider):
+            await provider.aclose()
     return Check("model", "ok", detail)
+
+
+def _masked(settings: Settings, text: str) -> str:
+    """The text with any credentials the model's URLs embed masked."""
+    spec = settings.model_spec
+    for url in (spec.base_url, settings.anthropic_base_url, settings.openai_base_url):
+        for secret in url_credentials(url):
+            text = text.replace(secret, "****")
+    return text
 
 
 async def _check_platforms(settings: Settings) -> list[Check]:
