@@ -16,6 +16,7 @@ from typing import Any, Generic
 from agents.harness import Harness
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolResult, Usage
+from agents.text_tool_calls import is_recovered, recover_tool_calls
 from agents.tools import Ctx, ToolRegistry, dump_input
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,9 @@ class AgentLoop(Generic[Ctx]):
             result.model_calls += 1
             result.iterations += 1
             result.usage = result.usage + reply.usage
+            # A call the model wrote as text (a weak model's habit) runs when it is valid;
+            # the history then holds it as a real call, so its result pairs with it.
+            reply = recover_tool_calls(reply, offered.specs) or reply
             calls = reply.tool_calls
             await emit(_model_event(iteration, reply, final=not calls))
             if not calls:
@@ -110,6 +114,7 @@ class AgentLoop(Generic[Ctx]):
                         "input": dump_input(call),
                         "output": outcome.content[:2000],
                         "is_error": outcome.is_error,
+                        **({"recovered": True} if is_recovered(call) else {}),
                     }
                 )
             convo.append(Message(role="user", content=list(outcomes)))
@@ -183,6 +188,7 @@ def _model_event(iteration: int, reply: ModelReply, *, final: bool) -> dict[str,
         "final": final,
         "text": reply.text[:EVENT_PREVIEW_CHARS],
         "tool_calls": [c.name for c in reply.tool_calls],
+        "recovered_calls": sum(1 for c in reply.tool_calls if is_recovered(c)),
         "input_tokens": reply.usage.input_tokens,
         "output_tokens": reply.usage.output_tokens,
     }
