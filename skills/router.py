@@ -431,7 +431,9 @@ class SkillRouter:
                 REWRITER_SYSTEM, rewriter_prompt(request, history)
             )
         except Exception as exc:  # a failing rewriter must never cost the request its skills
-            log.warning("skill query rewriter failed, using the request: %s", exc)
+            log.warning(
+                "skill query rewriter failed, using the request: %s", str(exc) or type(exc).__name__
+            )
             return True, request
         decision = parse_rewrite(answer)
         if decision is None:
@@ -519,7 +521,11 @@ class SkillRouter:
             )
             ids, plan = parse_gate(answer)
         except Exception as exc:
-            log.warning("skill gate failed, falling back to the top %d: %s", s.k_fb, exc)
+            log.warning(
+                "skill gate failed, falling back to the top %d: %s",
+                s.k_fb,
+                str(exc) or type(exc).__name__,  # never an empty reason
+            )
             return (await asyncio.to_thread(evident, query, pool, local))[: s.k_fb], "", True
         # An id as shown in the prompt (one line, capped) names its hit as well as the real one.
         by_id = {**{shown_id(hit): hit for hit in pool}, **{hit.qid: hit for hit in pool}}
