@@ -24,7 +24,8 @@ from typing import TypeVar
 from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
 from agents.backends.inproc import InProcessBackend
-from agents.models.model_spec import build_model_provider
+from agents.models.fallback import FallbackProvider
+from agents.models.model_spec import build_model_provider, has_credentials
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox, shown_by
@@ -175,7 +176,23 @@ class Runtime:
 def build_provider(settings: Settings) -> ModelProvider:
     """The provider `RAVEN_MODEL` names (Anthropic or OpenAI-compatible), or the honest
     offline provider when that model cannot be called (no key for its API)."""
-    return build_model_provider(settings.model_spec, settings.provider_options)
+    primary = build_model_provider(settings.model_spec, settings.provider_options)
+    return with_fallbacks(primary, settings)
+
+
+def with_fallbacks(primary: ModelProvider, settings: Settings) -> ModelProvider:
+    """`primary` with `RAVEN_MODEL_FALLBACKS` behind it; a fallback with no key for its API
+    is left out (said once in the log): the offline stand-in is never a fallback."""
+    if primary.offline or not settings.model_fallbacks:
+        return primary
+    options = settings.provider_options
+    fallbacks: list[ModelProvider] = []
+    for spec in settings.fallback_specs:
+        if has_credentials(spec, options):
+            fallbacks.append(build_model_provider(spec, options))
+        else:
+            log.warning("fallback model %s has no key for its API; it is left out", spec.label)
+    return FallbackProvider(primary, fallbacks) if fallbacks else primary
 
 
 def build_sandbox(settings: Settings) -> Sandbox:

@@ -27,7 +27,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 import bot
 import host.features
-from agents.models.model_spec import ModelSpec, ProviderOptions, has_credentials, parse_model_spec
+from agents.models.model_spec import (
+    ModelSpec,
+    ModelSpecError,
+    ProviderOptions,
+    has_credentials,
+    parse_model_spec,
+)
 from core.errors import FieldError, describe_validation_error
 from core.secret_names import SecretNames
 from core.url_secrets import mask_url, url_credentials
@@ -105,9 +111,9 @@ class Settings(BaseSettings):
     model_fallbacks: CsvList = Field(
         default_factory=list,
         validation_alias="RAVEN_MODEL_FALLBACKS",
-        description="Models tried in order, comma-separated, when a call fails on overload, a "
-        "server error, a timeout or a rate limit (never on a refusal or a bad request); a turn "
-        "stays on the model it fell back to. Empty: no fallback.",
+        description="Models tried in order (comma-separated, in RAVEN_MODEL's forms) when a call "
+        "fails on overload, a server error, a timeout or a rate limit, never on a refusal or a "
+        "bad request; a turn stays on the model it fell back to. Empty: no fallback.",
     )
     max_tokens: int = Field(
         default=4096, gt=0, validation_alias="RAVEN_MAX_TOKENS", description="Per-call max tokens."
@@ -445,13 +451,12 @@ class Settings(BaseSettings):
 
     @field_validator("model_fallbacks")
     @classmethod
-    def _fallback_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if any(c.isspace() for c in name):
-                raise ValueError(
-                    f"{name!r} is not a model name: give names (or provider:name specs) "
-                    "separated by commas, e.g. claude-haiku-4-5,anthropic:claude-opus-4-1"
-                )
+    def _fallback_specs(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                parse_model_spec(entry)
+            except ModelSpecError as exc:
+                raise ValueError(f"{entry!r}: {exc}") from None
         if len(set(value)) != len(value):
             raise ValueError("a model is named twice; name each fallback once")
         return value
@@ -493,6 +498,11 @@ class Settings(BaseSettings):
     def model_spec(self) -> ModelSpec:
         """`RAVEN_MODEL` parsed (checked at start-up)."""
         return parse_model_spec(self.model)
+
+    @property
+    def fallback_specs(self) -> tuple[ModelSpec, ...]:
+        """`RAVEN_MODEL_FALLBACKS` parsed, in order (checked at start-up)."""
+        return tuple(parse_model_spec(entry) for entry in self.model_fallbacks)
 
     @property
     def provider_options(self) -> ProviderOptions:

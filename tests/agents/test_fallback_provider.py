@@ -271,6 +271,31 @@ async def test_the_setting_builds_a_chain_in_order(monkeypatch: pytest.MonkeyPat
         await close_provider(provider)
 
 
+async def test_a_chain_mixes_apis_and_leaves_out_a_fallback_without_a_key(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.setenv(
+        "RAVEN_MODEL_FALLBACKS", "openai:gpt-5,openai:qwen@http://127.0.0.1:9/v1,claude-x"
+    )
+
+    with caplog.at_level(logging.WARNING, logger="bot.app"):
+        provider = build_provider(load_settings())
+    try:
+        assert isinstance(provider, FallbackProvider)
+        assert [p.name for p in provider.chain[1:]] == ["openai:qwen", "anthropic:claude-x"]
+        assert "fallback model openai:gpt-5 has no key for its API" in caplog.text
+    finally:
+        await close_provider(provider)
+
+
+async def test_no_chain_without_the_setting_or_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAVEN_MODEL_FALLBACKS", SECOND)
+    assert build_provider(load_settings()).offline  # no key: offline, no chain around it
+
+
 async def test_no_setting_no_chain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
     provider = build_provider(load_settings())
@@ -283,7 +308,8 @@ async def test_no_setting_no_chain(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("claude haiku", "'claude haiku' is not a model name"),
+        ("claude haiku", "'claude haiku': must be one model with no spaces; accepted forms"),
+        ("mistral:large", "'mistral:large': unknown provider 'mistral'"),
         (f"{SECOND},{SECOND}", "a model is named twice"),
     ],
 )
