@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from agents.harness import Harness
+from agents.models.fallback import fallback_note, scoped_for_turn
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolResult, Usage
 from agents.text_tool_calls import is_recovered, recover_tool_calls
@@ -43,6 +44,8 @@ class LoopResult:
     seconds: float = 0.0
     # The full conversation (input messages, tool traffic, final answer), for stateful sessions.
     messages: list[Message] = field(default_factory=list)
+    # Set when a fallback model answered: "answered by the fallback model X: Y was overloaded".
+    fallback: str = ""
 
 
 class AgentLoop(Generic[Ctx]):
@@ -80,6 +83,8 @@ class AgentLoop(Generic[Ctx]):
         `on_event` receives `model_call`, `tool_start` and `tool_end` dicts as they happen.
         """
         started = time.monotonic()
+        # One run stays on the model it fell back to (its prompt cache stays warm).
+        provider = scoped_for_turn(self._provider)
         h = self._harness
         convo = list(messages)
         result = LoopResult(text="")
@@ -89,7 +94,7 @@ class AgentLoop(Generic[Ctx]):
             window = await h.memory.window(convo)
             call_system, call_messages = await h.planning.plan(system, window)
             reply = await h.action.call(
-                self._provider, call_system, call_messages, offered.specs, self._max_tokens
+                provider, call_system, call_messages, offered.specs, self._max_tokens
             )
             result.model_calls += 1
             result.iterations += 1
@@ -100,7 +105,7 @@ class AgentLoop(Generic[Ctx]):
             calls = reply.tool_calls
             await emit(_model_event(iteration, reply, final=not calls))
             if not calls:
-                return self._finish(result, convo, reply.text, started, after_cap=False)
+                return self._finish(result, convo, reply.text, started, provider, after_cap=False)
             convo.append(Message(role="assistant", content=list(reply.content)))
             # Independent calls in one response run concurrently; order of results is kept.
             outcomes = await asyncio.gather(
@@ -122,13 +127,13 @@ class AgentLoop(Generic[Ctx]):
         window = await h.memory.window(convo)
         cap_system, cap_messages = await h.planning.plan(f"{system}\n\n{CAP_NOTE}", window)
         final = await h.action.call(
-            self._provider, cap_system, flatten_tool_blocks(cap_messages), (), self._max_tokens
+            provider, cap_system, flatten_tool_blocks(cap_messages), (), self._max_tokens
         )
         result.model_calls += 1
         result.usage = result.usage + final.usage
         result.hit_cap = True
         await emit(_model_event(self._max_iterations, final, final=True))
-        return self._finish(result, convo, final.text, started, after_cap=True)
+        return self._finish(result, convo, final.text, started, provider, after_cap=True)
 
     async def _dispatch(
         self,
@@ -153,9 +158,17 @@ class AgentLoop(Generic[Ctx]):
 
     @staticmethod
     def _finish(
-        result: LoopResult, convo: list[Message], text: str, started: float, *, after_cap: bool
+        result: LoopResult,
+        convo: list[Message],
+        text: str,
+        started: float,
+        provider: ModelProvider,
+        *,
+        after_cap: bool,
     ) -> LoopResult:
         result.text = text
+        note = fallback_note(provider)
+        result.fallback = str(note) if note is not None else ""
         entry: dict[str, Any] = {"type": "answer", "text": text}
         if after_cap:
             entry["after_cap"] = True

@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from pydantic import BaseModel
 
+from agents.loop import AgentLoop
 from agents.models.anthropic_provider import AnthropicProvider
 from agents.models.fallback import (
     FallbackProvider,
@@ -17,6 +19,7 @@ from agents.models.fallback import (
 )
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError
+from agents.tools import Tool, ToolRegistry
 from bot.app import build_provider, close_provider
 from bot.settings import SettingsError, load_settings
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -247,6 +250,42 @@ def test_a_chain_is_named_by_its_models(chain: Chain) -> None:
     assert chain.provider.offline is False
     with pytest.raises(ValueError, match="at least one fallback"):
         FallbackProvider(chain.provider.primary, [])
+
+
+# -- one agent loop run is one turn ---------------------------------------------------------
+
+
+class Echo(BaseModel):
+    text: str
+
+
+def _echo_tools() -> ToolRegistry[str]:
+    async def echo(ctx: str, args: Echo) -> str:
+        return args.text
+
+    return ToolRegistry([Tool("echo", "Echo text back.", Echo, echo)])
+
+
+async def test_a_loop_run_stays_on_its_fallback_and_reports_it(chain: Chain) -> None:
+    chain.primary.queue_error(529, "busy")
+    chain.second.queue_tool_use("echo", {"text": "hi"})
+    chain.second.queue_text("done on the second")
+    chain.primary.queue_text("primary for the next run")
+    loop: AgentLoop[str] = AgentLoop(chain.provider)
+
+    result = await loop.run(system="s", messages=HELLO, tools=_echo_tools(), ctx="c")
+
+    assert result.text == "done on the second"
+    assert result.model_calls == 2
+    assert len(chain.primary.requests) == 1  # the tool round went to the fallback too
+    assert len(chain.second.requests) == 2
+    assert result.fallback == (
+        f"answered by the fallback model anthropic:{SECOND}: anthropic:{PRIMARY} was overloaded"
+    )
+
+    # The next run (the next turn) starts on the primary again and has nothing to report.
+    again = await loop.run(system="s", messages=HELLO, tools=_echo_tools(), ctx="c")
+    assert (again.text, again.fallback) == ("primary for the next run", "")
 
 
 # -- the setting ---------------------------------------------------------------------------
