@@ -168,7 +168,10 @@ class AgentLoop(Generic[Ctx]):
     ) -> LoopResult:
         result.text = text
         note = fallback_note(provider)
-        result.fallback = str(note) if note is not None else ""
+        if note is not None:
+            # Kept with the record of the turn or node: which model answered, and why.
+            result.fallback = str(note)
+            result.transcript.append({"type": "fallback", "text": result.fallback})
         entry: dict[str, Any] = {"type": "answer", "text": text}
         if after_cap:
             entry["after_cap"] = True

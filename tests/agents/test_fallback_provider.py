@@ -283,9 +283,12 @@ async def test_a_loop_run_stays_on_its_fallback_and_reports_it(chain: Chain) -> 
         f"answered by the fallback model anthropic:{SECOND}: anthropic:{PRIMARY} was overloaded"
     )
 
+    assert {"type": "fallback", "text": result.fallback} in result.transcript
+
     # The next run (the next turn) starts on the primary again and has nothing to report.
     again = await loop.run(system="s", messages=HELLO, tools=_echo_tools(), ctx="c")
     assert (again.text, again.fallback) == ("primary for the next run", "")
+    assert all(entry["type"] != "fallback" for entry in again.transcript)
 
 
 # -- the setting ---------------------------------------------------------------------------
