@@ -647,10 +647,12 @@ async def open_core(runtime: Runtime) -> None:
     stack = runtime.lifecycle
     await runtime.store.open()
     stack.push_async_callback(runtime.store.close)
+    # The model client closes after the features: a memory write still in flight at the end
+    # of `chat`'s input finishes its model call instead of being cut off.
+    stack.push_async_callback(close_provider, runtime.provider)
     await runtime.harnesses.load(runtime.store)
     for feature in runtime.features:
         await feature.open(stack)
-    stack.push_async_callback(close_provider, runtime.provider)
     # Egress lives almost to the end: messages said while draining must still go out.
     stack.push_async_callback(close_adapters, runtime)
     stack.push_async_callback(runtime.service.close)

@@ -100,8 +100,10 @@ class ModelFormer:
         provider: ModelProvider,
         *,
         fallback: EpisodeFormer | None = None,
-        timeout: float = 60.0,
+        timeout: float | None = None,
     ) -> None:
+        # No limit of its own by default: the provider's (RAVEN_MODEL_TIMEOUT) bounds the call;
+        # a fixed 60 s here cut a slow local model off whatever that setting said.
         self._provider = provider
         self._fallback = fallback or RuleFormer()
         self._timeout = timeout
@@ -131,8 +133,13 @@ class ModelFormer:
             if not calls:
                 raise ValueError("the model answered without calling record_episode")
             episode = _Episode.model_validate(calls[0].input)
+        except TimeoutError:
+            after = "" if self._timeout is None else f" after {self._timeout:g}s"
+            log.warning("episode formation by the model timed out%s; using the rule", after)
+            return await self._fallback.form(author, request, previous=previous, now=now)
         except Exception as exc:  # a failing call, a missing call or invalid input
-            log.warning("episode formation by the model failed (%s); using the rule", exc)
+            reason = str(exc) or type(exc).__name__  # never an empty reason
+            log.warning("episode formation by the model failed (%s); using the rule", reason)
             return await self._fallback.form(author, request, previous=previous, now=now)
         facts = tuple(_new_fact(f, now) for f in episode.facts[:MAX_FACTS])
         memory = TurnMemory(
