@@ -144,9 +144,14 @@ class OpenAIProvider:
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model; `ModelError` if not."""
-        with self._failures_as_model_error():
-            page = await self._client.models.list(timeout=self._timeout)
-        served = [m.id for m in page.data]
+        try:
+            with self._failures_as_model_error():
+                page = await self._client.models.list(timeout=self._timeout)
+            served = [m.id for m in page.data]
+        except ModelError as exc:
+            if exc.kind != "request":  # a key, an outage: the call below would fail alike
+                raise
+            served = []  # some proxies serve no model list: the call below decides
         if self._model in served:
             return f"{self.name} reachable at {self.base_url}: key accepted, model available"
         with self._failures_as_model_error():

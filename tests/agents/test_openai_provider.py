@@ -266,3 +266,16 @@ async def test_spec_with_url_reaches_a_keyless_server() -> None:
 def test_openai_without_key_or_url_is_offline() -> None:
     provider = build_model_provider(parse_model_spec("openai:gpt-5"), ProviderOptions())
     assert isinstance(provider, OfflineProvider)
+
+
+async def test_check_without_a_model_list_makes_one_call(
+    fake: FakeOpenAI, make: MakeProvider
+) -> None:
+    async with FakeOpenAI(side_calls=(), serve_models=False) as bare:
+        provider = make(base_url=bare.base_url, api_key="sk-any-key-0000")
+        assert "answered" in await provider.check()
+        assert bare.requests[-1]["json"]["max_tokens"] == 1
+        bare.queue_error(503, "down")
+        with pytest.raises(ModelError) as caught:
+            await provider.check()
+    assert caught.value.kind == "server"

@@ -121,7 +121,10 @@ class FakeOpenAI:
         api_key: str | None = None,
         models: tuple[str, ...] = ("gpt-fake",),
         side_calls: tuple[SideCall, ...] = DEFAULT_SIDE_CALLS,
+        serve_models: bool = True,
     ) -> None:
+        # False: no `GET /v1/models` (a 404), as some proxies.
+        self.serve_models = serve_models
         # api_key set: a request without exactly it gets a 401; unset: no key is needed.
         self.api_key = api_key
         self.models = models
@@ -142,7 +145,8 @@ class FakeOpenAI:
         self._closing.clear()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completions)
-        app.router.add_get("/v1/models", self._models)
+        if self.serve_models:
+            app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
