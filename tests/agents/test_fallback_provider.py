@@ -17,12 +17,14 @@ from agents.models.fallback import (
     fallback_note,
     scoped_for_turn,
 )
+from agents.models.openai_provider import OpenAIProvider
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError
 from agents.tools import Tool, ToolRegistry
 from bot.app import build_provider, close_provider
 from bot.settings import SettingsError, load_settings
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.openai_server import FakeOpenAI
 
 API_KEY = "sk-ant-test-0123456789abcdef"
 PRIMARY = "claude-primary"
@@ -250,6 +252,38 @@ def test_a_chain_is_named_by_its_models(chain: Chain) -> None:
     assert chain.provider.offline is False
     with pytest.raises(ValueError, match="at least one fallback"):
         FallbackProvider(chain.provider.primary, [])
+
+
+@pytest.mark.parametrize("openai_first", [False, True])
+async def test_a_chain_falls_back_across_apis(openai_first: bool) -> None:
+    async with (
+        FakeAnthropic(api_key=API_KEY, model=PRIMARY) as anthropic_api,
+        FakeOpenAI(models=("qwen",)) as openai_api,
+    ):
+        claude = _model(anthropic_api, PRIMARY)
+        local = OpenAIProvider(
+            api_key="no-key", model="qwen", base_url=openai_api.base_url, max_retries=0
+        )
+        if openai_first:
+            provider = FallbackProvider(local, [claude])
+            openai_api.queue_error(503, "warming up")
+            anthropic_api.queue_text("from anthropic")
+            expected = ("from anthropic", PRIMARY, "server")
+        else:
+            provider = FallbackProvider(claude, [local])
+            anthropic_api.queue_error(529, "busy")
+            openai_api.queue_text("from the local server")
+            expected = ("from the local server", "qwen", "overloaded")
+        try:
+            session = _session(provider)
+            reply = await session.complete(system="", messages=HELLO)
+        finally:
+            await provider.aclose()
+
+    note = session.last_fallback
+    assert note is not None
+    assert (reply.text, reply.model, note.switches[0].kind) == expected
+    assert note.answered_by == provider.chain[1].name
 
 
 # -- one agent loop run is one turn ---------------------------------------------------------
