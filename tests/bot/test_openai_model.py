@@ -3,10 +3,13 @@ openai SDK and the loopback fake, and `doctor`'s model check naming it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bot.cli.doctor import _check_model
 from bot.settings import load_settings
+from tests.bot.cli.test_cli_end_to_end import _env, _run
 from tests.fakes.openai_server import FakeOpenAI, last_user_text
 from tests.slack_harness import slack_bot
 
@@ -84,3 +87,21 @@ async def test_doctor_says_which_key_an_offline_openai_model_lacks(
     check = await _check_model(load_settings())
     assert check.level == "warn" and "openai:gpt-5" in check.detail
     assert "OPENAI_API_KEY" in check.detail
+
+
+async def test_raven_bot_chat_answers_through_an_openai_key(isolated_env: Path) -> None:
+    key = "sk-test-openai-chat-0123456789"
+    async with FakeOpenAI(api_key=key) as model:
+        model.queue_text("Hello from the OpenAI-compatible fake.")
+        env = _env(
+            isolated_env,
+            RAVEN_MODEL="openai:gpt-fake",
+            OPENAI_API_KEY=key,
+            OPENAI_BASE_URL=model.base_url,
+        )
+        code, out, err = await _run("chat", stdin=b"hi there\n", env=env)
+    assert code == 0, err
+    assert "raven> Hello from the OpenAI-compatible fake." in out
+    (request,) = model.requests
+    assert last_user_text(request["json"]).endswith("hi there")
+    assert key not in out + err
