@@ -78,9 +78,20 @@ def _as_call(value: object, schemas: Mapping[str, Mapping[str, Any]]) -> ToolCal
             return None
     if not isinstance(arguments, dict):
         return None
-    if not jsonschema.Draft202012Validator(dict(schemas[name])).is_valid(arguments):
+    validator = jsonschema.Draft202012Validator(dict(schemas[name]))
+    if not (validator.is_valid(arguments) or validator.is_valid(_without_empty(arguments))):
         return None
     return ToolCall(id=f"{RECOVERED_ID_PREFIX}{uuid.uuid4().hex[:16]}", name=name, input=arguments)
+
+
+def _without_empty(value: Any) -> Any:
+    """`value` with every object's empty-string fields left out: a weak model writes `""` for
+    an optional field it means to leave out (its tool, as admission does, reads it so)."""
+    if isinstance(value, dict):
+        return {k: _without_empty(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
 
 
 def _with_wrapper(text: str, start: int, end: int) -> tuple[int, int]:

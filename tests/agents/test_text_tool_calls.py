@@ -4,7 +4,7 @@ valid arguments, and run through the real agent loop; anything else stays text."
 from __future__ import annotations
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agents.loop import AgentLoop
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolResult, ToolSpec
@@ -117,3 +117,22 @@ async def test_loop_keeps_an_invalid_written_call_as_the_answer() -> None:
         system="s", messages=[Message.user_text("go")], tools=_registry(seen), ctx="c"
     )
     assert seen == [] and result.text == text and result.model_calls == 1
+
+
+class Tagged(BaseModel):
+    text: str
+    tag: str | None = Field(default=None, pattern="^[a-z]+$")
+
+
+def test_an_empty_optional_string_does_not_stop_recovery() -> None:
+    """`"tag": ""` breaks the pattern, but reads as "not given" (as admission reads it)."""
+
+    async def tagged(ctx: str, args: Tagged) -> str:
+        return args.text
+
+    specs = ToolRegistry([Tool("tagged", "Tagged.", Tagged, tagged)]).specs
+    written = '{"name": "tagged", "arguments": {"text": "hi", "tag": ""}}'
+    recovered = recover_tool_calls(_text(written), specs)
+    assert recovered is not None
+    assert recovered.tool_calls[0].input == {"text": "hi", "tag": ""}
+    assert recover_tool_calls(_text(written.replace('""', '"B!"')), specs) is None
