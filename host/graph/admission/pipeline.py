@@ -3,7 +3,7 @@ topological order and each node's ancestry (what the executor schedules by)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from host.graph.admission.checks.capability import check_capability
@@ -11,7 +11,7 @@ from host.graph.admission.checks.cycles import check_acyclic
 from host.graph.admission.checks.environment import check_environment
 from host.graph.admission.checks.files import check_files
 from host.graph.admission.checks.format import check_format, parse_submission
-from host.graph.admission.checks.status import check_status
+from host.graph.admission.checks.status import check_status, status_problems
 from host.graph.admission.checks.structure import check_deps, check_ids, check_references
 from host.graph.admission.errors import AdmissionError, ApprovalRequired
 from host.graph.admission.result import AdmittedGraph, Ancestry
@@ -38,13 +38,17 @@ def admit(
         lambda: check_status(submission, ctx),
         lambda: check_environment(submission, ctx),
     ]
+    status = len(checks) - 2  # check_status's place
     for position, check in enumerate(checks):
         try:
             check()
         except ApprovalRequired:
             raise
         except AdmissionError as first:
-            first.more = _later_problems(checks[position + 1 :], first)
+            # Counting, each node's status problem is one (the check stops at the first).
+            later = [*checks[position + 1 : status], *_each(status_problems(submission, ctx))]
+            later += checks[max(position, status) + 1 :]
+            first.more = _later_problems(later, first)
             raise
 
     return AdmittedGraph(
@@ -54,6 +58,18 @@ def admit(
         ancestors=Ancestry({spec.id: spec.deps for spec in submission.nodes}),
         placeholders=placeholders,
     )
+
+
+def _each(problems: Iterable[AdmissionError]) -> list[Callable[[], object]]:
+    """One check per problem found (each raises its own)."""
+
+    def raising(problem: AdmissionError) -> Callable[[], object]:
+        def check() -> object:
+            raise problem
+
+        return check
+
+    return [raising(problem) for problem in problems]
 
 
 def _later_problems(checks: Sequence[Callable[[], object]], first: AdmissionError) -> int:

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterator
 
 from host.graph.admission.errors import AdmissionError
 from host.graph.model import AdmissionContext, GraphSubmission
 
 
 def check_status(submission: GraphSubmission, ctx: AdmissionContext) -> None:
+    """Raise the first node's problem, if any."""
+    for problem in status_problems(submission, ctx):
+        raise problem
+
+
+def status_problems(submission: GraphSubmission, ctx: AdmissionContext) -> Iterator[AdmissionError]:
+    """Every node's agent problem, in node order (nodes are independent here, so a rejection
+    can say how many more there are)."""
     enabled = sorted(name for name, agent in ctx.agents.items() if agent.enabled)
     available = ", ".join(f"`{n}`" for n in enabled) or "none (no agent is enabled)"
     for spec in submission.nodes:
         agent = ctx.agents.get(spec.agent)
         if agent is None and ctx.skills is not None and spec.agent in ctx.skills:
             # A weak model's usual slip: the skill that fits the task named as the node's agent.
-            raise AdmissionError(
+            yield AdmissionError(
                 "status",
                 f"`{spec.agent}` is a skill, not an agent; available agents: {available}",
                 node=spec.id,
@@ -23,9 +32,9 @@ def check_status(submission: GraphSubmission, ctx: AdmissionContext) -> None:
                 repair="run the node on one of those agents and give it the skill with "
                 f'`"skills": ["{spec.agent}"]`',
             )
-        if agent is None:
+        elif agent is None:
             close = difflib.get_close_matches(spec.agent, enabled, n=1)
-            raise AdmissionError(
+            yield AdmissionError(
                 "status",
                 f"unknown agent `{spec.agent}`; available agents: {available}",
                 node=spec.id,
@@ -34,8 +43,8 @@ def check_status(submission: GraphSubmission, ctx: AdmissionContext) -> None:
                 if close
                 else "use one of the available agents",
             )
-        if not agent.enabled:
-            raise AdmissionError(
+        elif not agent.enabled:
+            yield AdmissionError(
                 "status",
                 f"agent `{spec.agent}` is disabled; available agents: {available}",
                 node=spec.id,

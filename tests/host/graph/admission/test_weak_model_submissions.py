@@ -80,9 +80,23 @@ def test_several_problems_say_how_many_remain(tmp_path: Path) -> None:
         )
     err = info.value
     assert err.node == "r1" and err.field == "deps"
-    # The status check stops at r2; r3's problem is told after r2 is repaired.
-    assert err.more == 1
-    assert "(1 more problem after this one;" in str(err)
+    # r2's agent is a skill, r3's unknown: each node's problem counts.
+    assert err.more == 2
+    assert "(2 more problems after this one;" in str(err)
+
+
+def test_the_count_starts_after_a_status_problem(tmp_path: Path) -> None:
+    with pytest.raises(AdmissionError) as info:
+        admit(
+            _graph(
+                {"id": "r1", "agent": "research-brief", "template": "x"},
+                {"id": "r2", "agent": "research", "template": "y"},
+                {"id": "r3", "agent": "nobody", "template": "z"},
+            ),
+            _ctx(tmp_path),
+        )
+    assert info.value.node == "r1"
+    assert info.value.more == 1
 
 
 def test_a_single_problem_says_no_more(tmp_path: Path) -> None:
