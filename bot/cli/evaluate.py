@@ -43,11 +43,11 @@ def eval_command(
     except EvalFileError as exc:
         err.write(f"raven-bot eval: {exc}\n")
         return 2
-    if settings.offline or settings.anthropic_api_key is None:
+    if settings.offline:
         err.write(
-            "raven-bot eval plans needs a model: no ANTHROPIC_API_KEY is set (offline mode), "
-            "and plans are never faked. Set ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL for "
-            "another Anthropic-compatible server), or score existing predictions with "
+            "raven-bot eval plans needs a model: none is configured (offline mode), and plans "
+            "are never faked. Set ANTHROPIC_API_KEY, or an `openai:` RAVEN_MODEL with "
+            "OPENAI_API_KEY or a server URL; or score existing predictions with "
             "`raven-bot eval score`.\n"
         )
         return 2

@@ -56,11 +56,11 @@ def evolve_command(
     if problem is not None:
         err.write(f"raven-bot evolve: {problem}\n")
         return 2
-    if settings.offline or settings.anthropic_api_key is None:
+    if settings.offline:
         err.write(
-            "raven-bot evolve needs a model: no ANTHROPIC_API_KEY is set (offline mode), and "
-            "scores are never faked. Set ANTHROPIC_API_KEY (ANTHROPIC_BASE_URL for another "
-            "Anthropic-compatible server).\n"
+            "raven-bot evolve needs a model: none is configured (offline mode), and scores are "
+            "never faked. Set ANTHROPIC_API_KEY, or an `openai:` RAVEN_MODEL with "
+            "OPENAI_API_KEY or a server URL.\n"
         )
         return 2
     try:
