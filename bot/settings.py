@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dotenv import dotenv_values
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -451,13 +458,18 @@ class Settings(BaseSettings):
 
     @field_validator("model_fallbacks")
     @classmethod
-    def _fallback_specs(cls, value: list[str]) -> list[str]:
+    def _fallback_specs(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        specs: list[ModelSpec] = []
         for entry in value:
             try:
-                parse_model_spec(entry)
+                specs.append(parse_model_spec(entry))
             except ModelSpecError as exc:
                 raise ValueError(f"{entry!r}: {exc}") from None
-        if len(set(value)) != len(value):
+        # `model` is declared first: present here unless it was itself invalid.
+        primary = info.data.get("model")
+        if primary is not None and parse_model_spec(primary) in specs:
+            raise ValueError(f"{primary!r} is RAVEN_MODEL, which is always tried first")
+        if len(set(specs)) != len(specs):
             raise ValueError("a model is named twice; name each fallback once")
         return value
 

@@ -386,7 +386,8 @@ async def test_no_setting_no_chain(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("claude haiku", "'claude haiku': must be one model with no spaces; accepted forms"),
         ("mistral:large", "'mistral:large': unknown provider 'mistral'"),
-        (f"{SECOND},{SECOND}", "a model is named twice"),
+        (f"{SECOND},anthropic:{SECOND}", "a model is named twice"),
+        ("anthropic:claude-sonnet-5", "'claude-sonnet-5' is RAVEN_MODEL, which is always tried"),
     ],
 )
 def test_a_malformed_setting_is_refused_at_start_in_one_line(
