@@ -35,6 +35,8 @@ def recover_tool_calls(reply: ModelReply, offered: Sequence[ToolSpec]) -> ModelR
     if reply.tool_calls or not offered:
         return None
     text = reply.text
+    if '"name"' not in text:  # every written call names its tool: spare the scan
+        return None
     schemas = {spec.name: spec.input_schema for spec in offered}
     calls: list[ToolCall] = []
     spans: list[tuple[int, int]] = []
