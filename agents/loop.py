@@ -101,7 +101,8 @@ class AgentLoop(Generic[Ctx]):
             result.usage = result.usage + reply.usage
             # A call the model wrote as text (a weak model's habit) runs when it is valid;
             # the history then holds it as a real call, so its result pairs with it.
-            reply = recover_tool_calls(reply, offered.specs) or reply
+            if not self._provider.offline:  # the offline rules never write calls as text
+                reply = recover_tool_calls(reply, offered.specs) or reply
             calls = reply.tool_calls
             await emit(_model_event(iteration, reply, final=not calls))
             if not calls:
