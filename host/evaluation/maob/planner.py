@@ -14,17 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, ToolSpec, Usage
 from agents.registry import AgentRegistry
-from agents.tools import Tool, ToolRegistry
+from agents.tools import Tool, ToolOutput, ToolRegistry
 from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
 from host.agent.tools import GUIDE_SUMMARY, DelegateInput, NoInput, SubmitGraphInput, load_guide
 from host.evaluation.maob.formats import EvalTask, PlanGraph, PlanNode
-from host.graph.model import GraphSubmission
+from host.graph.admission import AdmissionError
+from host.graph.admission.checks.format import parse_submission
 from host.runtime.turn import TurnContext
 
 # Given verbatim with every request (the paper's "shared constant"): the same words for any
@@ -110,12 +109,14 @@ class _Capture:
     rejected: int = 0
     taken: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str:
+    async def submit_graph(self, ctx: TurnContext, args: SubmitGraphInput) -> str | ToolOutput:
+        # Read as the bot reads it (empty optionals absent, strict types), and refused the
+        # way the bot refuses it: the model sees the same error result it would in a thread.
         try:
-            submission = GraphSubmission.model_validate(args.root)
-        except ValidationError as exc:
+            submission = parse_submission(args.root)
+        except AdmissionError as exc:
             self.rejected += 1
-            return f"The graph was not accepted: {exc.errors()[0]['msg']}. Fix it and submit again."
+            return ToolOutput(str(exc), exc.for_user(), is_error=True)
         return await self._take(
             [(node.id, node.agent, list(node.deps)) for node in submission.nodes],
         )
