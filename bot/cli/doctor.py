@@ -16,7 +16,12 @@ from typing import TextIO
 
 from agents.backends import AcpProcesses
 from agents.backends.acp.process import AgentStartError
-from agents.models.model_spec import build_model_provider
+from agents.models.model_spec import (
+    ModelSpec,
+    ProviderOptions,
+    build_model_provider,
+    has_credentials,
+)
 from agents.models.provider import ClosableProvider
 from agents.registry import (
     AgentEntry,
@@ -269,22 +274,41 @@ async def _check_model(settings: Settings) -> Check:
     options = dataclasses.replace(
         settings.provider_options, timeout=min(settings.model_timeout, 20.0), max_retries=1
     )
+    failed, detail = await _answers(settings, spec, options)
+    if failed:
+        return Check("model", "fail", detail)
+    # Each fallback is checked too: a chain whose second model is broken fails when needed.
+    notes, degraded = [detail], False
+    for fallback in settings.fallback_specs:
+        if not has_credentials(fallback, options):
+            notes.append(f"fallback {fallback.label}: no key, left out")
+            degraded = True
+            continue
+        broken, said = await _answers(settings, fallback, options)
+        notes.append(f"fallback {said}" if broken else f"fallback {fallback.label} answers")
+        degraded = degraded or broken
+    return Check("model", "warn" if degraded else "ok", "; ".join(notes))
+
+
+async def _answers(
+    settings: Settings, spec: ModelSpec, options: ProviderOptions
+) -> tuple[bool, str]:
+    """(failed, what it said): one model's own check, credentials masked."""
     provider = build_model_provider(spec, options)
     try:
         check = getattr(provider, "check", None)
         detail = await check() if check is not None else f"{provider.name} configured"
     except Exception as exc:
         # Provider errors name the URL with credentials masked; mask again in case not.
-        return Check("model", "fail", f"{spec.label}: {_masked(settings, str(exc))}")
+        return True, f"{spec.label}: {_masked(settings, str(exc), spec)}"
     finally:
         if isinstance(provider, ClosableProvider):
             await provider.aclose()
-    return Check("model", "ok", detail)
+    return False, detail
 
 
-def _masked(settings: Settings, text: str) -> str:
+def _masked(settings: Settings, text: str, spec: ModelSpec) -> str:
     """The text with any credentials the model's URLs embed masked."""
-    spec = settings.model_spec
     for url in (spec.base_url, settings.anthropic_base_url, settings.openai_base_url):
         for secret in url_credentials(url):
             text = text.replace(secret, "****")

@@ -80,6 +80,23 @@ async def test_doctor_names_the_provider_and_masks_url_credentials(
     assert model.base_url.removeprefix("http://") in check.detail
 
 
+async def test_doctor_checks_each_fallback_model_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with (
+        FakeOpenAI(models=("qwen2.5-coder",), side_calls=()) as model,
+        FakeOpenAI(models=("small",), side_calls=()) as spare,
+    ):
+        gone = spare.base_url.replace("http://", "http://admin:s3cretpass@")
+        monkeypatch.setenv("RAVEN_MODEL", f"openai:qwen2.5-coder@{model.base_url}")
+        monkeypatch.setenv(
+            "RAVEN_MODEL_FALLBACKS", f"openai:small@{spare.base_url},openai:big@{gone}/nope"
+        )
+        check = await _check_model(load_settings())
+    # The primary answers; of the fallbacks one answers and one does not: a warning.
+    assert check.level == "warn", check.detail
+    assert "fallback openai:small answers" in check.detail
+    assert "fallback openai:big:" in check.detail and "s3cretpass" not in check.detail
+
+
 async def test_doctor_says_which_key_an_offline_openai_model_lacks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
