@@ -109,7 +109,8 @@ def _respond(body: dict[str, Any]) -> dict[str, Any] | None:
     a plain answer; after a tool result, a closing text (never reached: capture ends it)."""
     last = body["messages"][-1]["content"]
     if any(block.get("type") == "tool_result" for block in last):
-        if "not accepted" in json.dumps(last):
+        # A refused graph comes back as an error result, as in the bot's own turns.
+        if any(block.get("is_error") for block in last):
             return {
                 "content": [
                     {
