@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 import signal
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +25,25 @@ import pytest
 from PIL import Image
 
 from oncall.chart import HEIGHT_PX, WIDTH_PX
+from tests.acceptance.crash_kit import (
+    ALICE,
+    CHANNEL,
+    DISCORD_ALICE,
+    GENERAL,
+    SCOPES,
+    carries_files,
+    discord_buttons,
+    file_rows,
+    slack_blocks,
+    slack_buttons,
+)
 from tests.acceptance.harness import WITHIN, product_env, project_dir, serving, slack_env
-from tests.fakes.discord import FakeDiscord, Recorded
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
-CHANNEL = "C0GENERAL"
-ALICE = "U0AL1CE42"
-GENERAL = "700000000000000001"
-DISCORD_ALICE = "100000000000000001"
 # Three rounds, each a second or so: the counter file `n` in the conversation's workspace
 # makes each round's loss one lower.
 THREE_ROUNDS = (
@@ -47,44 +53,11 @@ THREE_ROUNDS = (
 )
 CHART_NAME = re.compile(r"cmp_[0-9a-f]{10}-chart\.png")
 REPORT = re.compile(r"Campaign `cmp_[0-9a-f]{10}` report")
-# The app installed from the README's manifest: files:write included.
-SCOPES = (
-    "app_mentions:read",
-    "chat:write",
-    "commands",
-    "channels:history",
-    "groups:history",
-    "im:history",
-    "mpim:history",
-    "im:read",
-    "users:read",
-    "files:read",
-    "files:write",
-    "reactions:write",
-)
-
-
-def _file_rows(home: Path) -> list[tuple[str, str]]:
-    """(delivery, text) of every outgoing file the bot recorded, read as another process
-    would: read-only, never holding a write lock on the bot's database."""
-    path = home / "raven.db"
-    if not path.exists():
-        return []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=WITHIN)
-    try:
-        rows = db.execute(
-            "SELECT delivery, text FROM messages WHERE file IS NOT NULL ORDER BY id"
-        ).fetchall()
-    except sqlite3.OperationalError:  # the bot has not created its tables yet
-        return []
-    finally:
-        db.close()
-    return [(str(delivery), str(text)) for delivery, text in rows]
 
 
 def _the_chart_is(home: Path, delivery: str) -> bool:
     """Whether the one file recorded is the campaign's chart, in state `delivery`."""
-    rows = _file_rows(home)
+    rows = file_rows(home)
     return (
         len(rows) == 1
         and rows[0][0] == delivery
@@ -98,15 +71,6 @@ def _assert_chart_png(data: bytes) -> None:
     assert image.format == "PNG" and image.size == (WIDTH_PX, HEIGHT_PX)
     pixels = np.asarray(image.convert("RGB")).reshape(-1, 3)
     assert len(np.unique(pixels, axis=0)) > 50  # not blank
-
-
-def _blocks(args: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = args.get("blocks") or []
-    return json.loads(blocks) if isinstance(blocks, str) else list(blocks)
-
-
-def _buttons(args: dict[str, Any]) -> list[dict[str, Any]]:
-    return [e for b in _blocks(args) if b.get("type") == "actions" for e in b.get("elements", [])]
 
 
 # -- Slack ------------------------------------------------------------------------------------
@@ -129,11 +93,11 @@ async def _slack_approve(slack: FakeSlack, ts: str) -> None:
     """Wait for the campaign's approval prompt; Alice clicks Approve."""
 
     def prompts() -> list[dict[str, Any]]:
-        return [p for p in _slack_posts(slack, ts) if _buttons(p)]
+        return [p for p in _slack_posts(slack, ts) if slack_buttons(p)]
 
     await eventually(lambda: bool(prompts()), within=WITHIN, what="the approval prompt")
     post = prompts()[0]
-    button = next(b for b in _buttons(post) if b["text"]["text"] == "Approve")
+    button = next(b for b in slack_buttons(post) if b["text"]["text"] == "Approve")
     body = payloads.block_actions(
         button["action_id"],
         button["value"],
@@ -165,7 +129,7 @@ async def _slack_kill_while_held(tmp_path: Path, held_method: str) -> tuple[Fake
             await _slack_approve(slack, ts)
             await hold.wait_held(within=WITHIN)
             # Between record and send: the chart is in the database, not marked sent.
-            assert _the_chart_is(home, "pending"), _file_rows(home)
+            assert _the_chart_is(home, "pending"), file_rows(home)
             assert len(_slack_reports(slack, ts)) == 1, _slack_posts(slack, ts)
             proc.send_signal(signal.SIGKILL)  # kill -9 the bot alone
             await asyncio.wait_for(proc.wait(), WITHIN)
@@ -176,7 +140,7 @@ async def _slack_kill_while_held(tmp_path: Path, held_method: str) -> tuple[Fake
             await eventually(
                 lambda: _the_chart_is(home, "sent"),
                 within=WITHIN,
-                what=lambda: f"the chart marked sent, got {_file_rows(home)}",
+                what=lambda: f"the chart marked sent, got {file_rows(home)}",
                 every=0.2,
             )
         return slack, ts
@@ -191,9 +155,9 @@ def _assert_slack_chart_once(slack: FakeSlack, ts: str) -> None:
     assert len(shares) == 1, shares
     (report,) = _slack_reports(slack, ts)
     # The report and the live status message draw the rounds natively too.
-    assert any(b["type"] == "data_visualization" for b in _blocks(report))
+    assert any(b["type"] == "data_visualization" for b in slack_blocks(report))
     (status,) = [m for m in slack.thread(CHANNEL, ts) if "round 3/3 finished" in str(m.get("text"))]
-    (chart,) = [b for b in _blocks(status) if b["type"] == "data_visualization"]
+    (chart,) = [b for b in slack_blocks(status) if b["type"] == "data_visualization"]
     best = chart["chart"]["series"][0]
     assert [p["label"] for p in best["data"]] == ["r1", "r2", "r3"]
     assert best["data"][-1]["value"] == 97
@@ -222,14 +186,6 @@ async def test_a_campaign_chart_slack_shared_before_the_kill_9_is_not_shared_aga
 # -- Discord ----------------------------------------------------------------------------------
 
 
-def _carries_files(request: Recorded) -> bool:
-    return bool(request.files)
-
-
-def _discord_buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for row in message.get("components") or [] for c in row.get("components", [])]
-
-
 def _discord_reports(discord: FakeDiscord, thread: str) -> list[dict[str, Any]]:
     return [m for m in discord.bot_messages(thread) if REPORT.search(str(m.get("content")))]
 
@@ -247,7 +203,7 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
             RAVEN_DISCORD_API_URL=discord.base_url,
             RAVEN_DISCORD_GATEWAY_URL=discord.gateway_url,
         )
-        hold = discord.hold("POST", "/channels/{id}/messages", served=served, when=_carries_files)
+        hold = discord.hold("POST", "/channels/{id}/messages", served=served, when=carries_files)
         async with serving(env, project, tmp_path / "before-kill.log") as proc:
             await discord.wait_ready(timeout=WITHIN)
             root = await discord.send_message(
@@ -256,14 +212,14 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
             thread = str(root["id"])
 
             def prompts() -> list[dict[str, Any]]:
-                return [m for m in discord.bot_messages(thread) if _discord_buttons(m)]
+                return [m for m in discord.bot_messages(thread) if discord_buttons(m)]
 
             await discord.wait_for(lambda: bool(prompts()), timeout=WITHIN)
             prompt = prompts()[0]
-            approve = next(b for b in _discord_buttons(prompt) if b.get("label") == "Approve")
+            approve = next(b for b in discord_buttons(prompt) if b.get("label") == "Approve")
             await discord.click(thread, prompt["id"], approve["custom_id"], DISCORD_ALICE)
             await hold.wait_held(within=WITHIN)
-            assert _the_chart_is(home, "pending"), _file_rows(home)
+            assert _the_chart_is(home, "pending"), file_rows(home)
             assert len(_discord_reports(discord, thread)) == 1, discord.bot_messages(thread)
             proc.send_signal(signal.SIGKILL)
             await asyncio.wait_for(proc.wait(), WITHIN)
@@ -273,7 +229,7 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
             await eventually(
                 lambda: _the_chart_is(home, "sent"),
                 within=WITHIN,
-                what=lambda: f"the chart marked sent, got {_file_rows(home)}",
+                what=lambda: f"the chart marked sent, got {file_rows(home)}",
                 every=0.2,
             )
         return discord, thread

@@ -29,16 +29,14 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance.crash_kit import ALICE, CHANNEL, SCOPES, file_rows
 from tests.acceptance.harness import WITHIN, project_dir, serving, slack_env
-from tests.acceptance.test_uploads_survive_kill import SCOPES, _file_rows
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
-CHANNEL = "C0GENERAL"
-ALICE = "U0AL1CE42"
 ARTIFACT = "design.svg"
 SVG = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 120 40" role="img">\n'
@@ -212,7 +210,7 @@ async def _kill_while_held(
             await slack.send_envelope("events_api", payloads.event_callback(mention))
             await hold.wait_held(within=WITHIN)
             # Between record and send: the file is in the database, not marked sent.
-            assert _file_rows(home) == [("pending", f"📎 {ARTIFACT}")]
+            assert file_rows(home) == [("pending", f"📎 {ARTIFACT}")]
             assert len(thread.replies_to_report()) == 1, thread.posts()
             proc.send_signal(signal.SIGKILL)  # kill -9 the bot alone
             await asyncio.wait_for(proc.wait(), WITHIN)
@@ -221,9 +219,9 @@ async def _kill_while_held(
         async with serving(env, project, tmp_path / "after-restart.log"):
             await slack.wait_connected(within=WITHIN)
             await eventually(
-                lambda: _file_rows(home) == [("sent", f"📎 {ARTIFACT}")],
+                lambda: file_rows(home) == [("sent", f"📎 {ARTIFACT}")],
                 within=WITHIN,
-                what=lambda: f"the file marked sent, got {_file_rows(home)}",
+                what=lambda: f"the file marked sent, got {file_rows(home)}",
                 every=0.2,
             )
         # One design, made before the kill: the restart sent its file, it did not redo it.

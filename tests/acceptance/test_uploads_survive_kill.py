@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
-import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,60 +30,28 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance.crash_kit import (
+    ALICE,
+    CHANNEL,
+    DISCORD_ALICE,
+    GENERAL,
+    SCOPES,
+    carries_files,
+    discord_buttons,
+    file_rows,
+    slack_buttons,
+)
 from tests.acceptance.harness import WITHIN, product_env, project_dir, serving, slack_env
-from tests.fakes.discord import FakeDiscord, Recorded
+from tests.fakes.discord import FakeDiscord
 from tests.fakes.slack import FakeSlack, payloads
 from tests.helpers import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
-CHANNEL = "C0GENERAL"
-ALICE = "U0AL1CE42"
-GENERAL = "700000000000000001"
-DISCORD_ALICE = "100000000000000001"
 DELIVERABLE = "report.md"
 CONTENT = b"the toy loss fell to 0.4\n"
 PLAN = f"r1: shell: echo the toy loss fell to 0.4 > {DELIVERABLE}"
 ATTACHED_LINE = f"Attached to this thread: `{DELIVERABLE}`"
-# The app installed from the README's manifest: files:write included.
-SCOPES = (
-    "app_mentions:read",
-    "chat:write",
-    "commands",
-    "channels:history",
-    "groups:history",
-    "im:history",
-    "mpim:history",
-    "im:read",
-    "users:read",
-    "files:read",
-    "files:write",
-    "reactions:write",
-)
-
-
-def _file_rows(home: Path) -> list[tuple[str, str]]:
-    """(delivery, text) of every outgoing file the bot recorded, read as another process
-    would: read-only, never holding a write lock on the bot's database."""
-    path = home / "raven.db"
-    if not path.exists():
-        return []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=WITHIN)
-    try:
-        rows = db.execute(
-            "SELECT delivery, text FROM messages WHERE file IS NOT NULL ORDER BY id"
-        ).fetchall()
-    except sqlite3.OperationalError:  # the bot has not created its tables yet
-        return []
-    finally:
-        db.close()
-    return [(str(delivery), str(text)) for delivery, text in rows]
-
-
-def _buttons(args: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = args.get("blocks") or []
-    blocks = json.loads(blocks) if isinstance(blocks, str) else blocks
-    return [e for b in blocks if b.get("type") == "actions" for e in b.get("elements", [])]
 
 
 @dataclass
@@ -111,11 +77,11 @@ class Thread:
         """Wait for the command's approval prompt; Alice clicks Approve."""
 
         def prompts() -> list[dict[str, Any]]:
-            return [p for p in self.posts() if _buttons(p)]
+            return [p for p in self.posts() if slack_buttons(p)]
 
         await eventually(lambda: bool(prompts()), within=WITHIN, what="the approval prompt")
         post = prompts()[0]
-        button = next(b for b in _buttons(post) if b["text"]["text"] == "Approve")
+        button = next(b for b in slack_buttons(post) if b["text"]["text"] == "Approve")
         body = payloads.block_actions(
             button["action_id"],
             button["value"],
@@ -153,7 +119,7 @@ async def _kill_while_held(tmp_path: Path, held_method: str) -> tuple[FakeSlack,
             await thread.approve_the_command()
             await hold.wait_held(within=WITHIN)
             # Between record and send: the file is in the database, not marked sent.
-            assert _file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
+            assert file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
             assert len(thread.reports()) == 1, thread.posts()
             proc.send_signal(signal.SIGKILL)  # kill -9 the bot alone
             await asyncio.wait_for(proc.wait(), WITHIN)
@@ -162,9 +128,9 @@ async def _kill_while_held(tmp_path: Path, held_method: str) -> tuple[FakeSlack,
         async with serving(env, project, tmp_path / "after-restart.log"):
             await slack.wait_connected(within=WITHIN)
             await eventually(
-                lambda: _file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
+                lambda: file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
                 within=WITHIN,
-                what=lambda: f"the file marked sent, got {_file_rows(home)}",
+                what=lambda: f"the file marked sent, got {file_rows(home)}",
                 every=0.2,
             )
         return slack, thread, home
@@ -198,10 +164,6 @@ async def test_a_file_slack_shared_before_the_kill_9_is_not_shared_again(tmp_pat
 # -- Discord ----------------------------------------------------------------------------------
 
 
-def _carries_files(request: Recorded) -> bool:
-    return bool(request.files)
-
-
 async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[FakeDiscord, str]:
     """As `_kill_while_held`, on Discord: the file's POST is held `served` or not."""
     home = tmp_path / "home"
@@ -215,7 +177,7 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
             RAVEN_DISCORD_API_URL=discord.base_url,
             RAVEN_DISCORD_GATEWAY_URL=discord.gateway_url,
         )
-        hold = discord.hold("POST", "/channels/{id}/messages", served=served, when=_carries_files)
+        hold = discord.hold("POST", "/channels/{id}/messages", served=served, when=carries_files)
         async with serving(env, project, tmp_path / "before-kill.log") as proc:
             await discord.wait_ready(timeout=WITHIN)
             root = await discord.send_message(
@@ -224,14 +186,14 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
             thread = str(root["id"])
 
             def prompts() -> list[dict[str, Any]]:
-                return [m for m in discord.bot_messages(thread) if _discord_buttons(m)]
+                return [m for m in discord.bot_messages(thread) if discord_buttons(m)]
 
             await discord.wait_for(lambda: bool(prompts()), timeout=WITHIN)
             prompt = prompts()[0]
-            approve = next(b for b in _discord_buttons(prompt) if b.get("label") == "Approve")
+            approve = next(b for b in discord_buttons(prompt) if b.get("label") == "Approve")
             await discord.click(thread, prompt["id"], approve["custom_id"], DISCORD_ALICE)
             await hold.wait_held(within=WITHIN)
-            assert _file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
+            assert file_rows(home) == [("pending", f"📎 {DELIVERABLE}")]
             assert len(_discord_reports(discord, thread)) == 1, discord.bot_messages(thread)
             proc.send_signal(signal.SIGKILL)
             await asyncio.wait_for(proc.wait(), WITHIN)
@@ -239,16 +201,12 @@ async def _discord_kill_while_held(tmp_path: Path, *, served: bool) -> tuple[Fak
         hold.release()
         async with serving(env, project, tmp_path / "after-restart.log"):
             await eventually(
-                lambda: _file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
+                lambda: file_rows(home) == [("sent", f"📎 {DELIVERABLE}")],
                 within=WITHIN,
-                what=lambda: f"the file marked sent, got {_file_rows(home)}",
+                what=lambda: f"the file marked sent, got {file_rows(home)}",
                 every=0.2,
             )
         return discord, thread
-
-
-def _discord_buttons(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for row in message.get("components") or [] for c in row.get("components", [])]
 
 
 def _discord_reports(discord: FakeDiscord, thread: str) -> list[dict[str, Any]]:
