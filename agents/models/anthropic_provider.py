@@ -25,6 +25,7 @@ from anthropic.types import Message as SDKMessage
 from anthropic.types import TextBlock as SDKTextBlock
 from anthropic.types import ToolUseBlock as SDKToolUseBlock
 
+from agents.models.failures import attempts, status_kind
 from agents.models.types import (
     FailureKind,
     Message,
@@ -52,7 +53,6 @@ _STOP_REASONS: Final[dict[str, StopReason]] = {
 }
 
 # The SDK numbers each attempt it sends in this request header (0 for the first).
-_RETRY_COUNT_HEADER: Final = "x-stainless-retry-count"
 
 _STATUS_HINTS: Final[dict[int, str]] = {
     400: "The API rejected the request as invalid; the message above says which part.",
@@ -192,14 +192,14 @@ class AnthropicProvider:
             hint = f"Check the model name ({self._model!r}, RAVEN_MODEL) and ANTHROPIC_BASE_URL."
         return (
             f"Anthropic API call failed with HTTP {status}{kind}: {detail} "
-            f"({_attempts(exc)}{request_id}). {hint}"
+            f"({attempts(exc.request.headers)}{request_id}). {hint}"
         )
 
     def _timeout_message(self, exc: anthropic.APITimeoutError) -> str:
         return (
             f"Anthropic API call timed out: no reply from {self.base_url} within "
-            f"{self._timeout:g}s ({_attempts(exc)}). Try again later; if replies are "
-            "simply slow, raise RAVEN_MODEL_TIMEOUT."
+            f"{self._timeout:g}s ({attempts(exc.request.headers)}). Try again later; if "
+            "replies are simply slow, raise RAVEN_MODEL_TIMEOUT."
         )
 
     def _connection_message(self, exc: anthropic.APIConnectionError) -> str:
@@ -207,7 +207,8 @@ class AnthropicProvider:
         reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
         return (
             f"Could not connect to the Anthropic API at {self.base_url} ({reason}; "
-            f"{_attempts(exc)}). Check ANTHROPIC_BASE_URL and the network or proxy settings."
+            f"{attempts(exc.request.headers)}). Check ANTHROPIC_BASE_URL and the network or "
+            "proxy settings."
         )
 
     def _redact(self, text: str) -> str:
@@ -318,15 +319,6 @@ def _body_text(body: object) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
-def _attempts(exc: anthropic.APIError) -> str:
-    # The failed request is the SDK's last attempt, and it carries its retry number.
-    retries = exc.request.headers.get(_RETRY_COUNT_HEADER, "")
-    if not retries.isdigit():
-        return "number of attempts unknown"
-    n = int(retries) + 1
-    return f"after {n} attempt{'' if n == 1 else 's'}"
-
-
 def _safe_url(url: str) -> str:
     # A base URL may carry user:password@ or a ?key=; neither belongs in an error message.
     parts = urlsplit(url)
@@ -342,16 +334,7 @@ def failure_kind(exc: anthropic.AnthropicError) -> FailureKind:
     """The failure's class (see `FailureKind`): overload (529), server errors, timeouts and
     rate limits may pass on another model; a bad request, a refusal or a key may not."""
     if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status == 529 or exc.type == "overloaded_error":
-            return "overloaded"
-        if status == 429:
-            return "rate_limited"
-        if status in (401, 403):
-            return "auth"
-        if status >= 500:
-            return "server"
-        return "request"
+        return "overloaded" if exc.type == "overloaded_error" else status_kind(exc.status_code)
     if isinstance(exc, anthropic.APITimeoutError):
         return "timeout"
     if isinstance(exc, anthropic.APIConnectionError):

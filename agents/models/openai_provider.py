@@ -24,6 +24,7 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 
+from agents.models.failures import attempts, status_kind
 from agents.models.types import (
     FailureKind,
     Message,
@@ -47,7 +48,6 @@ _STOP_REASONS: Final[dict[str, StopReason]] = {
 }
 
 # The SDK numbers each attempt it sends in this request header (0 for the first).
-_RETRY_COUNT_HEADER: Final = "x-stainless-retry-count"
 
 # OpenAI's own newer models refuse `max_tokens`; many compatible servers know only it.
 _OPENAI_HOST: Final = "api.openai.com"
@@ -194,16 +194,16 @@ class OpenAIProvider:
         if isinstance(exc, openai.APITimeoutError):  # before its base, APIConnectionError
             return (
                 f"OpenAI-compatible API call timed out: no reply from {self.base_url} within "
-                f"{self._timeout:g}s ({_attempts(exc)}). Try again later; if replies are "
-                "simply slow (a local model), raise RAVEN_MODEL_TIMEOUT."
+                f"{self._timeout:g}s ({attempts(exc.request.headers)}). Try again later; if "
+                "replies are simply slow (a local model), raise RAVEN_MODEL_TIMEOUT."
             )
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__
             reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
             return (
                 f"Could not connect to the OpenAI-compatible API at {self.base_url} ({reason}; "
-                f"{_attempts(exc)}). Check the URL in RAVEN_MODEL or OPENAI_BASE_URL, that the "
-                "server is running, and the network or proxy settings."
+                f"{attempts(exc.request.headers)}). Check the URL in RAVEN_MODEL or "
+                "OPENAI_BASE_URL, that the server is running, and the network or proxy settings."
             )
         if isinstance(exc, openai.APIResponseValidationError):
             return (
@@ -227,7 +227,7 @@ class OpenAIProvider:
             hint = "See the server's message above."
         return (
             f"OpenAI-compatible API call to {self.base_url} failed with HTTP {status}: "
-            f"{detail} ({_attempts(exc)}{request_id}). {hint}"
+            f"{detail} ({attempts(exc.request.headers)}{request_id}). {hint}"
         )
 
     def _redact(self, text: str) -> str:
@@ -382,29 +382,11 @@ def _error_detail(exc: openai.APIStatusError) -> str:
     return text if len(text) <= 300 else text[:300] + "…"
 
 
-def _attempts(exc: openai.APIError) -> str:
-    # The failed request is the SDK's last attempt, and it carries its retry number.
-    retries = exc.request.headers.get(_RETRY_COUNT_HEADER, "")
-    if not retries.isdigit():
-        return "number of attempts unknown"
-    n = int(retries) + 1
-    return f"after {n} attempt{'' if n == 1 else 's'}"
-
-
 def failure_kind(exc: openai.OpenAIError) -> FailureKind:
     """The failure's class (see `FailureKind`): overload, server errors, timeouts and rate
     limits may pass on another model; a bad request or a key may not."""
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        if status == 529:
-            return "overloaded"
-        if status == 429:
-            return "rate_limited"
-        if status in (401, 403):
-            return "auth"
-        if status >= 500:
-            return "server"
-        return "request"
+        return status_kind(exc.status_code)
     if isinstance(exc, openai.APITimeoutError):
         return "timeout"
     if isinstance(exc, openai.APIConnectionError):
