@@ -33,6 +33,9 @@ from bot.slack.interactions import SlackInteractions
 from bot.slack.sdk_log import SdkLog
 
 log = logging.getLogger(__name__)
+# Web API calls in flight at once per host: a reply, the thread's status and a lookup may
+# overlap; more wait for a free keep-alive connection instead of opening another.
+WEB_API_CONNECTIONS = 4
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,8 @@ class SlackConnection:
         production TLS-handshakes) a connection per call. Closed in `stop`; a call made
         after that (an outbox drain at shutdown) gets the SDK's session-per-call fallback."""
         self._client.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self._client.timeout)
+            timeout=aiohttp.ClientTimeout(total=self._client.timeout),
+            connector=aiohttp.TCPConnector(limit_per_host=WEB_API_CONNECTIONS),
         )
 
     async def authenticate(self) -> bool:

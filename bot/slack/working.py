@@ -11,7 +11,9 @@ assistant) turns statuses off for that workspace, said once in the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from dataclasses import dataclass, field
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -38,84 +40,90 @@ REFUSALS = frozenset(
 )
 
 
+@dataclass
+class _Kept:
+    """One thread's status kept alive: its text, and a bell that ends the wait for the next
+    refresh (to refresh at once, or to stop)."""
+
+    text: str
+    bell: asyncio.Event = field(default_factory=asyncio.Event)
+    stopped: bool = False
+    task: asyncio.Task[None] | None = None
+
+
 class SlackWorking:
     """The `WorkingStatus` of one Slack workspace connection (called by the core one
-    conversation at a time)."""
+    conversation at a time).
+
+    A refresher is never cancelled mid-call: it is stopped between calls and waited for, so
+    a set in flight neither lands after a clear nor costs its keep-alive connection."""
 
     def __init__(self, client: AsyncWebClient, *, refresh_seconds: float = REFRESH_SECONDS) -> None:
         self._client = client
         self.refresh_seconds = refresh_seconds
         self._off: set[str] = set()  # workspaces that refused statuses
-        self._refreshers: dict[str, asyncio.Task[None]] = {}
-        self._texts: dict[str, str] = {}  # the status each kept thread shows
+        self._kept: dict[str, _Kept] = {}
 
     async def show(self, conv: ConversationRef, text: str) -> None:
         """Set the thread's status now and keep it set until `clear`."""
         if not self._has_status(conv):
             return
-        self._stop_refreshing(conv)
+        await self._halt(conv)
         if await self._set(conv, text):
-            self._keep(conv, text, first_delay=self.refresh_seconds)
+            kept = _Kept(text)
+            kept.task = asyncio.get_running_loop().create_task(
+                self._refresh(conv, kept), name=f"slack-status:{conv.id}"
+            )
+            self._kept[conv.id] = kept
 
     def posted(self, conv: ConversationRef) -> None:
         """The bot just posted in the thread, which hides its status on Slack: set it again
         at once if one is kept (in the background; the post is not held up)."""
-        text = self._texts.get(conv.id)
-        if text is None or not self.refreshing(conv):
-            return
-        self._stop_refreshing(conv)
-        self._keep(conv, text, first_delay=0.0)
-
-    def _keep(self, conv: ConversationRef, text: str, *, first_delay: float) -> None:
-        """One task keeps the thread's status set: after `first_delay`, then every
-        `refresh_seconds`."""
-        self._texts[conv.id] = text
-        task = asyncio.get_running_loop().create_task(
-            self._refresh(conv, text, first_delay), name=f"slack-status:{conv.id}"
-        )
-        self._refreshers[conv.id] = task
+        kept = self._kept.get(conv.id)
+        if kept is not None:
+            kept.bell.set()
 
     async def clear(self, conv: ConversationRef) -> None:
         """Stop refreshing and clear the thread's status (an empty status)."""
         if not self._has_status(conv):
             return
-        task = self._stop_refreshing(conv)
-        if task is not None:
-            # A set still in flight must not land after the clear and show a stale status.
-            await asyncio.wait([task])
+        await self._halt(conv)
         await self._set(conv, "")
 
     async def close(self) -> None:
-        """Cancel every refresher (a status left behind expires within two minutes)."""
-        tasks = list(self._refreshers.values())
-        self._refreshers.clear()
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        """Stop every refresher (a status left behind expires within two minutes)."""
+        for conv_id in list(self._kept):
+            await self._halt_id(conv_id)
 
     def refreshing(self, conv: ConversationRef) -> bool:
         """Whether the thread's status is being kept alive now."""
-        task = self._refreshers.get(conv.id)
-        return task is not None and not task.done()
+        kept = self._kept.get(conv.id)
+        return kept is not None and kept.task is not None and not kept.task.done()
 
     def _has_status(self, conv: ConversationRef) -> bool:
         return conv.thread != DM_THREAD and conv.workspace not in self._off
 
-    def _stop_refreshing(self, conv: ConversationRef) -> asyncio.Task[None] | None:
-        self._texts.pop(conv.id, None)
-        task = self._refreshers.pop(conv.id, None)
-        if task is not None:
-            task.cancel()
-        return task
+    async def _halt(self, conv: ConversationRef) -> None:
+        await self._halt_id(conv.id)
 
-    async def _refresh(self, conv: ConversationRef, text: str, first_delay: float) -> None:
-        delay = first_delay
+    async def _halt_id(self, conv_id: str) -> None:
+        """Stop the thread's refresher and wait until its call in flight, if any, is over."""
+        kept = self._kept.pop(conv_id, None)
+        if kept is None or kept.task is None:
+            return
+        kept.stopped = True
+        kept.bell.set()
+        await asyncio.wait([kept.task])
+
+    async def _refresh(self, conv: ConversationRef, kept: _Kept) -> None:
         while True:
-            await asyncio.sleep(delay)
-            if not await self._set(conv, text):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(kept.bell.wait(), self.refresh_seconds)
+            if kept.stopped:
                 return
-            delay = self.refresh_seconds
+            kept.bell.clear()
+            if not await self._set(conv, kept.text):
+                return
 
     async def _set(self, conv: ConversationRef, status: str) -> bool:
         """One `setStatus` call; False when it failed (a refusal turns statuses off)."""
