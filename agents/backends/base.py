@@ -100,6 +100,9 @@ class AgentOutcome:
     # The command was not run because nobody approved it (the requester said no, or nobody
     # can be asked): not a failure of the agent, and nothing for a judge to weigh.
     not_approved: bool = False
+    # Set when a fallback model answered, for the run report: "answered by the fallback
+    # model X: Y was overloaded" (None: the configured model answered).
+    fallback: str | None = None
 
 
 class AgentBackend(Protocol):

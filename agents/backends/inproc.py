@@ -83,6 +83,7 @@ class InProcessBackend:
             seconds=result.seconds,
             history=result.messages,
             truncated=truncated,
+            fallback=result.fallback or None,
         )
 
 

@@ -84,4 +84,10 @@ CREATE TABLE conversation_flags (
         name="graph runs: the scheduled task a run fires for",
         sql="ALTER TABLE graph_runs ADD COLUMN for_task TEXT;",
     ),
+    Migration(
+        package="graph",
+        version=3,
+        name="graph nodes: which fallback model answered a node, and why",
+        sql="ALTER TABLE graph_nodes ADD COLUMN fallback TEXT;",
+    ),
 )

@@ -5,7 +5,8 @@ outputs capped, and where the records are on the bot's host. The report for peop
 (`people_report`) shows each output verbatim in a code block (a chat report: its head and
 tail with the omitted line count; `runs show`: whole), no host paths (chat readers cannot
 open them: the `runs show` command instead), a command nobody approved as ⛔ not approved,
-and what offline mode skipped in one line at the end.
+and what offline mode skipped in one line at the end. Both say, one line per node, when a
+fallback model answered a node instead of its configured model, and why.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ def node_line(node: NodeRecord) -> str:
         # The text itself may carry agent output (a CLI's stderr): it is listed fenced below.
         return " · ".join(parts) + " — error below"
     return " · ".join(parts)
+
+
+def fallback_lines(nodes: Sequence[NodeRecord]) -> list[str]:
+    """One line per node a fallback model answered: "`s2` was answered by the fallback model
+    anthropic:b: anthropic:a was overloaded" (model names come from the settings, not from
+    an agent, so they are shown as written)."""
+    return [f"`{node.node_id}` was {node.fallback}" for node in nodes if node.fallback]
 
 
 def _errors(nodes: Sequence[NodeRecord], quote: Callable[[str, str], str]) -> list[str]:
@@ -181,6 +189,7 @@ def run_report(
     if run.replaces_run:
         lines.append(f"(replans run `{run.replaces_run}`)")
     lines += [f"- {node_line(n)}" for n in nodes]
+    lines += fallback_lines(nodes)
     terminal = terminal_nodes(nodes)
     marker = new_marker()
 
@@ -229,7 +238,7 @@ def people_report(
             lines += ["", f"{title} (no output)"]
             continue
         lines += ["", title, code_block(text if whole else excerpt(text))]
-    notes = _not_judged(nodes)
+    notes = [*fallback_lines(nodes), *_not_judged(nodes)]
     if not whole:
         notes.append(f"Full record: `raven-bot runs show {run.id}` on the bot's host.")
     if notes:

@@ -85,6 +85,9 @@ class NodeRecord:
     seconds: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
+    # Which fallback model answered the node's last attempt, and why ("answered by the
+    # fallback model X: Y was overloaded"); None when its configured model answered.
+    fallback: str | None = None
 
     def with_fields(self, **changes: Any) -> NodeRecord:
         """A copy with `changes` applied: `dataclasses.replace` without its per-field
@@ -253,6 +256,7 @@ class RunStore:
                 r.seconds,
                 r.started_at,
                 r.finished_at,
+                r.fallback,
                 r.conversation_id,
                 r.node_id,
             )
@@ -453,7 +457,7 @@ _NODE_ROW_UPDATE = (
     "UPDATE graph_nodes SET state = ?, attempts = ?, continuation = ?, output_path = ?,"
     " error = ?, verdict = ?, deadline = ?, model_calls = ?, input_tokens = ?,"
     " output_tokens = ?, judge_calls = ?, judge_tokens = ?, seconds = ?, started_at = ?,"
-    " finished_at = ? WHERE conversation_id = ? AND node_id = ?"
+    " finished_at = ?, fallback = ? WHERE conversation_id = ? AND node_id = ?"
 )
 
 
@@ -513,4 +517,5 @@ def _node(row: Any) -> NodeRecord:
         seconds=row["seconds"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        fallback=row["fallback"],
     )

@@ -182,6 +182,7 @@ class RunWriter:
                     "judge_calls": n.judge_calls,
                     "judge_tokens": n.judge_tokens,
                     "seconds": round(n.seconds, 3),
+                    "fallback": n.fallback,
                 }
                 for n in nodes
             },

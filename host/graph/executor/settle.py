@@ -70,6 +70,8 @@ class Settler:
             "seconds": record.seconds + outcome.seconds,
             "verdict": verdict.as_dict(),
             "continuation": None,
+            # The attempt whose answer is recorded says which model gave it.
+            "fallback": outcome.fallback,
         }
         if verdict.accomplished:
             await self._complete(job, outcome, verdict, accounting)
