@@ -1,16 +1,19 @@
 """The OpenAI-compatible Chat Completions provider (OpenAI, vLLM, Ollama, llama.cpp, LM Studio,
-OpenRouter): the SDK retries, we give plain-spoken errors. Non-streaming, like the protocol."""
+OpenRouter): the SDK retries, we give plain-spoken errors. Replies are used whole; `stream=True`
+receives them as chunks, so a slow local server's long answer keeps the connection busy and only
+a server that goes quiet for the per-call timeout fails."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Final
 from urllib.parse import urlsplit
 
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
@@ -25,6 +28,7 @@ from openai.types.chat import (
 )
 
 from agents.models.failures import attempts, status_kind
+from agents.models.openai_stream import ChunkAccumulator
 from agents.models.types import (
     FailureKind,
     Message,
@@ -76,6 +80,7 @@ class OpenAIProvider:
         max_retries: int = 4,
         max_wait_seconds: float = 60.0,
         images: bool = True,
+        stream: bool = False,
     ) -> None:
         if not api_key:
             raise ValueError("OpenAI API key is empty; set OPENAI_API_KEY.")
@@ -84,6 +89,7 @@ class OpenAIProvider:
         self._timeout = timeout
         # False for a text-only model: a tool result's images become a note instead.
         self._images = images
+        self._stream = stream
         self._deadline = timeout * (max(0, max_retries) + 1) + max_wait_seconds
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max(0, max_retries)
@@ -121,26 +127,95 @@ class OpenAIProvider:
         it fails."""
         sdk_messages = to_sdk_messages(system, messages, images=self._images)
         sdk_tools = [to_sdk_tool(t) for t in tools]
-        limit = {"max_completion_tokens": max_tokens} if self._is_openai else {}
+        openai_limit = self._is_openai
         with self._failures_as_model_error():
-            try:
-                async with asyncio.timeout(self._deadline):
+            if self._stream:
+                response = await self._streamed(sdk_messages, sdk_tools, max_tokens, openai_limit)
+            else:
+                async with self._deadline_guard():
                     response = await self._client.chat.completions.create(
                         model=self._model,
                         messages=sdk_messages,
                         tools=sdk_tools or openai.omit,
-                        max_tokens=openai.omit if limit else max_tokens,
-                        max_completion_tokens=limit.get("max_completion_tokens", openai.omit),
+                        max_tokens=openai.omit if openai_limit else max_tokens,
+                        max_completion_tokens=max_tokens if openai_limit else openai.omit,
                         timeout=self._timeout,
                     )
-            except TimeoutError:
-                raise ModelError(
-                    f"OpenAI-compatible API call gave up after {self._deadline:g}s: the server "
-                    "kept asking to wait (rate limited or overloaded) or did not answer. "
-                    "Try again later.",
-                    kind="timeout",
-                ) from None
         return self._reply(response)
+
+    async def _streamed(
+        self,
+        messages: list[ChatCompletionMessageParam],
+        tools: list[ChatCompletionFunctionToolParam],
+        max_tokens: int,
+        openai_limit: bool,
+    ) -> ChatCompletion:
+        """The call with its reply streamed and put back together. The deadline covers opening
+        the stream (the SDK's attempts and waits); after that the reply takes as long as it
+        takes, so long as chunks keep coming within the per-call timeout."""
+        async with self._deadline_guard():
+            stream = await self._client.chat.completions.create(
+                model=self._model,
+                messages=messages,
+                tools=tools or openai.omit,
+                max_tokens=openai.omit if openai_limit else max_tokens,
+                max_completion_tokens=max_tokens if openai_limit else openai.omit,
+                stream=True,
+                stream_options={"include_usage": True},  # usage comes in a last chunk
+                timeout=self._timeout,
+            )
+        received = ChunkAccumulator()
+        async with stream:
+            try:
+                async for chunk in stream:
+                    received.add(chunk)
+            except openai.APITimeoutError:
+                raise self._stream_error(
+                    received,
+                    f"then nothing for {self._timeout:g}s. If the model is simply slow, raise "
+                    "RAVEN_MODEL_TIMEOUT",
+                    "timeout",
+                ) from None
+            except openai.APIConnectionError as exc:
+                cause = exc.__cause__
+                reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+                raise self._stream_error(
+                    received, f"then the connection broke ({reason}). Try again", "server"
+                ) from exc
+            except openai.APIError as exc:
+                if isinstance(exc, openai.APIStatusError):
+                    raise
+                raise self._stream_error(
+                    received, f"then the server reported an error: {exc.message}", "server"
+                ) from exc
+        if not received.finished:
+            raise self._stream_error(
+                received, "then the stream ended before the reply was finished. Try again", "server"
+            )
+        return received.completion()
+
+    def _stream_error(self, received: ChunkAccumulator, what: str, kind: FailureKind) -> ModelError:
+        return ModelError(
+            self._redact(
+                f"OpenAI-compatible API reply from {self.base_url} was cut off mid-way: "
+                f"{received.chunks} chunk{'' if received.chunks == 1 else 's'} arrived, {what}."
+            ),
+            kind=kind,
+        )
+
+    @asynccontextmanager
+    async def _deadline_guard(self) -> AsyncIterator[None]:
+        """Bound the SDK's attempts and the waits between them by the call's deadline."""
+        try:
+            async with asyncio.timeout(self._deadline):
+                yield
+        except TimeoutError:
+            raise ModelError(
+                f"OpenAI-compatible API call gave up after {self._deadline:g}s: the server "
+                "kept asking to wait (rate limited or overloaded) or did not answer. "
+                "Try again later.",
+                kind="timeout",
+            ) from None
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model; `ModelError` if not."""
@@ -353,9 +428,17 @@ def to_reply(response: ChatCompletion) -> ModelReply:
         usage=Usage(
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
+            # Part of prompt_tokens, priced apart (OpenAI's automatic prompt cache).
+            cache_read_tokens=_cached_tokens(usage),
         ),
         model=response.model,
     )
+
+
+def _cached_tokens(usage: CompletionUsage | None) -> int:
+    """How many prompt tokens the server read from its cache (0 when it does not say)."""
+    details = usage.prompt_tokens_details if usage is not None else None
+    return (details.cached_tokens or 0) if details is not None else 0
 
 
 def _arguments(raw: str) -> dict[str, object]:

@@ -1,5 +1,6 @@
 """A loopback fake of an OpenAI-compatible Chat Completions API, for driving the real `openai`
-SDK in tests: scripted replies, tool calls, errors with status codes, recorded requests."""
+SDK in tests: scripted replies, tool calls, errors with status codes, recorded requests; a
+request with `"stream": true` gets its reply as server-sent chunks (`tests/fakes/sse.py`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from core.fence import unfence
 from skills.prompts import GATE_SYSTEM
+from tests.fakes.sse import Cut, Event, pieces, send_events
 
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -28,6 +30,8 @@ class _Answer:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    # A streamed answer stops here (a non-streamed one is sent whole).
+    cut: Cut | None = None
 
 
 @dataclass
@@ -132,6 +136,9 @@ class FakeOpenAI:
         self.side_calls = side_calls
         self.requests: list[dict[str, Any]] = []
         self.responder: Responder | None = None
+        # Seconds between streamed chunks, as a model generates tokens; a non-streamed answer
+        # waits as long as its chunks would have taken (the same generation, sent at the end).
+        self.chunk_pace = 0.0
         self._script: deque[_Answer | _Delay] = deque()
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -208,6 +215,11 @@ class FakeOpenAI:
         """Answer the next request with an API error."""
         self._script.append(_Answer(status, error_body(message, error_type), dict(headers or {})))
 
+    def queue_cut_stream(self, partial: dict[str, Any], *, after: int, drop: bool = True) -> None:
+        """Answer the next request with this partial message, streamed, but stop after `after`
+        chunks: the connection dropped, or (`drop=False`) the body ended with no finish."""
+        self._script.append(_Answer(200, dict(partial), cut=Cut(after, drop)))
+
     def queue_delay(self, seconds: float) -> None:
         """Hold the next answer for this long (for timeout tests)."""
         self._script.append(_Delay(seconds))
@@ -261,8 +273,8 @@ class FakeOpenAI:
         body = entry["json"] if isinstance(entry["json"], dict) else {}
         side = next((c for c in self.side_calls if c.matches(body)), None)
         if side is not None:
-            return self._auth_error(entry["headers"]) or web.json_response(
-                self._complete(side.answer(body), body)
+            return self._auth_error(entry["headers"]) or await self._answer(
+                request, self._complete(side.answer(body), body), body
             )
         await self._keep(entry)
         delay = 0.0
@@ -283,7 +295,35 @@ class FakeOpenAI:
             answer = _Answer(200, dynamic if dynamic is not None else {})
         if answer.status != 200:
             return web.json_response(answer.body, status=answer.status, headers=answer.headers)
-        return web.json_response(self._complete(answer.body, body), headers=answer.headers)
+        return await self._answer(
+            request, self._complete(answer.body, body), body, answer.headers, answer.cut
+        )
+
+    async def _answer(
+        self,
+        request: web.Request,
+        completion: dict[str, Any],
+        body: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        cut: Cut | None = None,
+    ) -> web.StreamResponse:
+        """The completion as JSON, or as chunks when the request asked for a stream."""
+        options = body.get("stream_options") or {}
+        events = chunk_events(completion, include_usage=bool(options.get("include_usage")))
+        if body.get("stream"):
+            return await send_events(
+                request,
+                events,
+                pace=self.chunk_pace,
+                closing=self._closing,
+                cut=cut,
+                headers=headers,
+            )
+        if self.chunk_pace > 0:
+            with contextlib.suppress(TimeoutError):
+                pace = self.chunk_pace * (len(events) - 1)
+                await asyncio.wait_for(self._closing.wait(), timeout=pace)
+        return web.json_response(completion, headers=headers)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         entry = await self._record(request)
@@ -320,3 +360,47 @@ class FakeOpenAI:
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": usage,
         }
+
+
+def chunk_events(completion: dict[str, Any], *, include_usage: bool) -> list[Event]:
+    """A chat.completion as the chunks a server streams: the role, the text in pieces, each
+    tool call's id and name then its arguments in pieces, the finish reason, the usage (when
+    asked for, in a chunk with no choices) and `[DONE]`."""
+    base = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> Event:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return None, {**base, "choices": [choice]}
+
+    choice = completion["choices"][0]
+    message = choice["message"]
+    events = [chunk({"role": "assistant", "content": ""})]
+    for key in ("content", "refusal"):
+        if message.get(key):
+            events += [chunk({key: piece}) for piece in pieces(message[key])]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"name": function["name"], "arguments": ""}
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": opening}
+                    ]
+                }
+            )
+        )
+        events += [
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in pieces(function["arguments"])
+        ]
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append((None, {**base, "choices": [], "usage": completion["usage"]}))
+    events.append((None, "[DONE]"))
+    return events
