@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.models.types import FailureKind, Message, ModelError, ModelReply, ToolSpec
@@ -175,16 +176,36 @@ def _all_failed(tried: Sequence[tuple[str, ModelError]]) -> ModelError:
     )
 
 
+@runtime_checkable
+class TurnScoped(Protocol):
+    """A provider that gives each turn or agent run a view of its own (a fallback chain's
+    session, or a wrapper around one)."""
+
+    def session(self) -> ModelProvider:
+        """The view one turn or agent run uses."""
+        ...
+
+
+@runtime_checkable
+class FallbackAware(Protocol):
+    """A turn's provider that can say whether, and why, it fell back."""
+
+    @property
+    def last_fallback(self) -> FallbackNote | None:
+        """Set once the turn moved off its primary model."""
+        ...
+
+
 def scoped_for_turn(provider: ModelProvider) -> ModelProvider:
     """The provider one turn or agent run should use: a fallback chain's per-turn session
     (it stays on the model it fell back to), any other provider as it is."""
-    if isinstance(provider, FallbackProvider):
+    if isinstance(provider, TurnScoped):
         return provider.session()
     return provider
 
 
 def fallback_note(provider: ModelProvider) -> FallbackNote | None:
     """What a turn's provider says about falling back (None when it did not, or cannot)."""
-    if isinstance(provider, FallbackSession):
+    if isinstance(provider, FallbackAware):
         return provider.last_fallback
     return None

@@ -91,15 +91,31 @@ class ToolSpec(BaseModel):
 
 
 class Usage(BaseModel):
-    """Token accounting for one model call."""
+    """Token accounting for one model call. `input_tokens` is the whole prompt; the cache
+    fields say how much of it the provider read from or wrote to its prompt cache (priced
+    apart), so `input_tokens - cache_read_tokens - cache_write_tokens` were read fresh."""
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def fresh_input_tokens(self) -> int:
+        """The prompt tokens neither read from nor written to the cache."""
+        return max(0, self.input_tokens - self.cache_read_tokens - self.cache_write_tokens)
+
+    @property
+    def total_tokens(self) -> int:
+        """The prompt and the answer: what a budget in tokens counts."""
+        return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
