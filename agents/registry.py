@@ -14,6 +14,9 @@ or extended, from an optional TOML file (`RAVEN_HOME/agents.toml`):
 
     [agents.shell]
     allow = ["ls", "ls *", "echo *", "python3 -m pytest*"]
+
+    [agents.research]
+    model = "openai:qwen2.5-coder@http://127.0.0.1:8080/v1"   # its own model (RAVEN_MODEL's forms)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agents.models.model_spec import ModelSpecError, parse_model_spec
 from core.errors import FieldError, describe_validation_error, did_you_mean
 from core.secret_names import SecretNames
 
@@ -494,6 +498,7 @@ def _check(
         raise RegistryError(f"{where} allow: only used by command-running agents like `shell`")
     if entry.backend == "api" and not entry.model:
         raise RegistryError(f"{where} model: an api agent needs a model name")
+    _check_model(where, entry)
     for name in entry.env_allow:
         if secret_names.looks_secret(name) and name != entry.api_key_env:
             raise RegistryError(
@@ -507,6 +512,17 @@ def _check(
         raise RegistryError(
             f"{where} mcp: only in-process and acp agents can call the team's tool servers"
         )
+
+
+def _check_model(where: str, entry: AgentEntry) -> None:
+    """An in-process agent's own model, in RAVEN_MODEL's forms (bot/models.py builds it);
+    an api or acp agent's `model` is its server's own name for a model, passed on as is."""
+    if entry.backend != "inproc" or entry.model is None:
+        return
+    try:
+        parse_model_spec(entry.model)
+    except ModelSpecError as exc:
+        raise RegistryError(f"{where} model: {exc}") from None
 
 
 def _check_backend_keys(where: str, entry: AgentEntry, given: Mapping[str, Any]) -> None:

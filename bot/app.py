@@ -24,8 +24,6 @@ from typing import TypeVar
 from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
 from agents.backends.inproc import InProcessBackend
-from agents.models.fallback import FallbackProvider
-from agents.models.model_spec import build_model_provider, has_credentials
 from agents.models.provider import ClosableProvider, ModelProvider
 from agents.registry import AgentEntry, AgentRegistry, RegistryError, load_registry
 from agents.sandbox import Sandbox, select_sandbox, shown_by
@@ -37,6 +35,7 @@ from bot.channel import ChannelAdapter, Ingress, SupportsEnrichment, check_adapt
 from bot.channels import AdapterFactory
 from bot.console.people import CONSOLE_PLATFORM, ConsolePeople
 from bot.home import check_home, workspace_for
+from bot.models import RoleModels, build_provider, build_role_models
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names
@@ -116,7 +115,8 @@ log = logging.getLogger(__name__)
 # The collector settings of a serving bot (see `tune_interpreter_for_serving`).
 GC_THRESHOLDS = (10_000, 20, 20)
 
-__all__ = ["AdapterFactory", "Runtime", "build_runtime", "serve", "shutdown"]
+# `build_provider` lives in bot/models.py; named here too for the callers that import it here.
+__all__ = ["AdapterFactory", "Runtime", "build_provider", "build_runtime", "serve", "shutdown"]
 
 F = TypeVar("F", bound=Feature)
 
@@ -133,7 +133,9 @@ class Runtime:
     conversation_log: ConversationLog
     bus: EventBus
     lanes: LaneManager
+    # The Host's model; `models`: every role's (each distinct one closed once at shutdown).
     provider: ModelProvider
+    models: RoleModels
     registry: AgentRegistry
     runs: RunManager
     broker: PromptBroker
@@ -173,28 +175,6 @@ class Runtime:
         return self.feature(SkillsFeature).writer
 
 
-def build_provider(settings: Settings) -> ModelProvider:
-    """The provider `RAVEN_MODEL` names (Anthropic or OpenAI-compatible), or the honest
-    offline provider when that model cannot be called (no key for its API)."""
-    primary = build_model_provider(settings.model_spec, settings.provider_options)
-    return with_fallbacks(primary, settings)
-
-
-def with_fallbacks(primary: ModelProvider, settings: Settings) -> ModelProvider:
-    """`primary` with `RAVEN_MODEL_FALLBACKS` behind it; a fallback with no key for its API
-    is left out (said once in the log): the offline stand-in is never a fallback."""
-    if primary.offline or not settings.model_fallbacks:
-        return primary
-    options = settings.provider_options
-    fallbacks: list[ModelProvider] = []
-    for spec in settings.fallback_specs:
-        if has_credentials(spec, options):
-            fallbacks.append(build_model_provider(spec, options))
-        else:
-            log.warning("fallback model %s has no key for its API; it is left out", spec.label)
-    return FallbackProvider(primary, fallbacks) if fallbacks else primary
-
-
 def build_sandbox(settings: Settings) -> Sandbox:
     """The sandbox for agent subprocesses; hides the data dir and this working dir (`.env`)."""
     return select_sandbox(hidden=hidden_paths(settings), unsandboxed=settings.unsandboxed)
@@ -219,9 +199,11 @@ def backend_factory(
     acp: AcpProcesses,
     harnesses: ActiveHarnesses,
     own: Mapping[str, Callable[[AgentEntry], AgentBackend]] | None = None,
+    agent_provider: Callable[[AgentEntry], ModelProvider] | None = None,
 ) -> Callable[[AgentEntry], AgentBackend]:
     """Builds each agent's backend once, on first use; an in-process specialist with a
-    promoted harness runs with it; `own`: the agents a feature runs itself, by name."""
+    promoted harness runs with it; `own`: the agents a feature runs itself, by name;
+    `agent_provider`: an agent's own model (agents.toml `model`), else `provider`."""
     web = WebConfig(fetch=settings.web_fetch, search_url=settings.web_search_url)
     secret_names = declared_secret_names()
     specialists = default_specialists(
@@ -234,15 +216,16 @@ def backend_factory(
         if own and entry.name in own and entry.name not in built:
             built[entry.name] = own[entry.name](entry)
         if entry.name not in built:
+            model = provider if agent_provider is None else agent_provider(entry)
             harness = harnesses.get(entry.name) if entry.backend == "inproc" else None
             if harness is not None and entry.role in specialists:
                 built[entry.name] = _harnessed_backend(
-                    entry, harness, provider, specialists[entry.role], settings
+                    entry, harness, model, specialists[entry.role], settings
                 )
                 return built[entry.name]
             built[entry.name] = build_backend(
                 entry,
-                provider=provider,
+                provider=model,
                 specialists=specialists,
                 sandbox=sandbox,
                 secret_names=secret_names,
@@ -360,7 +343,7 @@ async def build_runtime(
     for kind in features:
         kind.preflight(settings.home)
     adapters = build_adapters(adapter_factories)
-    parts = await host_parts(settings, adapters, features)
+    parts, models = await host_parts(settings, adapters, features)
     installed = tuple(kind(parts, settings.section(kind.Section)) for kind in features)
     gates = next((p for f in installed if (p := f.permit_factory()) is not None), None)
     if gates is None:
@@ -381,7 +364,7 @@ async def build_runtime(
             store=run_store,
             files=RunFiles(home / "runs"),
             registry=parts.registry,
-            judge=CompletionJudge(parts.provider, timeout=settings.judge_timeout),
+            judge=CompletionJudge(models.judge, timeout=settings.judge_timeout),
             backend=backend_factory(
                 parts.provider,
                 settings,
@@ -389,6 +372,7 @@ async def build_runtime(
                 agent_processes,
                 harnesses,
                 own={n: b for f in installed for n, b in f.agent_backends().items()},
+                agent_provider=models.for_agent,
             ),
             workspace=parts.workspace,
             bus=parts.bus,
@@ -501,6 +485,7 @@ async def build_runtime(
         bus=parts.bus,
         lanes=parts.lanes,
         provider=parts.provider,
+        models=models,
         registry=parts.registry,
         runs=runs,
         broker=parts.broker,
@@ -523,15 +508,17 @@ async def build_runtime(
 
 async def host_parts(
     settings: Settings, adapters: Sequence[ChannelAdapter], features: Sequence[FeatureKind]
-) -> HostParts:
+) -> tuple[HostParts, RoleModels]:
     """The parts every feature and the Host are built from, each from parts already built
-    (the store with the tables of the Host and of `features`)."""
+    (the store with the tables of the Host and of `features`), and every role's model."""
     home = settings.home
     # Probed once (it runs bwrap): off the event loop.
     sandbox = await asyncio.to_thread(build_sandbox, settings)
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
-    provider = build_provider(settings)
+    registry = load_agents(settings, sandbox, features)
+    # Each role's model, built once; roles naming the same model share its provider.
+    models = build_role_models(settings, registry)
     # The bot owns the log's checkpoints: its run journals are fsynced before each one, and
     # one-shot commands leave them to it while it runs.
     store = Store(home / "raven.db", all_migrations(features), log_owner=True)
@@ -572,15 +559,16 @@ async def host_parts(
     # Where campaign rounds and standing checks run (reads machines.toml: assembly).
     site = campaign_site(settings, sandbox, one_shot=False)
     secret_names = declared_secret_names()
-    return HostParts(
+    parts = HostParts(
         home=home,
         cwd=Path.cwd(),
         workspace=workspace_for(home),
         store=store,
         conversation_log=conversation_log,
         bus=bus,
-        provider=provider,
-        registry=load_agents(settings, sandbox, features),
+        provider=models.host,
+        models=models,
+        registry=registry,
         broker=broker,
         outbox=Outbox(conversation_log, channels),
         people=people,
@@ -611,6 +599,7 @@ async def host_parts(
         secret_names=secret_names,
         admission=admission,
     )
+    return parts, models
 
 
 def subscribe(
@@ -649,7 +638,7 @@ async def open_core(runtime: Runtime) -> None:
     stack.push_async_callback(runtime.store.close)
     # The model client closes after the features: a memory write still in flight at the end
     # of `chat`'s input finishes its model call instead of being cut off.
-    stack.push_async_callback(close_provider, runtime.provider)
+    stack.push_async_callback(runtime.models.aclose)
     await runtime.harnesses.load(runtime.store)
     for feature in runtime.features:
         await feature.open(stack)

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 CsvList = Annotated[list[str], NoDecode]
+# The roles with a model setting of their own (agents name theirs in agents.toml).
+ModelRole = Literal["host", "judge", "episodes", "proposer"]
 T = TypeVar("T", bound="DataclassInstance")
 # Settings named `*_url` may carry credentials (`https://user:token@proxy/`): masked and
 # redacted, whichever model declares them.
@@ -102,8 +104,26 @@ class Settings(BaseSettings):
     model: str = Field(
         default="claude-sonnet-5",
         validation_alias=AliasChoices("RAVEN_MODEL", "ANTHROPIC_MODEL"),
-        description="Model for the Host and in-process agents: <model> (Anthropic), "
-        "anthropic:<model>, openai:<model> or openai:<model>@<base URL>.",
+        description="Model for the Host, and for each role that names none of its own: <model> "
+        "(Anthropic), anthropic:<model>, openai:<model> or openai:<model>@<base URL>.",
+    )
+    model_judge: str = Field(
+        default="",
+        validation_alias="RAVEN_MODEL_JUDGE",
+        description="Model of the completion judge (is each node's result done?), in "
+        "RAVEN_MODEL's forms. Empty: RAVEN_MODEL.",
+    )
+    model_episodes: str = Field(
+        default="",
+        validation_alias="RAVEN_MODEL_EPISODES",
+        description="Model that forms memory episodes from finished turns, in RAVEN_MODEL's "
+        "forms. Empty: RAVEN_MODEL.",
+    )
+    model_proposer: str = Field(
+        default="",
+        validation_alias="RAVEN_MODEL_PROPOSER",
+        description="Model that proposes harness edits in harness evolution, in RAVEN_MODEL's "
+        "forms. Empty: RAVEN_MODEL.",
     )
     model_timeout: float = Field(
         default=120.0, gt=0, validation_alias="RAVEN_MODEL_TIMEOUT", description="Seconds per call."
@@ -295,11 +315,12 @@ class Settings(BaseSettings):
         validation_alias="RAVEN_DISPATCH_BUDGET_PER_HOUR",
         description="Graph nodes and delegations one conversation may dispatch per hour.",
     )
-    judge_timeout: float = Field(
-        default=90.0,
+    judge_timeout: float | None = Field(
+        default=None,
         gt=0,
         validation_alias="RAVEN_JUDGE_TIMEOUT",
-        description="Seconds the completion judge may take before the availability fallback.",
+        description="Seconds the completion judge may take before the availability fallback. "
+        "Unset: RAVEN_MODEL_TIMEOUT bounds each judge call, as it does every model call.",
     )
     unsandboxed: bool = Field(
         default=False,
@@ -494,6 +515,13 @@ class Settings(BaseSettings):
         parse_model_spec(value)  # a ModelSpecError (a ValueError) names the accepted forms
         return value.strip()
 
+    @field_validator("model_judge", "model_episodes", "model_proposer")
+    @classmethod
+    def _role_model_spec(cls, value: str) -> str:
+        if value.strip():
+            parse_model_spec(value)  # as RAVEN_MODEL: the error names the accepted forms
+        return value.strip()
+
     @field_validator("anthropic_base_url", "openai_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
@@ -510,6 +538,16 @@ class Settings(BaseSettings):
     def model_spec(self) -> ModelSpec:
         """`RAVEN_MODEL` parsed (checked at start-up)."""
         return parse_model_spec(self.model)
+
+    def role_spec(self, role: ModelRole) -> ModelSpec:
+        """The model a role names (`RAVEN_MODEL_JUDGE`, …), or `RAVEN_MODEL` when unset."""
+        entry = {
+            "host": "",
+            "judge": self.model_judge,
+            "episodes": self.model_episodes,
+            "proposer": self.model_proposer,
+        }[role]
+        return parse_model_spec(entry) if entry else self.model_spec
 
     @property
     def fallback_specs(self) -> tuple[ModelSpec, ...]:

@@ -10,9 +10,10 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from types import MappingProxyType
+from typing import Final, TextIO
 
 from agents.backends import AcpProcesses
 from agents.backends.acp.process import AgentStartError
@@ -35,6 +36,7 @@ from bot.app import FEATURES, build_sandbox
 from bot.channels import CHANNELS, configured_channels
 from bot.home import HomeError, check_database
 from bot.logging_setup import log_file
+from bot.models import AGENT_ROLE, ROLE_SETTINGS, role_specs
 from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names, unknown_variables
 from core.serving_lock import serving_holder
@@ -257,7 +259,86 @@ async def _check_embedder(settings: Settings) -> Check:
     return Check("embedder", "warn", f"keyword-only recall: {reason}")
 
 
-async def _check_model(settings: Settings) -> Check:
+# What a role does when its model cannot be called (no credentials): `doctor` says so.
+OFFLINE_ROLES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "judge": "no model checks nodes' results: a node counts as done when it finishes",
+        "episodes": "memory forms episodes by rule instead",
+        "proposer": "harness evolution refuses to start",
+    }
+)
+OFFLINE_AGENT: Final = "the agent says it needs a model and does not run"
+# Each distinct model's answer in one `doctor` run: (failed, what it said).
+Answers = dict[ModelSpec, tuple[bool, str]]
+
+
+async def _check_models(settings: Settings) -> list[Check]:
+    """One line per role (the Host, the judge, the episode former, the proposer, each
+    in-process agent with a model of its own): its model and whether it answers, each
+    distinct model called once."""
+    answers: Answers = {}
+    checks = [await _check_model(settings, answers)]
+    for role, spec in role_specs(settings, _agents_with_models(settings)):
+        if role != "host":
+            checks.append(await _check_role(settings, role, spec, answers))
+    return checks
+
+
+def _agents_with_models(settings: Settings) -> AgentRegistry | None:
+    """The registry as configured (no sandbox needed: only in-process agents name a model);
+    None when it is invalid (the agents check says why)."""
+    extra = [entry for kind in FEATURES for entry in kind.agents(settings.home)]
+    try:
+        return load_registry(
+            settings.home / "agents.toml", extra=extra, secret_names=declared_secret_names()
+        )
+    except RegistryError:
+        return None
+
+
+async def _check_role(settings: Settings, role: str, spec: ModelSpec, answers: Answers) -> Check:
+    """A role's line: its model (never its URL: it may hold credentials), where it is set,
+    and whether it answers (offline: what the role does without it)."""
+    agent = role.removeprefix(AGENT_ROLE) if role.startswith(AGENT_ROLE) else None
+    name = f"model agent {agent}" if agent else f"model {role}"
+    setting = f"agents.toml [agents.{agent}] model" if agent else ROLE_SETTINGS[role]
+    source = setting if agent or settings.is_set(setting) else "RAVEN_MODEL, as the Host"
+    options = _check_options(settings)
+    if not has_credentials(spec, options):
+        does = OFFLINE_AGENT if agent else OFFLINE_ROLES[role]
+        return Check(
+            name,
+            "warn",
+            f"offline: {spec.label} (from {source}) has no {_needed(spec)}; {does}",
+        )
+    fresh = spec not in answers
+    if fresh:
+        answers[spec] = await _answers(settings, spec, options)
+    failed, detail = answers[spec]
+    if not failed:
+        return Check(name, "ok", f"{spec.label} answers (from {source})")
+    # A failure is told in full once; the next role on that model points back to it.
+    said = f"{detail} (from {source})" if fresh else f"{spec.label} (from {source}): see above"
+    return Check(name, "fail", said)
+
+
+def _needed(spec: ModelSpec) -> str:
+    """What a model without credentials lacks."""
+    if spec.provider == "anthropic":
+        return "ANTHROPIC_API_KEY"
+    return "OPENAI_API_KEY, OPENAI_BASE_URL or a URL in its entry"
+
+
+def _check_options(settings: Settings) -> ProviderOptions:
+    """The provider options for a check: a short limit, one retry."""
+    return dataclasses.replace(
+        settings.provider_options, timeout=min(settings.model_timeout, 20.0), max_retries=1
+    )
+
+
+async def _check_model(settings: Settings, answers: Answers | None = None) -> Check:
+    """The Host's model (RAVEN_MODEL) and each fallback; `answers` keeps what each said."""
+    said: Answers = {} if answers is None else answers
     spec = settings.model_spec
     if settings.offline:
         need = (
@@ -271,10 +352,8 @@ async def _check_model(settings: Settings) -> Check:
             f"offline mode ({spec.label} has no {need}): explicit plans, approvals and the "
             "shell agent work; free-form answers and model-backed agents need a model",
         )
-    options = dataclasses.replace(
-        settings.provider_options, timeout=min(settings.model_timeout, 20.0), max_retries=1
-    )
-    failed, detail = await _answers(settings, spec, options)
+    options = _check_options(settings)
+    said[spec] = failed, detail = await _answers(settings, spec, options)
     if failed:
         return Check("model", "fail", detail)
     # Each fallback is checked too: a chain whose second model is broken fails when needed.
@@ -284,8 +363,8 @@ async def _check_model(settings: Settings) -> Check:
             notes.append(f"fallback {fallback.label}: no key, left out")
             degraded = True
             continue
-        broken, said = await _answers(settings, fallback, options)
-        notes.append(f"fallback {said}" if broken else f"fallback {fallback.label} answers")
+        said[fallback] = broken, text = await _answers(settings, fallback, options)
+        notes.append(f"fallback {text}" if broken else f"fallback {fallback.label} answers")
         degraded = degraded or broken
     return Check("model", "warn" if degraded else "ok", "; ".join(notes))
 
@@ -379,7 +458,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_nudges,
     _check_libraries,
     _check_embedder,
-    _check_model,
+    _check_models,
     _check_platforms,
     _check_channels,
     _check_sandbox,

@@ -78,7 +78,8 @@ async def _evolve(
     out: TextIO,
     err: TextIO,
 ) -> int:
-    from bot.app import build_provider, build_sandbox, close_provider, load_agents
+    from bot.app import build_sandbox, load_agents
+    from bot.models import build_role_models
 
     registry = load_agents(settings)
     entry = registry.get(args.agent)
@@ -87,14 +88,31 @@ async def _evolve(
             f"`{args.agent}` is not an in-process specialist; evolve one of: "
             + ", ".join(e.name for e in registry.entries() if e.backend == "inproc")
         )
-    provider = build_provider(settings)
+    # The agent runs on its own model (agents.toml `model`, else RAVEN_MODEL), the proposer
+    # on RAVEN_MODEL_PROPOSER (else RAVEN_MODEL).
+    models = build_role_models(settings, registry)
+    offline = [
+        name
+        for name, model in (
+            (f"`{entry.name}`'s model", models.for_agent(entry)),
+            ("RAVEN_MODEL_PROPOSER", models.proposer),
+        )
+        if model.offline
+    ]
+    if offline:
+        await models.aclose()
+        raise RuntimeError(
+            f"{' and '.join(offline)} has no key for its API (offline mode), and scores are "
+            "never faked"
+        )
     run_id = _run_id(args.agent, args.tasks.read_bytes(), evolve)
     try:
         async with open_database(settings.home) as store:
             err.write(f"evolve run {run_id} (the same command continues it)\n")
             result, version = await evolve_agent(
                 store=store,
-                provider=provider,
+                provider=models.for_agent(entry),
+                proposer=models.proposer,
                 sandbox=build_sandbox(settings),
                 secret_names=declared_secret_names(),
                 entry=entry,
@@ -106,7 +124,7 @@ async def _evolve(
                 progress=functools.partial(_say, err),
             )
     finally:
-        await close_provider(provider)
+        await models.aclose()
     _report(result, version, args.agent, out, as_json=args.json)
     return 0
 

@@ -72,6 +72,30 @@ class DoctorParts:
     sandbox: Callable[[], Sandbox]
 
 
+class RoleProviders(Protocol):
+    """The model each role talks to, built once by the assembly root (bot/models.py): roles
+    naming the same model share one provider."""
+
+    @property
+    def judge(self) -> ModelProvider:
+        """The completion judge's (RAVEN_MODEL_JUDGE)."""
+        ...
+
+    @property
+    def episodes(self) -> ModelProvider:
+        """Memory's episode former's (RAVEN_MODEL_EPISODES)."""
+        ...
+
+    @property
+    def proposer(self) -> ModelProvider:
+        """Harness evolution's proposer's (RAVEN_MODEL_PROPOSER)."""
+        ...
+
+    def for_agent(self, entry: AgentEntry) -> ModelProvider:
+        """An in-process agent's: its agents.toml `model`, else the Host's."""
+        ...
+
+
 @dataclass(frozen=True)
 class HostParts:
     """The shared parts every feature may be built from (built once, before any feature)."""
@@ -84,7 +108,9 @@ class HostParts:
     store: Store
     conversation_log: ConversationLog
     bus: EventBus
+    # The Host's model (RAVEN_MODEL); `models`: every role's.
     provider: ModelProvider
+    models: RoleProviders
     registry: AgentRegistry
     broker: PromptBroker
     outbox: Outbox

@@ -34,10 +34,12 @@ async def evolve_agent(
     caps: tuple[int, int],
     workspaces: Path,
     progress: Callable[[str], Awaitable[None]] | None = None,
+    proposer: ModelProvider | None = None,
 ) -> tuple[EvolutionResult, int | None]:
     """Run (or continue) `run_id`; its result and the version it stored (None: h0 won).
     `caps`: the configured (max_iterations, max_tokens) of the built-in harness;
-    `secret_names`: the settings', withheld from every command the specialist runs."""
+    `secret_names`: the settings', withheld from every command the specialist runs;
+    `provider`: the agent's model; `proposer`: the proposer's (None: the agent's)."""
     specialist = specialist_for(entry.role, sandbox, secret_names=secret_names)
     builtin = builtin_harness(specialist, *caps)
     start = (await HarnessVersions(store).active()).get(entry.name, builtin)
@@ -46,7 +48,7 @@ async def evolve_agent(
     )
     records = EvolutionStore(store)
     result = await Evolution(
-        records, evaluator, ModelProposer(provider), settings, progress=progress
+        records, evaluator, ModelProposer(proposer or provider), settings, progress=progress
     ).run(
         run_id,
         entry.name,

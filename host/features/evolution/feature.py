@@ -82,14 +82,20 @@ class EvolutionFeature(BaseFeature):
         p = self._parts
         if msg.author_id not in p.roles.admins:
             return "Only admins (RAVEN_ADMINS) can start harness evolution."
-        if p.provider.offline:
-            return (
-                "Harness evolution needs a model: no ANTHROPIC_API_KEY is set (offline mode), "
-                "and scores are never faked."
-            )
         entry = p.registry.get(agent)
         if entry is None or entry.backend != "inproc":
             return f"`{agent}` is not an in-process specialist (research, code, design, oncall)."
+        # The agent runs on its model and the proposer on its own: both must be real.
+        models = {
+            f"`{agent}`'s model": p.models.for_agent(entry),
+            "the proposer's model (RAVEN_MODEL_PROPOSER, else RAVEN_MODEL)": p.models.proposer,
+        }
+        offline = [role for role, model in models.items() if model.offline]
+        if offline:
+            return (
+                f"Harness evolution needs a model: {' and '.join(offline)} has no key for its "
+                "API (offline mode), and scores are never faked."
+            )
         path = p.home / "evolve" / "tasks" / f"{tasks}.jsonl"
         if path.is_symlink() or not path.is_file():
             return f"There is no task file `{tasks}.jsonl` in RAVEN_HOME/evolve/tasks/."
@@ -135,7 +141,8 @@ class EvolutionFeature(BaseFeature):
         assert entry is not None
         result, version = await evolve_agent(
             store=p.store,
-            provider=p.provider,
+            provider=p.models.for_agent(entry),
+            proposer=p.models.proposer,
             sandbox=p.sandbox,
             secret_names=p.secret_names,
             entry=entry,

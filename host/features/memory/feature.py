@@ -62,8 +62,9 @@ class MemoryFeature(BaseFeature):
             Archive(parts.store),
             HybridIndex(parts.embedder, parts.home / "index"),
             sources=(self.group_store,) if section.group_memory else (),
-            former=ModelFormer(parts.provider)
-            if section.memory_episodes == "model" and not parts.provider.offline
+            # The episode former's own model (RAVEN_MODEL_EPISODES, else the Host's).
+            former=ModelFormer(parts.models.episodes)
+            if section.memory_episodes == "model" and not parts.models.episodes.offline
             else RuleFormer(),
             erasure=UserErasure(parts.store, runs_root=parts.home / "runs"),
         )
