@@ -1,5 +1,5 @@
 """The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory,
-skills, mcp."""
+skills, mcp, usage."""
 
 from __future__ import annotations
 
@@ -148,6 +148,12 @@ def _harness(args: argparse.Namespace, settings: Settings) -> int:
     return harness_command(args, settings)
 
 
+def _usage(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.usage import usage_command
+
+    return usage_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.doctor import doctor
 
@@ -168,6 +174,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "eval": _eval,
         "evolve": _evolve,
         "harness": _harness,
+        "usage": _usage,
     }
 )
 

@@ -85,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
     _add_evolve(sub)
     _add_skills(sub)
     _add_mcp(sub)
+    _add_usage(sub)
     return parser
 
 
@@ -362,3 +363,32 @@ def _add_mcp(sub: _Commands) -> None:
     )
     tools.add_argument("server", help="a server name from mcp.json (`raven-bot mcp list`)")
     tools.add_argument("--json", action="store_true", help="a JSON list")
+
+
+# Kept here, not imported from the usage ledger: parsing imports nothing heavy.
+_GROUPINGS = ("person", "channel", "model", "day", "role", "conversation")
+
+
+def _add_usage(sub: _Commands) -> None:
+    """The `usage` subcommand: what model calls used and cost."""
+    usage = sub.add_parser(
+        "usage",
+        help="model calls, tokens and cost, by person, channel, model or day",
+        description="Totals of the model calls recorded in RAVEN_HOME/raven.db: calls, tokens "
+        "in and out, cache reads and writes, and cost at the prices of each call (`unpriced` "
+        "for a model without a price), grouped, with the total.",
+    )
+    usage.add_argument(
+        "--by",
+        choices=_GROUPINGS,
+        default="day",
+        help="group by this (default: day, the team's day by RAVEN_TIMEZONE)",
+    )
+    usage.add_argument(
+        "--since",
+        metavar="WHEN",
+        default=None,
+        help="only calls from then on: 7d, 24h, a date (2026-12-01) or a date and time "
+        "(2026-12-01T09:30)",
+    )
+    usage.add_argument("--json", action="store_true", help="a JSON list, one object a group")
