@@ -1,10 +1,12 @@
-"""The Anthropic Messages API provider: the SDK retries, we give plain-spoken errors."""
+"""The Anthropic Messages API provider: the SDK retries, we give plain-spoken errors. Replies
+are used whole; `stream=True` receives them as events (the SDK's `messages.stream` helper puts
+them together), so a long answer keeps the connection busy and only silence times out."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,7 +54,22 @@ _STOP_REASONS: Final[dict[str, StopReason]] = {
     "refusal": "refusal",
 }
 
-# The SDK numbers each attempt it sends in this request header (0 for the first).
+# The events the API itself sends in a stream (the SDK's helper adds derived ones).
+_WIRE_EVENTS: Final = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    }
+)
+# An error event mid-stream, by its type: what kind of failure it is.
+_STREAM_ERROR_KINDS: Final[dict[str, FailureKind]] = {
+    "overloaded_error": "overloaded",
+    "rate_limit_error": "rate_limited",
+}
 
 _STATUS_HINTS: Final[dict[int, str]] = {
     400: "The API rejected the request as invalid; the message above says which part.",
@@ -77,12 +94,14 @@ class AnthropicProvider:
         timeout: float = 120.0,
         max_retries: int = 4,
         max_wait_seconds: float = 60.0,
+        stream: bool = False,
     ) -> None:
         if not api_key:
             raise ValueError("Anthropic API key is empty; set ANTHROPIC_API_KEY.")
         self._api_key = api_key
         self._model = model
         self._timeout = timeout
+        self._stream = stream
         # The SDK waits as long as a retry-after header says (hours, if asked): a turn gives
         # up once its attempts and waits together exceed this budget.
         self._deadline = timeout * (max(0, max_retries) + 1) + max_wait_seconds
@@ -124,8 +143,10 @@ class AnthropicProvider:
         sdk_tools = [to_sdk_tool(t) for t in tools]
         sdk_system = to_sdk_system(system)
         with self._failures_as_model_error():
-            try:
-                async with asyncio.timeout(self._deadline):
+            if self._stream:
+                response = await self._streamed(sdk_system, sdk_messages, sdk_tools, max_tokens)
+            else:
+                async with self._deadline_guard():
                     response = await self._client.messages.create(
                         model=self._model,
                         max_tokens=max_tokens,
@@ -134,13 +155,83 @@ class AnthropicProvider:
                         tools=sdk_tools or anthropic.omit,
                         timeout=self._timeout,
                     )
-            except TimeoutError:
-                raise ModelError(
-                    f"Anthropic API call gave up after {self._deadline:g}s: the API kept asking "
-                    "to wait (rate limited or overloaded) or did not answer. Try again later.",
-                    kind="timeout",
-                ) from None
         return to_reply(response)
+
+    async def _streamed(
+        self,
+        system: str | list[TextBlockParam] | anthropic.Omit,
+        messages: list[MessageParam],
+        tools: list[ToolParam],
+        max_tokens: int,
+    ) -> SDKMessage:
+        """The call with its reply streamed and put together by the SDK. The deadline covers
+        opening the stream (the SDK's attempts and waits); after that the reply takes as long
+        as it takes, so long as events keep coming within the per-call timeout."""
+        opening = self._client.messages.stream(
+            model=self._model,
+            max_tokens=max_tokens,
+            system=system,
+            messages=messages,
+            tools=tools or anthropic.omit,
+            timeout=self._timeout,
+        )
+        events = 0
+        async with AsyncExitStack() as closing:
+            async with self._deadline_guard():
+                stream = await closing.enter_async_context(opening)
+            try:
+                async for event in stream:
+                    events += event.type in _WIRE_EVENTS
+                    if event.type == "message_stop":
+                        return await stream.get_final_message()
+            except anthropic.APITimeoutError:
+                raise self._stream_error(
+                    events,
+                    f"then nothing for {self._timeout:g}s. If the model is simply slow, raise "
+                    "RAVEN_MODEL_TIMEOUT",
+                    "timeout",
+                ) from None
+            except anthropic.APIConnectionError as exc:
+                cause = exc.__cause__
+                reason = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+                raise self._stream_error(
+                    events, f"then the connection broke ({reason}). Try again", "server"
+                ) from exc
+            except anthropic.APIStatusError as exc:  # an error event in the stream
+                kind = _STREAM_ERROR_KINDS.get(exc.type or "", "server")
+                detail = exc.api_message or _body_text(exc.body)
+                raise self._stream_error(
+                    events, f"then the API reported {exc.type or 'an error'}: {detail}", kind
+                ) from exc
+            except ValueError as exc:  # a tool input that is not JSON
+                raise self._stream_error(
+                    events, f"then one that could not be read ({exc})", "server"
+                ) from exc
+        raise self._stream_error(
+            events, "then the stream ended before the reply was finished. Try again", "server"
+        )
+
+    def _stream_error(self, events: int, what: str, kind: FailureKind) -> ModelError:
+        return ModelError(
+            self._redact(
+                f"Anthropic API reply from {self.base_url} was cut off mid-way: "
+                f"{events} event{'' if events == 1 else 's'} arrived, {what}."
+            ),
+            kind=kind,
+        )
+
+    @asynccontextmanager
+    async def _deadline_guard(self) -> AsyncIterator[None]:
+        """Bound the SDK's attempts and the waits between them by the call's deadline."""
+        try:
+            async with asyncio.timeout(self._deadline):
+                yield
+        except TimeoutError:
+            raise ModelError(
+                f"Anthropic API call gave up after {self._deadline:g}s: the API kept asking "
+                "to wait (rate limited or overloaded) or did not answer. Try again later.",
+                kind="timeout",
+            ) from None
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model name; `ModelError` if not."""

@@ -1,4 +1,5 @@
-"""A loopback fake of the Anthropic Messages API, for driving the real SDK in tests."""
+"""A loopback fake of the Anthropic Messages API, for driving the real SDK in tests; a request
+with `"stream": true` gets its reply as server-sent events (`tests/fakes/sse.py`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from core.fence import unfence
 from skills.prompts import GATE_SYSTEM
+from tests.fakes.sse import Cut, Event, pieces, send_events
 
 Responder = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -58,6 +60,10 @@ class _Answer:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    # A streamed answer stops here (a non-streamed one is sent whole) ...
+    cut: Cut | None = None
+    # ... and sends this error event there, when set: (error type, message).
+    stream_error: tuple[str, str] | None = None
 
 
 @dataclass
@@ -150,6 +156,9 @@ class FakeAnthropic:
         self.side_calls = side_calls
         self.requests: list[dict[str, Any]] = []
         self.responder: Responder | None = None
+        # Seconds between streamed events, as a model generates tokens; a non-streamed answer
+        # waits as long as its events would have taken (the same generation, sent at the end).
+        self.event_pace = 0.0
         self._script: deque[_Answer | _Delay] = deque()
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -236,6 +245,20 @@ class FakeAnthropic:
             extra["retry-after"] = f"{retry_after:g}"
         self._script.append(_Answer(status, error_body(kind, message), extra))
 
+    def queue_cut_stream(self, message: dict[str, Any], *, after: int, drop: bool = True) -> None:
+        """Answer the next request with this (partial) message, streamed, but stop after
+        `after` events: the connection dropped, or (`drop=False`) the body ended early."""
+        self._script.append(_Answer(200, dict(message), cut=Cut(after, drop)))
+
+    def queue_stream_error(
+        self, message: dict[str, Any], *, after: int, error_type: str, text: str
+    ) -> None:
+        """Stream the next answer for `after` events, then an `error` event of this type (as
+        the API reports an overload mid-reply) and the end of the stream."""
+        self._script.append(
+            _Answer(200, dict(message), cut=Cut(after, drop=False), stream_error=(error_type, text))
+        )
+
     def queue_delay(self, seconds: float) -> None:
         """Hold the next answer for this long (for timeout tests)."""
         self._script.append(_Delay(seconds))
@@ -306,9 +329,8 @@ class FakeAnthropic:
             denied = self._auth_error(dict(request.headers))
             if denied is not None:
                 return denied
-            return web.json_response(
-                self._complete_message(side.answer(body), body),
-                headers={"request-id": _new_id("req")},
+            return await self._answer(
+                request, self._complete_message(side.answer(body), body), body, _Answer(200, {})
             )
         entry = await self._record(request, body)
         delay = 0.0
@@ -334,10 +356,33 @@ class FakeAnthropic:
                 status=answer.status,
                 headers={"request-id": _new_id("req"), **answer.headers},
             )
-        return web.json_response(
-            self._complete_message(answer.body, body),
-            headers={"request-id": _new_id("req"), **answer.headers},
-        )
+        return await self._answer(request, self._complete_message(answer.body, body), body, answer)
+
+    async def _answer(
+        self, request: web.Request, message: dict[str, Any], body: dict[str, Any], answer: _Answer
+    ) -> web.StreamResponse:
+        """The message as JSON, or as events when the request asked for a stream."""
+        headers = {"request-id": _new_id("req"), **answer.headers}
+        events = message_events(message)
+        if body.get("stream"):
+            cut = answer.cut
+            if answer.stream_error is not None and cut is not None:
+                error_type, text = answer.stream_error
+                events = [*events[: cut.after], ("error", error_body(error_type, text))]
+                cut = None
+            return await send_events(
+                request,
+                events,
+                pace=self.event_pace,
+                closing=self._closing,
+                cut=cut,
+                headers=headers,
+            )
+        if self.event_pace > 0:
+            with contextlib.suppress(TimeoutError):
+                pace = self.event_pace * (len(events) - 1)
+                await asyncio.wait_for(self._closing.wait(), timeout=pace)
+        return web.json_response(message, headers=headers)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         entry = await self._record(request)
@@ -404,6 +449,61 @@ class FakeAnthropic:
             "stop_sequence": partial.get("stop_sequence"),
             "usage": usage,
         }
+
+
+def message_events(message: dict[str, Any]) -> list[Event]:
+    """A Messages API response as the events the API streams: `message_start` (its usage so
+    far), each block's start, its text or input JSON in pieces and its stop, `message_delta`
+    (stop reason, output tokens) and `message_stop`."""
+    usage = message["usage"]
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    events: list[Event] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(message["content"]):
+        if block.get("type") == "text":
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block["text"])]
+        elif block.get("type") == "tool_use":
+            opening = {**block, "input": {}}
+            raw = json.dumps(block.get("input", {}))
+            deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces(raw)]
+        else:
+            opening, deltas = block, []
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": opening},
+            )
+        )
+        events += [
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
+            for delta in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": delta,
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 def echo_last_user_text(body: dict[str, Any]) -> dict[str, Any] | None:
