@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -83,19 +85,25 @@ class Verdict:
 
 
 class CompletionJudge:
-    """Independent verdicts with an availability fallback when the judge cannot answer."""
+    """Independent verdicts with an availability fallback when the judge cannot answer.
+
+    The provider's own limit (RAVEN_MODEL_TIMEOUT per call) bounds each verdict; `timeout`
+    (RAVEN_JUDGE_TIMEOUT) adds a tighter one only when given. A fixed 90 s here once cut a
+    slow local model off whatever RAVEN_MODEL_TIMEOUT said.
+    """
 
     def __init__(
         self,
         provider: ModelProvider,
         *,
-        timeout: float = 90.0,
+        timeout: float | None = None,
         transcript_tail_chars: int = 6000,
         output_chars: int = 12_000,
     ) -> None:
         self._provider = provider
+        self._timeout = timeout
         # One timer for every judge call in flight (a graph run judges many at once).
-        self._deadlines = SharedDeadlines(timeout)
+        self._deadlines = SharedDeadlines(timeout) if timeout is not None else None
         self._tail = transcript_tail_chars
         self._output_chars = output_chars
 
@@ -122,7 +130,7 @@ class CompletionJudge:
         if error:
             body += f"\n\n<backend_error>\n{error}\n</backend_error>"
         try:
-            async with self._deadlines.guard():
+            async with self._guard():
                 reply = await self._provider.complete(
                     system=JUDGE_SYSTEM,
                     messages=[Message.user_text(body)],
@@ -130,9 +138,9 @@ class CompletionJudge:
                     max_tokens=1024,
                 )
         except Exception as exc:
-            log.warning("judge call failed (%s); availability fallback", exc)
-            reason = "timed out" if isinstance(exc, TimeoutError) else f"failed: {exc}"
-            return _fallback(error, f"the judge {reason}")
+            reason = self._failure(exc)
+            log.warning("%s; availability fallback", reason)
+            return _fallback(error, reason)
         tokens = _tokens(reply.usage)
         calls = [c for c in reply.tool_calls if c.name == VERDICT_TOOL.name]
         if not calls:
@@ -154,6 +162,20 @@ class CompletionJudge:
             calls=1,
             tokens=tokens,
         )
+
+    def _guard(self) -> AbstractAsyncContextManager[object]:
+        """The judge's own limit, when it has one."""
+        if self._deadlines is None:
+            return contextlib.nullcontext()
+        return self._deadlines.guard()
+
+    def _failure(self, exc: Exception) -> str:
+        """Why no verdict came, never empty (a TimeoutError has no message of its own)."""
+        if isinstance(exc, TimeoutError):
+            if self._timeout is None:
+                return "the judge's model call timed out (RAVEN_MODEL_TIMEOUT sets its limit)"
+            return f"the judge timed out after {self._timeout:g} s (RAVEN_JUDGE_TIMEOUT)"
+        return f"the judge failed: {str(exc) or type(exc).__name__}"
 
 
 def _clip(text: str, limit: int) -> str:

@@ -115,9 +115,11 @@ class Clarifier:
         conversation_log: ConversationLog,
         *,
         history_messages: int = 30,
-        timeout: float = 60.0,
+        timeout: float | None = None,
         grants: Sequence[CommandGrants] = (),
     ) -> None:
+        # No limit of its own by default: the provider's (RAVEN_MODEL_TIMEOUT) bounds the
+        # answerer's call; a fixed 60 s here cut a slow local model off whatever it said.
         self._grants = tuple(grants)
         self._provider = provider
         self._broker = broker
@@ -249,7 +251,7 @@ class Clarifier:
                     max_tokens=800,
                 )
         except Exception as exc:
-            log.warning("clarification answerer failed (%s); asking the user", exc)
+            log.warning("%s; asking the user", self._failure(exc))
             return None, ""
         for call in reply.tool_calls:
             if call.name != ANSWER_TOOL.name:
@@ -260,3 +262,13 @@ class Clarifier:
                 return answer, known
             return None, known
         return None, ""
+
+    def _failure(self, exc: Exception) -> str:
+        """Why the answerer gave no answer, never empty (a TimeoutError has no message)."""
+        if isinstance(exc, TimeoutError):
+            after = "" if self._timeout is None else f" after {self._timeout:g} s"
+            return (
+                f"the clarification answerer ({self._provider.name}) timed out{after}; "
+                "RAVEN_MODEL_TIMEOUT sets how long a model call may take"
+            )
+        return f"the clarification answerer failed: {str(exc) or type(exc).__name__}"

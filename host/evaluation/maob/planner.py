@@ -187,8 +187,11 @@ class Planner:
         *,
         domains: Mapping[str, str] = DEFAULT_DOMAINS,
         max_iterations: int = 8,
-        timeout: float = 600.0,
+        timeout: float | None = None,
     ) -> None:
+        # No limit on the turn by default: each of its calls is bounded by the provider's
+        # (RAVEN_MODEL_TIMEOUT), the turn by `max_iterations`; a fixed 600 s here cut a slow
+        # local model's turn off whatever that setting said.
         self._provider = provider
         self._registry = registry
         self._domains = dict(domains)
@@ -224,8 +227,8 @@ class Planner:
             )
             if taken in done:
                 outcome = "submitted"
-            elif turn in done and turn.exception() is not None:
-                outcome, error = "failed", f"{type(turn.exception()).__name__}: {turn.exception()}"
+            elif turn in done and (failure := turn.exception()) is not None:
+                outcome, error = "failed", _failure(failure)
             elif not done:
                 outcome, error = "failed", f"no plan within {self._timeout:g} s"
         finally:
@@ -245,3 +248,12 @@ class Planner:
             error=error,
             rejected=capture.rejected,
         )
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a planning turn failed, never empty (a TimeoutError has no message of its own)."""
+    if isinstance(exc, TimeoutError):
+        return (
+            "TimeoutError: a model call timed out; RAVEN_MODEL_TIMEOUT sets how long one may take"
+        )
+    return f"{type(exc).__name__}: {str(exc) or 'no message'}"

@@ -63,7 +63,9 @@ class _Answer(BaseModel):
 class ModelDecider:
     """Asks the model once per wake-up; the rule-based policy when that fails."""
 
-    def __init__(self, provider: ModelProvider, *, timeout: float = 120.0) -> None:
+    def __init__(self, provider: ModelProvider, *, timeout: float | None = None) -> None:
+        # No limit of its own by default: the provider's (RAVEN_MODEL_TIMEOUT) bounds the
+        # call; a fixed 120 s here cut a slow local model off whatever that setting said.
         self._provider = provider
         self._timeout = timeout
         self._fallback = RuleBasedDecider()
@@ -89,14 +91,25 @@ class ModelDecider:
             if not calls:
                 raise ValueError("the model answered without calling `decide`")
             return _decision(_Answer.model_validate(calls[0].input))
-        except (Exception, TimeoutError) as exc:
-            if isinstance(exc, ValidationError):
-                exc = ValueError(f"a malformed decision: {exc.error_count()} error(s)")
-            log.warning("campaign decision by the model failed (%s); using the policy", exc)
+        except Exception as exc:
+            why = self._failure(exc)
+            log.warning("campaign decision by the model failed (%s); using the policy", why)
             decision = await self._fallback.decide(context)
             return decision.model_copy(
-                update={"notes": (*decision.notes, f"the model's decision failed: {exc}")}
+                update={"notes": (*decision.notes, f"the model's decision failed: {why}")}
             )
+
+    def _failure(self, exc: Exception) -> str:
+        """Why the model's decision failed, never empty (a TimeoutError has no message)."""
+        if isinstance(exc, ValidationError):
+            return f"a malformed decision: {exc.error_count()} error(s)"
+        if isinstance(exc, TimeoutError):
+            after = "" if self._timeout is None else f" after {self._timeout:g} s"
+            return (
+                f"the call to {self._provider.name} timed out{after}; "
+                "RAVEN_MODEL_TIMEOUT sets how long a model call may take"
+            )
+        return str(exc) or type(exc).__name__
 
 
 def _decision(answer: _Answer) -> Decision:

@@ -590,7 +590,7 @@ async def test_judge_timeout_falls_back_to_completed(tmp_path: Path) -> None:
         assert a.verdict is not None
         assert (a.verdict["fallback"], a.verdict["fallback_reason"]) == (
             True,
-            "the judge timed out",
+            "the judge timed out after 0.05 s (RAVEN_JUDGE_TIMEOUT)",
         )
 
 

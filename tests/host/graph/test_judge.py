@@ -132,7 +132,10 @@ async def test_timeout_falls_back() -> None:
     provider = scripted(JudgeStep(gate=asyncio.Event()))  # never answers
     result = await judge_once(provider, judge_timeout=0.05)
     assert result.accomplished is True
-    assert (result.fallback, result.fallback_reason) == (True, "the judge timed out")
+    assert (result.fallback, result.fallback_reason) == (
+        True,
+        "the judge timed out after 0.05 s (RAVEN_JUDGE_TIMEOUT)",
+    )
 
 
 async def test_request_holds_task_output_transcript_flags_and_error() -> None:
