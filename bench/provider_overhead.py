@@ -15,7 +15,10 @@ seven messages (the person's request, two rounds of assistant tool calls with th
   (converted once, before timing), and the same per-call timeout;
 - **provider**: `AnthropicProvider.complete` / `OpenAIProvider.complete` with the bot's own
   `Message`s and `ToolSpec`s: conversion to SDK parameters, the SDK call, the overall deadline,
-  the reply made a `ModelReply`.
+  the reply made a `ModelReply`;
+- **provider, streamed** (`RAVEN_MODEL_STREAM=true`): the same, the reply received as server-
+  sent events (about 15 for this reply) and put back together, against the same (unstreamed)
+  bare SDK call: what streaming costs. Informational: the default does not stream.
 
 Calls are interleaved: each of `--calls` (400) rounds makes one call on every path, in a random
 order drawn afresh each round (`--seed`), after `--warmup` (30) uncounted rounds. Added latency
@@ -57,6 +60,7 @@ from agents.models.types import Message, TextBlock, ToolCall, ToolResult, ToolSp
 from bench.lib.figures import goal, pct
 
 GOAL_MS = 2.0
+STREAMED = "streamed "
 API_KEY = "sk-bench-0123456789abcdef"
 MODEL = "bench-model"
 TIMEOUT = 30.0
@@ -235,6 +239,7 @@ def build_pairs(
             timeout=TIMEOUT,
         )
 
+    streamed = {"stream": True}
     providers: list[tuple[str, Any, Callable[[], Awaitable[object]]]] = [
         (
             "anthropic",
@@ -254,9 +259,34 @@ def build_pairs(
             ),
             openai_bare,
         ),
+        (
+            STREAMED + "anthropic",
+            AnthropicProvider(
+                api_key=API_KEY,
+                model=MODEL,
+                base_url=anthropic_url,
+                timeout=TIMEOUT,
+                max_retries=0,
+                **streamed,
+            ),
+            anthropic_bare,
+        ),
+        (
+            STREAMED + "openai",
+            OpenAIProvider(
+                api_key=API_KEY,
+                model=MODEL,
+                base_url=openai_url,
+                timeout=TIMEOUT,
+                max_retries=0,
+                **streamed,
+            ),
+            openai_bare,
+        ),
     ]
     pairs: list[Pair] = []
     closers: list[Callable[[], Awaitable[None]]] = [anthropic_client.close, openai_client.close]
+    bare_paths: dict[int, CallPath] = {}
     for api, provider, bare in providers:
 
         async def through(provider: Any = provider) -> object:
@@ -264,9 +294,11 @@ def build_pairs(
                 system=system, messages=msgs, tools=specs, max_tokens=MAX_TOKENS
             )
 
-        pairs.append(
-            Pair(api, CallPath(f"{api} bare SDK", bare), CallPath(f"{api} provider", through))
+        # A streamed provider is measured against the same bare calls as its plain one.
+        baseline = bare_paths.setdefault(
+            id(bare), CallPath(f"{api.removeprefix(STREAMED)} bare SDK", bare)
         )
+        pairs.append(Pair(api, baseline, CallPath(f"{api} provider", through)))
         closers.append(provider.aclose)
     return pairs, closers
 
@@ -307,8 +339,12 @@ def report(pairs: list[Pair]) -> None:
         median = statistics.median(pair.added) * 1e3
         p90 = pct(pair.added, 90) * 1e3
         cpu = (statistics.median(pair.bot.cpu) - statistics.median(pair.bare.cpu)) * 1e3
-        said = goal(f"{pair.api} provider added latency, median", median, GOAL_MS, unit="ms")
-        print(f"  {pair.api:<20} {median:>10.2f} {p90:>8.2f} {cpu:>8.2f}  ≤ {GOAL_MS:g} ms {said}")
+        if pair.api.startswith(STREAMED):  # not the default: printed, not a goal
+            said = "(RAVEN_MODEL_STREAM=true; informational)"
+        else:
+            met = goal(f"{pair.api} provider added latency, median", median, GOAL_MS, unit="ms")
+            said = f"≤ {GOAL_MS:g} ms {met}"
+        print(f"  {pair.api:<20} {median:>10.2f} {p90:>8.2f} {cpu:>8.2f}  {said}")
 
 
 async def run(args: argparse.Namespace, urls: tuple[str, str]) -> None:
