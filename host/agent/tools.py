@@ -26,13 +26,15 @@ from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
 
 GUIDE_FLAG = "orchestration_guide_pinned"
+# What the tools' descriptions say is not repeated here (every call sends both).
 GUIDE_SUMMARY = (
-    "Orchestration: answer directly when no specialist is needed; `delegate` one agent for a "
-    "single job; `submit_graph` when work splits across agents or needs ordering. Before your "
-    "first graph call `load_orchestration_guide` (node wiring, placeholders like "
-    "`{{id.output}}`, ids unique per conversation, at most 4 nodes at once). Rejections name "
-    "the problem and point to the guide."
+    "Answer directly when no specialist is needed; `delegate` one agent for a single job; "
+    "`submit_graph` when the work splits across agents or needs ordering (call "
+    "`load_orchestration_guide` before your first graph)."
 )
+# Roster tags the Host decides on: `instance` needs a stateful agent, the path placeholders a
+# file-capable one (`progress` is how an agent reports, nothing to choose by).
+ROSTER_TAGS = ("stateful", "file-capable")
 
 
 def load_guide() -> str:
@@ -40,36 +42,80 @@ def load_guide() -> str:
     return resources.files("host.agent").joinpath("guides/orchestration.md").read_text("utf-8")
 
 
+def lean_schema(schema: Any, *, top: bool = True) -> Any:
+    """A JSON schema without what every model call pays for and no model needs: pydantic's
+    `title`s (the property names again), models' descriptions (their docstrings, for code
+    readers: the tool's description and the guide say what the model needs), `"default":
+    null`, and optional fields' `anyOf: [X, null]` as `"type": [X, "null"]` (null stays
+    valid, so a recovered text-written call is checked as before)."""
+    if isinstance(schema, list):
+        return [lean_schema(item, top=False) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" or (top and key == "description"):
+            continue
+        if key == "default" and value is None:
+            continue
+        if key == "$defs":  # each a model too: its docstring is not for the model
+            out[key] = {name: lean_schema(sub) for name, sub in value.items()}
+        elif key in ("properties", "patternProperties"):
+            out[key] = {name: lean_schema(sub, top=False) for name, sub in value.items()}
+        else:
+            out[key] = lean_schema(value, top=False)
+    return _nullable(out)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [{"type": X, …}, {"type": "null"}]` as `{"type": [X, "null"], …}`."""
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list) or len(branches) != 2 or {"type": "null"} not in branches:
+        return schema
+    (other,) = [b for b in branches if b != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or set(other) & set(schema):
+        return schema
+    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+    return {**rest, **other, "type": [other["type"], "null"]}
+
+
+class HostInput(BaseModel):
+    """A Host tool's input: its schema is sent lean (`lean_schema`) on every call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The lean schema the model sees (validation still uses the full model)."""
+        return dict(lean_schema(super().model_json_schema(*args, **kwargs)))
+
+
 class SubmitGraphInput(RootModel[dict[str, Any]]):
     """Accepts any object; admission (not the tool layer) reports what is wrong with it."""
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Advertise the real submission schema to the model."""
-        return GraphSubmission.model_json_schema(*args, **kwargs)
+        """Advertise the real submission schema to the model (lean, as every Host tool's)."""
+        return dict(lean_schema(GraphSubmission.model_json_schema(*args, **kwargs)))
 
 
-class DelegateInput(BaseModel):
+class DelegateInput(HostInput):
     """Input of `delegate`."""
 
-    model_config = ConfigDict(extra="forbid")
-    agent: str = Field(description="registered agent name")
+    agent: str = Field(description="an agent of the roster")
     task: str = Field(min_length=1, description="everything the agent needs to know")
     id: str | None = Field(default=None, description="node id (default: generated)")
     instance: str | None = Field(default=None, description="continue this stateful session")
     deps: list[str] = Field(default_factory=list, description="earlier completed nodes used")
 
 
-class NoInput(BaseModel):
+class NoInput(HostInput):
     """A tool without arguments."""
 
-    model_config = ConfigDict(extra="forbid")
 
-
-class ResolveInput(BaseModel):
+class ResolveInput(HostInput):
     """Input of `resolve_exception`."""
 
-    model_config = ConfigDict(extra="forbid")
     run_id: str
     node_id: str
     action: Literal["continue", "abandon", "replan"]
@@ -77,17 +123,15 @@ class ResolveInput(BaseModel):
     graph: dict[str, Any] | None = Field(default=None, description="for replan: new graph")
 
 
-class RunRef(BaseModel):
+class RunRef(HostInput):
     """A run id, optional."""
 
-    model_config = ConfigDict(extra="forbid")
     run_id: str | None = None
 
 
-class AskInput(BaseModel):
+class AskInput(HostInput):
     """Input of `ask_user`."""
 
-    model_config = ConfigDict(extra="forbid")
     question: str = Field(min_length=1, max_length=2000)
     kind: Literal["approval", "choice", "free_text"] = "free_text"
     options: list[str] = Field(default_factory=list, max_length=10)
@@ -367,29 +411,26 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
     return [
         Tool(
             "delegate",
-            "Run one agent on one task (a single-node graph) and return its "
-            "result. Use for work one specialist can do alone.",
+            "Run one agent on one task and return its result.",
             DelegateInput,
             t.delegate,
         ),
         Tool(
             "submit_graph",
-            "Submit a dependency graph of agent nodes. Load the orchestration "
-            "guide first. Returns a run id (background) or the run report.",
+            "Start a graph of agent nodes: a run id (background) or the run report.",
             SubmitGraphInput,
             t.submit_graph,
         ),
         Tool(
             "load_orchestration_guide",
-            "Load the full orchestration guide (node wiring, "
-            "placeholders, limits). Pinned for the rest of the conversation.",
+            "The orchestration guide: node fields, placeholders, limits. It stays pinned in "
+            "this conversation.",
             NoInput,
             t.load_orchestration_guide,
         ),
         Tool(
             "resolve_exception",
-            "Decide on a suspended node: continue with a message, "
-            "abandon it, or replan with a new graph.",
+            "Decide on a suspended node, with the ids its exception report gave.",
             ResolveInput,
             t.resolve_exception,
         ),
@@ -404,8 +445,8 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
         ),
         Tool(
             "ask_user",
-            "Ask the requester a question (approval, choice or free text) with "
-            "buttons. Do not wait: the answer arrives as a new message.",
+            "Ask the requester a question with buttons. Do not wait: the answer arrives as "
+            "a new message.",
             AskInput,
             t.ask_user,
         ),
@@ -419,8 +460,20 @@ class OrchestrationContext:
     deps: HostToolDeps
 
     async def context(self, ctx: TurnContext) -> str:
-        """The roster and guide block for this turn's conversation."""
-        parts = ["## Agents you can use", self.deps.registry.roster_text(), "", GUIDE_SUMMARY]
+        """The roster and guide block for this turn's conversation (the summary only until
+        the guide, which says it all, is pinned)."""
+        parts = ["## Agents you can use", self.roster(), ""]
         if await self.deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
-            parts += ["", "## Orchestration guide (pinned)", load_guide()]
+            parts += ["## Orchestration guide (pinned)", load_guide()]
+        else:
+            parts.append(GUIDE_SUMMARY)
         return "\n".join(parts)
+
+    def roster(self) -> str:
+        """`- `name` — description [tags]` per enabled agent, with the tags the Host uses."""
+        lines = []
+        for entry in self.deps.registry.enabled():
+            tags = [t for t in entry.tags if t in ROSTER_TAGS]
+            shown = f" [{', '.join(tags)}]" if tags else ""
+            lines.append(f"- `{entry.name}` — {entry.description}{shown}")
+        return "\n".join(lines)
