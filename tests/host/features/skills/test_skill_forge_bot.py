@@ -1,5 +1,6 @@
-"""Skill Forge in the assembled bot: the gate picks skills for a request and their bodies
-reach the Host fenced, with resource paths, recorded per turn; a failing gate falls back;
+"""Skill Forge in the assembled bot: the gate picks skills for a request and their ids,
+names and descriptions reach the Host fenced, with resource paths, recorded per turn (the
+bodies go to the dispatched nodes, not to every Host call); a failing gate falls back;
 finished runs leave cases (offline too) and, with a model and embeddings, revise the agent's
 experience skills, which the memory source then returns; and the `skills` CLI."""
 
@@ -86,6 +87,8 @@ async def test_the_gate_picks_a_skill_that_reaches_the_host_fenced(
     (system,) = models.host_systems
     assert "local/svg-chart" in system and "untrusted-data" in system
     assert "scripts/csv_to_svg.py" in system  # resource paths resolved
+    assert "Produce an SVG bar or line chart" in system  # its description, not its body
+    assert "Understand the data" not in system
     assert "local/run-test-suite" not in system
     assert db_rows(home, "SELECT turn_id, qid FROM skill_injections") == [
         (outcome.turn_id, "local/svg-chart")
