@@ -142,6 +142,13 @@ class Settings(BaseSettings):
         "fails on overload, a server error, a timeout or a rate limit, never on a refusal or a "
         "bad request; a turn stays on the model it fell back to. Empty: no fallback.",
     )
+    model_stream: bool = Field(
+        default=False,
+        validation_alias="RAVEN_MODEL_STREAM",
+        description="Receive each model reply as a stream: RAVEN_MODEL_TIMEOUT then limits the "
+        "silence between tokens, not the whole answer, so a slow local model still writing is "
+        "not cut off. Off: whole replies (less work per call; the bot uses replies whole).",
+    )
     max_tokens: int = Field(
         default=4096, gt=0, validation_alias="RAVEN_MAX_TOKENS", description="Per-call max tokens."
     )
@@ -564,6 +571,7 @@ class Settings(BaseSettings):
             openai_base_url=self.openai_base_url,
             timeout=self.model_timeout,
             max_retries=self.model_max_retries,
+            stream=self.model_stream,
         )
 
     @property

@@ -53,6 +53,9 @@ class ProviderOptions:
     openai_base_url: str | None = None
     timeout: float = 120.0
     max_retries: int = 4
+    # Replies received as a stream: `timeout` then bounds the silence between tokens, not the
+    # whole answer (a slow local model still writing is not cut off).
+    stream: bool = False
 
 
 def parse_model_spec(text: str) -> ModelSpec:
@@ -112,6 +115,7 @@ def build_model_provider(spec: ModelSpec, options: ProviderOptions) -> ModelProv
             base_url=spec.base_url or options.anthropic_base_url,
             timeout=options.timeout,
             max_retries=options.max_retries,
+            stream=options.stream,
         )
     from agents.models.openai_provider import OpenAIProvider
 
@@ -121,4 +125,5 @@ def build_model_provider(spec: ModelSpec, options: ProviderOptions) -> ModelProv
         base_url=spec.base_url or options.openai_base_url,
         timeout=options.timeout,
         max_retries=options.max_retries,
+        stream=options.stream,
     )

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
+from agents.models.model_spec import ProviderOptions, build_model_provider, parse_model_spec
 from agents.models.types import FailureKind, Message, ModelError, ModelReply, ToolSpec
 from tests.fakes.anthropic_server import FakeAnthropic
 
@@ -220,3 +221,22 @@ async def test_no_answer_before_the_stream_is_a_timeout(
 
     assert caught.value.kind == "timeout"
     assert "timed out" in str(caught.value)
+
+
+async def test_provider_options_carry_the_stream_setting(fake: FakeAnthropic) -> None:
+    for stream in (True, False):
+        provider = build_model_provider(
+            parse_model_spec(f"anthropic:{MODEL}"),
+            ProviderOptions(
+                anthropic_api_key=API_KEY,
+                anthropic_base_url=fake.base_url,
+                max_retries=0,
+                stream=stream,
+            ),
+        )
+        assert isinstance(provider, AnthropicProvider)
+        try:
+            await provider.complete(system="", messages=[Message.user_text("hi")])
+        finally:
+            await provider.aclose()
+    assert [r["json"].get("stream", False) for r in fake.requests] == [True, False]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agents.models.model_spec import ProviderOptions, build_model_provider, parse_model_spec
 from agents.models.openai_provider import OpenAIProvider
 from agents.models.types import FailureKind, Message, ModelError, ToolSpec
 from tests.fakes.openai_server import FakeOpenAI, tool_call
@@ -194,3 +195,17 @@ async def test_no_answer_before_the_stream_is_a_timeout(
 
     assert caught.value.kind == "timeout"
     assert "timed out" in str(caught.value)
+
+
+async def test_provider_options_carry_the_stream_setting(fake: FakeOpenAI) -> None:
+    spec = parse_model_spec(f"openai:{MODEL}@{fake.base_url}")
+    for stream in (True, False):
+        provider = build_model_provider(
+            spec, ProviderOptions(openai_api_key=API_KEY, max_retries=0, stream=stream)
+        )
+        assert isinstance(provider, OpenAIProvider)
+        try:
+            await provider.complete(system="", messages=[Message.user_text("hi")])
+        finally:
+            await provider.aclose()
+    assert [r["json"].get("stream", False) for r in fake.requests] == [True, False]
