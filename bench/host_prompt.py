@@ -44,6 +44,7 @@ from bench.lib.figures import FIGURES_ENV, goal
 from bot.app import Runtime, build_runtime, shutdown
 from bot.settings import load_settings
 from host.agent.no_reply import NO_REPLY_NOTE
+from host.agent.tools import GUIDE_SUMMARY, load_guide
 from host.runtime.messages import InboundMessage
 from host.runtime.turn import TurnContext
 from tests.fakes.anthropic_server import EPISODE_FORMER, SKILL_GATE, FakeAnthropic, SideCall
@@ -310,6 +311,8 @@ def main(args: Sequence[str]) -> int:
         f"\nfirst turn {first} tokens, {chars} chars (x{first / base:.2f} of {base} tokens, "
         f"{BASELINE_CHARS} chars at {BASELINE_COMMIT}); follow-up {second} tokens"
     )
+    guide = count(load_guide()) - count(GUIDE_SUMMARY)
+    print(f"after `load_orchestration_guide`: +{guide} tokens per later call (pinned guide)")
     print(
         f"goal: first turn <= {GOAL_TOKENS} tokens (half the ~{ISSUE_TOKENS} issue 42 measured "
         f"with the chat template around it): {said}"
