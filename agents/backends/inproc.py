@@ -7,6 +7,7 @@ from typing import Any
 from agents.backends.base import AgentOutcome, AgentTask, Progress, cap_output, failed
 from agents.harness import Harness
 from agents.loop import AgentLoop, EventSink
+from agents.models.offline import offline_key_help
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelError, Usage
 from agents.specialists import Specialist
@@ -45,7 +46,7 @@ class InProcessBackend:
             return AgentOutcome(
                 output=(
                     f"Offline mode: the `{name}` agent needs a language model and did not run "
-                    f"(set ANTHROPIC_API_KEY). Task received: {task.message[:200]}"
+                    f"({offline_key_help(self._provider)}). Task received: {task.message[:200]}"
                 ),
                 transcript=[{"type": "offline", "agent": name}],
                 usage=Usage(),

@@ -104,7 +104,8 @@ def has_credentials(spec: ModelSpec, options: ProviderOptions) -> bool:
 def build_model_provider(spec: ModelSpec, options: ProviderOptions) -> ModelProvider:
     """The provider for this model, or the honest offline one when it has no credentials."""
     if not has_credentials(spec, options):
-        return OfflineProvider()
+        # It names the key this model needs (an openai: model's is not Anthropic's).
+        return OfflineProvider(api=spec.provider, model=spec.label)
     if spec.provider == "anthropic":
         from agents.models.anthropic_provider import AnthropicProvider
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from agents.campaign_syntax import parse_campaign
 from agents.models.reminder_hint import reminder_hint
@@ -22,11 +23,29 @@ from agents.models.types import (
 from agents.plan_syntax import PlanSyntaxError, parse_plan
 from agents.tool_failures import failure_detail
 
-OFFLINE_NOTICE = (
-    "I'm running in **offline mode**: no `ANTHROPIC_API_KEY` is set, so I can't answer "
-    "free-form requests (and I won't pretend to).\n\n"
-    "To enable the model, add `ANTHROPIC_API_KEY=sk-ant-…` to `.env` (or export it) and restart; "
-    "`ANTHROPIC_BASE_URL` can point at any Anthropic-compatible server.\n\n"
+# What the notice tells a person to set, by the API the configured model speaks.
+_ENABLE: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "anthropic": (
+            "To enable the model, add `ANTHROPIC_API_KEY=sk-ant-…` to `.env` (or export it) "
+            "and restart; `ANTHROPIC_BASE_URL` can point at any Anthropic-compatible server."
+        ),
+        "openai": (
+            "To enable the model, add `OPENAI_API_KEY=sk-…` to `.env` (or export it) and "
+            "restart; for a local OpenAI-compatible server (vLLM, Ollama, llama.cpp), name it "
+            "in the model instead, e.g. `RAVEN_MODEL=openai:<model>@http://127.0.0.1:8080/v1` "
+            "(or set `OPENAI_BASE_URL`): it needs no key."
+        ),
+    }
+)
+# The short form, for one-line messages ("… did not run (set ANTHROPIC_API_KEY)").
+_KEY_HELP: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "anthropic": "set ANTHROPIC_API_KEY",
+        "openai": "set OPENAI_API_KEY, or name a local server as openai:<model>@<URL>",
+    }
+)
+_WITHOUT_MODEL = (
     "Offline I can still run explicit plans, one node per line (`id: agent: task`, "
     "`[after id]` for dependencies), e.g. a command in the sandboxed workspace:\n"
     '```\ns1: shell: echo "hello from the sandbox" && uname -a\n```\n'
@@ -35,6 +54,37 @@ OFFLINE_NOTICE = (
     "```\ncampaign: train the model | machine: local | run: python train.py | "
     "metric: loss min | budget: 2h\n```\nSay `help` for more."
 )
+
+
+_NOTICE_OPENING = "I'm running in **offline mode**: "
+
+
+def is_offline_notice(text: str) -> bool:
+    """Whether `text` is an offline notice, for whichever model (the conversation service
+    shows it once per conversation, then a one-line reminder)."""
+    return text.startswith(_NOTICE_OPENING)
+
+
+def offline_notice(api: str = "anthropic", model: str = "") -> str:
+    """The offline notice for a model speaking `api` (`anthropic` or `openai`): it names the
+    key that model needs (an `openai:` model's is not ANTHROPIC_API_KEY)."""
+    if api == "openai":
+        named = f" `{model}`" if model else ""
+        missing = (
+            f"the model{named} speaks the OpenAI API, but neither `OPENAI_API_KEY` nor a "
+            "server URL is set"
+        )
+    else:
+        missing = "no `ANTHROPIC_API_KEY` is set"
+    return (
+        f"{_NOTICE_OPENING}{missing}, so I can't answer free-form requests "
+        f"(and I won't pretend to).\n\n{_ENABLE.get(api, _ENABLE['anthropic'])}\n\n"
+        f"{_WITHOUT_MODEL}"
+    )
+
+
+# The notice for the default model (an Anthropic one).
+OFFLINE_NOTICE = offline_notice()
 
 # Said instead of the notice once a conversation has seen it (the conversation service
 # keeps track): one line, not the whole notice again on every message.
@@ -48,7 +98,20 @@ START_CAMPAIGN = "start_campaign"
 
 
 class OfflineProvider:
-    """Stand-in provider used when no model key is configured."""
+    """Stand-in provider used when no model key is configured.
+
+    `api` and `model` are the configured model's (`openai`, `openai:gpt-5`): what it says
+    to set names that model's key, not Anthropic's.
+    """
+
+    def __init__(self, *, api: str = "anthropic", model: str = "") -> None:
+        self._api = api if api in _ENABLE else "anthropic"
+        self.notice = offline_notice(self._api, model)
+
+    @property
+    def key_help(self) -> str:
+        """What to set, in a few words, for one-line messages."""
+        return _KEY_HELP[self._api]
 
     @property
     def name(self) -> str:
@@ -86,13 +149,21 @@ class OfflineProvider:
         except PlanSyntaxError as exc:
             return _text(str(exc))
         if plan is None:
-            return _text(reminder_hint(text) or OFFLINE_NOTICE)
+            return _text(reminder_hint(text) or self.notice)
         if any(tool.name == SUBMIT_GRAPH for tool in tools):
             return _call(SUBMIT_GRAPH, plan)
         return _text(
             f"Offline mode: I recognised a plan of {len(plan['nodes'])} node(s), but graph runs "
             "are not available here, so nothing was run."
         )
+
+
+def offline_key_help(provider: object) -> str:
+    """What to set so `provider` gets a model, in a few words (the Anthropic key unless the
+    provider is the offline stand-in built for another API)."""
+    if isinstance(provider, OfflineProvider):
+        return provider.key_help
+    return _KEY_HELP["anthropic"]
 
 
 # What each tool the offline provider calls is about, for a failure said in plain words.
