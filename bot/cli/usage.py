@@ -91,6 +91,15 @@ async def _report(
         rows = await ledger.summary(by, since=since)
         total = await ledger.total(since=since)
         names = await _names(store, [r.key for r in rows]) if by == "person" else {}
+        others = await _other_currencies(store, currency, since)
+    if others:
+        # Costs are summed as recorded: say so rather than print a sum of two currencies.
+        print(
+            f"raven-bot: some of these calls were priced in {', '.join(others)}, before the "
+            f"prices' currency became {currency}; their costs are added as recorded. "
+            "Use --since to count from the change.",
+            file=sys.stderr,
+        )
     if as_json:
         out.write(json.dumps([row_json(by, r, names, currency) for r in rows], indent=2) + "\n")
         return 0
@@ -149,6 +158,15 @@ def _aligned(rows: Sequence[Sequence[str]], *, total: Sequence[str]) -> str:
 
 def _shown(at: float, timezone: str) -> str:
     return datetime.fromtimestamp(at, ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+async def _other_currencies(store: Store, currency: str, since: float | None) -> list[str]:
+    """The currencies calls in the period were priced in, other than today's."""
+    where, params = ("AND at >= ?", (since,)) if since is not None else ("", ())
+    rows = await store.fetchall(
+        f"SELECT DISTINCT currency FROM model_calls WHERE currency IS NOT NULL {where}", params
+    )
+    return sorted(str(row[0]) for row in rows if row[0] != currency)
 
 
 async def _names(store: Store, people: Sequence[str]) -> dict[str, str]:

@@ -230,3 +230,21 @@ def test_a_broken_price_list_is_one_line_naming_it(
     code, out, err = _usage(capsys)
     assert code == 2 and out == ""
     assert err.startswith("raven-bot: ") and "prices.toml" in err and "currency" in err, err
+
+
+@pytest.mark.usefixtures("logging_kept")
+def test_calls_priced_in_an_earlier_currency_are_pointed_out(
+    recorded: float, isolated_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (isolated_env / "prices.toml").write_text(
+        'currency = "EUR"\n[models."anthropic:*"]\ninput = 2\noutput = 10\n'
+    )
+    euro = _call(SONNET, "U1", ADA_ROOM, recorded - 10, input_tokens=1_000_000)
+    asyncio.run(_record(isolated_env, [euro], names={}))
+    code, out, err = _usage(capsys, "--by", "model")
+    assert code == 0 and "EUR" in _rows(out)["TOTAL"][-1], out
+    assert err.startswith("raven-bot: some of these calls were priced in USD, before the "), err
+    changed = datetime.fromtimestamp(recorded - 30, UTC).isoformat()
+    code, out, err = _usage(capsys, "--by", "model", "--since", changed)
+    assert (code, err) == (0, ""), err
+    assert _rows(out)["TOTAL"][0] == "1" and _rows(out)["TOTAL"][-1] == "2.00 EUR", out
