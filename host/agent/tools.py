@@ -32,6 +32,14 @@ GUIDE_SUMMARY = (
     "`submit_graph` when the work splits across agents or needs ordering (call "
     "`load_orchestration_guide` before your first graph)."
 )
+# The planning tools' descriptions, shared with `raven-bot eval plans` (its Host plans with the
+# same words as the bot's).
+DELEGATE_DESCRIPTION = "Run one agent on one task and return its result."
+SUBMIT_GRAPH_DESCRIPTION = "Start a graph of agent nodes: a run id (background) or the run report."
+GUIDE_DESCRIPTION = (
+    "The orchestration guide: node fields, placeholders, limits. It stays pinned in this "
+    "conversation."
+)
 # Roster tags the Host decides on: `instance` needs a stateful agent, the path placeholders a
 # file-capable one (`progress` is how an agent reports, nothing to choose by).
 ROSTER_TAGS = ("stateful", "file-capable")
@@ -411,20 +419,19 @@ def build_host_tools(deps: HostToolDeps) -> list[Tool[TurnContext]]:
     return [
         Tool(
             "delegate",
-            "Run one agent on one task and return its result.",
+            DELEGATE_DESCRIPTION,
             DelegateInput,
             t.delegate,
         ),
         Tool(
             "submit_graph",
-            "Start a graph of agent nodes: a run id (background) or the run report.",
+            SUBMIT_GRAPH_DESCRIPTION,
             SubmitGraphInput,
             t.submit_graph,
         ),
         Tool(
             "load_orchestration_guide",
-            "The orchestration guide: node fields, placeholders, limits. It stays pinned in "
-            "this conversation.",
+            GUIDE_DESCRIPTION,
             NoInput,
             t.load_orchestration_guide,
         ),
@@ -462,18 +469,19 @@ class OrchestrationContext:
     async def context(self, ctx: TurnContext) -> str:
         """The roster and guide block for this turn's conversation (the summary only until
         the guide, which says it all, is pinned)."""
-        parts = ["## Agents you can use", self.roster(), ""]
+        parts = ["## Agents you can use", roster(self.deps.registry), ""]
         if await self.deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
             parts += ["## Orchestration guide (pinned)", load_guide()]
         else:
             parts.append(GUIDE_SUMMARY)
         return "\n".join(parts)
 
-    def roster(self) -> str:
-        """`- `name` — description [tags]` per enabled agent, with the tags the Host uses."""
-        lines = []
-        for entry in self.deps.registry.enabled():
-            tags = [t for t in entry.tags if t in ROSTER_TAGS]
-            shown = f" [{', '.join(tags)}]" if tags else ""
-            lines.append(f"- `{entry.name}` — {entry.description}{shown}")
-        return "\n".join(lines)
+
+def roster(registry: AgentRegistry) -> str:
+    """`- `name` — description [tags]` per enabled agent, with the tags the Host uses."""
+    lines = []
+    for entry in registry.enabled():
+        tags = [t for t in entry.tags if t in ROSTER_TAGS]
+        shown = f" [{', '.join(tags)}]" if tags else ""
+        lines.append(f"- `{entry.name}` — {entry.description}{shown}")
+    return "\n".join(lines)
