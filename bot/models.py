@@ -172,4 +172,4 @@ class ModelCache:
 def build_provider(settings: Settings) -> ModelProvider:
     """The Host's provider alone (`RAVEN_MODEL` and its fallbacks): for commands that run
     the Host's part only (eval, campaign rounds). Close it with `close_provider`."""
-    return ModelCache(settings).chain(settings.model_spec)
+    return role_model("host", settings.model_spec, ModelCache(settings)).provider

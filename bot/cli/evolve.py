@@ -56,13 +56,6 @@ def evolve_command(
     if problem is not None:
         err.write(f"raven-bot evolve: {problem}\n")
         return 2
-    if settings.offline:
-        err.write(
-            "raven-bot evolve needs a model: none is configured (offline mode), and scores are "
-            "never faked. Set ANTHROPIC_API_KEY, or an `openai:` RAVEN_MODEL with "
-            "OPENAI_API_KEY or a server URL.\n"
-        )
-        return 2
     try:
         return asyncio.run(_evolve(args, settings, evolve, tasks, out, err))
     except (HomeError, RuntimeError) as exc:
@@ -95,15 +88,17 @@ async def _evolve(
         name
         for name, model in (
             (f"`{entry.name}`'s model", models.for_agent(entry)),
-            ("RAVEN_MODEL_PROPOSER", models.proposer),
+            ("the proposer's model (RAVEN_MODEL_PROPOSER, else RAVEN_MODEL)", models.proposer),
         )
         if model.offline
     ]
     if offline:
         await models.aclose()
+        lack = "have" if offline[1:] else "has"
         raise RuntimeError(
-            f"{' and '.join(offline)} has no key for its API (offline mode), and scores are "
-            "never faked"
+            f"evolving needs a model: {' and '.join(offline)} {lack} no key for its API "
+            "(offline mode), and scores are never faked. Set ANTHROPIC_API_KEY, or an "
+            "`openai:` model with OPENAI_API_KEY or a server URL."
         )
     run_id = _run_id(args.agent, args.tasks.read_bytes(), evolve)
     try:

@@ -20,6 +20,8 @@ from bot.settings import SettingsError, load_settings
 from core.secret_names import SecretNames
 from host.graph.judge import JUDGE_SYSTEM
 from host.runtime.messages import InboundMessage
+from tests.bot.cli.test_cli_end_to_end import _env, _run
+from tests.bot.cli.test_cli_evolve import _tasks
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.fakes.openai_server import FakeOpenAI, system_text, tool_call
@@ -190,6 +192,24 @@ async def test_the_judge_and_an_agent_call_only_their_own_servers(
     assert any("the Host Agent" in h for h in hosted)
     assert not any("record_verdict" in h or "agent-model" in h for h in hosted)
     assert not any(JUDGE_SYSTEM[:60] in h for h in hosted)
+
+
+async def test_evolution_refuses_when_the_proposers_model_is_offline(
+    isolated_env: Path, tmp_path: Path
+) -> None:
+    # The agent's model (the Host's) has a key; the proposer's names an API without one.
+    env = _env(
+        isolated_env,
+        ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+        ANTHROPIC_BASE_URL="http://127.0.0.1:9",
+        RAVEN_MODEL_PROPOSER="openai:gpt-5",
+    )
+    code, _, err = await _run(
+        "evolve", "code", "--tasks", str(_tasks(tmp_path / "t.jsonl")), env=env
+    )
+    assert code == 2, err
+    assert "needs a model: the proposer's model (RAVEN_MODEL_PROPOSER" in err
+    assert "`code`'s model" not in err
 
 
 # -- doctor ------------------------------------------------------------------------------------

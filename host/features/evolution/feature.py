@@ -92,9 +92,10 @@ class EvolutionFeature(BaseFeature):
         }
         offline = [role for role, model in models.items() if model.offline]
         if offline:
+            lack = "have" if offline[1:] else "has"
             return (
-                f"Harness evolution needs a model: {' and '.join(offline)} has no key for its "
-                "API (offline mode), and scores are never faked."
+                f"Harness evolution needs a model: {' and '.join(offline)} {lack} no key for "
+                "its API (offline mode), and scores are never faked."
             )
         path = p.home / "evolve" / "tasks" / f"{tasks}.jsonl"
         if path.is_symlink() or not path.is_file():
