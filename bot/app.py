@@ -232,6 +232,7 @@ def backend_factory(
                 max_iterations=settings.max_iterations,
                 max_tokens=settings.max_tokens,
                 acp=acp,
+                call_timeout=settings.model_timeout,
             )
         return built[entry.name]
 

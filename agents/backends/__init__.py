@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agents.backends.acp.processes import AcpProcesses
-from agents.backends.api import ApiBackend
+from agents.backends.api import DEFAULT_CALL_TIMEOUT_SECONDS, ApiBackend
 from agents.backends.base import (
     AgentBackend,
     AgentOutcome,
@@ -44,10 +44,11 @@ def build_backend(
     max_iterations: int = 40,
     max_tokens: int = 4096,
     acp: AcpProcesses | None = None,
+    call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
 ) -> AgentBackend:
     """The backend that runs `entry`; `BackendUnavailable` (with the reason) if it cannot.
     `secret_names`: what a command-line agent's environment never gets (an ACP agent's pool
-    has its own)."""
+    has its own); `call_timeout`: each model call of an api agent (RAVEN_MODEL_TIMEOUT)."""
     if not entry.enabled:
         why = entry.disabled_reason or "disabled in config"
         raise BackendUnavailable(f"agent `{entry.name}` is disabled: {why}")
@@ -82,4 +83,5 @@ def build_backend(
         environ=environ,
         max_iterations=max_iterations,
         max_tokens=max_tokens,
+        call_timeout=call_timeout,
     )

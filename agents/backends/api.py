@@ -31,8 +31,9 @@ OPENAI_DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV: Final = MappingProxyType(
     {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 )
-# One model call should not take the whole task allowance; the provider retries within it.
-PER_CALL_TIMEOUT_SECONDS: Final = 120.0
+# One model call should not take the whole task allowance (the provider retries within
+# it): each is bounded by RAVEN_MODEL_TIMEOUT, as every model call is. This is its default.
+DEFAULT_CALL_TIMEOUT_SECONDS: Final = 120.0
 ERROR_BODY_CHARS: Final = 300
 
 
@@ -47,6 +48,7 @@ class ApiBackend:
         environ: Mapping[str, str] | None = None,
         max_iterations: int = 40,
         max_tokens: int = 4096,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT_SECONDS,
     ) -> None:
         if not entry.model:
             raise BackendUnavailable(f"api agent `{entry.name}` has no model configured")
@@ -66,7 +68,7 @@ class ApiBackend:
                 api_key=self._key or "",
                 model=entry.model,
                 base_url=entry.base_url,
-                timeout=min(PER_CALL_TIMEOUT_SECONDS, entry.timeout_seconds),
+                timeout=min(call_timeout, entry.timeout_seconds),
             )
             self._inner = InProcessBackend(
                 self._provider,

@@ -1,6 +1,6 @@
 """Every model call follows RAVEN_MODEL_TIMEOUT: the completion judge, the clarification
-answerer, the campaign decider and eval's planner, built as the bot builds them, on the real
-Anthropic SDK against the loopback fake.
+answerer, the campaign decider, eval's planner and an api agent's calls, built as the bot
+builds them, on the real Anthropic SDK against the loopback fake.
 
 Scaled down to stay fast: RAVEN_MODEL_TIMEOUT is 0.5 s; a reply the fake holds 0.2 s arrives,
 one held beyond the limit fails with a reason that names the setting (never an empty one).
@@ -13,14 +13,21 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
+from agents.backends import AcpProcesses
+from agents.backends.base import AgentTask
 from agents.models.model_spec import build_model_provider
 from agents.models.provider import ModelProvider
-from agents.registry import default_registry
+from agents.registry import AgentEntry, default_registry
+from agents.sandbox import select_sandbox
+from bot.app import backend_factory
 from bot.settings import load_settings
+from core.secret_names import SecretNames
 from core.store import Store
+from host.evaluation.evolution.runtime import ActiveHarnesses
 from host.evaluation.maob.formats import EvalTask
 from host.evaluation.maob.planner import Planner
 from host.features.oncall.decider import ModelDecider
@@ -228,3 +235,39 @@ async def test_a_deciders_own_tighter_limit_still_says_why(
     (note,) = [n for n in decision.notes if n.startswith("the model's decision failed: ")]
     assert "timed out after 0.05 s" in note, note
     assert "RAVEN_MODEL_TIMEOUT" in note
+
+
+# -- an api agent ----------------------------------------------------------------------------
+
+
+async def test_an_api_agents_calls_follow_the_model_timeout(
+    api: FakeAnthropic, provider: ModelProvider, tmp_path: Path
+) -> None:
+    # Its calls were capped at a fixed 120 s, whatever RAVEN_MODEL_TIMEOUT said.
+    entry = AgentEntry(
+        name="remote",
+        description="a remote Anthropic-style agent",
+        backend="api",
+        stateful=False,
+        file_capable=False,
+        progress=False,
+        enabled=True,
+        role="research",
+        model="claude-remote",
+        base_url=api.base_url,
+    )
+    sandbox = select_sandbox(hidden=(), unsandboxed=True)  # nothing runs in it here
+    built = backend_factory(
+        provider,
+        load_settings(),
+        sandbox,
+        AcpProcesses(sandbox, secret_names=SecretNames()),
+        ActiveHarnesses(),
+    )
+    _slow(api, WITHIN, lambda: api.queue_text("surveyed"))
+    outcome = await built(entry).run(AgentTask("n1", entry, "Survey the field.", tmp_path))
+    assert (outcome.error, outcome.output) == (None, "surveyed")
+    # The SDK tells the server how long it waits for this call.
+    (request,) = api.requests
+    headers = {k.lower(): v for k, v in request["headers"].items()}
+    assert float(headers["x-stainless-timeout"]) == LIMIT
