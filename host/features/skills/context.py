@@ -55,10 +55,16 @@ class SkillContext:
         if not selection.selected:
             return ""
         await self.store.record_injection(ctx.turn_id, ctx.conversation.id, selection.selected)
-        marker = new_marker()
-        unique = list({hit.qid: hit for hit in selection.selected}.values())
-        blocks = [_render(n, hit, marker) for n, hit in enumerate(unique, start=1)]
-        return "\n".join([untrusted_preface(marker), HEADING, *blocks])
+        return host_block(selection.selected, new_marker())
+
+
+def host_block(selected: Sequence[SkillHit], marker: str) -> str:
+    """The Host's block for the selected skills (a repeated id once); "" for none."""
+    unique = list({hit.qid: hit for hit in selected}.values())
+    if not unique:
+        return ""
+    blocks = [_render(n, hit, marker) for n, hit in enumerate(unique, start=1)]
+    return "\n".join([untrusted_preface(marker), HEADING, *blocks])
 
 
 def _render(number: int, hit: SkillHit, marker: str) -> str:
