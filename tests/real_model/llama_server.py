@@ -139,9 +139,11 @@ def llama_server(log: Path, python: str = sys.executable) -> Iterator[RunningSer
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
+        # Its stdin is a pipe it waits on: when this process dies without cleaning up (a
+        # killed pytest), the pipe closes and the server exits with it.
         process = subprocess.Popen(
             [python, __file__, "run", str(model), str(port)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=out,
             stderr=out,
             start_new_session=True,
@@ -159,10 +161,13 @@ def llama_server(log: Path, python: str = sys.executable) -> Iterator[RunningSer
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
+        if process.stdin is not None:
+            process.stdin.close()
 
 
-def _serve(model: str, port: int) -> None:
-    """The server's process: llama.cpp in this process until it is killed."""
+def _serve(model: str, port: int, *, until_stdin_closes: bool = False) -> None:
+    """The server's process: llama.cpp in this process until it is killed (or, with
+    `until_stdin_closes`, until the process that started it is gone)."""
     import threading
 
     # Imported by name: it has no type stubs, and only this process loads it.
@@ -184,6 +189,9 @@ def _serve(model: str, port: int) -> None:
     params.cpuparams_batch.n_threads = THREADS
     server = xllamacpp.Server(params)
     print(f"serving {ALIAS} on 127.0.0.1:{port}", flush=True)
+    if until_stdin_closes:
+        sys.stdin.buffer.read()
+        os._exit(0)  # the server's threads do not stop on their own
     threading.Event().wait()
     del server
 
@@ -207,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             check_server_package()
             _serve(str(assemble()), args.port)
         else:
-            _serve(args.model, args.port)
+            _serve(args.model, args.port, until_stdin_closes=True)
     except RealModelMissing as exc:
         print(f"{exc}; install with: {INSTALL_LINES}", file=sys.stderr)
         return 2

@@ -12,10 +12,16 @@ and runs it. What the model did is printed (`-s`), with where its transcript is 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
+import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +39,8 @@ MODEL_SECONDS = 1200  # RAVEN_MODEL_TIMEOUT: a Host call here takes ~5 minutes
 # a hang guard, not a timing.
 ONE_STEP_WITHIN = 2 * MODEL_SECONDS + 300
 MOST_PROMPTS = 6  # graph approvals and command approvals, resubmissions included
+POLL = 20.0  # how often the bot's records are read while the screen shows nothing new
+FOLLOW_UP = "Please do it: run that command with the shell agent."
 
 # What the console shows when a prompt waits for an answer, or when a run has ended.
 _PROMPT = r"Reply with (?:a number or an option|your answer) \(prompt [^)]*\)\."
@@ -61,61 +69,126 @@ def _chat_env(home: Path, server: RunningServer, api: str) -> dict[str, str]:
     )
 
 
+@dataclass
+class Chat:
+    """`raven-bot chat` on the real model, its settings, and where it keeps its records."""
+
+    console: Console
+    env: dict[str, str]
+    cwd: Path
+    home: Path
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """A read-only query of the bot's database (the bot keeps writing it)."""
+        with contextlib.closing(
+            sqlite3.connect(f"file:{self.home / 'raven.db'}?mode=ro", uri=True, timeout=30)
+        ) as db:
+            return db.execute(sql).fetchall()
+
+    def idle(self, typed: int) -> bool:
+        """True when all `typed` turns ended and nothing waits: no open prompt, no run."""
+        if not (self.home / "raven.db").exists():
+            return False
+        turns = self.rows("SELECT status FROM turns WHERE kind = 'user'")
+        return (
+            len(turns) >= typed
+            and all(status != "running" for (status,) in turns)
+            and not self.rows("SELECT 1 FROM prompts WHERE state = 'pending'")
+            and not self.rows("SELECT 1 FROM graph_runs WHERE finished_at IS NULL")
+        )
+
+    def what_the_model_did(self) -> str:
+        """Each turn's calls, tool calls and results, and the admission decisions."""
+        lines = []
+        for status, calls, tokens_in, tokens_out, started, finished, transcript in self.rows(
+            "SELECT status, model_calls, input_tokens, output_tokens, started_at, finished_at,"
+            " transcript FROM turns ORDER BY started_at"
+        ):
+            took = f"{finished - started:.0f} s" if finished else "unfinished"
+            lines.append(f"turn {status}: {calls} call(s), {tokens_in}+{tokens_out} tokens, {took}")
+            lines += [f"  {json.dumps(step)[:1500]}" for step in json.loads(transcript)]
+        lines += [f"admission: {row}" for row in self.rows("SELECT * FROM admission_audit")]
+        return "\n".join(lines)
+
+
 @pytest.fixture(params=["anthropic", "openai"])
 def chat(
     request: pytest.FixtureRequest, real_model: RunningServer, tmp_path: Path
-) -> Iterator[tuple[Console, dict[str, str], Path]]:
-    """`raven-bot chat` on the real model through one API shape; its transcript is written
-    to `transcript.txt` whatever the outcome."""
-    env = _chat_env(tmp_path / "home", real_model, str(request.param))
-    cwd = project_dir(tmp_path / "project")
-    console = Console(env, cwd)
+) -> Iterator[Chat]:
+    """`raven-bot chat` on the real model through one API shape; its screen and what the
+    model did are printed and written to `transcript.txt`, whatever the outcome."""
+    home = tmp_path / "home"
+    env = _chat_env(home, real_model, str(request.param))
+    session = Chat(Console(env, project_dir(tmp_path / "project")), env, tmp_path / "project", home)
     try:
-        yield console, env, cwd
+        yield session
     finally:
-        console.close()
-        (tmp_path / "transcript.txt").write_text(console.transcript, encoding="utf-8")
-        print(f"\n[{request.param}] transcript: {tmp_path / 'transcript.txt'}", flush=True)
+        session.console.close()
+        record = f"{session.console.transcript}\n\n--- what the model did ---\n"
+        with contextlib.suppress(sqlite3.Error):
+            record += session.what_the_model_did()
+        (tmp_path / "transcript.txt").write_text(record, encoding="utf-8")
+        print(f"\n[{request.param}] {tmp_path / 'transcript.txt'}:\n{record}", flush=True)
 
 
-def _raven(env: dict[str, str], cwd: Path, *args: str) -> str:
+def _raven(chat: Chat, *args: str) -> str:
     done = subprocess.run(
-        [RAVEN, *args], check=False, env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+        [RAVEN, *args],
+        check=False,
+        env=chat.env,
+        cwd=chat.cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-def _approve_until_a_run_ends(console: Console) -> tuple[str, str, list[str]]:
-    """Answer every approval with its first option (Approve) until a run report shows;
-    (run id, its state, the prompts answered). A question that is not an approval fails."""
+def _approve_until_a_run_ends(chat: Chat, typed: int) -> tuple[str, str, list[str]] | None:
+    """Answer every approval with its first option (Approve) until a run report shows:
+    (run id, its state, the prompts answered); None when the Host ended its turn with no
+    run and nothing waits. A question that is not an approval fails."""
     answered: list[str] = []
-    while True:
-        shown = console.expect(f"{_PROMPT}|{_RUN_ENDED}", within=ONE_STEP_WITHIN)
+    deadline = time.monotonic() + ONE_STEP_WITHIN * MOST_PROMPTS
+    while time.monotonic() < deadline:
+        try:
+            shown = chat.console.expect(f"{_PROMPT}|{_RUN_ENDED}", within=POLL)
+        except AssertionError:  # nothing new on screen: has the turn ended with no run?
+            exited = chat.console.proc.poll()
+            assert exited is None, f"chat exited ({exited}):\n{chat.console.transcript}"
+            if chat.idle(typed):
+                return None
+            continue
         ended = re.search(_RUN_ENDED, shown)
         if ended is not None:
             return ended[1], ended[2], answered
         assert "1) Approve" in shown, f"the bot asked something other than an approval:\n{shown}"
-        assert len(answered) < MOST_PROMPTS, f"approvals without end:\n{console.transcript}"
+        assert len(answered) < MOST_PROMPTS, f"approvals without end:\n{chat.console.transcript}"
         answered.append(shown)
-        console.type("1")
+        chat.console.type("1")
+    raise AssertionError(f"no run ended in time:\n{chat.console.transcript}")
 
 
-def test_the_host_plans_and_the_shell_agent_runs_it(
-    chat: tuple[Console, dict[str, str], Path],
-) -> None:
-    console, env, cwd = chat
-    console.expect_text("you> ")
-    console.type(REQUEST)
-    run_id, state, prompts = _approve_until_a_run_ends(console)
+def test_the_host_plans_and_the_shell_agent_runs_it(chat: Chat) -> None:
+    chat.console.expect_text("you> ")
+    chat.console.type(REQUEST)
+    ran = _approve_until_a_run_ends(chat, typed=1)
+    if ran is None:
+        # A person whose request was answered without running anything says so once.
+        chat.console.type(FOLLOW_UP)
+        ran = _approve_until_a_run_ends(chat, typed=2)
+        print(f"\nthe Host ran nothing until told once more: {FOLLOW_UP!r}", flush=True)
+    assert ran is not None, f"the Host never submitted a graph:\n{chat.console.transcript}"
+    run_id, state, prompts = ran
     print(f"\nrun {run_id} {state} after {len(prompts)} approval(s)", flush=True)
     # The graph was admitted (a run exists only after admission) and approved: the command
     # approval showed the shell command, and the test answered it.
     assert any("wants to run this command" in p and ECHOED in p for p in prompts), prompts
-    assert state == "completed", console.transcript
-    shown = _raven(env, cwd, "runs", "show", run_id)
+    assert state == "completed", chat.console.transcript
+    shown = _raven(chat, "runs", "show", run_id)
     assert re.search(r"\bshell\b", shown) and ECHOED in shown, shown
-    listed = _raven(env, cwd, "runs", "list")
+    listed = _raven(chat, "runs", "list")
     assert run_id in listed, listed
 
 
