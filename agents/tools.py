@@ -82,13 +82,49 @@ class Tool(Generic[Ctx]):
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
-        """The schema the model sees (built once: every model call sends it)."""
+        """The schema the model sees (built once and lean: every model call sends it)."""
         if self.input_schema is not None:
             raw = copy.deepcopy(dict(self.input_schema))
             return ToolSpec(name=self.name, description=self.description, input_schema=raw)
-        schema = self.input_model.model_json_schema()
-        schema.pop("title", None)
+        schema = lean_schema(self.input_model.model_json_schema())
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
+
+
+def lean_schema(schema: Any, *, top: bool = True) -> Any:
+    """A JSON schema without what every model call pays for and no model needs: pydantic's
+    `title`s (the property names again), models' descriptions (their docstrings, for code
+    readers: the tool's description says what the model needs), `"default": null`, and
+    optional fields' `anyOf: [X, null]` as `"type": [X, "null"]` (null stays valid, so a
+    recovered text-written call is checked as before)."""
+    if isinstance(schema, list):
+        return [lean_schema(item, top=False) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" or (top and key == "description"):
+            continue
+        if key == "default" and value is None:
+            continue
+        if key == "$defs":  # each a model too: its docstring is not for the model
+            out[key] = {name: lean_schema(sub) for name, sub in value.items()}
+        elif key in ("properties", "patternProperties"):
+            out[key] = {name: lean_schema(sub, top=False) for name, sub in value.items()}
+        else:
+            out[key] = lean_schema(value, top=False)
+    return _nullable(out)
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [{"type": X, …}, {"type": "null"}]` as `{"type": [X, "null"], …}`."""
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list) or len(branches) != 2 or {"type": "null"} not in branches:
+        return schema
+    (other,) = [b for b in branches if b != {"type": "null"}]
+    if not isinstance(other.get("type"), str) or set(other) & set(schema):
+        return schema
+    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+    return {**rest, **other, "type": [other["type"], "null"]}
 
 
 class ToolSource(Protocol[Ctx]):

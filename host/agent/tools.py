@@ -50,65 +50,19 @@ def load_guide() -> str:
     return resources.files("host.agent").joinpath("guides/orchestration.md").read_text("utf-8")
 
 
-def lean_schema(schema: Any, *, top: bool = True) -> Any:
-    """A JSON schema without what every model call pays for and no model needs: pydantic's
-    `title`s (the property names again), models' descriptions (their docstrings, for code
-    readers: the tool's description and the guide say what the model needs), `"default":
-    null`, and optional fields' `anyOf: [X, null]` as `"type": [X, "null"]` (null stays
-    valid, so a recovered text-written call is checked as before)."""
-    if isinstance(schema, list):
-        return [lean_schema(item, top=False) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "title" or (top and key == "description"):
-            continue
-        if key == "default" and value is None:
-            continue
-        if key == "$defs":  # each a model too: its docstring is not for the model
-            out[key] = {name: lean_schema(sub) for name, sub in value.items()}
-        elif key in ("properties", "patternProperties"):
-            out[key] = {name: lean_schema(sub, top=False) for name, sub in value.items()}
-        else:
-            out[key] = lean_schema(value, top=False)
-    return _nullable(out)
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """`anyOf: [{"type": X, …}, {"type": "null"}]` as `{"type": [X, "null"], …}`."""
-    branches = schema.get("anyOf")
-    if not isinstance(branches, list) or len(branches) != 2 or {"type": "null"} not in branches:
-        return schema
-    (other,) = [b for b in branches if b != {"type": "null"}]
-    if not isinstance(other.get("type"), str) or set(other) & set(schema):
-        return schema
-    rest = {k: v for k, v in schema.items() if k != "anyOf"}
-    return {**rest, **other, "type": [other["type"], "null"]}
-
-
-class HostInput(BaseModel):
-    """A Host tool's input: its schema is sent lean (`lean_schema`) on every call."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    @classmethod
-    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """The lean schema the model sees (validation still uses the full model)."""
-        return dict(lean_schema(super().model_json_schema(*args, **kwargs)))
-
-
 class SubmitGraphInput(RootModel[dict[str, Any]]):
     """Accepts any object; admission (not the tool layer) reports what is wrong with it."""
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Advertise the real submission schema to the model (lean, as every Host tool's)."""
-        return dict(lean_schema(GraphSubmission.model_json_schema(*args, **kwargs)))
+        """Advertise the real submission schema to the model (sent lean, as every tool's)."""
+        return GraphSubmission.model_json_schema(*args, **kwargs)
 
 
-class DelegateInput(HostInput):
+class DelegateInput(BaseModel):
     """Input of `delegate`."""
+
+    model_config = ConfigDict(extra="forbid")
 
     agent: str = Field(description="an agent of the roster")
     task: str = Field(min_length=1, description="everything the agent needs to know")
@@ -117,12 +71,16 @@ class DelegateInput(HostInput):
     deps: list[str] = Field(default_factory=list, description="earlier completed nodes used")
 
 
-class NoInput(HostInput):
+class NoInput(BaseModel):
     """A tool without arguments."""
 
+    model_config = ConfigDict(extra="forbid")
 
-class ResolveInput(HostInput):
+
+class ResolveInput(BaseModel):
     """Input of `resolve_exception`."""
+
+    model_config = ConfigDict(extra="forbid")
 
     run_id: str
     node_id: str
@@ -131,14 +89,18 @@ class ResolveInput(HostInput):
     graph: dict[str, Any] | None = Field(default=None, description="for replan: new graph")
 
 
-class RunRef(HostInput):
+class RunRef(BaseModel):
     """A run id, optional."""
+
+    model_config = ConfigDict(extra="forbid")
 
     run_id: str | None = None
 
 
-class AskInput(HostInput):
+class AskInput(BaseModel):
     """Input of `ask_user`."""
+
+    model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, max_length=2000)
     kind: Literal["approval", "choice", "free_text"] = "free_text"

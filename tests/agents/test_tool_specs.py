@@ -1,11 +1,12 @@
-"""Tool schemas are built once per tool, not on every model call."""
+"""Tool schemas are built once per tool, not on every model call, and sent lean."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import jsonschema  # type: ignore[import-untyped]
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agents.tools import Tool, ToolRegistry
 
@@ -37,3 +38,35 @@ def test_schemas_are_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert built == 1
     assert first[0].input_schema["properties"]["text"]["type"] == "string"
     assert "title" not in first[0].input_schema
+
+
+class Tagged(BaseModel):
+    """A docstring for code readers, not for the model."""
+
+    text: str
+    tag: str | None = Field(default=None, pattern="^[a-z]+$", description="a lowercase tag")
+
+
+def test_every_tool_schema_is_lean_and_checks_what_the_model_checks() -> None:
+    """Any tool (not only the Host's): no titles, no docstring, no `default: null`, an
+    optional field as a type list; null and a valid tag pass, a bad tag does not."""
+
+    async def tagged(ctx: None, args: Tagged) -> str:
+        return args.text
+
+    [spec] = ToolRegistry[None]([Tool("tagged", "Tagged.", Tagged, tagged)]).specs
+    assert spec.input_schema == {
+        "properties": {
+            "text": {"type": "string"},
+            "tag": {
+                "type": ["string", "null"],
+                "pattern": "^[a-z]+$",
+                "description": "a lowercase tag",
+            },
+        },
+        "required": ["text"],
+        "type": "object",
+    }
+    check = jsonschema.Draft202012Validator(dict(spec.input_schema))
+    assert check.is_valid({"text": "a", "tag": None}) and check.is_valid({"text": "a", "tag": "x"})
+    assert not check.is_valid({"text": "a", "tag": "X!"}) and not check.is_valid({"tag": "x"})

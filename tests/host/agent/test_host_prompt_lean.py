@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 
+from agents.tools import lean_schema
 from bot.app import Runtime
 from core.ids import ConversationRef
 from host.agent.tools import (
@@ -22,7 +23,6 @@ from host.agent.tools import (
     HostToolDeps,
     OrchestrationContext,
     build_host_tools,
-    lean_schema,
     load_guide,
 )
 from host.runtime.turn import TurnContext
