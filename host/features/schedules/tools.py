@@ -8,7 +8,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.tools import Tool
-from host.features.schedules.line import SYNTAX
 from host.features.schedules.tasks import Proposer, ScheduledTasks
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
@@ -143,7 +142,7 @@ def build_schedule_tools(tasks: ScheduledTasks, roles: Roles) -> list[Tool[TurnC
         Tool(
             "schedule_task",
             "Propose a task that runs later or regularly (the person approves it in the "
-            f"thread before anything is scheduled). The line it makes: {SYNTAX}.",
+            "thread before anything is scheduled).",
             ScheduleTaskInput,
             t.schedule_task,
         ),

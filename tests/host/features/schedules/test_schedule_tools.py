@@ -4,7 +4,11 @@ approval), a firing is a turn told it is one, and that turn cannot schedule anot
 from __future__ import annotations
 
 import json
+from typing import cast
 
+from host.features.schedules.tasks import ScheduledTasks
+from host.features.schedules.tools import build_schedule_tools
+from host.runtime.roles import Roles
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.helpers import eventually
 from tests.host.features.schedules.kit import Bot
@@ -67,3 +71,14 @@ async def test_the_host_proposes_a_metric_check_on_a_machine(
     (prompt,) = bot.chat.shown
     assert "on machine `local`" in prompt.question, prompt.question
     assert "the last `temp` it prints is > 85" in prompt.question, prompt.question
+
+
+def test_schedule_task_offers_only_its_own_fields() -> None:
+    """Its description does not repeat the `schedule:` line (the `when` field says it) nor
+    name an option the schema lacks (`post:`); every `| name:` option the line takes that a
+    model may set is a field."""
+    specs = {t.name: t.spec for t in build_schedule_tools(cast(ScheduledTasks, None), Roles())}
+    spec = specs["schedule_task"]
+    assert "schedule:" not in spec.description and "post:" not in spec.description
+    fields = set(spec.input_schema["properties"])
+    assert {"when", "what", "tz", "until", "count", "missed", "notify"} == fields
