@@ -129,10 +129,11 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 class ToolSource(Protocol[Ctx]):
     """Tools that may change while the bot runs (a capability's, opened and closed with the
-    runtime): asked for at each turn, so an agent always sees the current ones."""
+    runtime) or that only some turns need (a campaign's in its own conversation): asked for
+    at each turn, so an agent sees the ones offered now, there."""
 
-    async def tools(self) -> Sequence[Tool[Ctx]]:
-        """The tools offered now."""
+    async def tools(self, ctx: Ctx) -> Sequence[Tool[Ctx]]:
+        """The tools offered now, to this turn (`ctx`: its conversation, its author)."""
         ...
 
 

@@ -129,7 +129,7 @@ class HostAgent:
         messages = build_messages(history, ctx, text, thread_context)
         blocks = [await source.context(ctx) for source in self._sources]
         silence = Silence()
-        tools = await self._current_tools()
+        tools = await self._current_tools(ctx)
         if may_stay_silent:
             tools = tools.with_tools([silence.tool()])
             blocks.append(NO_REPLY_NOTE)
@@ -149,13 +149,13 @@ class HostAgent:
         answer = visible or "(The model returned an empty answer.)"
         return HostReply(text=answer, loop=result, attributions=attributions)
 
-    async def _current_tools(self) -> ToolRegistry[TurnContext]:
-        """The fixed tools and what each tool source offers now (a failing source adds
+    async def _current_tools(self, ctx: TurnContext) -> ToolRegistry[TurnContext]:
+        """The fixed tools and what each tool source offers this turn (a failing source adds
         nothing this turn: the Host still answers with the rest)."""
         extra: list[Tool[TurnContext]] = []
         for source in self._tool_sources:
             try:
-                extra.extend(await source.tools())
+                extra.extend(await source.tools(ctx))
             except Exception:
                 log.exception("a tool source failed; this turn goes on without its tools")
         return self._tools.with_tools(extra) if extra else self._tools

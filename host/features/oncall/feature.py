@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import ClassVar
 
-from agents.tools import Tool
+from agents.tools import Tool, ToolSource
 from core.ids import ConversationRef
 from host.conversation.service import CommandHandler
 from host.features.feature import BaseFeature, DoctorCheck, DoctorParts, HostParts, StatusSource
@@ -26,7 +26,7 @@ from host.features.oncall.doctor import check_machines
 from host.features.oncall.migrations import MIGRATIONS
 from host.features.oncall.owners import CampaignOwners
 from host.features.oncall.site import CampaignSite, Wiring
-from host.features.oncall.tools import build_campaign_tools
+from host.features.oncall.tools import CampaignFollowUps, CampaignTools, start_campaign_tool
 from host.nudges.held import HELD_POST_RELEASE, HeldPosts
 from host.nudges.notices import LaneNotifier
 from host.runtime.events import (
@@ -114,11 +114,18 @@ class OncallFeature(BaseFeature):
             machines=parts.machines,
         )
 
-    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+    def _tools(self) -> CampaignTools:
         p = self._parts
-        return build_campaign_tools(
+        return CampaignTools(
             self.engine, roles=p.roles, private=p.broker.notify_private, people=p.people
         )
+
+    def host_tools(self) -> Sequence[Tool[TurnContext]]:
+        return (start_campaign_tool(self._tools()),)
+
+    def tool_source(self) -> ToolSource[TurnContext] | None:
+        # Reading and deciding on a campaign: offered where one exists.
+        return CampaignFollowUps(self._tools())
 
     def status_sources(self) -> Sequence[StatusSource]:
         return (self.engine.status,)

@@ -7,7 +7,7 @@ measurement; `campaign_report` closes a campaign only through the report gate.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -412,23 +412,20 @@ class CampaignTools:
             return f"Refused: {exc}"
 
 
-def build_campaign_tools(
-    engine: CampaignEngine,
-    *,
-    roles: Roles | None = None,
-    private: PrivateNote | None = None,
-    people: People | None = None,
-) -> list[Tool[TurnContext]]:
-    """The campaign tools, bound to `engine` (`people` names owners in refusals)."""
-    t = CampaignTools(engine, roles=roles, private=private, people=people)
+def start_campaign_tool(t: CampaignTools) -> Tool[TurnContext]:
+    """`start_campaign`, offered in every conversation."""
+    return Tool(
+        "start_campaign",
+        "Start an Oncall campaign: run a long job round by round on a registered machine, "
+        "watch its metric without model calls, wake on schedule or on events, report here.",
+        StartCampaignInput,
+        t.start_campaign,
+    )
+
+
+def follow_up_tools(t: CampaignTools) -> list[Tool[TurnContext]]:
+    """The tools that read or decide on a campaign of this conversation."""
     return [
-        Tool(
-            "start_campaign",
-            "Start an Oncall campaign: run a long job round by round on a registered machine, "
-            "watch its metric without model calls, wake on schedule or on events, report here.",
-            StartCampaignInput,
-            t.start_campaign,
-        ),
         Tool(
             "campaign_status",
             "State, rounds, wake-ups and recent measurements of a campaign (or all here).",
@@ -462,3 +459,20 @@ def build_campaign_tools(
             t.campaign_report,
         ),
     ]
+
+
+class CampaignFollowUps:
+    """A tool source: the tools that read or decide on a campaign, offered only in a
+    conversation that has one (any state: a finished one is still read and reported on).
+    Elsewhere they could only answer "no campaign here" or refuse a campaign of another
+    thread, and every Host call would pay for their schemas."""
+
+    def __init__(self, tools: CampaignTools) -> None:
+        self._store = tools.engine.store
+        self._tools = tuple(follow_up_tools(tools))
+
+    async def tools(self, ctx: TurnContext) -> Sequence[Tool[TurnContext]]:
+        """The follow-up tools when this turn's conversation has a campaign, else none."""
+        if await self._store.of_conversation(ctx.conversation.id):
+            return self._tools
+        return ()

@@ -1,6 +1,6 @@
 """A capability's tools may change while the bot runs: the Host asks each tool source at
-every turn, so a turn sees the tools offered now; a source that fails costs its own tools
-for that turn, never the turn."""
+every turn, given the turn, so a turn sees the tools offered now, there; a source that fails
+costs its own tools for that turn, never the turn."""
 
 from __future__ import annotations
 
@@ -45,18 +45,20 @@ class Changing:
 
     def __init__(self) -> None:
         self.now: list[Tool[TurnContext]] = [_tool("lookup")]
+        self.asked: list[str] = []
 
-    async def tools(self) -> Sequence[Tool[TurnContext]]:
+    async def tools(self, ctx: TurnContext) -> Sequence[Tool[TurnContext]]:
+        self.asked.append(ctx.turn_id)
         return list(self.now)
 
 
 class Broken:
-    async def tools(self) -> Sequence[Tool[TurnContext]]:
+    async def tools(self, ctx: TurnContext) -> Sequence[Tool[TurnContext]]:
         raise RuntimeError("server gone")
 
 
-def _ctx() -> TurnContext:
-    return TurnContext(ConversationRef("console", "local", "c", "c"), "t1", "U1", "Ann")
+def _ctx(turn: str = "t1") -> TurnContext:
+    return TurnContext(ConversationRef("console", "local", "c", "c"), turn, "U1", "Ann")
 
 
 async def test_each_turn_sees_the_tools_offered_now() -> None:
@@ -64,12 +66,13 @@ async def test_each_turn_sees_the_tools_offered_now() -> None:
     host = HostAgent(provider, ToolRegistry([_tool("fixed")]), tool_sources=(source, Broken()))
     await host.run_turn(_ctx(), text="one")
     source.now = [_tool("lookup"), _tool("create")]
-    await host.run_turn(_ctx(), text="two")
+    await host.run_turn(_ctx("t2"), text="two")
     source.now = []
-    reply = await host.run_turn(_ctx(), text="three")
+    reply = await host.run_turn(_ctx("t3"), text="three")
     assert provider.offered == [
         ["fixed", "lookup"],
         ["fixed", "lookup", "create"],
         ["fixed"],
     ]
     assert reply.text == "ok"
+    assert source.asked == ["t1", "t2", "t3"]  # each turn's own context
