@@ -431,12 +431,19 @@ class OrchestrationContext:
     async def context(self, ctx: TurnContext) -> str:
         """The roster and guide block for this turn's conversation (the summary only until
         the guide, which says it all, is pinned)."""
-        parts = ["## Agents you can use", roster(self.deps.registry), ""]
-        if await self.deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1":
-            parts += ["## Orchestration guide (pinned)", load_guide()]
-        else:
-            parts.append(GUIDE_SUMMARY)
-        return "\n".join(parts)
+        pinned = await self.deps.runs.store.get_flag(ctx.conversation.id, GUIDE_FLAG) == "1"
+        return planning_context(self.deps.registry, guide_pinned=pinned)
+
+
+def planning_context(registry: AgentRegistry, *, guide_pinned: bool = False) -> str:
+    """The roster and the guide summary (or the pinned guide) as every Host call reads them;
+    shared with `raven-bot eval plans`, whose Host plans from the same words."""
+    parts = ["## Agents you can use", roster(registry), ""]
+    if guide_pinned:
+        parts += ["## Orchestration guide (pinned)", load_guide()]
+    else:
+        parts.append(GUIDE_SUMMARY)
+    return "\n".join(parts)
 
 
 def roster(registry: AgentRegistry) -> str:

@@ -20,7 +20,16 @@ from agents.registry import AgentRegistry
 from agents.tools import Tool, ToolOutput, ToolRegistry
 from core.ids import ConversationRef
 from host.agent.host_agent import HostAgent
-from host.agent.tools import GUIDE_SUMMARY, DelegateInput, NoInput, SubmitGraphInput, load_guide
+from host.agent.tools import (
+    DELEGATE_DESCRIPTION,
+    GUIDE_DESCRIPTION,
+    SUBMIT_GRAPH_DESCRIPTION,
+    DelegateInput,
+    NoInput,
+    SubmitGraphInput,
+    load_guide,
+    planning_context,
+)
 from host.evaluation.maob.formats import EvalTask, PlanGraph, PlanNode
 from host.graph.admission import AdmissionError
 from host.graph.admission.checks.format import parse_submission
@@ -144,37 +153,22 @@ class _Capture:
     def tools(self) -> ToolRegistry[TurnContext]:
         return ToolRegistry(
             [
-                Tool(
-                    "delegate",
-                    "Run one agent on one task (a single-node graph). Use for work one "
-                    "specialist can do alone.",
-                    DelegateInput,
-                    self.delegate,
-                ),
-                Tool(
-                    "submit_graph",
-                    "Submit a dependency graph of agent nodes. Load the orchestration guide first.",
-                    SubmitGraphInput,
-                    self.submit_graph,
-                ),
-                Tool(
-                    "load_orchestration_guide",
-                    "Load the full orchestration guide (node wiring, placeholders, limits).",
-                    NoInput,
-                    self.guide,
-                ),
+                # The bot's own descriptions: the model plans from the words it reads there.
+                Tool("delegate", DELEGATE_DESCRIPTION, DelegateInput, self.delegate),
+                Tool("submit_graph", SUBMIT_GRAPH_DESCRIPTION, SubmitGraphInput, self.submit_graph),
+                Tool("load_orchestration_guide", GUIDE_DESCRIPTION, NoInput, self.guide),
             ]
         )
 
 
 @dataclass(frozen=True)
 class _Roster:
-    """The Host's context for planning: the roster and the guide summary."""
+    """The Host's context for planning: the roster and the guide summary, as the bot's."""
 
     registry: AgentRegistry
 
     async def context(self, ctx: TurnContext) -> str:
-        return "\n".join(["## Agents you can use", self.registry.roster_text(), "", GUIDE_SUMMARY])
+        return planning_context(self.registry)
 
 
 class Planner:
