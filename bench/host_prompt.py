@@ -17,7 +17,8 @@ header holds the tokenizer's tokens and merges, read here into a `tokenizers` by
 ÷ 4, an estimate, and the output says so.
 
 Goal: the first turn's Host call at most half of the ~6,650 tokens issue 42 measured.
-Baseline: this bench at commit b3c101b, before the cuts.
+Baseline: this bench at commit b3c101b, before the cuts: 5,613 tokens. After them (commit
+47c7f07): 3,239 tokens, the follow-up 3,413 (bench/README.md has the steps).
 
 Run: `.venv/bin/python bench/host_prompt.py`
 """
