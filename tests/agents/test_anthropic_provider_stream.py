@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 
 from agents.models.anthropic_provider import AnthropicProvider
+from agents.models.fallback import FallbackProvider, FallbackSession, scoped_for_turn
 from agents.models.model_spec import ProviderOptions, build_model_provider, parse_model_spec
+from agents.models.openai_provider import OpenAIProvider
 from agents.models.types import FailureKind, Message, ModelError, ModelReply, ToolSpec
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.openai_server import FakeOpenAI
 
 API_KEY = "sk-ant-test-0123456789abcdef"
 MODEL = "claude-test-model"
@@ -240,3 +243,30 @@ async def test_provider_options_carry_the_stream_setting(fake: FakeAnthropic) ->
         finally:
             await provider.aclose()
     assert [r["json"].get("stream", False) for r in fake.requests] == [True, False]
+
+
+@pytest.mark.parametrize("failure", ["dropped", "overloaded mid-reply"])
+async def test_a_stream_failing_mid_reply_falls_back_to_the_next_model(
+    fake: FakeAnthropic, make: MakeProvider, failure: str
+) -> None:
+    if failure == "dropped":
+        fake.queue_cut_stream(TWO_CALLS, after=5)
+    else:
+        fake.queue_stream_error(TWO_CALLS, after=5, error_type="overloaded_error", text="busy")
+    async with FakeOpenAI(models=("qwen",), side_calls=()) as local_api:
+        local_api.queue_text("from the local server")
+        local = OpenAIProvider(
+            api_key="no-key", model="qwen", base_url=local_api.base_url, max_retries=0, stream=True
+        )
+        chain = FallbackProvider(make(), [local])
+        try:
+            session = scoped_for_turn(chain)
+            assert isinstance(session, FallbackSession)
+            reply = await session.complete(system="", messages=[Message.user_text("hi")])
+        finally:
+            await local.aclose()
+
+    assert (reply.text, reply.model) == ("from the local server", "qwen")
+    note = session.last_fallback
+    assert note is not None
+    assert note.switches[0].kind == ("server" if failure == "dropped" else "overloaded")

@@ -209,3 +209,19 @@ async def test_provider_options_carry_the_stream_setting(fake: FakeOpenAI) -> No
         finally:
             await provider.aclose()
     assert [r["json"].get("stream", False) for r in fake.requests] == [True, False]
+
+
+async def test_tool_calls_streamed_without_an_index_are_told_apart(
+    fake: FakeOpenAI, make: MakeProvider
+) -> None:
+    # Some local servers send each call whole, with no index: each id starts a new call.
+    fake.indexed_tool_calls = False
+    fake.queue_completion(TWO_CALLS)
+
+    reply = await ask(make())
+
+    assert [(c.id, c.input) for c in reply.tool_calls] == [
+        ("call_a", {"city": "Oslo", "detail": "hourly, next 24 hours"}),
+        ("call_b", {"city": "Lisbon"}),
+    ]
+    assert reply.stop_reason == "tool_use"

@@ -139,6 +139,9 @@ class FakeOpenAI:
         # Seconds between streamed chunks, as a model generates tokens; a non-streamed answer
         # waits as long as its chunks would have taken (the same generation, sent at the end).
         self.chunk_pace = 0.0
+        # False: each streamed tool call comes whole in one chunk with no `index`, as some
+        # local servers (older Ollama) send them.
+        self.indexed_tool_calls = True
         self._script: deque[_Answer | _Delay] = deque()
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -309,7 +312,11 @@ class FakeOpenAI:
     ) -> web.StreamResponse:
         """The completion as JSON, or as chunks when the request asked for a stream."""
         options = body.get("stream_options") or {}
-        events = chunk_events(completion, include_usage=bool(options.get("include_usage")))
+        events = chunk_events(
+            completion,
+            include_usage=bool(options.get("include_usage")),
+            indexed=self.indexed_tool_calls,
+        )
         if body.get("stream"):
             return await send_events(
                 request,
@@ -362,10 +369,13 @@ class FakeOpenAI:
         }
 
 
-def chunk_events(completion: dict[str, Any], *, include_usage: bool) -> list[Event]:
+def chunk_events(
+    completion: dict[str, Any], *, include_usage: bool, indexed: bool = True
+) -> list[Event]:
     """A chat.completion as the chunks a server streams: the role, the text in pieces, each
-    tool call's id and name then its arguments in pieces, the finish reason, the usage (when
-    asked for, in a chunk with no choices) and `[DONE]`."""
+    tool call's id and name then its arguments in pieces (`indexed` False: each call whole in
+    one chunk, with no index), the finish reason, the usage (when asked for, in a chunk with
+    no choices) and `[DONE]`."""
     base = {
         "id": completion["id"],
         "object": "chat.completion.chunk",
@@ -384,6 +394,9 @@ def chunk_events(completion: dict[str, Any], *, include_usage: bool) -> list[Eve
         if message.get(key):
             events += [chunk({key: piece}) for piece in pieces(message[key])]
     for index, call in enumerate(message.get("tool_calls") or ()):
+        if not indexed:
+            events.append(chunk({"tool_calls": [call]}))
+            continue
         function = call["function"]
         opening = {"name": function["name"], "arguments": ""}
         events.append(
