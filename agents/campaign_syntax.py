@@ -44,9 +44,10 @@ EXAMPLE = (
 # For `help`, from the fields above so it lists every field the parser splits on.
 HELP = (
     f"`{EXAMPLE}` runs a job round by round on its metric (`min`/`max`) within the budget "
-    "after you approve it; `campaign: resume ID` resumes a paused one. Options: "
-    + ", ".join(f"`| {name}: {value}`" for name, value in OPTIONAL_FIELDS.items())
-    + " (Slurm only: `partition`, `cpus`, `time`)."
+    "after you approve it; `campaign: resume ID` resumes a paused one. Options "
+    "(`| name: value`): "
+    + ", ".join(f"`{name}`" for name in OPTIONAL_FIELDS)
+    + " (last three: Slurm only)."
 )
 _START = re.compile(r"^\s*campaign\s*:\s*(?P<rest>.+)$", re.IGNORECASE)
 # A field starts at `| name:` for any name (known or not: an unknown one is refused by name).

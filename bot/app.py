@@ -76,6 +76,7 @@ from host.features.schedules.feature import SchedulesFeature
 from host.features.skills.experience import ExperienceWriter
 from host.features.skills.feature import SkillsFeature
 from host.features.skills.prefetch import DispatchContexts
+from host.features.usage.feature import UsageFeature, UsageSection, accounting
 from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.report_loader import Audience
@@ -327,6 +328,7 @@ FEATURES: tuple[FeatureKind, ...] = (
     SchedulesFeature,
     EvolutionFeature,
     McpFeature,
+    UsageFeature,
     # Last: what the caps held back is listed after the work that said it.
     NudgesFeature,
 )
@@ -393,7 +395,7 @@ async def build_runtime(
             tools=next((t for f in installed if (t := f.node_tools()) is not None), None),
             prompts=(
                 clarifier := Clarifier(
-                    parts.provider,
+                    models.named("clarify"),
                     parts.broker,
                     parts.conversation_log,
                     grants=[g for f in installed for g in f.command_grants()],
@@ -401,6 +403,7 @@ async def build_runtime(
             ),
             prefetch=DispatchContexts(dispatch) if dispatch else None,
             gates=gates,
+            spend=parts.spend,
         ),
     )
     # What a run made follows into the thread through the outbox: a background run's files its
@@ -464,6 +467,7 @@ async def build_runtime(
             people=parts.people,
             reply_gate=next((g for f in installed if (g := f.reply_gate()) is not None), None),
             working=working,
+            spend=parts.spend,
         ),
     )
     run_events = ConversationRunEvents(
@@ -518,11 +522,18 @@ async def host_parts(
     if sandbox.kind != "bwrap":
         log.warning("agent sandbox %s", sandbox.description)
     registry = load_agents(settings, sandbox, features)
-    # Each role's model, built once; roles naming the same model share its provider.
-    models = build_role_models(settings, registry)
     # The bot owns the log's checkpoints: its run journals are fsynced before each one, and
     # one-shot commands leave them to it while it runs.
     store = Store(home / "raven.db", all_migrations(features), log_owner=True)
+    # Every model call is recorded, and work over its budget refused (host/features/usage):
+    # built here, before any feature, because every role's provider reports to its ledger.
+    usage = (
+        accounting(store, home, settings.section(UsageSection))
+        if UsageFeature in features
+        else None
+    )
+    # Each role's model, built once; roles naming the same model share its provider.
+    models = build_role_models(settings, registry, usage.ledger if usage else None)
     conversation_log = ConversationLog(store)
     bus = EventBus()
     # People never see fence markers: every post and edit is unfenced on its way out.
@@ -599,6 +610,7 @@ async def host_parts(
         unsandboxed=settings.unsandboxed,
         secret_names=secret_names,
         admission=admission,
+        spend=usage.gate if usage else None,
     )
     return parts, models
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Final, get_args
 
 from agents.models.fallback import FallbackProvider
+from agents.models.metered import MeteredProvider, UsageRecorder
 from agents.models.model_spec import (
     ModelSpec,
     build_model_provider,
@@ -64,10 +65,23 @@ class RoleModels:
     agents: Mapping[str, ModelProvider]
     roles: tuple[RoleModel, ...]
     shared: tuple[ModelProvider, ...]
+    # Where every role's calls are recorded (None: not metered, as in one-shot commands).
+    recorder: UsageRecorder | None = None
 
     def for_agent(self, entry: AgentEntry) -> ModelProvider:
-        """The provider an agent's in-process loop uses: its own model, else the Host's."""
-        return self.agents.get(entry.name, self.host)
+        """The provider an agent's in-process loop uses: its own model, else the Host's
+        (its calls counted as `agent:<name>`)."""
+        own = self.agents.get(entry.name)
+        return own if own is not None else self.named(f"{AGENT_ROLE}{entry.name}")
+
+    def named(self, role: str) -> ModelProvider:
+        """The Host's model, its calls counted under `role` (the clarifier's, the campaign
+        decider's, the skill gate's)."""
+        host = self.host
+        if self.recorder is None or host.offline:
+            return host
+        inner = host.inner if isinstance(host, MeteredProvider) else host
+        return MeteredProvider(inner, role=role, recorder=self.recorder)
 
     async def aclose(self) -> None:
         """Release every distinct model's connections, each once."""
@@ -93,11 +107,17 @@ def role_specs(
     return roles
 
 
-def build_role_models(settings: Settings, registry: AgentRegistry | None = None) -> RoleModels:
+def build_role_models(
+    settings: Settings,
+    registry: AgentRegistry | None = None,
+    recorder: UsageRecorder | None = None,
+) -> RoleModels:
     """Each role's provider from the settings (and the in-process agents of `registry`
-    that name a model of their own)."""
+    that name a model of their own); with `recorder`, every call is recorded under its role."""
     cache = ModelCache(settings)
-    roles = tuple(role_model(role, spec, cache) for role, spec in role_specs(settings, registry))
+    roles = tuple(
+        role_model(role, spec, cache, recorder) for role, spec in role_specs(settings, registry)
+    )
     by_role = {r.role: r.provider for r in roles}
     return RoleModels(
         host=by_role["host"],
@@ -113,14 +133,19 @@ def build_role_models(settings: Settings, registry: AgentRegistry | None = None)
         ),
         roles=roles,
         shared=cache.clients(),
+        recorder=recorder,
     )
 
 
-def role_model(role: str, spec: ModelSpec, cache: ModelCache) -> RoleModel:
+def role_model(
+    role: str, spec: ModelSpec, cache: ModelCache, recorder: UsageRecorder | None = None
+) -> RoleModel:
     """The one place a role's provider is made: the model's shared provider, with the
-    fallback chain behind it. A per-role wrapper (a usage meter naming the role) belongs
-    here, around the shared provider."""
-    return RoleModel(role, spec, cache.chain(spec))
+    fallback chain behind it, and (with `recorder`) its calls recorded under the role."""
+    chain = cache.chain(spec)
+    if recorder is None or chain.offline:  # the offline stand-in makes no calls to count
+        return RoleModel(role, spec, chain)
+    return RoleModel(role, spec, MeteredProvider(chain, role=role, recorder=recorder))
 
 
 class ModelCache:

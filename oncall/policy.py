@@ -32,6 +32,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.ids import ConversationRef
 from oncall.citations import check_citation, newest_measurement
 from oncall.missing_file import missing_file
 from oncall.model import (
@@ -102,6 +103,10 @@ class DecisionContext:
     refused: str | None = None  # why this wake-up's previous decision was refused (retry)
     # The last lines of a round that died or vanished (the job's own words: untrusted).
     output_tail: str = ""
+    # Whose campaign it is and where it reports: its decisions count against the owner's
+    # model budget (None outside the engine).
+    owner: str = ""
+    conversation: ConversationRef | None = None
 
 
 def clamp_to_budget(requested_seconds: float, remaining_seconds: float) -> tuple[float, str | None]:

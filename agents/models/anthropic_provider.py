@@ -389,16 +389,19 @@ def to_reply(response: SDKMessage) -> ModelReply:
         elif isinstance(block, SDKToolUseBlock):
             content.append(ToolCall(id=block.id, name=block.name, input=dict(block.input)))
     usage = response.usage
-    # Cached tokens are reported apart from input_tokens; count them so totals stay honest.
-    input_tokens = (
-        usage.input_tokens
-        + (usage.cache_creation_input_tokens or 0)
-        + (usage.cache_read_input_tokens or 0)
-    )
+    # Cached tokens are reported apart from input_tokens; count them so totals stay honest
+    # (and keep them apart too: the cache is priced apart).
+    cache_write = usage.cache_creation_input_tokens or 0
+    cache_read = usage.cache_read_input_tokens or 0
     return ModelReply(
         content=content,
         stop_reason=_STOP_REASONS.get(response.stop_reason or "", "other"),
-        usage=Usage(input_tokens=input_tokens, output_tokens=usage.output_tokens),
+        usage=Usage(
+            input_tokens=usage.input_tokens + cache_write + cache_read,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        ),
         model=response.model,
     )
 

@@ -14,9 +14,10 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from agents.campaign_syntax import HELP as CAMPAIGN_HELP
-from agents.models.offline import OFFLINE_NOTICE, OFFLINE_REMINDER
+from agents.models.offline import OFFLINE_REMINDER, is_offline_notice
 from agents.models.types import ModelError
 from agents.plan_syntax import HELP as PLAN_HELP
+from core.call_scope import call_scope
 from core.ids import ConversationRef
 from core.keyed import KeyedSerial
 from host.agent.host_agent import HostAgent
@@ -36,6 +37,7 @@ from host.runtime.conversation_log import ConversationLog, LoggedMessage
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted, TurnRequested
 from host.runtime.messages import InboundMessage, stored_inbound
 from host.runtime.people import People
+from host.runtime.spending import SpendGate
 from host.runtime.turn import TurnContext, TurnOrigin
 from memory.group import Attribution
 
@@ -49,7 +51,7 @@ ThreadReplies = Literal["requester", "anyone", "mentions"]
 CONTROL_WORDS: Mapping[ControlWord, str] = MappingProxyType(
     {
         "stop": "cancels what you asked for in this thread (requests, graph runs, questions, "
-        "campaigns); approvers and admins stop everything here. The reply names what stopped.",
+        "campaigns); approvers and admins stop everything here.",
         "status": "shows what is running or waiting here.",
         "help": "shows this message.",
     }
@@ -253,6 +255,8 @@ class ConversationExtras:
     reply_gate: ReplyGate | None = None
     # The "is thinking…" line shown while a turn works (none: not shown).
     working: WorkingStatuses | None = None
+    # Whether a person's turn may spend on models today (none: no budgets).
+    spend: SpendGate | None = None
 
 
 class ConversationService:
@@ -288,6 +292,7 @@ class ConversationService:
         self._enrichers = extras.enrichers
         self._reply_gate = extras.reply_gate
         self._working = extras.working
+        self._spend = extras.spend
         self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
         self._privileged = config.admins | config.approvers
@@ -498,8 +503,12 @@ class ConversationService:
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
         replied = asyncio.Event()
+        # The turn's model calls (and the memory write after it) are counted against its
+        # author; the bot's own turns (a report, a wake-up) against the channel only.
+        person = msg.author_id if msg.origin != "system" else ""
         try:
-            return await self._turn_body(msg, message_id, turn_id, history, replied)
+            with call_scope(person=person, conversation=conv):
+                return await self._turn_body(msg, message_id, turn_id, history, replied)
         except asyncio.CancelledError:
             # Wherever the cancel landed (even in the commit that recorded the turn as
             # running), the turn ends recorded as cancelled, never left running.
@@ -548,6 +557,9 @@ class ConversationService:
             )
             await self._completed(ctx, msg.text, msg.text)
             return TurnOutcome(turn_id, "completed", msg.text)
+        refusal = await self._over_budget(msg)
+        if refusal is not None:
+            return await self._refused(ctx, refusal, started)
         try:
             reply = await self._host.run_turn(
                 ctx,
@@ -591,6 +603,27 @@ class ConversationService:
         await self._completed(ctx, msg.text, text, reply.attributions)
         return TurnOutcome(turn_id, "completed", text)
 
+    async def _over_budget(self, msg: InboundMessage) -> str | None:
+        """Why this turn may not call a model today (None: it may). A person's message and
+        their scheduled firing are asked; the bot's own turns finish work already started."""
+        if self._spend is None or msg.origin == "system" or self._host.provider.offline:
+            return None
+        return await self._spend.refusal(msg.author_id, msg.conversation)
+
+    async def _refused(self, ctx: TurnContext, refusal: str, started: float) -> TurnOutcome:
+        """A turn refused before any model call: recorded, and said (a firing's, as its
+        task's `notify:` says for a failure)."""
+        await self._log.finish_turn(ctx.turn_id, status="failed", error=refusal)
+        said = await self._gated(ctx, f"⛔ {refusal}", failed=True, since=started)
+        if said is not None:
+            await self._outbox.send(
+                ctx.conversation,
+                said,
+                idempotency_key=f"turn:{ctx.turn_id}:reply",
+                turn_id=ctx.turn_id,
+            )
+        return TurnOutcome(ctx.turn_id, "failed", refusal)
+
     async def _gated(
         self, ctx: TurnContext, text: str, *, failed: bool, since: float
     ) -> str | None:
@@ -603,7 +636,7 @@ class ConversationService:
     async def _offline_once(self, conv: ConversationRef, text: str) -> str:
         """The offline notice the first time in a conversation (recorded in the database,
         so a restart does not repeat it), a one-line reminder after that."""
-        if not self._host.provider.offline or text != OFFLINE_NOTICE:
+        if not self._host.provider.offline or not is_offline_notice(text):
             return text
         key = _OFFLINE_NOTICE_KEY.format(conv.id)
         first = await self._log.claim_key(key, ttl_seconds=_FOREVER_SECONDS)

@@ -38,6 +38,7 @@ from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.people import People
 from host.runtime.roles import Roles
+from host.runtime.spending import SpendGate
 from host.runtime.turn import TurnContext
 from memory.embeddings import Embedder
 from oncall.model import Machine
@@ -95,6 +96,10 @@ class RoleProviders(Protocol):
         """An in-process agent's: its agents.toml `model`, else the Host's."""
         ...
 
+    def named(self, role: str) -> ModelProvider:
+        """The Host's model, its calls counted under `role` (`clarify`, `oncall`, `skills`)."""
+        ...
+
 
 @dataclass(frozen=True)
 class HostParts:
@@ -131,6 +136,8 @@ class HostParts:
     secret_names: SecretNames
     # The one access rule for work the bot starts on someone's behalf (firings, wake-ups).
     admission: Admission
+    # Whether a person's work may spend on models today (the usage feature's budgets).
+    spend: SpendGate | None = None
 
 
 class Feature(Protocol):

@@ -39,6 +39,7 @@ from host.graph.render import Artifact
 from host.graph.report_loader import load_report
 from host.graph.run_store import NodeRecord, RunRecord, RunState, RunStore
 from host.runtime.events import ConversationStopped, EventBus, StoppedItem
+from host.runtime.spending import SpendGate
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class RunAids:
     tool_server_names: Callable[[], Awaitable[frozenset[str]]] | None = None
     # The team's tools a node is granted (None: nodes get their agent's own tools only).
     tools: NodeTools | None = None
+    # Whether the run's owner may still spend on models (None: no budgets).
+    spend: SpendGate | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class RunManager:
         self._skill_names = aids.skill_names
         self._tool_server_names = aids.tool_server_names
         self._tools = aids.tools
+        self._spend = aids.spend
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
@@ -269,7 +273,7 @@ class RunManager:
             policy=RunPolicy(
                 self._host_reachable, self._settings.decision_seconds, clock=self._clock
             ),
-            aids=DispatchAids(self._prompts, self._prefetch, self._gates, self._tools),
+            aids=DispatchAids(self._prompts, self._prefetch, self._gates, self._tools, self._spend),
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

@@ -7,6 +7,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from core.call_scope import call_scope
 from oncall.deciders import RuleBasedDecider
 from oncall.engine.core import EngineCore
 from oncall.engine.parts import CRASHES, CampaignError
@@ -55,7 +56,9 @@ class Decisions:
 
     async def _ask(self, record: CampaignRecord, context: DecisionContext) -> Decision:
         decider = self._core.deps.decider
-        decision = await decider.decide(context)
+        # Its model call is counted against the campaign's owner, in its thread.
+        with call_scope(person=record.owner, conversation=record.conversation, run=record.id):
+            decision = await decider.decide(context)
         if decider.model_backed:
             await self._core.store.add_model_calls(record.id, 1)
         return decision
@@ -73,6 +76,8 @@ class Decisions:
             compute_used_minutes=record.compute_seconds / 60.0,
             rounds_used=record.round,
             reason=reason,
+            owner=record.owner,
+            conversation=record.conversation,
         )
 
     async def _apply(self, record: CampaignRecord, decision: Decision, *, by: str) -> str:

@@ -262,8 +262,10 @@ async def test_usage_and_stop_reason_mapped(
     )
     reply = await make_provider().complete(system="s", messages=[Message.user_text("q")])
     assert reply.stop_reason == ours
-    # Cached input is billed input too, so it is counted.
-    assert reply.usage == Usage(input_tokens=117, output_tokens=5)
+    # Cached input is billed input too, so it is counted; and apart, as it is priced apart.
+    assert reply.usage == Usage(
+        input_tokens=117, output_tokens=5, cache_read_tokens=100, cache_write_tokens=7
+    )
 
 
 async def test_long_system_prompt_is_cached(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ToolSpec
 from core.fence import fence, new_marker, untrusted_preface
+from host.runtime.spending import SpendGate
 from oncall.deciders import RuleBasedDecider
 from oncall.model import DecisionAction
 from oncall.policy import Decision, DecisionContext
@@ -63,11 +64,18 @@ class _Answer(BaseModel):
 class ModelDecider:
     """Asks the model once per wake-up; the rule-based policy when that fails."""
 
-    def __init__(self, provider: ModelProvider, *, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        provider: ModelProvider,
+        *,
+        timeout: float | None = None,
+        spend: SpendGate | None = None,
+    ) -> None:
         # No limit of its own by default: the provider's (RAVEN_MODEL_TIMEOUT) bounds the
         # call; a fixed 120 s here cut a slow local model off whatever that setting said.
         self._provider = provider
         self._timeout = timeout
+        self._spend = spend
         self._fallback = RuleBasedDecider()
 
     @property
@@ -79,6 +87,12 @@ class ModelDecider:
         """The model's decision, validated; the policy's on any failure."""
         if self._provider.offline:
             return await self._fallback.decide(context)
+        refusal = await self._over_budget(context)
+        if refusal is not None:
+            # The campaign goes on by the rules (no model call) until the budget renews.
+            decision = await self._fallback.decide(context)
+            note = f"decided by the rules, not the model: {refusal}"
+            return decision.model_copy(update={"notes": (*decision.notes, note)})
         try:
             async with asyncio.timeout(self._timeout):
                 reply = await self._provider.complete(
@@ -110,6 +124,12 @@ class ModelDecider:
                 "RAVEN_MODEL_TIMEOUT sets how long a model call may take"
             )
         return str(exc) or type(exc).__name__
+
+    async def _over_budget(self, context: DecisionContext) -> str | None:
+        """Why the campaign's owner may not spend on this decision (None: they may)."""
+        if self._spend is None or context.conversation is None:
+            return None
+        return await self._spend.refusal(context.owner, context.conversation)
 
 
 def _decision(answer: _Answer) -> Decision:

@@ -97,7 +97,7 @@ class OncallFeature(BaseFeature):
                 store,
                 parts.scheduler,
                 self.charts,
-                ModelDecider(parts.provider),
+                ModelDecider(parts.models.named("oncall"), spend=parts.spend),
                 PromptCommandApprovals(parts.broker),
                 CampaignOwners(parts.admission, admins=parts.roles.admins),
             ),

@@ -57,8 +57,8 @@ class SkillsFeature(BaseFeature):
         self._home = parts.home
         self.store = ExperienceStore(parts.store)
         self.catalog = local_catalog(parts.home)
-        self.router = skill_router(section, self.store, parts.provider, self.catalog)
-        provider = parts.provider
+        self.router = skill_router(section, self.store, parts.models.named("skills"), self.catalog)
+        provider = parts.models.named("skills")
         self.writer = ExperienceWriter(
             self.store,
             completer=None if provider.offline else ProviderCompleter(provider),

@@ -66,9 +66,8 @@ class BudgetCommands:
     @property
     def help(self) -> str:
         return (
-            "**Budget**: `budget` shows your model spend today and your daily limit; admins: "
-            "`budget @person 100000` (tokens) or `budget @person 2.50USD`, "
-            "`budget @person default`."
+            "**Budget**: `budget` shows your spend today; admins: "
+            "`budget @person 100000|2.50USD|default`."
         )
 
     async def handle(self, msg: InboundMessage) -> str | None:

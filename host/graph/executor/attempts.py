@@ -14,6 +14,7 @@ from pathlib import Path
 from agents.backends.base import AgentOutcome, AgentTask, NodeToolset, Permit
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
+from core.call_scope import call_scope
 from core.fence import fence, untrusted_preface
 from host.graph.admission import AdmittedGraph
 from host.graph.executor.commits import NodeBook
@@ -116,8 +117,21 @@ class Attempts:
         self._in_session: set[str] = set()
 
     async def run(self, node_id: str) -> None:
-        """One attempt of `node_id`, from its prompt to its committed outcome."""
+        """One attempt of `node_id`, from its prompt to its committed outcome; its model calls
+        are counted against the run's owner."""
+        run = self._run
+        with call_scope(
+            person=run.submitted_by, conversation=run.conversation, run=run.id, node=node_id
+        ):
+            await self._attempt(node_id)
+
+    async def _attempt(self, node_id: str) -> None:
         try:
+            refusal = await self._over_budget()
+            if refusal is not None:
+                # Running nodes finish; no new one starts once the budget is spent.
+                await self._book.fail(node_id, f"not started: {refusal}")
+                return
             job = await self._prepare(node_id)
             if isinstance(job, str):
                 await self._book.fail(node_id, job)
@@ -131,6 +145,12 @@ class Attempts:
         except Exception as exc:
             log.exception("node %s of run %s crashed", node_id, self._run.id)
             await self._book.fail(node_id, f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _over_budget(self) -> str | None:
+        spend = self._deps.aids.spend
+        if spend is None:
+            return None
+        return await spend.refusal(self._run.submitted_by, self._run.conversation)
 
     async def _prepare(self, node_id: str) -> Job | str:
         """The attempt's prompt (rendered before the node waits for a slot), or why the node

@@ -17,6 +17,7 @@ from host.graph.judge import CompletionJudge
 from host.graph.records import RunFiles
 from host.graph.run_store import RunRecord, RunStore
 from host.runtime.events import EventBus
+from host.runtime.spending import SpendGate
 
 
 class WorkerPrompts(Protocol):
@@ -127,6 +128,8 @@ class DispatchAids:
     gates: PermitFactory | None = None
     # None: nodes get their agent's own tools only (no tool servers configured).
     tools: NodeTools | None = None
+    # None: no budgets; else asked before each node is dispatched.
+    spend: SpendGate | None = None
 
 
 @dataclass(frozen=True)
