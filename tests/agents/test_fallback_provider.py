@@ -66,10 +66,10 @@ async def chain() -> AsyncIterator[Chain]:
         FakeAnthropic(api_key=API_KEY, model=SECOND) as second,
         FakeAnthropic(api_key=API_KEY, model=THIRD) as third,
     ):
+        # Every model gets a generous limit: it also bounds connecting, and a loopback
+        # connect can take a while on a loaded machine. The timeout case builds its own.
         provider = FallbackProvider(
-            # A short timeout on the primary only, for the timeout case.
-            _model(primary, PRIMARY, timeout=0.5),
-            [_model(second, SECOND), _model(third, THIRD)],
+            _model(primary, PRIMARY), [_model(second, SECOND), _model(third, THIRD)]
         )
         try:
             yield Chain(primary, second, third, provider)
@@ -114,9 +114,15 @@ async def test_each_transient_failure_falls_back_to_the_next_model(
 async def test_a_timeout_falls_back(chain: Chain) -> None:
     chain.primary.queue_delay(10.0)  # stop() cuts it short at the end
     chain.second.queue_text("in time")
-    session = _session(chain.provider)
-
-    reply = await session.complete(system="", messages=HELLO)
+    # A short limit on the primary only: its answer is held far longer than that.
+    impatient = FallbackProvider(
+        _model(chain.primary, PRIMARY, timeout=0.5), [_model(chain.second, SECOND)]
+    )
+    try:
+        session = _session(impatient)
+        reply = await session.complete(system="", messages=HELLO)
+    finally:
+        await impatient.aclose()
 
     assert (reply.text, reply.model) == ("in time", SECOND)
     note = session.last_fallback
