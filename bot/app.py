@@ -404,6 +404,7 @@ async def build_runtime(
             prefetch=DispatchContexts(dispatch) if dispatch else None,
             gates=gates,
             spend=parts.spend,
+            usage=parts.usage,
         ),
     )
     # What a run made follows into the thread through the outbox: a background run's files its
@@ -611,6 +612,7 @@ async def host_parts(
         secret_names=secret_names,
         admission=admission,
         spend=usage.gate if usage else None,
+        usage=usage.ledger if usage else None,
     )
     return parts, models
 

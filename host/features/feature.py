@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 from agents.backends.base import AgentBackend
+from agents.models.metered import UsageRecorder
 from agents.models.provider import ModelProvider
 from agents.registry import AgentEntry, AgentRegistry
 from agents.sandbox import Sandbox
@@ -138,6 +139,8 @@ class HostParts:
     admission: Admission
     # Whether a person's work may spend on models today (the usage feature's budgets).
     spend: SpendGate | None = None
+    # Where model calls are recorded (the usage feature's ledger; None: not counted).
+    usage: UsageRecorder | None = None
 
 
 class Feature(Protocol):

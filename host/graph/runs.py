@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agents.backends.base import AgentBackend
+from agents.models.metered import UsageRecorder
 from agents.registry import AgentEntry, AgentRegistry
 from core.ids import ConversationRef
 from core.keyed import KeyedLocks
@@ -89,6 +90,8 @@ class RunAids:
     tools: NodeTools | None = None
     # Whether the run's owner may still spend on models (None: no budgets).
     spend: SpendGate | None = None
+    # Where an API or ACP agent's reported usage is recorded (None: not counted).
+    usage: UsageRecorder | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class RunManager:
         self._tool_server_names = aids.tool_server_names
         self._tools = aids.tools
         self._spend = aids.spend
+        self._usage = aids.usage
         self._host_reachable = host_reachable
         self._settings = settings
         self._clock = clock
@@ -273,7 +277,14 @@ class RunManager:
             policy=RunPolicy(
                 self._host_reachable, self._settings.decision_seconds, clock=self._clock
             ),
-            aids=DispatchAids(self._prompts, self._prefetch, self._gates, self._tools, self._spend),
+            aids=DispatchAids(
+                self._prompts,
+                self._prefetch,
+                self._gates,
+                self._tools,
+                self._spend,
+                self._usage,
+            ),
         )
         run = GraphRun(record, graph, nodes, deps, self.capacity(conv.id), external)
         self._runs[run_id] = run

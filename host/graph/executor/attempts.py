@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agents.backends.base import AgentOutcome, AgentTask, NodeToolset, Permit
+from agents.models.metered import ModelCall
 from agents.models.types import Message, Usage
 from agents.registry import AgentEntry
-from core.call_scope import call_scope
+from core.call_scope import call_scope, current_scope
 from core.fence import fence, untrusted_preface
 from host.graph.admission import AdmittedGraph
 from host.graph.executor.commits import NodeBook
@@ -137,6 +138,7 @@ class Attempts:
                 await self._book.fail(node_id, job)
                 return
             outcome = await self._run_agent(job)
+            await self._count_usage(job.entry, outcome)
             self._remember(node_id, outcome)
             await self._settler.settle(job, outcome)
         except asyncio.CancelledError:
@@ -145,6 +147,23 @@ class Attempts:
         except Exception as exc:
             log.exception("node %s of run %s crashed", node_id, self._run.id)
             await self._book.fail(node_id, f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _count_usage(self, entry: AgentEntry, outcome: AgentOutcome) -> None:
+        """An agent that calls its model itself (an API or ACP agent) reports its usage with
+        its outcome: recorded here. An in-process agent's calls were recorded as made."""
+        recorder = self._deps.aids.usage
+        if recorder is None or entry.backend == "inproc" or not outcome.usage.total_tokens:
+            return
+        model = (
+            f"{entry.api_style}:{entry.model}"
+            if entry.backend == "api" and entry.model
+            else f"{entry.backend}:{entry.name}"
+        )
+        call = ModelCall(f"agent:{entry.name}", model, current_scope(), outcome.usage, time.time())
+        try:
+            await recorder.record(call)
+        except Exception:
+            log.exception("recording the usage of node agent %s failed", entry.name)
 
     async def _over_budget(self) -> str | None:
         spend = self._deps.aids.spend

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agents.backends.base import AgentBackend, NodeToolset, Permit
+from agents.models.metered import UsageRecorder
 from agents.registry import AgentEntry
 from core.ids import ConversationRef
 from host.graph.judge import CompletionJudge
@@ -130,6 +131,8 @@ class DispatchAids:
     tools: NodeTools | None = None
     # None: no budgets; else asked before each node is dispatched.
     spend: SpendGate | None = None
+    # None: not counted; else where the usage agents report with their outcome is recorded.
+    usage: UsageRecorder | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from bot.app import Runtime
 from host.runtime.messages import InboundMessage
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import db_rows, eventually, inbound
 from tests.runtime_kit import chat_runtime, online
 
@@ -131,3 +132,59 @@ async def test_a_spent_budget_stops_the_run_and_refuses_the_next_turn(
     await _ask(runtime, "Hi there.", "e3", author="U2")
     assert len(fake.requests) == calls_before + 1
     assert adapter.texts[-1] == "Hello."
+
+
+REMOTE_GRAPH = {
+    "task_summary": "Ask the remote model",
+    "background": True,
+    "nodes": [{"id": "ask", "agent": "remote", "template": "Say hi.", "summary": "ask"}],
+}
+
+
+def _remote_agent(home: Path, url: str) -> None:
+    """agents.toml with one agent on an OpenAI-compatible API at `url`."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "agents.toml").write_text(
+        '[agents.remote]\nbackend = "api"\ndescription = "A remote model"\n'
+        f'api_style = "openai"\nmodel = "qwen"\nbase_url = "{url}"\n',
+        encoding="utf-8",
+    )
+
+
+async def test_an_api_agents_reported_usage_is_recorded_under_its_model(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    """An agent on a remote API calls its model itself: the usage it reports with its
+    outcome is counted against the run's owner, under the agent and its model."""
+    async with FakeOpenAI() as remote, online(monkeypatch) as fake:
+        remote.queue_completion(
+            {
+                "content": "hi from remote",
+                "usage": {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42},
+            }
+        )
+        _remote_agent(isolated_env, remote.base_url)
+        monkeypatch.setenv("RAVEN_MODEL_MAX_RETRIES", "0")
+
+        def answer(body: dict[str, Any]) -> dict[str, Any]:
+            system, last = _system(body), json.dumps(body["messages"][-1])
+            if "You judge whether an agent accomplished" in system:
+                verdict = {"accomplished": True, "evidence": "output present"}
+                return {"content": [_tool("record_verdict", verdict)], "usage": SMALL}
+            if "tool_result" in last or "Run `" in last:
+                return {"content": "The remote model said hi.", "usage": SMALL}
+            return {"content": [_tool("submit_graph", REMOTE_GRAPH)], "usage": SMALL}
+
+        fake.responder = answer
+        adapter = FakeChatAdapter()
+        async with chat_runtime(adapter) as runtime:
+            await runtime.broker.recover()
+            msg = await _ask(runtime, "Ask the remote model to say hi.", "e1")
+            await eventually(lambda: any("The remote model said hi." in t for t in adapter.texts))
+            await runtime.service.quiesce(msg.conversation)
+    rows = db_rows(
+        isolated_env,
+        "SELECT model, person, node_id, input_tokens, output_tokens FROM model_calls "
+        "WHERE role = 'agent:remote'",
+    )
+    assert rows == [("openai:qwen", "U1", "ask", 40, 2)]
