@@ -4,9 +4,8 @@ them together), so a long answer keeps the connection busy and only silence time
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, contextmanager
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
@@ -27,7 +26,7 @@ from anthropic.types import Message as SDKMessage
 from anthropic.types import TextBlock as SDKTextBlock
 from anthropic.types import ToolUseBlock as SDKToolUseBlock
 
-from agents.models.failures import attempts, status_kind
+from agents.models.failures import attempts, deadline_guard, status_kind
 from agents.models.types import (
     FailureKind,
     Message,
@@ -220,18 +219,8 @@ class AnthropicProvider:
             kind=kind,
         )
 
-    @asynccontextmanager
-    async def _deadline_guard(self) -> AsyncIterator[None]:
-        """Bound the SDK's attempts and the waits between them by the call's deadline."""
-        try:
-            async with asyncio.timeout(self._deadline):
-                yield
-        except TimeoutError:
-            raise ModelError(
-                f"Anthropic API call gave up after {self._deadline:g}s: the API kept asking "
-                "to wait (rate limited or overloaded) or did not answer. Try again later.",
-                kind="timeout",
-            ) from None
+    def _deadline_guard(self) -> AbstractAsyncContextManager[None]:
+        return deadline_guard(self._deadline, "Anthropic API")
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model name; `ModelError` if not."""

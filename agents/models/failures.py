@@ -3,10 +3,12 @@ and how many attempts the SDK made (both SDKs are generated alike and mark each 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Final
 
-from agents.models.types import FailureKind
+from agents.models.types import FailureKind, ModelError
 
 # The header both SDKs put on each request: how many retries came before it.
 RETRY_COUNT_HEADER: Final = "x-stainless-retry-count"
@@ -33,3 +35,18 @@ def attempts(request_headers: Mapping[str, str]) -> str:
         return "number of attempts unknown"
     n = int(retries) + 1
     return f"after {n} attempt{'' if n == 1 else 's'}"
+
+
+@asynccontextmanager
+async def deadline_guard(deadline: float, api: str) -> AsyncIterator[None]:
+    """Bound the SDK's attempts and the waits between them by the call's deadline; past it,
+    a `timeout` ModelError saying so (`api`: "Anthropic API", "OpenAI-compatible API")."""
+    try:
+        async with asyncio.timeout(deadline):
+            yield
+    except TimeoutError:
+        raise ModelError(
+            f"{api} call gave up after {deadline:g}s: the server kept asking to wait (rate "
+            "limited or overloaded) or did not answer. Try again later.",
+            kind="timeout",
+        ) from None

@@ -5,10 +5,9 @@ a server that goes quiet for the per-call timeout fails."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -27,7 +26,7 @@ from openai.types.chat import (
     ChatCompletionUserMessageParam,
 )
 
-from agents.models.failures import attempts, status_kind
+from agents.models.failures import attempts, deadline_guard, status_kind
 from agents.models.openai_stream import ChunkAccumulator
 from agents.models.types import (
     FailureKind,
@@ -203,19 +202,8 @@ class OpenAIProvider:
             kind=kind,
         )
 
-    @asynccontextmanager
-    async def _deadline_guard(self) -> AsyncIterator[None]:
-        """Bound the SDK's attempts and the waits between them by the call's deadline."""
-        try:
-            async with asyncio.timeout(self._deadline):
-                yield
-        except TimeoutError:
-            raise ModelError(
-                f"OpenAI-compatible API call gave up after {self._deadline:g}s: the server "
-                "kept asking to wait (rate limited or overloaded) or did not answer. "
-                "Try again later.",
-                kind="timeout",
-            ) from None
+    def _deadline_guard(self) -> AbstractAsyncContextManager[None]:
+        return deadline_guard(self._deadline, "OpenAI-compatible API")
 
     async def check(self) -> str:
         """Health check for `doctor`: key, reachability and model; `ModelError` if not."""
