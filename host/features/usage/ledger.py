@@ -146,14 +146,9 @@ class UsageLedger:
 
     async def summary(self, by: Grouping, *, since: float | None = None) -> list[SpendRow]:
         """Totals grouped `by` a column, the largest spender first (by cost, then tokens)."""
-        column = {
-            "person": "person",
-            "channel": "channel",
-            "model": "model",
-            "day": "day",
-            "role": "role",
-            "conversation": "conversation",
-        }[by]
+        if by not in GROUPINGS:  # the column name goes into the SQL: only known ones
+            raise ValueError(f"cannot group by {by!r}; one of {', '.join(GROUPINGS)}")
+        column = by
         where, params = ("WHERE at >= ?", (since,)) if since is not None else ("", ())
         rows = await self._store.fetchall(
             f"SELECT {column}, {_SUMS} FROM model_calls {where} GROUP BY {column}",
