@@ -7,6 +7,7 @@ taking over from an overloaded model, a malformed model stopping the start in on
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 from pathlib import Path
@@ -14,9 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.harness import Result, noise, product_env, project_dir, sh
+from tests.acceptance.harness import (
+    Console,
+    Result,
+    noise,
+    product_env,
+    project_dir,
+    sh,
+)
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.openai_server import FakeOpenAI, tool_names
+from tests.fakes.openai_server import FakeOpenAI, tool_call, tool_names
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +41,7 @@ README_EXAMPLES = [
     "model judge",
     "RAVEN_MODEL_MAX_RETRIES",
     ".venv/bin/raven-bot doctor",
+    "raven-bot runs show RUN",
 ]
 
 CHAT = "printf 'hello\\n' | .venv/bin/raven-bot chat"
@@ -197,3 +206,76 @@ def test_doctor_masks_credentials_in_a_model_entry_in_its_configuration(tmp_path
     shown, _ = result.out.split("\nChecks:\n")
     assert f"RAVEN_MODEL                    openai:{LOCAL_MODEL}@http://****@127.0.0.1" in shown
     assert SECRET not in result.both, shown
+
+
+# -- A node's agent falls back, and the run's report says so --------------------------------
+
+GRAPH = {
+    "task_summary": "a greeting",
+    "nodes": [{"id": "s1", "agent": "research", "template": "Say hello in one line."}],
+}
+STARTED = "Started the greeting run."
+REPORTED = "The greeting run is done."
+
+
+def _local_model(body: dict[str, Any]) -> dict[str, Any]:
+    """The local model every call falls back to: the Host submits GRAPH, then acknowledges it
+    and its report; the research agent says hello; the judge accepts; the experience
+    learner (no tools) proposes no skill operations."""
+    names = tool_names(body)
+    if "record_verdict" in names:
+        verdict = {"accomplished": True, "evidence": "it said hello"}
+        return {"tool_calls": [tool_call("record_verdict", verdict)]}
+    if "submit_graph" in names:
+        said = json.dumps(body["messages"][-1])
+        if "**Run `run_" in said:  # the run report reaching the Host
+            return {"content": REPORTED}
+        if any(m.get("role") == "tool" for m in body["messages"]):
+            return {"content": STARTED}
+        return {"tool_calls": [tool_call("submit_graph", GRAPH)]}
+    if not names:
+        return {"content": "[]"}
+    return {"content": "hello from the research agent"}
+
+
+async def test_a_node_answered_by_the_fallback_is_named_in_the_run_report(
+    tmp_path: Path,
+) -> None:
+    home = _home(tmp_path)
+    project = project_dir(tmp_path / "project")
+    async with FakeAnthropic() as anthropic, FakeOpenAI(models=(LOCAL_MODEL,)) as local:
+        # The primary is overloaded for every call of the Host, the agent and the judge.
+        for _ in range(20):
+            anthropic.queue_error(529, "Overloaded")
+        local.responder = _local_model
+        env = product_env(
+            home,
+            ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+            ANTHROPIC_BASE_URL=anthropic.base_url,
+            RAVEN_MODEL="claude-sonnet-5",
+            RAVEN_MODEL_MAX_RETRIES="0",
+            RAVEN_MODEL_FALLBACKS=f"openai:{LOCAL_MODEL}@{local.base_url}",
+        )
+        console = Console(env, project)
+        try:
+            await asyncio.to_thread(console.expect_text, "you> ")
+            console.type("greet me through a research run")
+            await asyncio.to_thread(console.expect_text, STARTED)
+            # The Host reads the run's report and answers the person.
+            await asyncio.to_thread(console.expect_text, REPORTED)
+        finally:
+            console.close()
+        bodies = [json.dumps(r["json"]) for r in local.requests]
+        run_id = re.search(r"run_[0-9a-f]{6,}", console.transcript)
+
+    line = f"`s1` was answered by the fallback model openai:{LOCAL_MODEL}: "
+    line += "anthropic:claude-sonnet-5 was overloaded"
+    # The report the Host read says so in one line ...
+    assert sum(json.dumps(line)[1:-1] in body for body in bodies) == 1, bodies
+    # ... and so does the one a person reads on the bot's host.
+    assert run_id, console.transcript
+    shown = await _sh(f"raven-bot runs show {run_id[0]}", env, project)
+    assert shown.code == 0, shown.both
+    assert line.replace("`", "") in shown.out.replace("`", ""), shown.out
+    assert not noise(console.transcript), noise(console.transcript)
+    assert "raven-bot error" not in console.transcript, console.transcript
