@@ -633,6 +633,9 @@ class Settings(BaseSettings):
                         secrets.append(value.get_secret_value())
                 elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
                     secrets += url_credentials(value)
+                elif name in _MODEL_ENTRY_FIELDS:
+                    for entry in _model_entries(value):
+                        secrets += url_credentials(parse_model_spec(entry).base_url)
         return secrets
 
     def masked(self) -> dict[str, str]:
@@ -651,6 +654,8 @@ class Settings(BaseSettings):
                 shown = mask_secret(value.get_secret_value())
             elif name.endswith(_URL_SUFFIX) and isinstance(value, str):
                 shown = mask_url(value)
+            elif name in _MODEL_ENTRY_FIELDS:
+                shown = ",".join(_masked_entry(e) for e in _model_entries(value)) or "(empty)"
             elif value is None:
                 shown = "(unset)"
             elif isinstance(value, list):
@@ -659,6 +664,24 @@ class Settings(BaseSettings):
                 shown = str(value)
             out[str(env)] = shown
         return out
+
+
+# Settings holding model entries, whose `@<base URL>` may carry credentials.
+_MODEL_ENTRY_FIELDS = frozenset(
+    {"model", "model_judge", "model_episodes", "model_proposer", "model_fallbacks"}
+)
+
+
+def _model_entries(value: object) -> list[str]:
+    """A model setting's entries (one, or a fallback list), empty ones left out."""
+    entries = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return [str(e) for e in entries if e]
+
+
+def _masked_entry(entry: str) -> str:
+    """A model entry with its URL's credentials masked (as `doctor` shows it)."""
+    url = parse_model_spec(entry).base_url
+    return entry.replace(url, mask_url(url)) if url else entry
 
 
 def known_variables() -> list[str]:

@@ -188,11 +188,6 @@ def test_doctor_fails_on_an_unreachable_provider_with_its_credentials_masked(
     assert re.search(r"^FAILED: .*\bmodel\b", result.out, re.MULTILINE), result.out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Settings.masked() masks *_URL settings only: a model entry's URL credentials are "
-    "shown in doctor's effective configuration (fix belongs in bot/settings.py)",
-)
 def test_doctor_masks_credentials_in_a_model_entry_in_its_configuration(tmp_path: Path) -> None:
     url = f"http://ops:{SECRET}@127.0.0.1:{_closed_port()}/v1"
     env = product_env(

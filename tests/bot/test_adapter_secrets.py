@@ -197,3 +197,21 @@ def test_a_declared_name_is_withheld_only_where_the_assembly_passes_it(
         load_registry(agents_file, secret_names=declared)
     entry = load_registry(agents_file, secret_names=fresh).require("matrix")
     assert entry.env_allow == ("MATRIX_PASSPHRASE",)
+
+
+def test_credentials_in_a_model_entrys_url_are_masked_and_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model entry names its server's URL (`openai:m@http://user:pass@host/v1`): doctor
+    shows it masked and the log redactor knows its credentials, as for any URL setting."""
+    monkeypatch.setenv("RAVEN_MODEL", "openai:qwen@http://ops:pw-in-model@127.0.0.1:9/v1")
+    monkeypatch.setenv(
+        "RAVEN_MODEL_FALLBACKS", "claude-haiku-4-5,openai:b@http://u:pw-in-fallback@10.0.0.1/v1"
+    )
+    settings = load_settings()
+    shown = settings.masked()
+    assert "pw-in-model" not in shown["RAVEN_MODEL"] and "openai:qwen@" in shown["RAVEN_MODEL"]
+    assert "pw-in-fallback" not in shown["RAVEN_MODEL_FALLBACKS"]
+    assert shown["RAVEN_MODEL_FALLBACKS"].startswith("claude-haiku-4-5,openai:b@")
+    secrets = settings.secret_values()
+    assert "ops:pw-in-model" in secrets and "u:pw-in-fallback" in secrets
