@@ -88,7 +88,8 @@ async def test_a_firing_over_its_owners_budget_is_refused_and_said_as_a_failure(
     host = _person_rows(bot, "host")
     assert [(person, conversation) for person, conversation, _, _ in host] == [("U1", CONV.id)]
     assert host[0][3] == LARGE["input_tokens"]
-    # Every call the firing made (the skill gate's too) is the owner's.
+    # Every call the firing led to is the owner's (once its memory write is done).
+    await bot.rt.memory_writer.idle()
     everyone = db_rows(bot.rt.settings.home, "SELECT DISTINCT person FROM model_calls")
     assert everyone == [("U1",)]
 
