@@ -75,6 +75,9 @@ class Decision(BaseModel):
     report: str | None = None
     failed: bool = False  # the report closes the campaign as failed
     notes: tuple[str, ...] = ()  # clamping and citation notes for the decision record
+    # Made by the rules in a model-backed decider's place (the owner's budget is spent): no
+    # model call to count, and recorded as the policy's.
+    by_rules: bool = False
     # A drafted (factual) report's opening sentence and the wake that ends its last round:
     # the engine drafts the report again from the record when it closes the campaign, so
     # what a terminate changed (the round's end, its compute) is in it.

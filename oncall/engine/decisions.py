@@ -36,7 +36,8 @@ class Decisions:
         context = await self._context(record, reason)
         by = "agent" if decider.model_backed else "policy"
         try:
-            await self._apply(record, await self._ask(record, context), by=by)
+            decision = await self._ask(record, context)
+            await self._apply(record, decision, by="policy" if decision.by_rules else by)
             return
         except CampaignError as exc:
             refusal = str(exc)
@@ -59,7 +60,7 @@ class Decisions:
         # Its model call is counted against the campaign's owner, in its thread.
         with call_scope(person=record.owner, conversation=record.conversation, run=record.id):
             decision = await decider.decide(context)
-        if decider.model_backed:
+        if decider.model_backed and not decision.by_rules:
             await self._core.store.add_model_calls(record.id, 1)
         return decision
 

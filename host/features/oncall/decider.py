@@ -92,7 +92,8 @@ class ModelDecider:
             # The campaign goes on by the rules (no model call) until the budget renews.
             decision = await self._fallback.decide(context)
             note = f"decided by the rules, not the model: {refusal}"
-            return decision.model_copy(update={"notes": (*decision.notes, note)})
+            notes = (*decision.notes, note)
+            return decision.model_copy(update={"notes": notes, "by_rules": True})
         try:
             async with asyncio.timeout(self._timeout):
                 reply = await self._provider.complete(

@@ -195,11 +195,6 @@ async def test_a_campaign_over_its_owners_budget_decides_by_the_rules(
     assert not any(n.startswith("decided by the rules") for n in decision.notes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="oncall/engine/decisions.py counts a model call (and records `by: agent`) for a "
-    "decision the rules made because the owner's budget was spent",
-)
 async def test_a_campaign_decided_by_the_rules_counts_no_model_call(
     budgeted: tuple[Bot, FakeAnthropic],
 ) -> None:
