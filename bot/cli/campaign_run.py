@@ -1,5 +1,5 @@
 """`raven-bot campaigns run`: one campaign run headless in the foreground (scripts and CI),
-with the configured decider: the model with ANTHROPIC_API_KEY, else the offline rule-based
+with the configured decider: the model when RAVEN_MODEL has its key, else the rule-based
 policy. Kept apart from the reading commands, which need none of the runtime."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`raven-bot campaigns list|show|chart|stop|run`: campaign records from the command line (a
 campaign's chart as PNG or SVG), and one campaign run headless in the foreground (scripts
-and CI) with the configured decider: the model with ANTHROPIC_API_KEY, else the offline
+and CI) with the configured decider: the model when RAVEN_MODEL has its key, else the offline
 rule-based policy.
 
 Reading commands open RAVEN_HOME/raven.db as `raven-bot runs` does. `stop` works while a bot

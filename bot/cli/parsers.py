@@ -17,7 +17,7 @@ The command runs in the current directory (or --workdir), sandboxed: that direct
 working directory and the only place it may write, so `--run "python train.py"` runs the
 train.py found there. Its output and exit code are kept under RAVEN_HOME/campaigns/<id>/.
 
-Decisions are made by the model when ANTHROPIC_API_KEY is set (one call per wake-up, none
+Decisions are made by the model when RAVEN_MODEL has its key (one call per wake-up, none
 while the campaign waits; the policy when a call fails), else by the offline rule-based
 policy (continue while improving within budget, stop on divergence or budget, resubmit a
 crash once). Notices go to stderr, one line each; the record goes to stdout (--json adds
@@ -238,7 +238,8 @@ def _add_eval(sub: _Commands) -> None:
         description=(
             "Give the Host each request with the standard delegation instruction, capture the "
             "graph it submits without running it, and score it. Needs a model "
-            "(ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL for any Anthropic-compatible server)."
+            "(RAVEN_MODEL with its key: ANTHROPIC_API_KEY, or OPENAI_API_KEY or a server URL "
+            "for an openai: model)."
         ),
     )
     plans.add_argument("--tasks", type=Path, default=None, help=tasks_help)

@@ -29,8 +29,8 @@ WorkKind = Literal["plan", "campaign", "request", "check"]
 _CONFIRM = re.compile(r"^\s*(confirm|please confirm|ask (me )?first)\s*[.!]?\s*$", re.IGNORECASE)
 OFFLINE_ONLY = (
     "Without a model (offline mode) I can schedule only what runs without one: an explicit "
-    "plan such as `s1: shell: df -h` (one node per line) or a `campaign:` line. Set "
-    "ANTHROPIC_API_KEY to schedule any request."
+    "plan such as `s1: shell: df -h` (one node per line) or a `campaign:` line. Give "
+    "RAVEN_MODEL its key (ANTHROPIC_API_KEY or OPENAI_API_KEY) to schedule any request."
 )
 
 

@@ -118,7 +118,7 @@ class Settler:
             return Verdict(
                 accomplished=False,
                 category="missing_credential",
-                missing="a language model (ANTHROPIC_API_KEY)",
+                missing="a language model (RAVEN_MODEL's key: ANTHROPIC_API_KEY or OPENAI_API_KEY)",
                 evidence=outcome.output[:500],
             )
         encode = self._encoder.encode
