@@ -93,7 +93,9 @@ class ModelDecider:
             decision = await self._fallback.decide(context)
             note = f"decided by the rules, not the model: {refusal}"
             notes = (*decision.notes, note)
-            return decision.model_copy(update={"notes": notes, "by_rules": True})
+            # Said in the campaign's thread and record: why no model decided this time.
+            reason = f"{decision.reason} (decided by the rules: the owner's model budget is spent)"
+            return decision.model_copy(update={"notes": notes, "by_rules": True, "reason": reason})
         try:
             async with asyncio.timeout(self._timeout):
                 reply = await self._provider.complete(

@@ -188,6 +188,8 @@ async def test_a_campaign_over_its_owners_budget_decides_by_the_rules(
         "decided by the rules, not the model: Your daily model budget is spent: 50,001 tokens "
         f"of {DAY_BUDGET:,} tokens today."
     ), note
+    # The thread and the campaign's record say why no model decided.
+    assert decision.reason.endswith("(decided by the rules: the owner's model budget is spent)")
     assert not fake.requests
     # Another owner's campaign, with budget left, is decided by the model.
     decision = await decider.decide(dataclasses.replace(context, owner="U2"))
