@@ -17,7 +17,12 @@ from agents.harness import Harness
 from agents.models.fallback import fallback_note, scoped_for_turn
 from agents.models.provider import ModelProvider
 from agents.models.types import Message, ModelReply, TextBlock, ToolCall, ToolResult, Usage
-from agents.text_tool_calls import is_recovered, recover_tool_calls
+from agents.text_tool_calls import (
+    CallRewrite,
+    is_recovered,
+    recover_tool_calls,
+    rewrite_unknown_calls,
+)
 from agents.tools import Ctx, ToolRegistry, dump_input
 
 log = logging.getLogger(__name__)
@@ -58,9 +63,12 @@ class AgentLoop(Generic[Ctx]):
         harness: Harness | None = None,
         max_iterations: int = 40,
         max_tokens: int = 4096,
+        rewrite: CallRewrite | None = None,
     ) -> None:
         self._provider = provider
         self._harness = harness or Harness()
+        # Maps a call to a tool not offered onto one that is (the Host: an agent's name).
+        self._rewrite = rewrite
         self._max_iterations = max_iterations
         self._max_tokens = max_tokens
 
@@ -103,6 +111,8 @@ class AgentLoop(Generic[Ctx]):
             # the history then holds it as a real call, so its result pairs with it.
             if not self._provider.offline:  # the offline rules never write calls as text
                 reply = recover_tool_calls(reply, offered.specs) or reply
+                if self._rewrite is not None:
+                    reply = rewrite_unknown_calls(reply, offered.specs, self._rewrite) or reply
             calls = reply.tool_calls
             await emit(_model_event(iteration, reply, final=not calls))
             if not calls:

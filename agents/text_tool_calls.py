@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import jsonschema  # type: ignore[import-untyped]
@@ -113,3 +113,26 @@ def _without(text: str, spans: Sequence[tuple[int, int]]) -> str:
         cursor = end
     kept.append(text[cursor:])
     return "".join(kept)
+
+
+# Maps a call to a tool nobody offered onto one that is (None: it knows no such call).
+CallRewrite = Callable[[ToolCall], ToolCall | None]
+
+
+def rewrite_unknown_calls(
+    reply: ModelReply, offered: Sequence[ToolSpec], rewrite: CallRewrite
+) -> ModelReply | None:
+    """The reply with each call to a tool not offered that `rewrite` knows replaced by the
+    call it maps to, marked recovered (None: nothing to rewrite). A weak model calls an
+    agent by its name as if it were a tool; the Host's rewrite makes that a `delegate`."""
+    names = {spec.name for spec in offered}
+    changed = False
+    content: list[TextBlock | ToolCall] = []
+    for block in reply.content:
+        mapped = rewrite(block) if isinstance(block, ToolCall) and block.name not in names else None
+        if mapped is not None and mapped.name in names:
+            content.append(mapped.model_copy(update={"id": f"{RECOVERED_ID_PREFIX}{mapped.id}"}))
+            changed = True
+        else:
+            content.append(block)
+    return reply.model_copy(update={"content": content}) if changed else None

@@ -44,7 +44,12 @@ from bot.working import working_statuses
 from core.lifecycle import TimedExitStack
 from core.store import Store
 from host.agent.host_agent import HostAgent
-from host.agent.tools import HostToolDeps, OrchestrationContext, build_host_tools
+from host.agent.tools import (
+    HostToolDeps,
+    OrchestrationContext,
+    agent_calls_as_delegate,
+    build_host_tools,
+)
 from host.conversation.lanes import LaneManager
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import subscribe_decision_handlers
@@ -439,6 +444,8 @@ async def build_runtime(
         tool_sources=[s for f in installed if (s := f.tool_source()) is not None],
         max_iterations=settings.max_iterations,
         max_tokens=settings.max_tokens,
+        # A weak model calls an agent by its name as if it were a tool: read as `delegate`.
+        rewrite=agent_calls_as_delegate(parts.registry),
     )
     commands = [h for f in installed if (h := f.commands()) is not None]
     # "is thinking…" / "is running `s2`…" while a turn or a node works in a thread.

@@ -12,6 +12,7 @@ from agents.loop import AgentLoop, LoopResult
 from agents.models.provider import ModelProvider
 from agents.models.requester_text import answer_header
 from agents.models.types import Message, TextBlock
+from agents.text_tool_calls import CallRewrite
 from agents.tools import Tool, ToolRegistry, ToolSource
 from core.fence import fence, new_marker
 from host.agent.no_reply import NO_REPLY_NOTE, Silence
@@ -100,8 +101,10 @@ class HostAgent:
         max_iterations: int = 40,
         max_tokens: int = 4096,
         system_prompt: str = HOST_SYSTEM_PROMPT,
+        rewrite: CallRewrite | None = None,
     ) -> None:
         self._harness = harness
+        self._rewrite = rewrite
         self._tools = tools
         self._system = system_prompt
         self._sources = tuple(context_sources)
@@ -139,6 +142,7 @@ class HostAgent:
             harness=self._harness.for_turn(ctx),
             max_iterations=self._max_iterations,
             max_tokens=self._max_tokens,
+            rewrite=self._rewrite,
         )
         result = await loop.run(system=system, messages=messages, tools=tools, ctx=ctx)
         visible, attributions = extract_attribution(result.text)

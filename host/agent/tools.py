@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from agents.models.types import ToolCall
 from agents.registry import AgentRegistry
+from agents.text_tool_calls import CallRewrite
 from agents.tools import Tool, ToolOutput
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
@@ -454,3 +456,34 @@ def roster(registry: AgentRegistry) -> str:
         shown = f" [{', '.join(tags)}]" if tags else ""
         lines.append(f"- `{entry.name}` — {entry.description}{shown}")
     return "\n".join(lines)
+
+
+# Where a weak model puts an agent's task when it calls the agent as a tool.
+_TASK_KEYS = ("task", "command", "prompt", "message", "input", "query", "request")
+
+
+def agent_calls_as_delegate(registry: AgentRegistry) -> CallRewrite:
+    """A call to an enabled agent by its name (`shell` with `{"command": "…"}`), which a weak
+    model makes instead of `delegate`, read as `delegate` to that agent with that task; the
+    delegation then passes every check and approval a `delegate` call passes."""
+
+    def rewrite(call: ToolCall) -> ToolCall | None:
+        entry = registry.get(call.name)
+        if entry is None or not entry.enabled:
+            return None
+        task = _task_of(call.input)
+        if task is None:
+            return None
+        return ToolCall(id=call.id, name="delegate", input={"agent": entry.name, "task": task})
+
+    return rewrite
+
+
+def _task_of(arguments: Mapping[str, object]) -> str | None:
+    """The task a call to an agent carries: under a usual key, or its one string argument."""
+    for key in _TASK_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    strings = [v for v in arguments.values() if isinstance(v, str) and v.strip()]
+    return strings[0] if len(strings) == 1 and len(arguments) == 1 else None
