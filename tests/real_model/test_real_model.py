@@ -197,6 +197,13 @@ def test_the_host_plans_and_the_shell_agent_runs_it(chat: Chat) -> None:
     assert re.search(r"\bshell\b", shown) and ECHOED in shown, shown
     listed = _raven(chat, "runs", "list")
     assert run_id in listed, listed
+    # The Host reads the report and answers: its turn ends, and does not fail.
+    deadline = time.monotonic() + ONE_STEP_WITHIN
+    while not chat.idle(typed=1) and time.monotonic() < deadline:
+        chat.console.drain()
+        time.sleep(POLL / 20)  # polling the bot's records, as above
+    statuses = [status for (status,) in chat.rows("SELECT status FROM turns")]
+    assert statuses and all(s == "completed" for s in statuses), statuses
 
 
 async def test_the_openai_provider_round_trips_a_tool_call(real_model: RunningServer) -> None:
@@ -225,16 +232,20 @@ async def test_the_openai_provider_round_trips_a_tool_call(real_model: RunningSe
             max_tokens=200,
         )
         assert first.stop_reason == "tool_use", first
-        (call,) = first.tool_calls
-        assert call.name == "read_thermometer" and "kitchen" in str(call.input).lower(), call
+        calls = first.tool_calls  # this model sometimes asks twice at once
+        assert calls and all(c.name == "read_thermometer" for c in calls), first
+        assert "kitchen" in str(calls[0].input).lower(), first
         # The result goes back with no tool on offer: offered the tool again, this model
         # calls it again rather than answer.
         second = await provider.complete(
             system="You answer with the tools you are given.",
             messages=[
                 question,
-                Message(role="assistant", content=[call]),
-                Message(role="user", content=[ToolResult(tool_use_id=call.id, content="21.5")]),
+                Message(role="assistant", content=list(calls)),
+                Message(
+                    role="user",
+                    content=[ToolResult(tool_use_id=c.id, content="21.5") for c in calls],
+                ),
             ],
             max_tokens=200,
         )
