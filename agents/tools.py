@@ -90,10 +90,18 @@ class Tool(Generic[Ctx]):
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
 
 
+# Length bounds above this are left out of what the model sees (our validation keeps them):
+# llama.cpp cannot turn a larger repetition bound into its tool-call grammar, and then
+# drops the grammar for every tool of the call (a weak model's calls go unparsed).
+MAX_SCHEMA_BOUND = 2000
+_BOUNDS = frozenset({"maxLength", "maxItems", "maxProperties"})
+
+
 def lean_schema(schema: Any, *, top: bool = True) -> Any:
     """A JSON schema without what every model call pays for and no model needs: pydantic's
     `title`s (the property names again), models' descriptions (their docstrings, for code
-    readers: the tool's description says what the model needs), `"default": null`, and
+    readers: the tool's description says what the model needs), `"default": null`, length
+    bounds too large to matter to a model (`MAX_SCHEMA_BOUND`), and
     optional fields' `anyOf: [X, null]` as `"type": [X, "null"]` (null stays valid, so a
     recovered text-written call is checked as before)."""
     if isinstance(schema, list):
@@ -106,6 +114,8 @@ def lean_schema(schema: Any, *, top: bool = True) -> Any:
             continue
         if key == "default" and value is None:
             continue
+        if key in _BOUNDS and isinstance(value, int) and value > MAX_SCHEMA_BOUND:
+            continue  # checked on our side; llama.cpp's grammar refuses such a bound
         if key == "$defs":  # each a model too: its docstring is not for the model
             out[key] = {name: lean_schema(sub) for name, sub in value.items()}
         elif key in ("properties", "patternProperties"):

@@ -18,7 +18,7 @@ from agents.text_tool_calls import CallRewrite
 from agents.tools import Tool, ToolOutput
 from host.graph.admission import AdmissionError
 from host.graph.executor import GraphRun
-from host.graph.model import GraphSubmission
+from host.graph.model import NODE_ID_PATTERN, GraphSubmission
 from host.graph.run_store import RunRecord
 from host.graph.runs import RunManager, submission_json
 from host.prompts.broker import PromptBroker
@@ -237,8 +237,11 @@ class HostTools:
 
     async def delegate(self, ctx: TurnContext, args: DelegateInput) -> str | ToolOutput:
         """The `delegate` tool: a single-node graph run in the foreground."""
+        # An optional id that is no node id (a weak model invents `123`) is left out, not an
+        # error: nothing refers to a delegated node before it exists.
+        given = args.id if args.id and re.fullmatch(NODE_ID_PATTERN, args.id) else None
         node: dict[str, Any] = {
-            "id": args.id or _node_id_for(args.agent),
+            "id": given or _node_id_for(args.agent),
             "agent": args.agent,
             "template": args.task,
             "deps": args.deps,
@@ -465,15 +468,16 @@ _TASK_KEYS = ("task", "command", "prompt", "message", "input", "query", "request
 def agent_calls_as_delegate(registry: AgentRegistry) -> CallRewrite:
     """A call to an enabled agent by its name (`shell` with `{"command": "…"}`), which a weak
     model makes instead of `delegate`, read as `delegate` to that agent with that task; the
-    delegation then passes every check and approval a `delegate` call passes."""
+    delegation then passes every check and approval a `delegate` call passes. With no task
+    found it is `delegate` without one: its error says the task is missing."""
 
     def rewrite(call: ToolCall) -> ToolCall | None:
         entry = registry.get(call.name)
         if entry is None or not entry.enabled:
             return None
         task = _task_of(call.input)
-        if task is None:
-            return None
+        if task is None:  # `delegate` then says its task is missing, naming the tool to use
+            return ToolCall(id=call.id, name="delegate", input={"agent": entry.name})
         return ToolCall(id=call.id, name="delegate", input={"agent": entry.name, "task": task})
 
     return rewrite

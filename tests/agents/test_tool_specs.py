@@ -70,3 +70,32 @@ def test_every_tool_schema_is_lean_and_checks_what_the_model_checks() -> None:
     check = jsonschema.Draft202012Validator(dict(spec.input_schema))
     assert check.is_valid({"text": "a", "tag": None}) and check.is_valid({"text": "a", "tag": "x"})
     assert not check.is_valid({"text": "a", "tag": "X!"}) and not check.is_valid({"tag": "x"})
+
+
+class Bounded(BaseModel):
+    """Input of `bounded`."""
+
+    name: str = Field(max_length=40)
+    template: str = Field(max_length=100_000)
+    items: list[str] = Field(default_factory=list, max_length=5_000)
+
+
+async def test_bounds_too_large_for_a_grammar_are_left_to_our_validation() -> None:
+    """llama.cpp refuses a repetition bound above 2000 in its tool-call grammar and then
+    parses no call of that request: such bounds are not sent; small ones are, and ours
+    still refuse what is too long."""
+
+    async def bounded(ctx: None, args: Bounded) -> str:
+        return args.name
+
+    registry = ToolRegistry[None]([Tool("bounded", "Bounded.", Bounded, bounded)])
+    [spec] = registry.specs
+    properties = spec.input_schema["properties"]
+    assert properties["name"]["maxLength"] == 40
+    assert "maxLength" not in properties["template"]
+    assert "maxItems" not in properties["items"]
+    from agents.models.types import ToolCall
+
+    too_long = ToolCall(id="t", name="bounded", input={"name": "n", "template": "x" * 100_001})
+    result = await registry.dispatch(too_long, None)
+    assert result.is_error and "template" in result.content

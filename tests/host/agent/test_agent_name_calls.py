@@ -4,7 +4,11 @@ called `shell` with `{"command": "echo hello-from-raven"}`): the Host reads that
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agents.loop import AgentLoop
 from agents.models.anthropic_provider import AnthropicProvider
@@ -14,6 +18,9 @@ from agents.tools import Tool, ToolRegistry
 from core.secret_names import SecretNames
 from host.agent.tools import DelegateInput, agent_calls_as_delegate
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.chat_adapter import FakeChatAdapter
+from tests.helpers import inbound
+from tests.runtime_kit import chat_runtime, online
 
 
 def _registry() -> Any:
@@ -29,11 +36,13 @@ def test_an_agents_name_with_a_task_becomes_a_delegate_call() -> None:
     # The one string argument of a call, whatever its key, is the task.
     lone = rewrite(ToolCall(id="t2", name="research", input={"topic": "faiss"}))
     assert lone is not None and lone.input == {"agent": "research", "task": "faiss"}
-    # Not an agent, no task, or several arguments without a usual key: left alone (the
-    # loop then answers "Unknown tool" as before).
+    # Not an agent: left alone (the loop then answers "Unknown tool" as before).
     assert rewrite(ToolCall(id="t3", name="rm", input={"command": "x"})) is None
-    assert rewrite(ToolCall(id="t4", name="shell", input={})) is None
-    assert rewrite(ToolCall(id="t5", name="shell", input={"a": "x", "b": "y"})) is None
+    # An agent with no task found (the real model called `shell` with `{}`): `delegate`
+    # without one, whose error then names the missing task of the tool to use.
+    for arguments in ({}, {"a": "x", "b": "y"}):
+        bare = rewrite(ToolCall(id="t4", name="shell", input=arguments))
+        assert bare == ToolCall(id="t4", name="delegate", input={"agent": "shell"})
 
 
 async def test_the_loop_runs_it_as_delegate_and_marks_it_recovered() -> None:
@@ -62,3 +71,58 @@ async def test_the_loop_runs_it_as_delegate_and_marks_it_recovered() -> None:
     assert not tool["is_error"]
     assert second[1]["content"][0]["name"] == "delegate"
     assert result.text == "Started."
+
+
+async def test_an_agent_called_without_a_task_hears_what_delegate_needs() -> None:
+    tools = ToolRegistry([Tool("delegate", "Delegate a task.", DelegateInput, _never)])
+    async with FakeAnthropic() as fake:
+        fake.queue_tool_use("shell", {})
+        fake.queue_text("I need the command.")
+        provider = AnthropicProvider(api_key="k", model="m", base_url=fake.base_url)
+        loop: AgentLoop[object] = AgentLoop(provider, rewrite=agent_calls_as_delegate(_registry()))
+        result = await loop.run(
+            system="s", messages=[Message.user_text("run it")], tools=tools, ctx=object()
+        )
+        await provider.aclose()
+    [tool] = [e for e in result.transcript if e["type"] == "tool"]
+    assert tool["name"] == "delegate" and tool["is_error"] and tool["recovered"]
+    assert "Invalid input for `delegate`: task" in tool["output"]
+
+
+async def _never(ctx: object, args: DelegateInput) -> str:
+    raise AssertionError("a delegate call without a task must not run")
+
+
+async def test_an_invented_delegate_id_is_replaced_not_refused(
+    monkeypatch: pytest.MonkeyPatch, isolated_env: Path
+) -> None:
+    """The real model gave `delegate` ids such as `123`, which are no node ids: admission
+    refused the whole delegation. The optional id is left out instead (nothing refers to a
+    node before it exists), so the delegation runs under a generated id."""
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        system, last = json.dumps(body.get("system")), json.dumps(body["messages"][-1])
+        if "You judge whether an agent accomplished" in system:
+            verdict = {"accomplished": True, "evidence": "output present"}
+            return {"content": [_use("record_verdict", verdict)]}
+        if "You are Raven, the Host Agent" in system:
+            if "tool_result" in last:
+                return {"content": "Looked it up."}
+            task = {"agent": "research", "task": "Look it up.", "id": "123"}
+            return {"content": [_use("delegate", task)]}
+        return {"content": "Found it."}
+
+    async with online(monkeypatch) as fake:
+        fake.responder = answer
+        async with chat_runtime(FakeChatAdapter()) as runtime:
+            msg = inbound("Look it up, please.", "e1")
+            turn = await runtime.service.accept(msg)
+            assert turn is not None
+            assert (await turn).text == "Looked it up."
+            [run] = await runtime.runs.store.runs(msg.conversation.id)
+            [node] = await runtime.runs.store.nodes_of_run(run.id)
+    assert node.node_id.startswith("research") and node.state == "completed"
+
+
+def _use(name: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": f"toolu_{name}", "name": name, "input": payload}
