@@ -150,12 +150,19 @@ class ToolSource(Protocol[Ctx]):
 class ToolRegistry(Generic[Ctx]):
     """An immutable set of tools with validated dispatch."""
 
-    def __init__(self, tools: Sequence[Tool[Ctx]] = ()) -> None:
+    def __init__(
+        self,
+        tools: Sequence[Tool[Ctx]] = (),
+        *,
+        unknown_hint: Callable[[str], str | None] | None = None,
+    ) -> None:
         names = [t.name for t in tools]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
             raise ValueError(f"duplicate tool names: {sorted(duplicates)}")
         self._tools = {t.name: t for t in tools}
+        # What to say of a call to a tool nobody offers (the Host: "`shell` is an agent…").
+        self._unknown_hint = unknown_hint
         self._specs = tuple(t.spec for t in self._tools.values())
 
     @property
@@ -170,18 +177,22 @@ class ToolRegistry(Generic[Ctx]):
     def select(self, names: Iterable[str]) -> ToolRegistry[Ctx]:
         """A new registry with only the named tools (unknown names are ignored)."""
         wanted = set(names)
-        return ToolRegistry([t for n, t in self._tools.items() if n in wanted])
+        kept = [t for n, t in self._tools.items() if n in wanted]
+        return ToolRegistry(kept, unknown_hint=self._unknown_hint)
 
     def with_tools(self, tools: Sequence[Tool[Ctx]]) -> ToolRegistry[Ctx]:
         """A new registry with extra tools added."""
-        return ToolRegistry([*self._tools.values(), *tools])
+        return ToolRegistry([*self._tools.values(), *tools], unknown_hint=self._unknown_hint)
 
     async def dispatch(self, call: ToolCall, ctx: Ctx) -> ToolResult:
         """Validate the call's input and run the tool; every failure becomes an error result."""
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(self._tools) or "none"
-            return _error(call, f"Unknown tool `{call.name}`. Available tools: {known}.")
+            hint = self._unknown_hint(call.name) if self._unknown_hint is not None else None
+            return _error(
+                call, f"Unknown tool `{call.name}`. {hint or f'Available tools: {known}.'}"
+            )
         args: Any
         if tool.input_schema is not None:
             args = dict(call.input)  # its owner checks it

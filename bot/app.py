@@ -48,6 +48,7 @@ from host.agent.tools import (
     HostToolDeps,
     OrchestrationContext,
     agent_calls_as_delegate,
+    agent_tool_hint,
     build_host_tools,
 )
 from host.conversation.lanes import LaneManager
@@ -436,7 +437,7 @@ async def build_runtime(
     tool_names = [t.name for t in host_tools]
     host = HostAgent(
         parts.provider,
-        ToolRegistry[TurnContext](host_tools),
+        ToolRegistry[TurnContext](host_tools, unknown_hint=agent_tool_hint(parts.registry)),
         context_sources=(
             OrchestrationContext(tool_deps),
             *(c for f in installed for c in f.context_sources(tool_names)),

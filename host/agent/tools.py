@@ -469,15 +469,15 @@ def agent_calls_as_delegate(registry: AgentRegistry) -> CallRewrite:
     """A call to an enabled agent by its name (`shell` with `{"command": "…"}`), which a weak
     model makes instead of `delegate`, read as `delegate` to that agent with that task; the
     delegation then passes every check and approval a `delegate` call passes. With no task
-    found it is `delegate` without one: its error says the task is missing."""
+    found it stays unknown, and `agent_tool_hint` says how to run the agent."""
 
     def rewrite(call: ToolCall) -> ToolCall | None:
         entry = registry.get(call.name)
         if entry is None or not entry.enabled:
             return None
         task = _task_of(call.input)
-        if task is None:  # `delegate` then says its task is missing, naming the tool to use
-            return ToolCall(id=call.id, name="delegate", input={"agent": entry.name})
+        if task is None:  # no task to delegate: `agent_tool_hint` says how to call it
+            return None
         return ToolCall(id=call.id, name="delegate", input={"agent": entry.name, "task": task})
 
     return rewrite
@@ -491,3 +491,18 @@ def _task_of(arguments: Mapping[str, object]) -> str | None:
             return value
     strings = [v for v in arguments.values() if isinstance(v, str) and v.strip()]
     return strings[0] if len(strings) == 1 and len(arguments) == 1 else None
+
+
+def agent_tool_hint(registry: AgentRegistry) -> Callable[[str], str | None]:
+    """What the Host hears when it calls an agent by its name with no task: how to run it."""
+
+    def hint(name: str) -> str | None:
+        entry = registry.get(name)
+        if entry is None or not entry.enabled:
+            return None
+        return (
+            f"`{name}` is an agent, not a tool: run it with the `delegate` tool, as in "
+            f'{{"agent": "{name}", "task": "<what it should do, e.g. the exact command>"}}.'
+        )
+
+    return hint

@@ -16,7 +16,7 @@ from agents.models.types import Message, ToolCall
 from agents.registry import load_registry
 from agents.tools import Tool, ToolRegistry
 from core.secret_names import SecretNames
-from host.agent.tools import DelegateInput, agent_calls_as_delegate
+from host.agent.tools import DelegateInput, agent_calls_as_delegate, agent_tool_hint
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import inbound
@@ -38,11 +38,10 @@ def test_an_agents_name_with_a_task_becomes_a_delegate_call() -> None:
     assert lone is not None and lone.input == {"agent": "research", "task": "faiss"}
     # Not an agent: left alone (the loop then answers "Unknown tool" as before).
     assert rewrite(ToolCall(id="t3", name="rm", input={"command": "x"})) is None
-    # An agent with no task found (the real model called `shell` with `{}`): `delegate`
-    # without one, whose error then names the missing task of the tool to use.
-    for arguments in ({}, {"a": "x", "b": "y"}):
-        bare = rewrite(ToolCall(id="t4", name="shell", input=arguments))
-        assert bare == ToolCall(id="t4", name="delegate", input={"agent": "shell"})
+    # An agent with no task found (the real model called `shell` with `{}`): left unknown,
+    # and the Host's registry says how to run it (`agent_tool_hint`).
+    assert rewrite(ToolCall(id="t4", name="shell", input={})) is None
+    assert rewrite(ToolCall(id="t5", name="shell", input={"a": "x", "b": "y"})) is None
 
 
 async def test_the_loop_runs_it_as_delegate_and_marks_it_recovered() -> None:
@@ -73,10 +72,14 @@ async def test_the_loop_runs_it_as_delegate_and_marks_it_recovered() -> None:
     assert result.text == "Started."
 
 
-async def test_an_agent_called_without_a_task_hears_what_delegate_needs() -> None:
-    tools = ToolRegistry([Tool("delegate", "Delegate a task.", DelegateInput, _never)])
+async def test_an_agent_called_without_a_task_hears_how_to_run_it() -> None:
+    tools = ToolRegistry(
+        [Tool("delegate", "Delegate a task.", DelegateInput, _never)],
+        unknown_hint=agent_tool_hint(_registry()),
+    )
     async with FakeAnthropic() as fake:
         fake.queue_tool_use("shell", {})
+        fake.queue_tool_use("rm", {"path": "x"})
         fake.queue_text("I need the command.")
         provider = AnthropicProvider(api_key="k", model="m", base_url=fake.base_url)
         loop: AgentLoop[object] = AgentLoop(provider, rewrite=agent_calls_as_delegate(_registry()))
@@ -84,13 +87,18 @@ async def test_an_agent_called_without_a_task_hears_what_delegate_needs() -> Non
             system="s", messages=[Message.user_text("run it")], tools=tools, ctx=object()
         )
         await provider.aclose()
-    [tool] = [e for e in result.transcript if e["type"] == "tool"]
-    assert tool["name"] == "delegate" and tool["is_error"] and tool["recovered"]
-    assert "Invalid input for `delegate`: task" in tool["output"]
+    shell, rm = [e for e in result.transcript if e["type"] == "tool"]
+    assert shell["name"] == "shell" and shell["is_error"]
+    assert shell["output"] == (
+        "Unknown tool `shell`. `shell` is an agent, not a tool: run it with the `delegate` "
+        'tool, as in {"agent": "shell", "task": "<what it should do, e.g. the exact command>"}.'
+    )
+    # Not an agent: the tools offered, as before.
+    assert rm["output"] == "Unknown tool `rm`. Available tools: delegate."
 
 
 async def _never(ctx: object, args: DelegateInput) -> str:
-    raise AssertionError("a delegate call without a task must not run")
+    raise AssertionError("nothing runs without a task")
 
 
 async def test_an_invented_delegate_id_is_replaced_not_refused(
