@@ -209,7 +209,10 @@ def _schedule(walk: Walk, line: str) -> None:
     wait_until(ran, f"{task}'s run to end")
     ((run, state),) = walk.rows("SELECT id, state FROM graph_runs WHERE for_task = ?", task)
     assert state == "completed", state
-    (output,) = (walk.home / "runs" / str(run) / "outputs").glob("*.md")
+    # A run ends in SQLite first; its view files (outputs/) follow it, before its report.
+    outputs = walk.home / "runs" / str(run) / "outputs"
+    wait_until(lambda: any(outputs.glob("*.md")), f"{run}'s output file")
+    (output,) = outputs.glob("*.md")
     shown = output.read_text()
     if "shell: df " in line:
         # What the README says it measures: the disk holding RAVEN_HOME, where the workspace

@@ -23,6 +23,7 @@ from host.features.feature import BaseFeature, FeatureKind, HostParts
 from host.features.permissions.migrations import MIGRATIONS as PERMISSIONS
 from host.features.schedules.migrations import MIGRATIONS as SCHEDULES
 from host.features.skills.migrations import MIGRATIONS as SKILLS
+from host.features.usage.migrations import MIGRATIONS as USAGE
 from host.graph.migrations import MIGRATIONS as GRAPH
 from host.nudges.migrations import MIGRATIONS as NUDGES
 from host.prompts.migrations import MIGRATIONS as PROMPTS
@@ -32,7 +33,8 @@ from oncall.migrations import MIGRATIONS as ONCALL
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The list bot/schema.py kept by hand before features declared their own migrations.
+# The list bot/schema.py kept by hand before features declared their own migrations (and
+# the tables of features added since, at the end).
 HAND_LIST: tuple[Migration, ...] = (
     *CONVERSATIONS,
     *PROMPTS,
@@ -44,6 +46,7 @@ HAND_LIST: tuple[Migration, ...] = (
     *SCHEDULES,
     *NUDGES,
     *EVOLUTION,
+    *USAGE,
 )
 
 

@@ -79,8 +79,9 @@ async def test_help_lists_every_control_word_and_syntax_and_each_works(
     for syntax in ("`id: agent: task`", "`[after a, b]`", "`{{id.output}}`", "`confirm`"):
         assert syntax in reply, syntax
     assert CAMPAIGN_EXAMPLE in reply
+    # Every campaign field: the required ones in the example, the options by name.
     for field in FIELDS:
-        assert f"{field}:" in reply, field
+        assert f"{field}:" in reply or f"`{field}`" in reply, field
     for usage, _ in MEMORY_USAGE:
         assert f"`{usage}`" in reply, usage
     assert OFFLINE_NOTICE not in adapter.texts
