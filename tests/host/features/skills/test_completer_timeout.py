@@ -20,10 +20,12 @@ class Stalled(TestProvider):
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.asked = asyncio.Event()
 
     async def reply(
         self, system: str, messages: list[Message], tools: list[ToolSpec]
     ) -> ModelReply:
+        self.asked.set()
         await self.release.wait()
         return ModelReply(content=[TextBlock(text="late")], stop_reason="end_turn")
 
@@ -56,6 +58,6 @@ async def test_without_a_limit_the_providers_own_applies() -> None:
 async def test_without_a_limit_a_slow_answer_arrives() -> None:
     provider = Stalled()
     call = asyncio.create_task(ProviderCompleter(provider).complete("s", "u"))
-    await asyncio.sleep(0)
+    await provider.asked.wait()  # the call is in flight, with no limit of its own
     provider.release.set()
     assert await call == "late"
