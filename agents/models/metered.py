@@ -66,11 +66,6 @@ class MeteredProvider:
         return self._inner
 
     @property
-    def role(self) -> str:
-        """Whose calls these are (`host`, `judge`, `agent:research`, …)."""
-        return self._role
-
-    @property
     def name(self) -> str:
         return self._inner.name
 

@@ -78,11 +78,6 @@ class UsageLedger:
         """The currency costs are counted in."""
         return self._prices.currency
 
-    @property
-    def prices(self) -> PriceTable:
-        """The prices calls are recorded at."""
-        return self._prices
-
     def day_of(self, at: float) -> str:
         """The team's calendar day of a moment (`2026-12-06`)."""
         return datetime.fromtimestamp(at, self._zone).date().isoformat()
