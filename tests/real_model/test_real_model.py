@@ -47,9 +47,8 @@ _PROMPT = r"Reply with (?:a number or an option|your answer) \(prompt [^)]*\)\."
 
 
 def _chat_env(home: Path, server: RunningServer, api: str) -> dict[str, str]:
-    """A fresh user's settings with the real model for the Host and the agents. Skills and
-    model-made memory episodes are off: each is one more call of minutes here, and this
-    test is about the Host's plan, its admission and the run."""
+    """A fresh user's settings, the defaults (skills, memory episodes) included, with the
+    real model for every role."""
     if api == "anthropic":
         model = {
             "RAVEN_MODEL": f"anthropic:{server.alias}",
@@ -62,8 +61,6 @@ def _chat_env(home: Path, server: RunningServer, api: str) -> dict[str, str]:
         home,
         RAVEN_MODEL_TIMEOUT=str(MODEL_SECONDS),
         RAVEN_MODEL_MAX_RETRIES="0",
-        RAVEN_SKILLS="false",
-        RAVEN_MEMORY_EPISODES="rule",
         **model,
     )
 
