@@ -1,0 +1,369 @@
+"""The web viewer (issue 43): a 200-node run's page served by the real viewer, and what an
+unwatched viewer costs a run.
+
+1. A finished 200-node run (10 layers x 20; each node with a ~2 KB Markdown output, its
+   prompt, a 6-step transcript and a verdict) is seeded into a fresh RAVEN_HOME as the bot
+   writes it (`tests.bot.web.seed`), served by `bot.web.server.Viewer` on 127.0.0.1 (aiohttp
+   `AppRunner`, as the bot serves it) and asked for through a real aiohttp client: one
+   warm-up GET, then `--gets` timed GETs (p50/p95, page size). Goal: p95 ≤ 200 ms. Then the
+   same work in process, part by part (`load_run`, `graph_svg`, the template's render and,
+   inside the render, the Markdown of the outputs), so a miss says where the time goes.
+2. The same small graph workload as `graph_scheduler.py` (its `run_raven`: the real
+   RunManager, SQLite, journal, judge and progress announcements; 100 nodes, C=4) run with
+   and without the viewer started in this process (no client connected), interleaved
+   A/B/B/A in `--pairs` pairs; the median of each pair's ratio with/without and its spread.
+   Goal: ratio ≤ 1.05.
+
+The process runs under the serving bot's interpreter settings. Prints figures only; it
+asserts nothing about time. Run: `.venv/bin/python bench/web_viewer.py` (or `make bench`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import argparse
+import asyncio
+import functools
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+import aiohttp
+from markupsafe import Markup
+
+from bench.graph_scheduler import make_workload, run_raven
+from bench.lib.figures import goal, ms, pct
+from bot.app import tune_interpreter_for_serving
+from bot.schema import all_migrations
+from bot.web.graph_svg import graph_svg
+from bot.web.pages import Pages
+from bot.web.run_view import RunView, load_run
+from bot.web.untrusted import markdown
+from core.store import Store
+from host.graph.records import RunFiles
+from host.graph.run_store import RunStore
+from tests.bot.web.seed import CHANNEL, SeedNode, seed_run, serving, token
+
+LAYERS = 10
+WIDTH = 20
+OUTPUT_CHARS = 2_000
+RUN_ID = "run_bench200"
+PAGE_GOAL_MS = 200.0
+RATIO_GOAL = 1.05
+# The unwatched-viewer workload: graph_scheduler's DAG at 100 nodes, its uniform durations.
+IDLE_SIZE = 100
+IDLE_CONCURRENCY = 4
+SEED = 43
+WORDS = ("the", "run", "found", "that", "each", "step", "of", "plan", "needs", "inputs", "checked")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def markdown_output(node: str, rng: random.Random) -> str:
+    """About OUTPUT_CHARS of Markdown as an agent writes it: heading, prose, a list, a table
+    and a code block."""
+    words = WORDS
+    parts = [f"## Findings of {node}\n"]
+    while sum(map(len, parts)) < OUTPUT_CHARS - 380:
+        parts.append(" ".join(rng.choice(words) for _ in range(40)) + ".\n")
+    parts.append("\n".join(f"- item {i}: **{rng.choice(words)}** `{node}`" for i in range(5)))
+    parts.append("\n| metric | value |\n|---|---|\n| loss | 0.12 |\n| items | 42 |\n")
+    parts.append(f"```python\ndef {node}():\n    return {rng.randrange(1000)}\n```\n")
+    return "\n".join(parts)[: OUTPUT_CHARS + 200]
+
+
+def transcript(node: str) -> tuple[dict[str, object], ...]:
+    """Six steps: five tool calls with their input and output, then the answer."""
+    tools: list[dict[str, object]] = [
+        {
+            "type": "tool",
+            "name": name,
+            "input": {"path": f"src/{node}.py", "query": "inputs"},
+            "output": f"{name} of src/{node}.py:\n" + "line of output\n" * 8,
+            "is_error": False,
+        }
+        for name in ("read_file", "grep", "shell", "read_file", "web_fetch")
+    ]
+    return (*tools, {"type": "answer", "text": f"{node} is done: see the output."})
+
+
+def run_nodes(seed: int) -> list[SeedNode]:
+    """LAYERS x WIDTH nodes; each after the first layer depends on 1-3 of the layer before."""
+    rng = random.Random(seed)
+    nodes: list[SeedNode] = []
+    previous: list[str] = []
+    for layer in range(LAYERS):
+        current = [f"l{layer:02d}_n{i:02d}" for i in range(WIDTH)]
+        for node in current:
+            deps = tuple(sorted(rng.sample(previous, rng.randint(1, 3)))) if previous else ()
+            nodes.append(
+                SeedNode(
+                    id=node,
+                    agent=rng.choice(["research", "code", "shell"]),
+                    deps=deps,
+                    prompt=f"Step {node}: read the inputs of {', '.join(deps) or 'the task'} "
+                    "and write what they show, with evidence.",
+                    output=markdown_output(node, rng),
+                    transcript=transcript(node),
+                    verdict={
+                        "accomplished": True,
+                        "category": "done",
+                        "evidence": f"the output of {node} cites its inputs",
+                    },
+                )
+            )
+        previous = current
+    return nodes
+
+
+@dataclass(frozen=True)
+class PageFigures:
+    """The served page's GET times (seconds) and size, and the in-process parts' times."""
+
+    gets: list[float]
+    page_bytes: int
+    load: list[float]
+    svg: list[float]
+    render: list[float]
+    markdown: list[float]
+    memoized: list[float]
+    svg_bytes: int
+
+
+async def page_figures(home: Path, gets: int) -> PageFigures:
+    """Seed the run, serve it, GET its page; then time the page's parts in process."""
+    store = Store(home / "raven.db", all_migrations())
+    await store.open()
+    try:
+        await seed_run(store, home, CHANNEL, run_nodes(SEED), run_id=RUN_ID, summary="bench")
+        link = token(home, CHANNEL)
+        async with serving(store, home) as base, aiohttp.ClientSession() as client:
+            url = f"{base}/v/{link}/run/{RUN_ID}"
+            page = await fetch(client, url)  # warm-up: templates compiled, caches filled
+            times = []
+            for _ in range(gets):
+                started = time.perf_counter()
+                await fetch(client, url)
+                times.append(time.perf_counter() - started)
+        return await parts(store, home, gets, len(page), times)
+    finally:
+        await store.close()
+
+
+async def fetch(client: aiohttp.ClientSession, url: str) -> bytes:
+    """The page's body; anything but 200 stops the bench (the figures would be an error
+    page's)."""
+    async with client.get(url) as response:
+        body = await response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET run page: {response.status} {body[:200]!r}")
+        return body
+
+
+async def parts(
+    store: Store, home: Path, repeats: int, page_bytes: int, gets: list[float]
+) -> PageFigures:
+    """What the page handler does, one part at a time (the same calls, values and template)."""
+    runs, files, pages = RunStore(store), RunFiles(home / "runs"), Pages(ZoneInfo("UTC"))
+    load, svg_times, render, marked = [], [], [], []
+    svg = ""
+    for _ in range(repeats):
+        started = time.perf_counter()
+        view = await load_run(runs, files, RUN_ID)
+        load.append(time.perf_counter() - started)
+        if view is None:
+            raise RuntimeError(f"run {RUN_ID} was not seeded")
+        started = time.perf_counter()
+        svg = graph_svg(view.picture, view.anchors)
+        svg_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        render_page(pages, view, svg)
+        render.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for node in view.nodes:
+            for attempt in node.attempts:
+                markdown(attempt.output)
+        marked.append(time.perf_counter() - started)
+    if view is None:
+        raise RuntimeError(f"run {RUN_ID} was not seeded")
+    memoized = memoized_renders(view, svg, repeats)
+    return PageFigures(gets, page_bytes, load, svg_times, render, marked, memoized, len(svg))
+
+
+def memoized_renders(view: RunView, svg: str, repeats: int) -> list[float]:
+    """What-if: the page's render with the `md` filter memoized (per Pages, by text), once
+    warm: what a view of a finished run would cost with the recommended cache."""
+    pages = Pages(ZoneInfo("UTC"))
+    pages._env.filters["md"] = functools.lru_cache(maxsize=4096)(markdown)  # the what-if
+    render_page(pages, view, svg)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        render_page(pages, view, svg)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def render_page(pages: Pages, view: RunView, svg: str) -> str:
+    """run.html with the values the server's handler gives it."""
+    root = "../../../"
+    return pages.render(
+        "run.html",
+        root=root,
+        home=f"{root}v/TOKEN/",
+        schedules=f"{root}v/TOKEN/schedules",
+        title=f"Run {view.run.id}",
+        view=view,
+        svg=Markup(svg),
+        live=None,
+    )
+
+
+# --------------------------------------------------------------------------- unwatched
+
+
+@asynccontextmanager
+async def idle_viewer(home: Path) -> AsyncIterator[None]:
+    """The viewer served on 127.0.0.1 over `home`'s store, with nobody connected."""
+    store = Store(home / "raven.db", all_migrations())
+    await store.open()
+    try:
+        async with serving(store, home):
+            yield
+    finally:
+        await store.close()
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One run without and one with the viewer: makespans and process CPU (seconds)."""
+
+    without: float
+    with_viewer: float
+    cpu_without: float
+    cpu_with: float
+
+    @property
+    def ratio(self) -> float:
+        return self.with_viewer / self.without
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.cpu_with / self.cpu_without
+
+
+async def idle_pairs(home: Path, scratch: Path, pairs: int) -> list[Pair]:
+    """`pairs` pairs of runs, A B then B A, so drift on the machine falls on both sides."""
+    work = make_workload(IDLE_SIZE, SEED)
+
+    async def without() -> tuple[float, float]:
+        timing = await run_raven(work, IDLE_CONCURRENCY, scratch)
+        return timing.makespan, timing.cpu
+
+    async def with_viewer() -> tuple[float, float]:
+        async with idle_viewer(home):
+            return await without()
+
+    await without()  # warm-up: imports, caches, SQLite
+    await with_viewer()
+    out = []
+    for i in range(pairs):
+        first: Callable[[], Awaitable[tuple[float, float]]] = without if i % 2 == 0 else with_viewer
+        second = with_viewer if first is without else without
+        a, b = await first(), await second()
+        (plain, plain_cpu), (served, served_cpu) = (a, b) if first is without else (b, a)
+        out.append(Pair(plain, served, plain_cpu, served_cpu))
+        print(
+            f"  pair {i + 1}: without {plain:.3f} s, with {served:.3f} s, "
+            f"ratio {served / plain:.3f}",
+            flush=True,
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def spread(label: str, values: Sequence[float]) -> str:
+    return f"  {label:<38} {ms(pct(values, 50))} {ms(pct(values, 95))} {ms(max(values))}"
+
+
+def report_page(figures: PageFigures) -> None:
+    print(f"\n1. A {LAYERS * WIDTH}-node run's page ({figures.page_bytes / 1024:.0f} KB HTML)")
+    print(f"  {'(ms)':<38} {'p50':>8} {'p95':>8} {'max':>8}")
+    print(spread(f"GET through aiohttp, {len(figures.gets)} times", figures.gets))
+    print(spread("  load_run (rows and journal)", figures.load))
+    print(spread(f"  graph_svg ({figures.svg_bytes / 1024:.0f} KB SVG)", figures.svg))
+    print(spread("  template render", figures.render))
+    print(spread("    of which the outputs' Markdown", figures.markdown))
+    print(spread("  what-if: render, Markdown memoized", figures.memoized))
+    held = (pct(figures.svg, 50) + pct(figures.render, 50)) * 1000
+    print(
+        f"  the handler draws and renders on the event loop: it holds the bot's loop "
+        f"~{held:.0f} ms per view (p50)"
+    )
+    p95 = pct(figures.gets, 95) * 1000
+    said = goal(f"run page p95, {LAYERS * WIDTH} nodes", p95, PAGE_GOAL_MS, unit="ms")
+    print(f"\nrun page p95 {p95:.0f} ms (goal ≤ {PAGE_GOAL_MS:.0f} ms): {said}")
+
+
+def report_idle(pairs: Sequence[Pair]) -> None:
+    ratios = [p.ratio for p in pairs]
+    cpu = [p.cpu_ratio for p in pairs]
+    median = statistics.median(ratios)
+    print(
+        f"\n2. A {IDLE_SIZE}-node run at C={IDLE_CONCURRENCY} with the viewer served and "
+        f"nobody watching, against without ({len(pairs)} pairs)"
+    )
+    print(
+        f"  makespan without: median {statistics.median(p.without for p in pairs):.3f} s; "
+        f"with: {statistics.median(p.with_viewer for p in pairs):.3f} s"
+    )
+    print(
+        f"  ratio with/without: median {median:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}"
+    )
+    print(
+        f"  process CPU ratio (start to done): median {statistics.median(cpu):.3f}, "
+        f"min {min(cpu):.3f}, max {max(cpu):.3f}"
+    )
+    said = goal("run makespan with idle viewer / without", median, RATIO_GOAL, unit="x")
+    print(f"\nunwatched viewer ratio {median:.3f} (goal ≤ {RATIO_GOAL:g}): {said}")
+
+
+async def bench(gets: int, pairs: int) -> None:
+    tune_interpreter_for_serving()
+    print(f"web viewer bench: {os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
+    root = Path(tempfile.mkdtemp(prefix="raven_bench_web_"))
+    try:
+        home = root / "home"
+        home.mkdir()
+        report_page(await page_figures(home, gets))
+        scratch = root / "runs"
+        scratch.mkdir()
+        report_idle(await idle_pairs(home, scratch, pairs))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--gets", type=int, default=40, help="timed GETs (default: 40)")
+    parser.add_argument("--pairs", type=int, default=6, help="A/B run pairs (default: 6)")
+    args = parser.parse_args(argv)
+    asyncio.run(bench(max(1, args.gets), max(1, args.pairs)))
+
+
+if __name__ == "__main__":
+    main()
