@@ -14,12 +14,13 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TypeVar
+from zoneinfo import ZoneInfo
 
 from agents.backends import AcpProcesses, build_backend
 from agents.backends.base import AgentBackend
@@ -39,8 +40,10 @@ from bot.models import RoleModels, build_provider, build_role_models
 from bot.render.unfenced import UnfencedChannel
 from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names
+from bot.web.serving import WebSection, start_viewer, web_links
 from bot.wind_down import wind_down
 from bot.working import working_statuses
+from core.ids import ConversationRef
 from core.lifecycle import TimedExitStack
 from core.store import Store
 from host.agent.host_agent import HostAgent
@@ -62,6 +65,7 @@ from host.conversation.service import (
     ConversationParts,
     ConversationService,
 )
+from host.conversation.viewer_links import RunLinks
 from host.evaluation.evolution.harness import Harness as EvolvedHarness
 from host.evaluation.evolution.runtime import (
     ActiveHarnesses,
@@ -111,6 +115,7 @@ from host.runtime.events import (
 )
 from host.runtime.people import People
 from host.runtime.ports import Channel, PeopleDirectory, PromptSurface
+from host.runtime.record_links import open_line
 from host.runtime.roles import Roles
 from host.runtime.turn import TurnContext
 from memory.embeddings import Embedder, EmbedderUnavailable, select_embedder
@@ -452,6 +457,8 @@ async def build_runtime(
     # "is thinking…" / "is running `s2`…" while a turn or a node works in a thread.
     working = working_statuses(settings, adapters)
     working.subscribe(parts.bus)
+    # The viewer's "Open" links under replies about runs and on their status messages.
+    run_links = RunLinks(run_store, parts.links) if parts.links is not None else None
     service = ConversationService(
         ConversationParts(parts.conversation_log, parts.lanes, host, parts.outbox, parts.bus),
         ConversationConfig(
@@ -466,6 +473,7 @@ async def build_runtime(
             commands=Commands(tuple(commands)) if commands else None,
             status_sources=(
                 runs.status,
+                *viewer_status(parts),
                 parts.broker.status,
                 proactive_status([s for f in installed for s in f.status_sources()], parts.nudges),
             ),
@@ -477,6 +485,7 @@ async def build_runtime(
             reply_gate=next((g for f in installed if (g := f.reply_gate()) is not None), None),
             working=working,
             spend=parts.spend,
+            run_links=run_links,
         ),
     )
     run_events = ConversationRunEvents(
@@ -485,6 +494,7 @@ async def build_runtime(
         runs,
         reports_reach_users=parts.provider.offline,
         attachments=attachments,
+        run_links=run_links,
     )
     # Campaign notices follow the replies to what their thread received (causal order).
     for feature in installed:
@@ -621,8 +631,24 @@ async def host_parts(
         admission=admission,
         spend=usage.gate if usage else None,
         usage=usage.ledger if usage else None,
+        # The viewer's signed links (RAVEN_WEB_PORT): posted with runs and campaigns.
+        links=await asyncio.to_thread(web_links, home, settings.section(WebSection)),
     )
     return parts, models
+
+
+def viewer_status(parts: HostParts) -> tuple[Callable[[ConversationRef], Awaitable[str]], ...]:
+    """`status`'s line linking the conversation's records in the viewer (none without it)."""
+    links = parts.links
+    if links is None:
+        return ()
+
+    async def line(conv: ConversationRef) -> str:
+        return open_line(
+            "Open this conversation's runs, campaigns and schedules", links.conversation(conv)
+        )
+
+    return (line,)
 
 
 def subscribe(
@@ -714,6 +740,16 @@ async def start_serving(runtime: Runtime) -> None:
     await runtime.broker.schedule_expiries()
     for feature in runtime.features:
         await feature.start(runtime.lifecycle)
+    web = runtime.settings.section(WebSection)
+    if web.enabled:
+        # Read-only: it serves the records, so it starts once everything is recovered.
+        await start_viewer(
+            runtime.store,
+            runtime.settings.home,
+            web,
+            ZoneInfo(runtime.settings.timezone),
+            runtime.lifecycle,
+        )
     tune_interpreter_for_serving()
     ingress = Ingress(runtime.service, runtime.broker)
     runtime.serving.update(

@@ -1,5 +1,5 @@
 """The `raven-bot` command line: run, chat, doctor, version, graph, runs, campaigns, memory,
-skills, mcp, usage."""
+skills, mcp, usage, web."""
 
 from __future__ import annotations
 
@@ -154,6 +154,12 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
     return usage_command(args, settings)
 
 
+def _web(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli.web import web_command
+
+    return web_command(args, settings)
+
+
 def _doctor(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli.doctor import doctor
 
@@ -175,6 +181,7 @@ _TOOLS: Mapping[str, Callable[[argparse.Namespace, Settings], int]] = MappingPro
         "evolve": _evolve,
         "harness": _harness,
         "usage": _usage,
+        "web": _web,
     }
 )
 

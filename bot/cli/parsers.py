@@ -86,6 +86,7 @@ def parser() -> argparse.ArgumentParser:
     _add_skills(sub)
     _add_mcp(sub)
     _add_usage(sub)
+    _add_web(sub)
     return parser
 
 
@@ -393,3 +394,35 @@ def _add_usage(sub: _Commands) -> None:
         "(2026-12-01T09:30)",
     )
     usage.add_argument("--json", action="store_true", help="a JSON list, one object a group")
+
+
+def _add_web(sub: _Commands) -> None:
+    """The `web` subcommand: the read-only viewer alone, and a link for the operator."""
+    web = sub.add_parser(
+        "web",
+        help="serve the read-only web viewer of runs, campaigns and schedules",
+        description="Serve the viewer (as the bot does with RAVEN_WEB_PORT) until Ctrl-C, "
+        "or print a signed link to one run or campaign. Pages open only through links.",
+    )
+    web.add_argument(
+        "--port", type=_port, default=None, help="listen on this port (default: RAVEN_WEB_PORT)"
+    )
+    actions = web.add_subparsers(dest="web_command", metavar="ACTION")
+    link = actions.add_parser(
+        "link",
+        help="print a signed link to a run or a campaign",
+        description="Print a link that opens the record's conversation's runs, campaigns and "
+        "schedules for RAVEN_WEB_LINK_HOURS.",
+    )
+    link.add_argument("record", metavar="RUN|CAMPAIGN", help="a run id or a campaign id")
+
+
+def _port(text: str) -> int:
+    """A TCP port number (argparse's error names the option and this message)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: write a number from 1 to 65535")
+    return port

@@ -7,6 +7,7 @@ text: a status message edited every round does not change for its link alone.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from urllib.parse import quote
@@ -16,6 +17,8 @@ from bot.web.tokens import Grant, LinkKey
 from core.ids import ConversationRef
 
 _HOUR = 3600.0
+# A token as `LinkKey.sign` writes it, wherever it appears (any base URL, pasted or posted).
+_TOKEN = re.compile(r"\bv1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}")
 
 
 def base_url(settings: WebSettings) -> str:
@@ -59,6 +62,9 @@ class WebLinks:
 
     def schedules(self, conv: ConversationRef) -> str:
         return self._url(conv, "schedules")
+
+    def hidden(self, text: str) -> str:
+        return _TOKEN.sub("(link)", text) if "v1." in text else text
 
     def _url(self, conv: ConversationRef, page: str) -> str:
         return f"{self._base}/v/{self.token(conv)}/{page}"

@@ -18,6 +18,7 @@ from core.ids import ConversationRef
 from core.keyed import KeyedLocks
 from host.conversation.outbox import DeliveryError
 from host.conversation.run_files import ChosenFiles, RunAttachments
+from host.conversation.viewer_links import RunLinks
 from host.graph.report import progress_text
 from host.graph.report_loader import Audience, load_report
 from host.graph.run_store import RunStore
@@ -60,8 +61,11 @@ class ConversationRunEvents:
         clock: Callable[[], float] = time.monotonic,
         reports_reach_users: bool = False,
         attachments: RunAttachments | None = None,
+        run_links: RunLinks | None = None,
     ) -> None:
         self._store = store
+        # The viewer's "Open" line on the status message (None: no viewer).
+        self._run_links = run_links
         # What a run made goes to its thread as files, after the report's reply (None: not).
         self._attachments = attachments
         # Offline: the report is posted as it is (no model writes a reply from it).
@@ -131,6 +135,8 @@ class ConversationRunEvents:
             # Built now from the newest snapshot heard: a throttled edit shows the newest state.
             newest = self._latest.get(run.id, run)
             text = progress_text(newest, newest.nodes)
+            if self._run_links is not None:
+                text += "\n" + self._run_links.line(conv, run.id)
             message_id = self._message_ids.get(run.id)
             if message_id is None:
                 message_id = await self._store.status_message_id(run.id)

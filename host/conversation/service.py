@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import re
@@ -31,6 +32,7 @@ from host.conversation.near_misses import (
 from host.conversation.outbox import DeliveryError, Outbox
 from host.conversation.prompt_decisions import TypedAnswerReplies
 from host.conversation.status_text import status_reply
+from host.conversation.viewer_links import RunLinks, with_footer
 from host.conversation.working import THINKING, WorkingStatuses
 from host.prompts.broker import TYPED_ANSWER_HELP, PromptBroker, gist
 from host.runtime.conversation_log import ConversationLog, LoggedMessage
@@ -257,6 +259,8 @@ class ConversationExtras:
     working: WorkingStatuses | None = None
     # Whether a person's turn may spend on models today (none: no budgets).
     spend: SpendGate | None = None
+    # The viewer's links under replies about runs (none: no viewer, RAVEN_WEB_PORT unset).
+    run_links: RunLinks | None = None
 
 
 class ConversationService:
@@ -293,6 +297,7 @@ class ConversationService:
         self._reply_gate = extras.reply_gate
         self._working = extras.working
         self._spend = extras.spend
+        self._run_links = extras.run_links
         self._busy_notice_seconds = config.busy_notice_seconds
         self._clock = clock
         self._privileged = config.admins | config.approvers
@@ -502,6 +507,11 @@ class ConversationService:
                 log.exception("enriching message %s failed; using it as received", message_id)
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
+        if self._run_links is not None:
+            # A viewer link opens its conversation's records: no model is shown one.
+            hide = self._run_links.links.hidden
+            history = [dataclasses.replace(m, text=hide(m.text)) for m in history]
+            msg = msg.model_copy(update={"text": hide(msg.text), "context": hide(msg.context)})
         replied = asyncio.Event()
         # The turn's model calls (and the memory write after it) are counted against its
         # author; the bot's own turns (a report, a wake-up) against the channel only.
@@ -553,7 +563,10 @@ class ConversationService:
             # No model to synthesise from a report: the report itself is the reply.
             await self._log.finish_turn(turn_id, status="completed")
             await self._outbox.send(
-                conv, msg.text, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
+                conv,
+                await self._linked(msg, msg.text, since=started),
+                idempotency_key=f"turn:{turn_id}:reply",
+                turn_id=turn_id,
             )
             await self._completed(ctx, msg.text, msg.text)
             return TurnOutcome(turn_id, "completed", msg.text)
@@ -595,13 +608,24 @@ class ConversationService:
             # Recorded in the turn log, nothing posted, nothing owed to memory.
             return TurnOutcome(turn_id, "completed", "")
         text = await self._offline_once(conv, reply.text)
-        said = await self._gated(ctx, text, failed=False, since=started)
+        said = await self._gated(
+            ctx, await self._linked(msg, text, since=started), failed=False, since=started
+        )
         if said is not None:
             await self._outbox.send(
                 conv, said, idempotency_key=f"turn:{turn_id}:reply", turn_id=turn_id
             )
         await self._completed(ctx, msg.text, text, reply.attributions)
         return TurnOutcome(turn_id, "completed", text)
+
+    async def _linked(self, msg: InboundMessage, text: str, *, since: float) -> str:
+        """A reply with the viewer's links to the runs it is about (a report's run, the runs
+        the turn started) under it, made by the bot: a model writes no link."""
+        if self._run_links is None:
+            return text
+        key = msg.message_id if msg.origin == "system" else ""
+        footer = await self._run_links.footer(msg.conversation, since=since, turn_key=key)
+        return with_footer(text, footer)
 
     async def _over_budget(self, msg: InboundMessage) -> str | None:
         """Why this turn may not call a model today (None: it may). A person's message and

@@ -38,6 +38,7 @@ from host.runtime.conversation_log import ConversationLog
 from host.runtime.events import EventBus
 from host.runtime.messages import InboundMessage
 from host.runtime.people import People
+from host.runtime.record_links import RecordLinks
 from host.runtime.roles import Roles
 from host.runtime.spending import SpendGate
 from host.runtime.turn import TurnContext
@@ -141,6 +142,8 @@ class HostParts:
     spend: SpendGate | None = None
     # Where model calls are recorded (the usage feature's ledger; None: not counted).
     usage: UsageRecorder | None = None
+    # The web viewer's signed links, posted with runs and campaigns (None: no viewer).
+    links: RecordLinks | None = None
 
 
 class Feature(Protocol):

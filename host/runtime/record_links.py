@@ -30,3 +30,13 @@ class RecordLinks(Protocol):
     def schedules(self, conv: ConversationRef) -> str:
         """The conversation's scheduled tasks: next fire times and recent firings."""
         ...
+
+    def hidden(self, text: str) -> str:
+        """`text` with every viewer link's token left out: what a model is shown of the
+        thread (a link opens its conversation's records; a model could carry it elsewhere)."""
+        ...
+
+
+def open_line(label: str, url: str) -> str:
+    """The line a thread gets under a report or a notice: one Markdown link."""
+    return f"🔎 [{label}]({url})"

@@ -26,6 +26,7 @@ from core.ids import ConversationRef
 from host.conversation.run_files import FileQueue
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.messages import ChartData, ChartSeries, OutboundFile
+from host.runtime.record_links import RecordLinks, open_line
 from oncall.chart import CampaignChart, best_so_far, chart_of, render_chart
 from oncall.ports import CampaignNotifier, PostedHook
 from oncall.store import CampaignStore
@@ -144,8 +145,11 @@ class ChartedNotices:
         *,
         log: ConversationLog | None = None,
         draw: Draw = render_chart,
+        links: RecordLinks | None = None,
     ) -> None:
         self._inner = inner
+        # The viewer's "Open" line on the status message and the report (None: no viewer).
+        self._links = links
         self._log = log  # what was posted and queued already (for `recover`)
         self._store = store
         self._files = files
@@ -166,8 +170,10 @@ class ChartedNotices:
         if (campaign_id := final_report_of(idempotency_key)) is not None:
             on_posted = self._then_chart(conv, campaign_id, on_posted)
             chart = await self._chart_data(campaign_id)
+            text = self._linked(conv, campaign_id, text)
         elif (campaign_id := status_message_of(idempotency_key)) is not None:
             chart = await self._chart_data(campaign_id)
+            text = self._linked(conv, campaign_id, text)
         await self._inner.send(
             conv,
             text,
@@ -194,8 +200,18 @@ class ChartedNotices:
     async def edit(self, conv: ConversationRef, message_id: str, text: str, *, key: str) -> None:
         """The status message's edit carries the chart of the rounds so far."""
         campaign_id = status_message_of(key)
-        chart = await self._chart_data(campaign_id) if campaign_id is not None else None
+        chart = None
+        if campaign_id is not None:
+            chart = await self._chart_data(campaign_id)
+            text = self._linked(conv, campaign_id, text)
         await self._inner.edit(conv, message_id, text, key=key, chart=chart)
+
+    def _linked(self, conv: ConversationRef, campaign_id: str, text: str) -> str:
+        """A notice with the viewer's "Open" line under it (as it is without a viewer)."""
+        if self._links is None:
+            return text
+        url = self._links.campaign(conv, campaign_id)
+        return f"{text}\n{open_line(f'Open campaign {campaign_id}', url)}"
 
     async def chart_of(self, campaign_id: str) -> CampaignChart | None:
         """What the campaign's chart shows, from its records (None: no such campaign)."""

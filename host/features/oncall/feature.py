@@ -90,6 +90,7 @@ class OncallFeature(BaseFeature):
             parts.outbox,
             parts.home / "campaigns",
             log=parts.conversation_log,
+            links=parts.links,
         )
         self.engine = site.engine(
             {name: machine.spec for name, machine in parts.machines.items()},
