@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from datetime import time as dt_time
 from pathlib import Path
 from urllib.parse import urljoin
+from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
@@ -214,3 +216,29 @@ async def test_no_tasks_says_so(store: Store, home: Path) -> None:
         _, page = await _page(base, home, CHANNEL)
     assert "No scheduled tasks in this conversation." in page
     assert '<section class="task"' not in page
+
+
+async def test_a_proposed_cron_task_shows_the_times_it_would_fire(store: Store, home: Path) -> None:
+    paris = ZoneInfo("Europe/Paris")
+    now = datetime.now(UTC)
+    weekly = TaskSchedule(
+        kind="cron", when="0 9 * * 1", what="post the week's plan", tz="Europe/Paris"
+    )
+    await seed_task(
+        store, CHANNEL, weekly, task_id="t_proposed", anchor=now, next_due=None, state="proposed"
+    )
+    # Mondays (crontab weekday 1) at 09:00 in Paris, from today on, counted by hand.
+    day = now.astimezone(paris).date()
+    mondays: list[datetime] = []
+    while len(mondays) < 5:
+        at = datetime.combine(day, dt_time(9, 0), tzinfo=paris)
+        if day.weekday() == 0 and at > now:
+            mondays.append(at)
+        day += timedelta(days=1)
+    async with serving(store, home) as base:
+        _, page = await _page(base, home, CHANNEL)
+    proposed = _section(page, "t_proposed")
+    assert "Waiting for approval" in proposed and "If it is approved:" in proposed
+    nexts = re.search(r'<ol class="next-times">(.*?)</ol>', proposed, re.S)
+    assert nexts is not None
+    assert re.findall(r'<time datetime="([^"]+)">', nexts.group(1)) == [_iso(m) for m in mondays]
