@@ -4,8 +4,9 @@ Everything shown passes through Jinja2's autoescaping; on top of that:
 - bidirectional controls (which can make text read in an order other than it is stored,
   Trojan Source style) are shown as visible `⟨U+202E⟩` marks instead of acting;
 - Markdown outputs are rendered by markdown-it-py with raw HTML off, so a `<script>` in an
-  output is text, and its link check refuses `javascript:`, `vbscript:`, `file:` and `data:`
-  targets; the page's Content-Security-Policy stops whatever slipped through anyway;
+  output is text, and a link or image opens only http(s), mailto or a relative target
+  (markdown-it's own check lets `data:image/...` through); the page's
+  Content-Security-Policy stops whatever slipped through anyway;
 - long text is cut with a note, so one huge output cannot make a page unreadable.
 """
 
@@ -21,6 +22,8 @@ from markupsafe import Markup
 # Explicit directional formatting characters (Unicode TR9) and the invisible marks.
 _BIDI: Final = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 SHOWN_CHARS: Final = 20_000
+_SCHEME: Final = re.compile(r"^([a-z][a-z0-9+.-]*):")
+_LINK_SCHEMES: Final = frozenset({"http", "https", "mailto"})
 
 
 def visible_controls(text: str) -> str:
@@ -40,10 +43,19 @@ def shown(text: str | None, limit: int = SHOWN_CHARS) -> str:
     return visible_controls(cut(text or "", limit))
 
 
+class _UntrustedMarkdown(MarkdownIt):
+    """Markdown whose links and images open only http(s), mailto or relative targets."""
+
+    def validateLink(self, url: str) -> bool:  # markdown-it's name
+        # As a browser reads a URL: spaces and controls inside the scheme are ignored.
+        scheme = _SCHEME.match("".join(c for c in url if ord(c) > 0x20).lower())
+        return scheme is None or scheme.group(1) in _LINK_SCHEMES
+
+
 @cache
 def _markdown() -> MarkdownIt:
     # CommonMark with tables and strikethrough; `html: False` keeps raw HTML as text.
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md = _UntrustedMarkdown("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
     return md
 
