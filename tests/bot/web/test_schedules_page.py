@@ -199,9 +199,20 @@ async def test_a_check_shows_its_command_last_result_and_quiet_states(
         state="paused",
         muted=True,
     )
+    await seed_task(
+        store,
+        CHANNEL,
+        _hourly("echo late"),
+        task_id="t_overdue",
+        anchor=anchor - HOUR,
+        next_due=anchor,
+    )
     async with serving(store, home) as base:
         _, page = await _page(base, home, CHANNEL)
     checked, paused = _section(page, "t_check"), _section(page, "t_paused")
+    overdue = _section(page, "t_overdue")
+    assert "The first is overdue" in overdue and f'<time datetime="{_iso(anchor)}">' in overdue
+    assert "overdue" not in checked
     assert '<pre class="command">test -f /tmp/ok &amp;&amp; grep -c x &lt;log</pre>' in checked
     assert "the command fails" in checked
     assert '<span class="badge check-tripped">tripped</span>' in checked
