@@ -136,7 +136,7 @@ class ConversationRunEvents:
             newest = self._latest.get(run.id, run)
             text = progress_text(newest, newest.nodes)
             if self._run_links is not None:
-                text += "\n" + self._run_links.line(conv, run.id)
+                text += "\n\n" + self._run_links.line(conv, run.id)
             message_id = self._message_ids.get(run.id)
             if message_id is None:
                 message_id = await self._store.status_message_id(run.id)

@@ -211,7 +211,7 @@ class ChartedNotices:
         if self._links is None:
             return text
         url = self._links.campaign(conv, campaign_id)
-        return f"{text}\n{open_line(f'Open campaign {campaign_id}', url)}"
+        return f"{text}\n\n{open_line(f'Open campaign {campaign_id}', url)}"
 
     async def chart_of(self, campaign_id: str) -> CampaignChart | None:
         """What the campaign's chart shows, from its records (None: no such campaign)."""
