@@ -83,9 +83,7 @@ async def _get(url: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-async def test_campaign_page_draws_every_value_cites_and_budget(
-    store: Store, home: Path
-) -> None:
+async def test_campaign_page_draws_every_value_cites_and_budget(store: Store, home: Path) -> None:
     spec = campaign_spec(rounds=4, wall_seconds=7200, compute_minutes=60, baseline=3.5)
     await seed_campaign(
         store,
@@ -203,9 +201,7 @@ async def test_a_chart_of_no_or_one_value_still_draws(
             assert f"{len(values) - len(finite)} not finite" in "".join(chart.itertext())
 
 
-async def test_other_conversations_campaigns_are_not_found(
-    store: Store, home: Path
-) -> None:
+async def test_other_conversations_campaigns_are_not_found(store: Store, home: Path) -> None:
     await seed_campaign(store, OTHER_THREAD, campaign_spec(goal="the other thread's goal"),
                         campaign_id="other")  # fmt: skip
     await seed_campaign(store, DM, campaign_spec(goal="a private goal"), campaign_id="private")
