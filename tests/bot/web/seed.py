@@ -128,8 +128,19 @@ async def seed_run(
 @asynccontextmanager
 async def serving(store: Store, home: Path, **config: object) -> AsyncIterator[str]:
     """The viewer on 127.0.0.1 (a free port), as the bot serves it: its base URL."""
+    async with serving_viewer(store, home, **config) as (base, _):
+        yield base
+
+
+@asynccontextmanager
+async def serving_viewer(
+    store: Store, home: Path, **config: object
+) -> AsyncIterator[tuple[str, Viewer]]:
+    """As `serving`, with the Viewer itself (for tests that look at its live watchers)."""
     viewer = Viewer(
-        store, LinkKey.load(home), ViewerConfig(home=home, zone=ZoneInfo("UTC"), **config)  # type: ignore[arg-type]
+        store,
+        LinkKey.load(home),
+        ViewerConfig(home=home, zone=ZoneInfo("UTC"), **config),  # type: ignore[arg-type]
     )
     runner = web.AppRunner(viewer.app(), access_log=None)
     await runner.setup()
@@ -137,6 +148,6 @@ async def serving(store: Store, home: Path, **config: object) -> AsyncIterator[s
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", viewer
     finally:
         await runner.cleanup()
