@@ -1,0 +1,136 @@
+"""The viewer in a real browser: headless Chromium opens a finished run's page and a
+campaign's page, served by the real viewer on 127.0.0.1, at a desktop width (1280 px) and a
+phone's (390 px). The graph and the chart must be drawn (read from the screenshots' pixels),
+the page's script must have run under the page's own Content-Security-Policy without a
+violation, and at 390 px nothing may run past the window's right edge.
+
+The screenshots are kept: in $RAVEN_WEB_SCREENSHOTS when set (for people to look at), else
+in the test's temporary directory. Skipped where Chromium is absent (nothing is installed).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Final
+
+import pytest
+from PIL import Image
+
+from core.store import Store
+from host.graph.picture import STATE_COLOURS
+from tests.bot.web import browser
+from tests.bot.web.seed import CHANNEL, SeedNode, seed_run, serving, token
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        browser.chromium() is None,
+        reason=f"needs headless Chromium (Debian's package): {browser.INSTALL}",
+    ),
+]
+
+# Read when the module is imported: the tests' own fixtures clear every RAVEN_* variable.
+SHOTS_DIR: Final = os.environ.get("RAVEN_WEB_SCREENSHOTS", "")
+WIDTHS: Final = (1280, 390)
+# Windows about as tall as the pages (made taller when a page does not fit).
+RUN_HEIGHT: Final = {1280: 4400, 390: 6200}
+# A node's box in the graph is 168 px wide: a run of this many pixels of a state's colour is
+# a box (a badge or a legend swatch of that colour is under 100 px wide).
+BOX_RUN: Final = 140
+# The rightmost columns at 390 px: inside the page's padding (.6rem), so page background.
+RIGHT_EDGE: Final = 6
+GREEN: Final = browser.rgb(STATE_COLOURS["completed"][0])
+RED: Final = browser.rgb(STATE_COLOURS["failed"][0])
+LONG_WORD: Final = "x" * 300  # one unbroken word: must wrap, not widen the page
+
+# Four layers, eight nodes: a failed root (its dependants skipped) beside completed ones, all
+# three states in the first layer so a phone's first view of the graph shows them.
+RUN_NODES: Final = (
+    SeedNode("fetch", output="Fetched **3** files:\n\n- `a.csv`\n- `b.csv`\n- `c.csv`"),
+    SeedNode("lint", state="failed", output=None, error="ruff: 12 errors"),
+    SeedNode("probe", agent="python", output=f"probe said {LONG_WORD}"),
+    SeedNode("build", deps=("fetch",), output="built 3 tables"),
+    SeedNode("report-lint", deps=("lint",), state="skipped", output=None),
+    SeedNode(
+        "index",
+        agent="python",
+        deps=("probe",),
+        transcript=(
+            {
+                "type": "tool",
+                "name": "shell",
+                "input": {"command": "ls -la /data"},
+                "output": "total 3\n-rw-r--r-- a.csv",
+            },
+            {"type": "answer", "text": "indexed 3 files"},
+        ),
+    ),
+    SeedNode(
+        "test",
+        deps=("build", "index"),
+        output="| check | result |\n|---|---|\n| rows | 300 |\n| nulls | 0 |",
+        verdict={"passed": True, "reason": "all three tables have rows and no nulls"},
+    ),
+    SeedNode("publish", deps=("test", "report-lint"), state="skipped", output=None),
+)
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where screenshots go (printed, so a run with -s says where to look)."""
+    folder = Path(SHOTS_DIR) if SHOTS_DIR else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def test_a_finished_run_shows_its_graph_at_desktop_and_phone_widths(
+    store: Store, isolated_env: Path, shots: Path
+) -> None:
+    home = isolated_env
+    await seed_run(store, home, CHANNEL, RUN_NODES, run_id="r-browser", summary="load the data")
+    async with serving(store, home) as base:
+        url = f"{base}/v/{token(home, CHANNEL)}/run/r-browser"
+
+        page = await browser.dom(url)
+        assert not page.csp_violations(), page.csp_violations()
+        assert not page.script_errors(), page.script_errors()
+        graph = _one(r'<svg[^>]*class="graph"[^>]*>.*?</svg>', page.stdout)
+        assert graph.count("<rect") == len(RUN_NODES)
+        _assert_times_rewritten(page.stdout)
+
+        for width in WIDTHS:
+            path = shots / f"run-{width}.png"
+            shown = await browser.whole_page(url, path, width=width, height=RUN_HEIGHT[width])
+            print(f"screenshot: {path}")
+            assert not shown.csp_violations(), shown.csp_violations()
+            assert not shown.script_errors(), shown.script_errors()
+            image = Image.open(path)
+            assert browser.has_run(image, GREEN, BOX_RUN), f"no completed node drawn at {width}"
+            assert browser.has_run(image, RED, BOX_RUN), f"no failed node drawn at {width}"
+            if width < 600:
+                _assert_nothing_past_right_edge(image)
+
+
+def _one(pattern: str, html: str) -> str:
+    found = re.findall(pattern, html, flags=re.DOTALL)
+    assert len(found) == 1, f"{len(found)} matches of {pattern!r}"
+    return str(found[0])
+
+
+def _assert_times_rewritten(html: str) -> None:
+    """viewer.js ran: each `<time>` now reads in the reader's zone, and keeps the server's
+    text (the team's zone, `… UTC` here) as its title."""
+    times = re.findall(r"<time\b([^>]*)>(.*?)</time>", html, flags=re.DOTALL)
+    assert times, "no <time> on the page"
+    for attributes, text in times:
+        title = re.search(r'title="([^"]*)"', attributes)
+        assert title is not None, f"<time{attributes}> was not rewritten by viewer.js"
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \w+", title.group(1)), title.group(1)
+        assert text != title.group(1), f"<time> still reads {text!r}"
+
+
+def _assert_nothing_past_right_edge(image: Image.Image) -> None:
+    foreign = browser.foreign_in_right_edge(image, RIGHT_EDGE)
+    assert not foreign, f"content runs past the right edge at {image.size[0]} px: {foreign}"
