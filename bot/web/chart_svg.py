@@ -21,12 +21,14 @@ from bot.web.untrusted import visible_controls
 from oncall.chart import CampaignChart, ChartPoint, best_so_far
 from oncall.model import Direction
 
-WIDTH: Final = 720
-HEIGHT: Final = 320
-_LEFT: Final = 70
-_RIGHT: Final = 16
-_TOP: Final = 34
-_BOTTOM: Final = 60
+# Drawn for about 640 px and scaled to the page: at a phone's 360 px its words are still
+# about 9 px high.
+WIDTH: Final = 640
+HEIGHT: Final = 340
+_LEFT: Final = 64
+_RIGHT: Final = 14
+_TOP: Final = 38
+_BOTTOM: Final = 66
 _NAME_SHOWN: Final = 48  # characters of the metric's name on an axis
 _SVG_NS: Final = "http://www.w3.org/2000/svg"
 
@@ -94,7 +96,7 @@ def time_chart(chart: CampaignChart, failed_spans: Mapping[int, tuple[float, flo
     x = Scale(lo - pad, hi + pad, _LEFT, WIDTH - _RIGHT)
     svg, plot = _frame(chart, "over time")
     y = _y_scale(chart)
-    ticks = [(x(t), _time_label(t, hi - lo)) for t in time_ticks(lo, hi, 5)]
+    ticks = [(x(t), _time_label(t, hi - lo)) for t in time_ticks(lo, hi, 4)]
     _grid(plot, y, ticks, f"time (UTC) from {_day(lo)}")
     valued = {p.round for p in chart.points if math.isfinite(p.value)}
     for r, (start, end) in sorted(failed_spans.items()):
@@ -152,8 +154,8 @@ def time_ticks(lo: float, hi: float, count: int) -> list[float]:
 
 
 def integer_ticks(first: int, last: int) -> list[int]:
-    """Whole rounds, at most about twelve."""
-    step = max(1, math.ceil((last - first + 1) / 12))
+    """Whole rounds, at most about ten."""
+    step = max(1, math.ceil((last - first + 1) / 10))
     return list(range(first, last + 1, step))
 
 
@@ -201,7 +203,7 @@ def _frame(chart: CampaignChart, what: str) -> tuple[ET.Element, ET.Element]:
     heading = ET.SubElement(
         svg,
         "text",
-        {"x": str(_LEFT), "y": "20", "font-weight": "bold", "font-size": "14", "fill": _TEXT},
+        {"x": str(_LEFT), "y": "24", "font-weight": "bold", "font-size": "17", "fill": _TEXT},
     )
     heading.text = f"{name} {what} ({better})"
     plot = ET.SubElement(svg, "g", {"class": "plot"})
@@ -210,9 +212,9 @@ def _frame(chart: CampaignChart, what: str) -> tuple[ET.Element, ET.Element]:
 
 def _grid(plot: ET.Element, y: Scale, xticks: Sequence[tuple[float, str]], xlabel: str) -> None:
     grid = ET.SubElement(plot, "g", {"class": "grid", "stroke": _GRID, "stroke-width": "1"})
-    labels = ET.SubElement(plot, "g", {"class": "ticks", "fill": _TEXT, "font-size": "12"})
+    labels = ET.SubElement(plot, "g", {"class": "ticks", "fill": _TEXT, "font-size": "15"})
     bottom, top = HEIGHT - _BOTTOM, _TOP
-    for value in nice_ticks(y.lo, y.hi, 5):
+    for value in nice_ticks(y.lo, y.hi, 4):
         py = _n(y(value))
         ET.SubElement(
             grid, "line", {"x1": str(_LEFT), "x2": str(WIDTH - _RIGHT), "y1": py, "y2": py}
@@ -223,7 +225,7 @@ def _grid(plot: ET.Element, y: Scale, xticks: Sequence[tuple[float, str]], xlabe
     for px, text in xticks:
         ET.SubElement(grid, "line", {"x1": _n(px), "x2": _n(px), "y1": str(top), "y2": str(bottom)})
         label = ET.SubElement(
-            labels, "text", {"x": _n(px), "y": str(bottom + 16), "text-anchor": "middle"}
+            labels, "text", {"x": _n(px), "y": str(bottom + 19), "text-anchor": "middle"}
         )
         label.text = text
     ET.SubElement(
@@ -242,8 +244,8 @@ def _grid(plot: ET.Element, y: Scale, xticks: Sequence[tuple[float, str]], xlabe
     axis = ET.SubElement(
         plot,
         "text",
-        {"x": _n((_LEFT + WIDTH - _RIGHT) / 2), "y": str(bottom + 34), "text-anchor": "middle",
-         "fill": _TEXT, "font-size": "12"},
+        {"x": _n((_LEFT + WIDTH - _RIGHT) / 2), "y": str(bottom + 39), "text-anchor": "middle",
+         "fill": _TEXT, "font-size": "15"},
     )  # fmt: skip
     axis.text = xlabel
 
@@ -346,8 +348,8 @@ def _text(svg: ET.Element, chart: CampaignChart) -> str:
     caption = ET.SubElement(
         svg,
         "text",
-        {"class": "caption", "x": str(_LEFT), "y": str(HEIGHT - 6), "fill": "#555",
-         "font-size": "12"},
+        {"class": "caption", "x": str(_LEFT), "y": str(HEIGHT - 5), "fill": "#555",
+         "font-size": "14"},
     )  # fmt: skip
     caption.text = " · ".join(parts)
     return ET.tostring(svg, encoding="unicode", short_empty_elements=True)
