@@ -51,7 +51,15 @@ class Scale:
     end: float  # pixel of hi
 
     def __call__(self, value: float) -> float:
-        return self.start + (value - self.lo) / (self.hi - self.lo) * (self.end - self.start)
+        share = (_bounded(value) - self.lo) / (self.hi - self.lo)
+        return self.start + share * (self.end - self.start)
+
+
+_LARGEST: Final = 1e300  # drawn at most this far out, so a span between two never overflows
+
+
+def _bounded(value: float) -> float:
+    return max(min(value, _LARGEST), -_LARGEST)
 
 
 def campaign_chart_svgs(view: CampaignView) -> list[str]:
@@ -160,8 +168,10 @@ def integer_ticks(first: int, last: int) -> list[int]:
 
 
 def _y_scale(chart: CampaignChart) -> Scale:
-    values = [p.value for p in chart.points if math.isfinite(p.value)]
-    values += [v for v in (chart.target, chart.baseline) if v is not None and math.isfinite(v)]
+    values = [_bounded(p.value) for p in chart.points if math.isfinite(p.value)]
+    values += [
+        _bounded(v) for v in (chart.target, chart.baseline) if v is not None and math.isfinite(v)
+    ]
     if not values:
         lo, hi = 0.0, 1.0
     else:

@@ -177,7 +177,9 @@ def test_a_hostile_metric_name_is_text_in_the_chart() -> None:
     assert "<svg onload=alert(1)>⟨U+202E⟩" in "".join(root.itertext())
 
 
-@pytest.mark.parametrize("values", [(), (2.0,), (math.inf, math.nan)])
+@pytest.mark.parametrize(
+    "values", [(), (2.0,), (math.inf, math.nan), (1e308, -1e308, 5e-324), (0.1, 0.1 + 1e-17)]
+)
 async def test_a_chart_of_no_or_one_value_still_draws(
     store: Store, values: tuple[float, ...]
 ) -> None:
