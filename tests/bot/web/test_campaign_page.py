@@ -97,6 +97,7 @@ async def test_campaign_page_draws_every_value_cites_and_budget(store: Store, ho
         [
             SeedDecision(1, "resubmit", "the loss still falls", cite=2),
             SeedDecision(3, "report", "under 1.5 now: round 3 reached 1.25", cite=5),
+            SeedDecision(3, "wait", "a value the records lost", cite=99),
         ],
         report="## Result\n\nThe loss fell to **1.25**.",
         compute_seconds=1800.0,
@@ -117,7 +118,8 @@ async def test_campaign_page_draws_every_value_cites_and_budget(store: Store, ho
         assert "1 not finite" in "".join(chart.itertext())
         assert not any("nan" in v.lower() or "inf" in v.lower() for v in _numbers_in(chart))
     decisions = re.findall(r'<li class="decision".*?</li>', html, re.DOTALL)
-    assert len(decisions) == 2
+    assert len(decisions) == 3
+    assert "cites #99, which this campaign has no record of" in decisions[2]
     assert "#2 <code>loss</code> = 2.5 (round 1)" in decisions[0]
     assert "#5 <code>loss</code> = 1.25 (round 3)" in decisions[1]
     assert "under 1.5 now" in decisions[1]
@@ -175,6 +177,27 @@ def test_a_hostile_metric_name_is_text_in_the_chart() -> None:
         "svg", "title", "rect", "text", "g", "line", "path", "circle",
     }  # fmt: skip
     assert "<svg onload=alert(1)>⟨U+202E⟩" in "".join(root.itertext())
+
+
+def test_a_target_is_a_solid_line_at_its_value() -> None:
+    chart = CampaignChart(
+        campaign_id="c1",
+        goal="g",
+        metric="loss",
+        direction="min",
+        points=(ChartPoint(1, 1000.0, 4.0), ChartPoint(2, 1100.0, 2.0)),
+        rounds=2,
+        target=1.0,
+        baseline=5.0,
+    )
+    root = ET.fromstring(rounds_chart(chart))
+    target = root.find(f".//{_NS}line[@class='target']")
+    baseline = root.find(f".//{_NS}line[@class='baseline']")
+    assert target is not None and baseline is not None
+    assert target.get("stroke-dasharray") is None and baseline.get("stroke-dasharray")
+    # Lower values sit lower: the target (1) below both points, the baseline (5) above.
+    ys = sorted(float(p.get("cy", "0")) for p in _points(root))
+    assert float(baseline.get("y1", "0")) < ys[0] < ys[1] < float(target.get("y1", "0"))
 
 
 @pytest.mark.parametrize(
