@@ -8,6 +8,7 @@ import asyncio
 import math
 import re
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -252,6 +253,8 @@ async def test_the_page_follows_a_running_campaign(store: Store, home: Path) -> 
         closed=False, clock=clock,
     )  # fmt: skip
     campaigns = CampaignStore(store, clock=clock)
+    due = clock.now + 300
+    await campaigns.schedule_wake("w1", "c1", 1, "scheduled", due)
     before = await campaign_signature(campaigns, "c1")
     link = token(home, CHANNEL)
     async with (
@@ -260,6 +263,8 @@ async def test_the_page_follows_a_running_campaign(store: Store, home: Path) -> 
     ):
         status, html = await _get(f"{base}/v/{link}/campaign/c1")
         assert status == 200 and 'data-live="c1/events"' in html
+        next_look = datetime.fromtimestamp(due, UTC).isoformat(timespec="seconds")
+        assert f'<dt>Next look</dt><dd><time datetime="{next_look}">' in html
         assert [len(_points(c)) for c in _charts(html)] == [1, 1]
         async with http.get(f"{base}/v/{link}/campaign/c1/events") as events:
             assert events.status == 200
