@@ -294,6 +294,8 @@ class Viewer:
                 quiet = 0.0
                 while self._config.clock() < grant.expires_at:
                     await asyncio.sleep(self._config.poll_seconds)
+                    if _gone(request):
+                        break  # the reader left: stop looking now, not at the next write
                     now = await signature()
                     if now != last:
                         last, quiet = now, 0.0
@@ -337,6 +339,12 @@ async def _stream(
 
     with contextlib.suppress(ConnectionResetError):  # the reader went away
         yield send
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the reader closed the connection (aiohttp does not cancel the handler)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def _not_here(kind: str, record_id: str) -> _Refusal:
