@@ -93,8 +93,10 @@ async def visit(url: str, *, width: int, height: int, action: Iterable[str]) -> 
 
 
 async def screenshot(url: str, path: Path, *, width: int, height: int) -> Visit:
-    """A `width` × `height` screenshot of `url` saved as PNG at `path`."""
-    shown = await visit(url, width=width, height=height, action=[f"--screenshot={path}"])
+    """A `width` × `height` screenshot of `url` saved as PNG at `path`, and the page's DOM
+    after its scripts ran (serialised, in `stdout`)."""
+    action = [f"--screenshot={path}", "--dump-dom"]
+    shown = await visit(url, width=width, height=height, action=action)
     if not await asyncio.to_thread(path.is_file):
         raise AssertionError(f"Chromium wrote no screenshot of {url}:\n{shown.log[-2000:]}")
     return shown
@@ -122,11 +124,6 @@ def ends_blank(image: Image.Image, rows: int = 20) -> bool:
 def _ends_blank(path: Path) -> bool:
     with Image.open(path) as image:
         return ends_blank(image)
-
-
-async def dom(url: str) -> Visit:
-    """The page's DOM after its scripts ran (as serialised HTML, in `stdout`)."""
-    return await visit(url, width=1280, height=900, action=["--dump-dom"])
 
 
 def rgb(colour: str) -> tuple[int, int, int]:
