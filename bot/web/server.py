@@ -61,7 +61,7 @@ _ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_PATH_CHARS: Final = 2048
 MAX_WATCHERS: Final = 64  # live pages open at once (each polls the store once a second)
 _STATIC: Final = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
-_TOKEN_IN_PATH: Final = re.compile(r"^/v/[^/]*")
+_LONGEST_LOGGED: Final = 64  # characters of a path segment (a record id) logged as it is
 
 Clock = Callable[[], float]
 Signature = Callable[[], Awaitable[tuple[object, ...] | None]]
@@ -370,8 +370,14 @@ def _root(path: str) -> str:
 
 
 def _redacted(path: str) -> str:
-    """A request path as logged: the token left out (it opens records until it expires)."""
-    return _TOKEN_IN_PATH.sub("/v/…", path)[:200]
+    """A request path as logged: the token left out (it opens records until it expires),
+    wherever a mistyped address put it (`//v/…`, `/V/…`): the segment after any `v`, and any
+    segment too long to be a record id."""
+    segments = path.split("/")
+    return "/".join(
+        "…" if s and (len(s) > _LONGEST_LOGGED or before.lower() == "v") else s
+        for before, s in zip(["", *segments], segments, strict=False)
+    )[:200]
 
 
 def _detail(status: int) -> str:

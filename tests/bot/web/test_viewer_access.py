@@ -155,6 +155,9 @@ async def test_the_overview_lists_only_the_links_own_conversation(store: Store, 
         ("POST", 405),
         ("PUT", 405),
         ("DELETE", 405),
+        ("a doubled slash", 404),
+        ("an upper-case V", 404),
+        ("a token after an unknown page", 404),
     ],
 )
 async def test_bad_input_gets_a_plain_error_page_and_one_log_line(
@@ -173,6 +176,9 @@ async def test_bad_input_gets_a_plain_error_page_and_one_log_line(
         "POST": ("POST", f"/v/{link}/run/r-channel"),
         "PUT": ("PUT", f"/v/{link}/run/r-channel"),
         "DELETE": ("DELETE", f"/v/{link}/"),
+        "a doubled slash": ("GET", f"//v/{link}/run/r-channel"),
+        "an upper-case V": ("GET", f"/V/{link}/run/r-channel"),
+        "a token after an unknown page": ("GET", f"/view/{link}"),
     }[case]
     async with serving(store, home) as base:
         caplog.clear()
