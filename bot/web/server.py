@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
@@ -94,7 +94,11 @@ class Viewer:
 
     def app(self) -> web.Application:
         """The aiohttp application (GET and HEAD only; no request body is read)."""
-        app = web.Application(middlewares=[self._guard], client_max_size=1024)
+        app = web.Application(
+            middlewares=[self._guard],
+            client_max_size=1024,
+            handler_args={"logger": _UnreadRequests(log, {})},
+        )
         app.router.add_get("/", self._no_link)
         app.router.add_get("/v/", self._no_link)
         app.router.add_get("/static/{name}", self._static)
@@ -326,6 +330,19 @@ class _Refusal(Exception):
     def __init__(self, status: int, heading: str, detail: str, why: str) -> None:
         super().__init__(why)
         self.status, self.heading, self.detail, self.why = status, heading, detail, why
+
+
+class _UnreadRequests(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's own log of requests it answers before the viewer sees them (a request line
+    or header over 8 KiB, not HTTP at all): one line saying so, never the request's text (it
+    may hold a link's token) nor a traceback, and no louder than a warning."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info")
+        kind = type(error).__name__ if isinstance(error, BaseException) else "no exception"
+        with contextlib.suppress(TypeError, ValueError):
+            msg = str(msg) % args
+        self.logger.log(min(level, logging.WARNING), "web viewer: %s (%s)", msg, kind)
 
 
 @asynccontextmanager

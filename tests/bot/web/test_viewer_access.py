@@ -197,6 +197,32 @@ async def test_bad_input_gets_a_plain_error_page_and_one_log_line(
     assert lines[0].exc_info is None
 
 
+@pytest.mark.parametrize("where", ["path", "header"])
+async def test_a_request_too_long_to_read_logs_one_warning_without_the_token(
+    store: Store, home: Path, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """aiohttp answers these itself (400) before the viewer sees them; its log says so in
+    one line, without the request's text or a traceback."""
+    link = token(home, CHANNEL)
+    path = f"/v/{link}/run/{'x' * 9000}" if where == "path" else f"/v/{link}/run/r1"
+    headers = {"X-Long": link * 80} if where == "header" else {}
+    async with serving(store, home) as base, aiohttp.ClientSession() as client:
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG):
+            async with client.get(base + path, headers=headers) as response:
+                assert response.status == 400
+                body = await response.text()
+    assert "Traceback" not in body
+    payload = link.split(".")[1]
+    for record in caplog.records:
+        message = record.getMessage()
+        assert payload not in message and record.exc_info is None, record.name
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert warnings[0].levelno == logging.WARNING
+    assert warnings[0].name.startswith("bot.web")
+
+
 async def test_error_pages_carry_the_strict_headers(store: Store, home: Path) -> None:
     async with (
         serving(store, home) as base,
