@@ -15,6 +15,7 @@ from bot.web.server import CSP
 from core.ids import ConversationRef
 from core.store import Store
 from tests.bot.web.seed import CHANNEL, DM, OTHER_THREAD, SeedNode, seed_run, serving, token
+from tests.bot.web.seed_campaign import SeedRound, campaign_spec, seed_campaign
 
 SECRET_SUMMARY = "summary-only-the-thread-may-see"
 SECRET_OUTPUT = "output-only-the-thread-may-see"
@@ -234,3 +235,41 @@ async def test_error_pages_carry_the_strict_headers(store: Store, home: Path) ->
                 assert response.headers["X-Content-Type-Options"] == "nosniff"
                 assert response.headers["Referrer-Policy"] == "no-referrer"
                 assert response.headers["Cache-Control"] == "no-store"
+
+
+# ---------------------------------------------------------------------- campaigns
+
+CAMPAIGN_GOAL = "goal-only-the-thread-may-see"
+
+
+@pytest.mark.parametrize(
+    ("conv", "expires_in", "status"),
+    [
+        (CHANNEL, 3600.0, 200),
+        (CHANNEL, -1.0, 403),
+        (OTHER_THREAD, 3600.0, 404),
+        (DM, 3600.0, 404),
+    ],
+    ids=["own", "expired", "other-thread", "dm"],
+)
+async def test_a_campaign_opens_only_for_a_valid_link_of_its_conversation(
+    store: Store, home: Path, conv: ConversationRef, expires_in: float, status: int
+) -> None:
+    await seed_campaign(
+        store, CHANNEL, campaign_spec(goal=CAMPAIGN_GOAL), [SeedRound(values=(2.0,))]
+    )
+    link = token(home, conv, expires_in=expires_in)
+    async with serving(store, home, poll_seconds=0.05) as base:
+        got, kind, body = await _get(base, f"/v/{link}/campaign/c1")
+        events, _, _ = await _get(base, f"/v/{link}/campaign/c1/events")
+    assert (got, kind) == (status, "text/html")
+    assert (CAMPAIGN_GOAL in body) == (status == 200)
+    assert events == (200 if status == 200 else status)
+
+
+async def test_a_dm_campaign_never_opens_from_the_channel(store: Store, home: Path) -> None:
+    await seed_campaign(store, DM, campaign_spec(goal=CAMPAIGN_GOAL), campaign_id="c-dm")
+    async with serving(store, home) as base:
+        status, _, body = await _get(base, f"/v/{token(home, CHANNEL)}/campaign/c-dm")
+    assert status == 404
+    assert CAMPAIGN_GOAL not in body
