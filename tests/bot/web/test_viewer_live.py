@@ -5,6 +5,7 @@ leaves the viewer stops looking at the store."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -171,3 +172,23 @@ async def test_only_an_unfinished_run_page_asks_for_live_updates(store: Store, h
                 pages[run_id] = await response.text()
     assert 'data-live="r1/events"' in pages["r1"]
     assert "data-live" not in pages["r2"]
+
+
+async def test_a_stream_ends_when_its_link_expires(store: Store, home: Path) -> None:
+    """A live page does not outlive its link: the stream closes without `finished`."""
+    await _unfinished(store, home)
+    now = [time.time()]
+    url = f"/v/{token(home, CHANNEL, expires_in=600)}/run/r1/events"
+    async with (
+        serving_viewer(
+            store, home, poll_seconds=0.05, keepalive_seconds=0.05, clock=lambda: now[0]
+        ) as (base, viewer),
+        aiohttp.ClientSession() as client,
+        client.get(base + url) as response,
+    ):
+        assert await _next_event(response) == "keep-alive"
+        now[0] += 601
+        while (event := await _next_event(response)) == "keep-alive":
+            pass
+        assert event == ""
+    await _eventually(lambda: viewer._watching == 0)
