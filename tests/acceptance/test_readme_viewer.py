@@ -262,9 +262,8 @@ async def ran(viewed: Viewed) -> Ran:
     thread = await viewed.mention(PLAN)
     prompt = await viewed.post_after(thread, 0, lambda p: bool(_buttons(p)))
     await viewed.click(thread, prompt, "Approve")
-    report = await viewed.post_after(
-        thread, 0, lambda p: "completed" in str(p.get("text")) and OUTPUT in str(p.get("text"))
-    )
+    # The report (its status message also names the node's command and "completed").
+    report = await viewed.post_after(thread, 0, lambda p: "*Output of `s1`*" in str(p.get("text")))
     found = RUN_LINK.search(str(report.get("text")))
     assert found is not None, report.get("text")
     seen = len(viewed.posts(thread))
@@ -281,6 +280,13 @@ async def test_a_run_link_posted_in_the_thread_opens_the_run(
     viewed: Viewed, ran: Ran, http: aiohttp.ClientSession
 ) -> None:
     assert urlsplit(ran.run_link).netloc == f"127.0.0.1:{viewed.port}"
+    # The run's reply, its status message and its report each end with its link.
+    texts = [str(p.get("text")) for p in viewed.posts(ran.thread)]
+    for kind in ("Started run", f"*Run `{ran.run_id}`* —", f"*Run `{ran.run_id}` completed*"):
+        (text,) = [t for t in texts if kind in t] or [f"no post with {kind!r}: {texts}"]
+        assert text.endswith(f"|Open run {ran.run_id}>"), text
+        found = RUN_LINK.search(text)
+        assert found is not None and found["url"].endswith(f"/run/{ran.run_id}"), text
     _run_page_shows(await _get(http, ran.run_link), ran.run_id)
 
     overview = await _get(http, ran.overview_link)
