@@ -5,11 +5,13 @@ link in the thread opens the run's page (its graph, the node's output, the stric
 `status`'s link the conversation's overview. An altered link gets 403; another thread's link
 does not open this thread's run (404). `raven-bot web link RUN` prints a link that opens the
 run beside the serving bot, and `raven-bot web --port N` serves the same records alone until
-SIGTERM.
+SIGTERM. A one-round campaign in the same thread: its `🔎 Open campaign …` link and `raven-bot
+web link CAMPAIGN` open its chart. The bot's log holds no link token.
 
 Substituted: the README's port 8787 becomes a free port of this machine (two viewers run at
 once here, and another suite may hold 8787), and `run_0123456789` the id of the run the
-thread made."""
+thread made. `raven-bot web --port N` is typed after `exec`, so that SIGTERM reaches the
+viewer itself rather than `sh`."""
 
 from __future__ import annotations
 
@@ -206,6 +208,8 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 @dataclass(frozen=True)
 class Page:
+    """What a browser got for a URL."""
+
     status: int
     text: str
     headers: dict[str, str]
