@@ -216,3 +216,60 @@ async def test_ordinary_links_in_an_output_stay_links_without_a_referrer(
     _audit(body)
     for href in ("https://example.org/a", "mailto:ops@example.org", "../notes.md"):
         assert f'<a rel="noopener noreferrer nofollow" href="{href}">' in body
+
+
+def _node_with(field: str, hostile: str) -> tuple[SeedNode, str]:
+    """A node (and the run's summary) with `hostile` in exactly one field."""
+    tool: dict[str, object] = {"type": "tool", "name": "read", "input": {}, "output": "ok"}
+    nodes = {
+        "summary": SeedNode("a"),
+        "output": SeedNode("a", output=hostile),
+        "prompt": SeedNode("a", prompt=hostile),
+        "error": SeedNode("a", state="failed", error=hostile),
+        "node id": SeedNode(hostile),
+        "agent": SeedNode("a", agent=hostile),
+        "tool name": SeedNode("a", transcript=({**tool, "name": hostile},)),
+        "tool input": SeedNode("a", transcript=({**tool, "input": {"path": hostile}},)),
+        "tool output": SeedNode("a", transcript=({**tool, "output": hostile},)),
+        "answer": SeedNode("a", transcript=({"type": "answer", "text": hostile},)),
+        "odd step": SeedNode("a", transcript=({"type": hostile, hostile: 1},)),
+        "verdict field": SeedNode("a", verdict={hostile: "pass"}),
+        "verdict value": SeedNode("a", verdict={"reason": hostile}),
+    }
+    return nodes[field], hostile if field == "summary" else "say hello"
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "summary",
+        "output",
+        "prompt",
+        "error",
+        "node id",
+        "agent",
+        "tool name",
+        "tool input",
+        "tool output",
+        "answer",
+        "odd step",
+        "verdict field",
+        "verdict value",
+    ],
+)
+@pytest.mark.parametrize("hostile", [SCRIPT, SVG, IMG, A_HREF], ids=["script", "svg", "img", "a"])
+async def test_each_field_shows_hostile_text_as_text(
+    store: Store, home: Path, field: str, hostile: str
+) -> None:
+    node, summary = _node_with(field, hostile)
+    await seed_run(store, home, CHANNEL, [node], summary=summary)
+    async with (
+        serving(store, home) as base,
+        aiohttp.ClientSession() as client,
+        client.get(f"{base}/v/{token(home, CHANNEL)}/run/r1") as response,
+    ):
+        assert response.status == 200
+        body = await response.text()
+    text = "".join(_audit(body).text)
+    # JSON (a tool's input) writes the quotes of an attribute as \"; the rest as it is.
+    assert hostile.replace('"', '\\"') in text if field == "tool input" else hostile in text
