@@ -102,6 +102,8 @@ class Viewer:
         app.router.add_get("/", self._no_link)
         app.router.add_get("/v/", self._no_link)
         app.router.add_get("/static/{name}", self._static)
+        # Browsers ask for it on every page: no icon, and no log line each time.
+        app.router.add_get("/favicon.ico", _no_icon)
         app.router.add_get("/v/{token}/", self._conversation)
         app.router.add_get("/v/{token}/run/{run_id}", self._run)
         app.router.add_get("/v/{token}/run/{run_id}/events", self._run_events)
@@ -362,6 +364,10 @@ def _gone(request: web.Request) -> bool:
     """Whether the reader closed the connection (aiohttp does not cancel the handler)."""
     transport = request.transport
     return transport is None or transport.is_closing()
+
+
+async def _no_icon(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=204)
 
 
 def _not_here(kind: str, record_id: str) -> _Refusal:

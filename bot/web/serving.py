@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from bot.web.links import WebLinks, base_url
-from bot.web.server import Viewer, ViewerConfig
 from bot.web.settings import WebSettings
 from bot.web.tokens import LinkKey
 from core.store import Store
@@ -66,9 +65,15 @@ async def start_viewer(
 ) -> str:
     """Serve the viewer until `stack` closes; where it listens. A RuntimeError naming the
     setting when the address cannot be listened on."""
+    # The error names what the operator set: `raven-bot web --port N` or RAVEN_WEB_PORT.
+    setting = "RAVEN_WEB_PORT=" if port is None else "--port "
     port = port if port is not None else section.web_port
     if port is None:
         raise RuntimeError("the web viewer needs a port: set RAVEN_WEB_PORT (or pass --port)")
+    # Imported when served: its pages need networkx and Jinja2, which a start without the
+    # viewer never loads.
+    from bot.web.server import Viewer, ViewerConfig
+
     viewer = Viewer(store, LinkKey.load(home), ViewerConfig(home=home, zone=zone))
     runner = web.AppRunner(
         viewer.app(), access_log=None, handle_signals=False, shutdown_timeout=_SHUTDOWN_SECONDS
@@ -80,7 +85,7 @@ async def start_viewer(
     except OSError as exc:
         await runner.cleanup()
         raise RuntimeError(
-            f"RAVEN_WEB_PORT={port}: cannot listen on {section.web_host}:{port} "
+            f"{setting}{port}: cannot listen on {section.web_host}:{port} "
             f"({exc.strerror or exc}); choose a free port, or stop what uses it"
         ) from None
     stack.push_async_callback(runner.cleanup)

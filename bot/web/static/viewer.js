@@ -8,7 +8,7 @@ function localTimes(root) {
     if (isNaN(when)) continue;
     if (!el.title) el.title = el.textContent;
     el.textContent = when.toLocaleString(undefined, {
-      dateStyle: "medium", timeStyle: "medium", timeZoneName: "short",
+      dateStyle: "medium", timeStyle: "long",
     });
   }
 }
