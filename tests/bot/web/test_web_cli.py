@@ -102,6 +102,28 @@ def test_web_link_without_the_viewer_set_up_names_raven_web_port(
     assert not (isolated_env / "web.key").exists()
 
 
+def test_web_without_a_port_names_raven_web_port(
+    isolated_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["web"]) == 2
+    err = capsys.readouterr().err
+    assert "RAVEN_WEB_PORT" in err and "--port" in err
+
+
+def test_web_on_a_port_in_use_names_the_option_given(
+    isolated_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        assert main(["web", "--port", str(port)]) == 1
+    err = capsys.readouterr().err
+    # The operator passed --port: the error names it, not a setting they never wrote.
+    assert f"--port {port}: cannot listen on 127.0.0.1:{port}" in err, err
+    assert "RAVEN_WEB_PORT" not in err
+
+
 @pytest.mark.parametrize("port", ["0", "65536", "http"])
 def test_web_port_takes_only_a_port(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
