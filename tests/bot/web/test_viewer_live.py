@@ -12,6 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from bot.web.server import MAX_WATCHERS
 from core.store import Store
 from host.graph.run_store import RunStore
 from tests.bot.web.seed import CHANNEL, DM, SeedNode, seed_run, serving, serving_viewer, token
@@ -191,4 +192,32 @@ async def test_a_stream_ends_when_its_link_expires(store: Store, home: Path) -> 
         while (event := await _next_event(response)) == "keep-alive":
             pass
         assert event == ""
+    await _eventually(lambda: viewer._watching == 0)
+
+
+async def test_live_pages_beyond_the_limit_are_refused_until_one_closes(
+    store: Store, home: Path
+) -> None:
+    await _unfinished(store, home)
+    url = f"/v/{token(home, CHANNEL)}/run/r1/events"
+    async with (
+        serving_viewer(store, home, poll_seconds=1.0, keepalive_seconds=3600) as (base, viewer),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client,
+    ):
+        streams = [await client.get(base + url) for _ in range(MAX_WATCHERS)]
+        try:
+            assert {s.status for s in streams} == {200}
+            assert viewer._watching == MAX_WATCHERS
+            async with client.get(base + url) as refused:
+                assert refused.status == 503
+                assert refused.content_type == "text/html"
+                assert "Too many live pages" in await refused.text()
+            assert viewer._watching == MAX_WATCHERS
+            streams.pop().close()
+            await _eventually(lambda: viewer._watching == MAX_WATCHERS - 1)
+            streams.append(await client.get(base + url))
+            assert streams[-1].status == 200
+        finally:
+            for stream in streams:
+                stream.close()
     await _eventually(lambda: viewer._watching == 0)
