@@ -17,6 +17,7 @@ import hmac
 import json
 import os
 import secrets
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,9 @@ def _read_key(path: Path) -> bytes:
     # Never through a link: RAVEN_HOME is the bot's, but a planted link would name any file.
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as handle:
+        # A key others can read lets them make links: one copied in loosely is tightened.
+        if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+            os.fchmod(fd, 0o600)
         return handle.read()
 
 

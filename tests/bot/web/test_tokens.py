@@ -153,3 +153,12 @@ def test_a_symlinked_key_file_is_refused(home: Path, tmp_path: Path) -> None:
 def test_a_short_key_is_refused() -> None:
     with pytest.raises(ValueError, match="32 bytes"):
         LinkKey(b"short")
+
+
+def test_a_key_others_can_read_is_made_owner_only(home: Path) -> None:
+    path = home / KEY_FILE
+    path.write_bytes(b"k" * 32)
+    os.chmod(path, 0o644)
+    token = LinkKey.load(home).sign(Grant("c", NOW + 60))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert LinkKey(b"k" * 32).verify(token, now=NOW).conversation_id == "c"
