@@ -131,10 +131,15 @@ async def test_a_background_runs_status_message_carries_the_link_on_every_edit(
 ) -> None:
     rt, adapter, _ = viewer_bot
     run_id, _, _ = await _one_node_plan(rt, adapter)
+
+    def statuses() -> list[str]:
+        return [t for t in _all_texts(adapter) if t.startswith(f"**Run `{run_id}`** —")]
+
+    await eventually(
+        lambda: any("1/1 settled" in t for t in statuses()), what=lambda: str(adapter.texts)
+    )
     await rt.service.quiesce(inbound("x", "x").conversation)
-    statuses = [t for t in _all_texts(adapter) if t.startswith(f"**Run `{run_id}`** —")]
-    assert statuses, adapter.texts
-    for text in statuses:
+    for text in statuses():
         found = OPEN_RUN.fullmatch(text.splitlines()[-1])
         assert found is not None and found["id"] == run_id, text
 
@@ -165,7 +170,8 @@ async def test_without_a_port_no_link_no_key_and_nothing_listens(
         run_id, reply, report = await _one_node_plan(rt, adapter)
         await _say(rt, inbound("status", "s1"))
         await rt.service.quiesce(inbound("x", "x").conversation)
-        assert listening_ports() == before
+        # Nothing new listens (a socket an earlier test left may have closed meanwhile).
+        assert listening_ports() - before == set()
     texts = _all_texts(adapter)
     assert any(t.startswith("**Status**") for t in texts), texts
     assert reply.startswith(f"Started run `{run_id}`") and report
