@@ -190,9 +190,14 @@ class Viewer:
     async def _conversation(self, request: web.Request) -> web.StreamResponse:
         grant = self._grant(request)
         conv = ConversationRef.parse(grant.conversation_id)
-        runs = await self._runs.runs(conv.id, limit=100)
         return self._page(
-            request, "conversation.html", title="This conversation", runs=runs, live=None
+            request,
+            "conversation.html",
+            title="This conversation",
+            runs=await self._runs.runs(conv.id, limit=100),
+            campaigns=(await self._campaigns.of_conversation(conv.id))[:100],
+            tasks=await self._tasks.of_conversation(conv.id),
+            live=None,
         )
 
     async def _run(self, request: web.Request) -> web.StreamResponse:

@@ -422,11 +422,6 @@ async def test_the_status_link_opens_the_conversations_schedules(
     assert page.status == 200, page.text[:500]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the conversation page (bot/web/templates/conversation.html, Viewer._conversation) "
-    'lists runs only, though `status` labels its link "runs, campaigns and schedules"',
-)
 async def test_the_status_link_lists_the_conversations_campaigns(
     ran: Ran, campaigned: Campaigned, http: aiohttp.ClientSession
 ) -> None:
