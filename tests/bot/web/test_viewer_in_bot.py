@@ -225,6 +225,17 @@ class Script:
         return _tool("submit_graph", GRAPH)
 
 
+def _strings(value: object) -> list[str]:
+    """Every string in a request's JSON (what a model reads, whatever the nesting)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
 def _tool(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "content": [{"type": "tool_use", "id": f"toolu_{name}", "name": name, "input": payload}]
@@ -267,10 +278,14 @@ async def test_a_model_reply_gets_the_link_under_it_and_no_model_reads_a_token(
             )
             assert adapter.texts[-1] == "It is the run's page."
     asked = [json.dumps(r["json"]) for r in fake.requests]
-    follow_up = [body for body in asked[before:] if "follow-up" in body]
-    assert follow_up, asked[before:]
-    # The next turn read the thread (the earlier replies, the context, the message) ...
-    assert all("I started the echo." in body and "user-U2" in body for body in follow_up)
-    # ... with each link's token left out, and no request ever carried one.
-    assert all("(link)" in body for body in follow_up)
+    read = ["\n".join(_strings(r["json"])) for r in fake.requests[before:]]
+    follow_up = [text for text in read if "A follow-up" in text]
+    assert follow_up, read
+    # The next turn read the thread (an earlier reply with its line, the context, the
+    # message), each link with its token left out ...
+    shown = url.replace(token, "(link)")
+    for text in follow_up:
+        assert f"I started the echo.\n\n🔎 [Open run {run.id}]({shown})" in text, text
+        assert f"see {shown}" in text and f"what is {shown} ?" in text, text
+    # ... and no request ever carried a token.
     assert not [body for body in asked if token in body]
