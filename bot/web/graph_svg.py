@@ -30,8 +30,9 @@ def anchor_of(index: int) -> str:
     return f"node-{index}"
 
 
-def graph_svg(picture: RunPicture, anchors: Mapping[str, str]) -> str:
-    """The run's graph as an inline `<svg>` element (text); `anchors`: node id → anchor."""
+def graph_svg(picture: RunPicture, hrefs: Mapping[str, str]) -> str:
+    """The run's graph as an inline `<svg>` element (text); `hrefs`: where each node's box
+    links to (its details), by node id."""
     columns = layers(picture)
     tallest = max((len(c) for c in columns), default=1)
     width = max(len(columns), 1) * _COLUMN - (_COLUMN - _BOX_W) + 2 * _PAD
@@ -76,8 +77,8 @@ def graph_svg(picture: RunPicture, anchors: Mapping[str, str]) -> str:
     for node_id, (x, y) in centres.items():
         state = states.get(node_id, EARLIER)
         parent = boxes
-        if node_id in anchors:
-            parent = ET.SubElement(boxes, "a", {"href": f"#{anchors[node_id]}"})
+        if node_id in hrefs:
+            parent = ET.SubElement(boxes, "a", {"href": hrefs[node_id]})
         _box(parent, x, y, node_id, agents.get(node_id, ""), state)
     return ET.tostring(svg, encoding="unicode", short_empty_elements=True)
 

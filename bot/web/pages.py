@@ -4,15 +4,15 @@ page escaped unless a filter here made it safe HTML itself (rendered Markdown, `
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
-from bot.web.untrusted import markdown, shown
+from bot.web.untrusted import SHOWN_CHARS, markdown, shown
 
 
 class Pages:
@@ -21,6 +21,9 @@ class Pages:
 
     def __init__(self, zone: ZoneInfo) -> None:
         self._zone = zone
+        # An output never changes once written: its HTML is kept for the next view (a live
+        # page is served again at every change of its run).
+        self._markdown = lru_cache(maxsize=1024)(markdown)
         self._env = Environment(
             loader=PackageLoader("bot.web", "templates"),
             autoescape=True,
@@ -31,7 +34,7 @@ class Pages:
         self._env.filters.update(
             {
                 "when": self.when,
-                "md": markdown,
+                "md": self.md,
                 "shown": shown,
                 "duration": duration,
                 "short": short_id,
@@ -41,6 +44,12 @@ class Pages:
     def render(self, template: str, **values: Any) -> str:
         """A whole page."""
         return self._env.get_template(template).render(**values)
+
+    def md(self, text: str | None) -> Markup:
+        """Untrusted Markdown as safe HTML (`untrusted.markdown`), remembered."""
+        if text is not None and len(text) > SHOWN_CHARS:
+            return markdown(text)  # cut when shown: not worth keeping whole
+        return self._markdown(text)
 
     def when(self, at: float | datetime | None) -> Markup:
         """A moment as `<time>`: machine-readable UTC, shown in the team's zone."""
@@ -72,8 +81,3 @@ def duration(seconds: float | None) -> str:
 def short_id(value: str, keep: int = 12) -> str:
     """An id as people read it: whole when short, else its start."""
     return value if len(value) <= keep else value[:keep] + "…"
-
-
-def attributes(values: Mapping[str, str]) -> Markup:
-    """HTML attributes from data, each value escaped."""
-    return Markup(" ").join(Markup('{}="{}"').format(k, escape(v)) for k, v in values.items())

@@ -18,6 +18,11 @@ from host.graph.picture import RunPicture, picture_of
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 
+# Up to this many nodes, every node's task, output and transcript is on the run's page; a
+# larger run lists its nodes and gives each its own page (a 200-node page of outputs was
+# over a megabyte, and its Markdown most of the time it took to serve).
+INLINE_NODES = 40
+
 
 @dataclass(frozen=True)
 class TranscriptEntry:
@@ -42,6 +47,7 @@ class AttemptView:
 class NodeView:
     """One node with its attempts (the latest first)."""
 
+    index: int  # its place in the run (its page's number)
     anchor: str
     record: NodeRecord
     attempts: tuple[AttemptView, ...]
@@ -62,8 +68,20 @@ class RunView:
     nodes: tuple[NodeView, ...]
 
     @property
-    def anchors(self) -> dict[str, str]:
-        return {n.record.node_id: n.anchor for n in self.nodes}
+    def inline(self) -> bool:
+        """Whether the nodes' details are on the run's page (else each on its own)."""
+        return len(self.nodes) <= INLINE_NODES
+
+    def href(self, node: NodeView) -> str:
+        """Where a node's details are, from the run's page."""
+        if self.inline:
+            return f"#{node.anchor}"
+        return f"{self.run.id}/node/{node.index}"
+
+    @property
+    def hrefs(self) -> dict[str, str]:
+        """Each node's details link, by node id (the graph's boxes link there)."""
+        return {n.record.node_id: self.href(n) for n in self.nodes}
 
     @property
     def counts(self) -> list[tuple[str, int]]:
@@ -107,6 +125,7 @@ async def run_signature(runs: RunStore, run_id: str) -> tuple[object, ...] | Non
 def _node(index: int, node: NodeRecord, records: NodeRecords | None) -> NodeView:
     attempts = records.attempts if records is not None else {}
     return NodeView(
+        index=index,
         anchor=anchor_of(index),
         record=node,
         attempts=tuple(

@@ -31,7 +31,7 @@ from bot.web.campaign_view import campaign_signature, load_campaign
 from bot.web.chart_svg import campaign_chart_svgs
 from bot.web.graph_svg import graph_svg
 from bot.web.pages import Pages
-from bot.web.run_view import load_run, run_signature
+from bot.web.run_view import RunView, load_run, run_signature
 from bot.web.schedule_view import load_schedules
 from bot.web.tokens import Grant, LinkKey, TokenRefused
 from core.ids import ConversationRef
@@ -90,6 +90,10 @@ class Viewer:
         self._tasks = TaskStore(store)
         self._files = RunFiles(config.home / "runs")
         self._pages = Pages(config.zone)
+        # The script and the style sheet, read once (a page asks for both every time).
+        self._static_files = {
+            name: files("bot.web").joinpath("static", name).read_bytes() for name in _STATIC
+        }
         self._watching = 0
 
     def app(self) -> web.Application:
@@ -107,6 +111,7 @@ class Viewer:
         app.router.add_get("/v/{token}/", self._conversation)
         app.router.add_get("/v/{token}/run/{run_id}", self._run)
         app.router.add_get("/v/{token}/run/{run_id}/events", self._run_events)
+        app.router.add_get("/v/{token}/run/{run_id}/node/{index}", self._node)
         app.router.add_get("/v/{token}/campaign/{campaign_id}", self._campaign)
         app.router.add_get("/v/{token}/campaign/{campaign_id}/events", self._campaign_events)
         app.router.add_get("/v/{token}/schedules", self._schedules)
@@ -182,15 +187,12 @@ class Viewer:
         kind = _STATIC.get(name)
         if kind is None:
             raise _Refusal(404, "Not found", "There is no such file.", "static")
-        data = files("bot.web").joinpath("static", name).read_bytes()
-        response = web.Response(body=data, content_type=kind, charset="utf-8")
-        response.headers["Cache-Control"] = "public, max-age=3600"
-        return response
+        return web.Response(body=self._static_files[name], content_type=kind, charset="utf-8")
 
     async def _conversation(self, request: web.Request) -> web.StreamResponse:
         grant = self._grant(request)
         conv = ConversationRef.parse(grant.conversation_id)
-        return self._page(
+        return await self._page(
             request,
             "conversation.html",
             title="This conversation",
@@ -203,11 +205,10 @@ class Viewer:
     async def _run(self, request: web.Request) -> web.StreamResponse:
         grant = self._grant(request)
         run_id = _record_id(request, "run_id")
-        view = await load_run(self._runs, self._files, run_id)
-        if view is None or view.run.conversation.id != grant.conversation_id:
-            raise _not_here("run", run_id)
-        svg = graph_svg(view.picture, view.anchors)
-        return self._page(
+        view = await self._run_view(grant, run_id)
+        # Drawn off the event loop: a big graph must not hold up the bot's own work.
+        svg = await asyncio.to_thread(graph_svg, view.picture, view.hrefs)
+        return await self._page(
             request,
             "run.html",
             title=f"Run {run_id}",
@@ -216,6 +217,30 @@ class Viewer:
             svg=Markup(svg),
             live=None if view.finished else f"{run_id}/events",
         )
+
+    async def _node(self, request: web.Request) -> web.StreamResponse:
+        grant = self._grant(request)
+        run_id = _record_id(request, "run_id")
+        view = await self._run_view(grant, run_id)
+        index = request.match_info["index"]
+        if not index.isdigit() or int(index) >= len(view.nodes):
+            raise _Refusal(404, "No such node here", "The run has no such node.", "bad node")
+        node = view.nodes[int(index)]
+        return await self._page(
+            request,
+            "node.html",
+            title=f"{node.record.node_id} of run {run_id}",
+            view=view,
+            node=node,
+            back=f"../../{run_id}",
+            live=None if view.finished else "../events",
+        )
+
+    async def _run_view(self, grant: Grant, run_id: str) -> RunView:
+        view = await load_run(self._runs, self._files, run_id)
+        if view is None or view.run.conversation.id != grant.conversation_id:
+            raise _not_here("run", run_id)
+        return view
 
     async def _run_events(self, request: web.Request) -> web.StreamResponse:
         grant = self._grant(request)
@@ -239,7 +264,7 @@ class Viewer:
         view = await load_campaign(self._campaigns, campaign_id)
         if view is None or view.record.conversation.id != grant.conversation_id:
             raise _not_here("campaign", campaign_id)
-        return self._page(
+        return await self._page(
             request,
             "campaign.html",
             title=f"Campaign {campaign_id}",
@@ -269,12 +294,16 @@ class Viewer:
         grant = self._grant(request)
         conv = ConversationRef.parse(grant.conversation_id)
         view = await load_schedules(self._tasks, self._runs, conv, now=self._config.clock())
-        return self._page(request, "schedules.html", title="Scheduled work", view=view, live=None)
+        return await self._page(
+            request, "schedules.html", title="Scheduled work", view=view, live=None
+        )
 
-    def _page(self, request: web.Request, template: str, **values: object) -> web.Response:
+    async def _page(self, request: web.Request, template: str, **values: object) -> web.Response:
         token = request.match_info["token"]
         root = _root(request.path)
-        text = self._pages.render(
+        # Rendered off the event loop: a page of many outputs takes a while to render.
+        text = await asyncio.to_thread(
+            self._pages.render,
             template,
             root=root,
             home=f"{root}v/{token}/",
