@@ -7,7 +7,7 @@ text: a status message edited every round does not change for its link alone.
 from __future__ import annotations
 
 import math
-import re
+import socket
 import time
 from collections.abc import Callable
 from urllib.parse import quote
@@ -15,10 +15,10 @@ from urllib.parse import quote
 from bot.web.settings import WebSettings
 from bot.web.tokens import Grant, LinkKey
 from core.ids import ConversationRef
+from host.runtime.record_links import without_link_tokens
 
 _HOUR = 3600.0
-# A token as `LinkKey.sign` writes it, wherever it appears (any base URL, pasted or posted).
-_TOKEN = re.compile(r"\bv1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}")
+_EVERY_ADDRESS = frozenset({"0.0.0.0", "::", "[::]"})
 
 
 def base_url(settings: WebSettings) -> str:
@@ -26,6 +26,9 @@ def base_url(settings: WebSettings) -> str:
     if settings.web_public_url:
         return settings.web_public_url
     host = settings.web_host
+    if host in _EVERY_ADDRESS:
+        # Listening everywhere: a link names this machine, not an address nobody can open.
+        host = socket.getfqdn()
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{settings.web_port}"
 
@@ -63,8 +66,10 @@ class WebLinks:
     def schedules(self, conv: ConversationRef) -> str:
         return self._url(conv, "schedules")
 
-    def hidden(self, text: str) -> str:
-        return _TOKEN.sub("(link)", text) if "v1." in text else text
+    @staticmethod
+    def hidden(text: str) -> str:
+        """`text` with every link token left out (`without_link_tokens`)."""
+        return without_link_tokens(text)
 
     def _url(self, conv: ConversationRef, page: str) -> str:
         return f"{self._base}/v/{self.token(conv)}/{page}"

@@ -39,6 +39,7 @@ from host.runtime.conversation_log import ConversationLog, LoggedMessage
 from host.runtime.events import EventBus, StoppedItem, StopTally, TurnCompleted, TurnRequested
 from host.runtime.messages import InboundMessage, stored_inbound
 from host.runtime.people import People
+from host.runtime.record_links import without_link_tokens
 from host.runtime.spending import SpendGate
 from host.runtime.turn import TurnContext, TurnOrigin
 from memory.group import Attribution
@@ -507,11 +508,10 @@ class ConversationService:
                 log.exception("enriching message %s failed; using it as received", message_id)
         history = await self._log.history(conv.id, limit=self._history + 1)
         history = [m for m in history if m.id != message_id][-self._history :]
-        if self._run_links is not None:
-            # A viewer link opens its conversation's records: no model is shown one.
-            hide = self._run_links.links.hidden
-            history = [dataclasses.replace(m, text=hide(m.text)) for m in history]
-            msg = msg.model_copy(update={"text": hide(msg.text), "context": hide(msg.context)})
+        # A viewer link opens its conversation's records: no model is shown one.
+        hide = without_link_tokens
+        history = [dataclasses.replace(m, text=hide(m.text)) for m in history]
+        msg = msg.model_copy(update={"text": hide(msg.text), "context": hide(msg.context)})
         replied = asyncio.Event()
         # The turn's model calls (and the memory write after it) are counted against its
         # author; the bot's own turns (a report, a wake-up) against the channel only.

@@ -19,6 +19,7 @@ from host.prompts.broker import PromptBroker
 from host.runtime.author_labels import context_line
 from host.runtime.conversation_log import ConversationLog
 from host.runtime.prompt_record import Prompt
+from host.runtime.record_links import without_link_tokens
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,10 @@ class Clarifier:
     ) -> tuple[str | None, str]:
         history = await self._log.history(conv.id, limit=self._history)
         # Labelled as the Host sees authors: a display name cannot pass for another person.
-        snapshot = "\n".join(context_line(m.author_name, m.author_id, m.text) for m in history)
+        # No model is shown a viewer link's token (it opens the conversation's records).
+        snapshot = "\n".join(
+            context_line(m.author_name, m.author_id, without_link_tokens(m.text)) for m in history
+        )
         marker = new_marker()
         body = (
             fence(question, source="worker question", marker=marker)

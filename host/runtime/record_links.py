@@ -7,9 +7,14 @@ viewer (`RAVEN_WEB_PORT` unset) no link is made and nothing is posted.
 
 from __future__ import annotations
 
-from typing import Protocol
+import re
+from typing import Final, Protocol
 
 from core.ids import ConversationRef
+
+# A link token as the viewer signs it (`v1.<payload>.<signature>`, bot/web/tokens.py),
+# wherever it appears: posted by the bot, pasted by a person, under any base URL.
+_TOKEN: Final = re.compile(r"\bv1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{20,}")
 
 
 class RecordLinks(Protocol):
@@ -31,12 +36,14 @@ class RecordLinks(Protocol):
         """The conversation's scheduled tasks: next fire times and recent firings."""
         ...
 
-    def hidden(self, text: str) -> str:
-        """`text` with every viewer link's token left out: what a model is shown of the
-        thread (a link opens its conversation's records; a model could carry it elsewhere)."""
-        ...
-
 
 def open_line(label: str, url: str) -> str:
     """The line a thread gets under a report or a notice: one Markdown link."""
     return f"🔎 [{label}]({url})"
+
+
+def without_link_tokens(text: str) -> str:
+    """`text` with every viewer link's token left out: what a model is shown of a thread.
+    A link opens its conversation's records, and a model's words can travel (memory, other
+    threads); applied whether or not the viewer is on now, since old links stay valid."""
+    return _TOKEN.sub("(link)", text) if "v1." in text else text

@@ -18,6 +18,7 @@ import pytest
 
 from bot.app import Runtime
 from host.runtime.messages import InboundMessage
+from tests.fakes.anthropic_server import echo_last_user_text
 from tests.fakes.chat_adapter import FakeChatAdapter
 from tests.helpers import eventually, inbound, write_agents
 from tests.runtime_kit import chat_runtime, online
@@ -289,3 +290,24 @@ async def test_a_model_reply_gets_the_link_under_it_and_no_model_reads_a_token(
         assert f"see {shown}" in text and f"what is {shown} ?" in text, text
     # ... and no request ever carried a token.
     assert not [body for body in asked if token in body]
+
+
+async def test_a_pasted_links_token_reaches_no_model_with_the_viewer_off(
+    isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Links posted while the viewer was on stay valid after it is turned off (and
+    # `raven-bot web` may serve them): their tokens are left out whatever the settings.
+    token = "v1.eyJjIjoidGVzdDpXOkM6VCIsImUiOjE3OTY2NTU2MDB9.VDzVcljq3c8jmXDuIxhpUQzym5_Mz8Pb-3k"
+    url = f"http://127.0.0.1:8787/v/{token}/run/r1"
+    async with online(monkeypatch) as fake:
+        fake.responder = echo_last_user_text
+        async with chat_runtime(FakeChatAdapter(), serving=True) as rt:
+            await _say(
+                rt,
+                inbound(f"what is {url} ?", "e1").model_copy(
+                    update={"context": f"user-U2: see {url}"}
+                ),
+            )
+    bodies = [json.dumps(r["json"]) for r in fake.requests]
+    assert bodies and not [b for b in bodies if token in b]
+    assert any("/v/(link)/run/r1" in b for b in bodies)

@@ -127,3 +127,20 @@ async def test_answerer_without_verdict_falls_back_to_user(store: Store) -> None
     await eventually(lambda: bool(surface.shown))
     await broker.answer(surface.shown[0].id, surface.shown[0].nonce, "U1", "tab")
     assert (await task).source == "user"
+
+
+async def test_the_answerer_never_reads_a_viewer_links_token(store: Store) -> None:
+    # A viewer link opens the conversation's records; the bot posts them under its replies.
+    token = "v1.eyJjIjoidGVzdDpXOkM6VCIsImUiOjE3OTY2NTU2MDB9.VDzVcljq3c8jmXDuIxhpUQzym5_Mz8Pb-3k"
+    log = ConversationLog(store)
+    await log.record_outbound(
+        CONV,
+        idempotency_key="turn:t0:reply",
+        text=f"Done.\n\n🔎 [Open run r1](http://127.0.0.1:8787/v/{token}/run/r1)",
+        turn_id=None,
+    )
+    provider = AnswerProvider({"answerable": True, "answer": "CSV", "known": "user said CSV"})
+    clarifier, _, _ = await _setup(store, provider)
+    await clarifier.ask(CONV, "U1", "Which output format?", node_id="n1")
+    assert token not in provider.calls[0]
+    assert "/v/(link)/run/r1" in provider.calls[0]
