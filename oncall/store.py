@@ -294,6 +294,16 @@ class CampaignStore:
 
     # ---------------------------------------------------------------------- wake ledger
 
+    async def counts(self, campaign_id: str) -> tuple[int, int]:
+        """How many measurements and decisions the campaign has (a cheap look for a page
+        that follows it)."""
+        rows = await self._store.fetchall(
+            "SELECT (SELECT COUNT(*) FROM campaign_measurements WHERE campaign_id = ?),"
+            " (SELECT COUNT(*) FROM campaign_decisions WHERE campaign_id = ?)",
+            (campaign_id, campaign_id),
+        )
+        return int(rows[0][0]), int(rows[0][1])
+
     async def schedule_wake(
         self, wake_id: str, campaign_id: str, round_no: int, reason: WakeReason, due_at: float
     ) -> None:

@@ -159,14 +159,15 @@ async def campaign_signature(
         return None
     rounds = await campaigns.rounds(campaign_id)
     wakes = await campaigns.wakes(campaign_id)
+    measured, decided = await campaigns.counts(campaign_id)
     return (
         record.state,
         record.round,
         record.updated_at,
         record.model_calls,
         record.compute_seconds,
-        len(await campaigns.measurements(campaign_id)),
-        len(await campaigns.decisions(campaign_id)),
+        measured,
+        decided,
         tuple((r.round, r.state, r.ended_at, r.wake_reason) for r in rounds),
         tuple((w.id, w.state) for w in wakes),
     )
