@@ -99,7 +99,7 @@ def render_chart(chart: CampaignChart, fmt: PictureFormat = "png") -> bytes:
     """The chart as PNG (1200 x 600 px) or SVG bytes; the same data gives the same bytes."""
     figure = new_figure(WIDTH_PX, HEIGHT_PX)
     ax = figure.add_axes((0.075, 0.12, 0.9, 0.7))
-    xs = _positions(chart.points)
+    xs = round_positions(chart.points)
     finite = [(x, p) for x, p in zip(xs, chart.points, strict=True) if _finite(p.value)]
     _failed_rounds(ax, chart)
     if finite:
@@ -129,7 +129,7 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
-def _positions(points: Sequence[ChartPoint]) -> list[float]:
+def round_positions(points: Sequence[ChartPoint]) -> list[float]:
     """Each point's x: its round, or spread across its round (r-0.4 .. r+0.4) in order when
     the round has several values."""
     per_round: dict[int, int] = {}

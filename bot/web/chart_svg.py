@@ -18,7 +18,7 @@ from typing import Final
 
 from bot.web.campaign_view import CampaignView, value_text
 from bot.web.untrusted import visible_controls
-from oncall.chart import CampaignChart, ChartPoint, best_so_far
+from oncall.chart import CampaignChart, ChartPoint, best_so_far, round_positions
 from oncall.model import Direction
 
 # Drawn for about 640 px and scaled to the page: at a phone's 360 px its words are still
@@ -77,7 +77,7 @@ def rounds_chart(chart: CampaignChart) -> str:
     """The metric over rounds: several values of one round spread across it, in order."""
     last = max([chart.rounds, *(p.round for p in chart.points), *chart.failed_rounds, 1])
     x = Scale(0.5, last + 0.5, _LEFT, WIDTH - _RIGHT)
-    xs = [x(v) for v in positions(chart.points)]
+    xs = [x(v) for v in round_positions(chart.points)]
     svg, plot = _frame(chart, "over rounds")
     y = _y_scale(chart)
     _grid(plot, y, [(x(t), str(t)) for t in integer_ticks(1, last)], "round")
@@ -119,21 +119,6 @@ def time_chart(chart: CampaignChart, failed_spans: Mapping[int, tuple[float, flo
 
 
 # ------------------------------------------------------------------------------ scales
-
-
-def positions(points: Sequence[ChartPoint]) -> list[float]:
-    """Each point's x in rounds: its round, or spread across it (r-0.4 .. r+0.4) in order
-    when the round has several values."""
-    per_round: dict[int, int] = {}
-    for p in points:
-        per_round[p.round] = per_round.get(p.round, 0) + 1
-    seen: dict[int, int] = {}
-    xs = []
-    for p in points:
-        n, i = per_round[p.round], seen.get(p.round, 0)
-        seen[p.round] = i + 1
-        xs.append(p.round if n == 1 else p.round - 0.4 + 0.8 * i / (n - 1))
-    return xs
 
 
 def nice_ticks(lo: float, hi: float, count: int) -> list[float]:
