@@ -39,6 +39,8 @@ from bot.logging_setup import log_file
 from bot.models import AGENT_ROLE, ROLE_SETTINGS, role_specs
 from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names, unknown_variables
+from bot.web.links import base_url
+from bot.web.serving import WebSection
 from core.serving_lock import serving_holder
 from core.store import Store
 from core.url_secrets import url_credentials
@@ -445,6 +447,23 @@ async def _check_nudges(settings: Settings) -> Check:
     return Check("nudges", "ok", describe_policy(limits, quiet, settings.timezone))
 
 
+async def _check_web_viewer(settings: Settings) -> Check:
+    """Whether the read-only viewer is served, and where its posted links point."""
+    web = settings.section(WebSection)
+    if not web.enabled:
+        return Check("web viewer", "ok", "off (RAVEN_WEB_PORT unset): no viewer, no links")
+    where = f"serves on {web.web_host}:{web.web_port}; posted links open at "
+    where += f"{base_url(web.as_settings())} for {web.web_link_hours:g} h"
+    if web.web_host not in ("127.0.0.1", "localhost", "::1") and not web.web_public_url:
+        return Check(
+            "web viewer",
+            "warn",
+            f"{where}, over plain HTTP beyond this machine: put a reverse proxy with TLS in "
+            "front and set RAVEN_WEB_PUBLIC_URL",
+        )
+    return Check("web viewer", "ok", where)
+
+
 CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_data_dir,
     _check_serving,
@@ -456,6 +475,7 @@ CHECKS: tuple[Callable[[Settings], Awaitable[Check | list[Check]]], ...] = (
     _check_settings,
     _check_thread_replies,
     _check_nudges,
+    _check_web_viewer,
     _check_libraries,
     _check_embedder,
     _check_models,
