@@ -389,20 +389,20 @@ def report_parts(parts: Parts) -> None:
 def report_page(figures: PageFigures) -> None:
     big, nodes, inline = figures.big, figures.nodes, figures.inline
     size = LAYERS * WIDTH
-    print(f"\n1. A {size}-node run's page ({big.page_bytes / 1024:.0f} KB HTML: nodes listed)")
+    print(f"\n1a. A {size}-node run's page ({big.page_bytes / 1024:.0f} KB HTML: nodes listed)")
     print(header())
     print(once("GET through aiohttp, first (cold)", big.cold))
     print(spread(f"GET through aiohttp, then {len(big.warm)} times", big.warm))
     report_parts(figures.big_parts)
 
-    print(f"\n2. Its node pages ({nodes.page_bytes / 1024:.0f} KB HTML each)")
+    print(f"\n1b. Its node pages ({nodes.page_bytes / 1024:.0f} KB HTML each)")
     print(header())
     print(once("GET, the first node page (cold)", nodes.first))
     print(spread(f"GET, {len(nodes.first_views)} nodes' first views", nodes.first_views))
     print(spread("GET, the same nodes again (Markdown kept)", nodes.repeat_views))
 
     print(
-        f"\n3. A {INLINE_NODES}-node run's page ({inline.page_bytes / 1024:.0f} KB HTML: every "
+        f"\n1c. A {INLINE_NODES}-node run's page ({inline.page_bytes / 1024:.0f} KB HTML: every "
         "node's output, task and transcript inline)"
     )
     print(header())
@@ -412,7 +412,8 @@ def report_page(figures: PageFigures) -> None:
 
     stalls = figures.stalls or [0.0]
     print(
-        f"\n4. The event loop during all these GETs (pages render in a worker thread): "
+        f"\n1d. The event loop during all these GETs (pages render in a worker thread; the "
+        "bench's client shares this loop): "
         f"longest stall {max(stalls) * 1000:.1f} ms, p99 {pct(stalls, 99) * 1000:.1f} ms "
         f"({len(stalls)} ticks of 1 ms)"
     )
