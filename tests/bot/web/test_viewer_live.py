@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +15,7 @@ from bot.web.server import MAX_WATCHERS
 from core.store import Store
 from host.graph.run_store import RunStore
 from tests.bot.web.seed import CHANNEL, DM, SeedNode, seed_run, serving, serving_viewer, token
+from tests.helpers import eventually
 
 WAIT = 10.0  # seconds; generous for a loaded machine, never slept
 
@@ -70,14 +70,6 @@ async def _until(response: aiohttp.ClientResponse, name: str) -> list[str]:
             return seen
 
 
-async def _eventually(condition: Callable[[], bool]) -> None:
-    """Waits (on the loop, briefly yielding) until `condition` holds."""
-    async with asyncio.timeout(WAIT):
-        # Nothing to await: the condition is the viewer's count of live pages.
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
-
-
 async def _settle_node(store: Store, node_id: str, state: str) -> None:
     runs = RunStore(store)
     node = next(n for n in await runs.nodes_of_run("r1") if n.node_id == node_id)
@@ -108,7 +100,7 @@ async def test_a_change_sends_changed_and_the_end_sends_finished(store: Store, h
         await RunStore(store).set_run_state("r1", "completed", finished=True)
         assert (await _until(response, "finished"))[-1] == "finished"
         assert await _next_event(response) == ""
-    await _eventually(lambda: viewer._watching == 0)
+    await eventually(lambda: viewer._watching == 0)
 
 
 async def test_a_finished_run_ends_its_stream_at_once(store: Store, home: Path) -> None:
@@ -135,7 +127,7 @@ async def test_a_reader_leaving_stops_the_looking(store: Store, home: Path) -> N
             assert response.status == 200
             assert viewer._watching == 1
             response.close()
-        await _eventually(lambda: viewer._watching == 0)
+        await eventually(lambda: viewer._watching == 0)
         # And a change after the reader left is seen by nobody (the run goes on).
         await _settle_node(store, "a", "completed")
         assert viewer._watching == 0
@@ -192,7 +184,7 @@ async def test_a_stream_ends_when_its_link_expires(store: Store, home: Path) -> 
         while (event := await _next_event(response)) == "keep-alive":
             pass
         assert event == ""
-    await _eventually(lambda: viewer._watching == 0)
+    await eventually(lambda: viewer._watching == 0)
 
 
 async def test_live_pages_beyond_the_limit_are_refused_until_one_closes(
@@ -214,10 +206,10 @@ async def test_live_pages_beyond_the_limit_are_refused_until_one_closes(
                 assert "Too many live pages" in await refused.text()
             assert viewer._watching == MAX_WATCHERS
             streams.pop().close()
-            await _eventually(lambda: viewer._watching == MAX_WATCHERS - 1)
+            await eventually(lambda: viewer._watching == MAX_WATCHERS - 1)
             streams.append(await client.get(base + url))
             assert streams[-1].status == 200
         finally:
             for stream in streams:
                 stream.close()
-    await _eventually(lambda: viewer._watching == 0)
+    await eventually(lambda: viewer._watching == 0)
