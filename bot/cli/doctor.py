@@ -39,7 +39,6 @@ from bot.logging_setup import log_file
 from bot.models import AGENT_ROLE, ROLE_SETTINGS, role_specs
 from bot.schema import all_migrations
 from bot.settings import Settings, declared_secret_names, unknown_variables
-from bot.web.links import base_url
 from bot.web.serving import WebSection
 from core.serving_lock import serving_holder
 from core.store import Store
@@ -453,7 +452,7 @@ async def _check_web_viewer(settings: Settings) -> Check:
     if not web.enabled:
         return Check("web viewer", "ok", "off (RAVEN_WEB_PORT unset): no viewer, no links")
     where = f"serves on {web.web_host}:{web.web_port}; posted links open at "
-    where += f"{base_url(web.as_settings())} for {web.web_link_hours:g} h"
+    where += f"{web.link_base} for {web.web_link_hours:g} h"
     if web.web_host not in ("127.0.0.1", "localhost", "::1") and not web.web_public_url:
         return Check(
             "web viewer",

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from bot.cli.database import open_database
 from bot.home import HomeError, check_home
 from bot.settings import Settings
-from bot.web.links import WebLinks, base_url
+from bot.web.links import WebLinks
 from bot.web.serving import WebSection, start_viewer
 from bot.web.tokens import LinkKey
 from host.graph.run_store import RunStore
@@ -75,7 +75,7 @@ async def _link(settings: Settings, section: WebSection, record: str, out: TextI
         return 2
     links = WebLinks(
         await asyncio.to_thread(LinkKey.load, settings.home),
-        base_url(section.as_settings()),
+        section.link_base,
         section.web_link_hours,
     )
     async with open_database(settings.home) as store:

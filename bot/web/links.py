@@ -12,25 +12,22 @@ import time
 from collections.abc import Callable
 from urllib.parse import quote
 
-from bot.web.settings import WebSettings
 from bot.web.tokens import Grant, LinkKey
 from core.ids import ConversationRef
-from host.runtime.record_links import without_link_tokens
 
 _HOUR = 3600.0
 _EVERY_ADDRESS = frozenset({"0.0.0.0", "::", "[::]"})
 
 
-def base_url(settings: WebSettings) -> str:
+def base_url(public_url: str, host: str, port: int | None) -> str:
     """Where links point: RAVEN_WEB_PUBLIC_URL, else the address the viewer listens on."""
-    if settings.web_public_url:
-        return settings.web_public_url
-    host = settings.web_host
+    if public_url:
+        return public_url
     if host in _EVERY_ADDRESS:
         # Listening everywhere: a link names this machine, not an address nobody can open.
         host = socket.getfqdn()
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{settings.web_port}"
+    return f"http://{shown}:{port}"
 
 
 class WebLinks:
@@ -62,14 +59,6 @@ class WebLinks:
 
     def campaign(self, conv: ConversationRef, campaign_id: str) -> str:
         return self._url(conv, f"campaign/{quote(campaign_id, safe='')}")
-
-    def schedules(self, conv: ConversationRef) -> str:
-        return self._url(conv, "schedules")
-
-    @staticmethod
-    def hidden(text: str) -> str:
-        """`text` with every link token left out (`without_link_tokens`)."""
-        return without_link_tokens(text)
 
     def _url(self, conv: ConversationRef, page: str) -> str:
         return f"{self._base}/v/{self.token(conv)}/{page}"

@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo
 from aiohttp import web
 
 from bot.web.links import WebLinks, base_url
-from bot.web.settings import WebSettings
 from bot.web.tokens import LinkKey
 from core.store import Store
 
@@ -35,15 +34,10 @@ class WebSection:
     def enabled(self) -> bool:
         return self.web_port is not None
 
-    def as_settings(self) -> WebSettings:
-        return WebSettings.model_validate(
-            {
-                "web_port": self.web_port,
-                "web_host": self.web_host,
-                "web_public_url": self.web_public_url,
-                "web_link_hours": self.web_link_hours,
-            }
-        )
+    @property
+    def link_base(self) -> str:
+        """Where the links it posts point (`links.base_url`)."""
+        return base_url(self.web_public_url, self.web_host, self.web_port)
 
 
 def web_links(home: Path, section: WebSection) -> WebLinks | None:
@@ -51,7 +45,7 @@ def web_links(home: Path, section: WebSection) -> WebLinks | None:
     the signing key is read, or made, in RAVEN_HOME."""
     if not section.enabled:
         return None
-    return WebLinks(LinkKey.load(home), base_url(section.as_settings()), section.web_link_hours)
+    return WebLinks(LinkKey.load(home), section.link_base, section.web_link_hours)
 
 
 async def start_viewer(
@@ -91,7 +85,5 @@ async def start_viewer(
     stack.push_async_callback(runner.cleanup)
     shown = section.web_host if ":" not in section.web_host else f"[{section.web_host}]"
     where = f"http://{shown}:{port}"
-    log.info(
-        "web viewer listening on %s (links open at %s)", where, base_url(section.as_settings())
-    )
+    log.info("web viewer listening on %s (links open at %s)", where, section.link_base)
     return where

@@ -32,10 +32,6 @@ class RecordLinks(Protocol):
         """One campaign of the conversation: its chart, rounds and decisions."""
         ...
 
-    def schedules(self, conv: ConversationRef) -> str:
-        """The conversation's scheduled tasks: next fire times and recent firings."""
-        ...
-
 
 def open_line(label: str, url: str) -> str:
     """The line a thread gets under a report or a notice: one Markdown link."""

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from bot.web.links import base_url
+from bot.web.links import base_url as base_of
 from bot.web.settings import WebSettings
+
+
+def base_url(settings: WebSettings) -> str:
+    """The links' base as the bot computes it from these settings."""
+    return base_of(settings.web_public_url, settings.web_host, settings.web_port)
 
 
 def test_links_use_the_public_url_when_set() -> None:

@@ -18,6 +18,7 @@ from host.conversation.viewer_links import RunLinks, with_footer
 from host.features.oncall.charts import ChartedNotices
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 from host.runtime.messages import ChartData
+from host.runtime.record_links import without_link_tokens
 from oncall.ports import PostedHook
 
 CONV = ConversationRef("test", "W", "C", "T1")
@@ -123,13 +124,13 @@ def test_hidden_leaves_out_every_links_token_and_nothing_else(tmp_path: Path) ->
         "Ids: run_1, v1.abcdefgh.short"
     )
     text = f"{plain}\nOpen {ours} or <{theirs}|here>; the bare token {token}."
-    hidden = local.hidden(text)
+    hidden = without_link_tokens(text)
     assert hidden == (
         f"{plain}\nOpen {BASE}/v/(link)/run/run_1 or "
         "<https://raven.example.com/raven/v/(link)/|here>; the bare token (link)."
     )
-    assert local.hidden(plain) == plain
-    assert public.hidden(ours) == f"{BASE}/v/(link)/run/run_1"
+    assert without_link_tokens(plain) == plain
+    assert without_link_tokens(ours) == f"{BASE}/v/(link)/run/run_1"
 
 
 def test_links_made_within_an_hour_are_one_text_open_for_the_configured_hours(
