@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from bot.web.graph_svg import anchor_of
 from host.graph.picture import RunPicture, picture_of
 from host.graph.records import NodeRecords, RunFiles
 from host.graph.run_store import NodeRecord, RunRecord, RunStore
 
+# Record ids as the bot makes them (runs, campaigns): what a page links to, and all a request
+# may name (anything else is refused before any query).
+RECORD_ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Up to this many nodes, every node's task, output and transcript is on the run's page; a
 # larger run lists its nodes and gives each its own page (a 200-node page of outputs was
 # over a megabyte, and its Markdown most of the time it took to serve).

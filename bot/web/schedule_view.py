@@ -10,11 +10,11 @@ elsewhere; those stay unlinked rather than leaking ids of another conversation).
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from bot.web.run_view import RECORD_ID
 from core.ids import ConversationRef
 from host.features.schedules.line import ScheduleError
 from host.features.schedules.store import LIVE_STATES, Firing, ScheduledTask, TaskStore
@@ -27,8 +27,6 @@ NEXT_TIMES: Final = 5
 FIRINGS_SHOWN: Final = 10
 # Ended tasks (done, cancelled, denied) stay on the page this long after they ended.
 ENDED_DAYS: Final = 14
-# Run ids the page links to (the server's own rule for a record id).
-_LINKABLE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 _STATES: Final = {
     "proposed": "Waiting for approval: it fires only once someone approves it.",
@@ -201,7 +199,7 @@ async def _firings(
     started = [
         r
         for r in await runs.runs_for_task(task_id, since=since)
-        if r.conversation.id == conv.id and _LINKABLE.match(r.id)
+        if r.conversation.id == conv.id and RECORD_ID.match(r.id)
     ]
     by_firing: dict[tuple[str, datetime], list[RunRecord]] = {}
     moments = sorted({f.fired_at for f in firings})

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from bot.web.campaign_view import campaign_signature, load_campaign
 from bot.web.chart_svg import campaign_chart_svgs
 from bot.web.graph_svg import graph_svg
 from bot.web.pages import Pages
-from bot.web.run_view import RunView, load_run, run_signature
+from bot.web.run_view import RECORD_ID, RunView, load_run, run_signature
 from bot.web.schedule_view import load_schedules
 from bot.web.tokens import Grant, LinkKey, TokenRefused
 from core.ids import ConversationRef
@@ -56,8 +55,6 @@ _HEADERS: Final = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
 }
-# Record ids as the bot makes them; anything else is not one (checked before any query).
-_ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_PATH_CHARS: Final = 2048
 MAX_WATCHERS: Final = 64  # live pages open at once (each polls the store once a second)
 _STATIC: Final = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
@@ -415,7 +412,7 @@ def _not_here(kind: str, record_id: str) -> _Refusal:
 
 def _record_id(request: web.Request, name: str) -> str:
     value = request.match_info[name]
-    if not _ID.match(value):
+    if not RECORD_ID.match(value):
         raise _Refusal(404, "Not found", "That is not a record id.", f"bad {name}")
     return value
 
